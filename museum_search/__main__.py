@@ -1,0 +1,3 @@
+from museum_search.cli import main
+
+raise SystemExit(main())
