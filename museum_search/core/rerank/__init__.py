@@ -1,0 +1,155 @@
+"""Re-rankers and the pipeline that chains them.
+
+Every re-ranker has a ``name`` and ``rerank(scores, **context) -> scores`` over a (Q, G) score
+matrix (higher is better). The pipeline builds the context each one needs from the index
+(descriptors, labels, gallery ranks, query descriptors, query images/paths) so callers only say
+``pipeline.apply(index, scores, query_descriptors, query_paths=...)``.
+
+Sensible combinations, applied in the order given: ``spatial,icfrr`` (verify, then diffuse over
+the gallery), ``aqe`` or ``dba`` first when combined with others (they change descriptors, so
+they re-score from scratch and must come first).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import MuseumSearchError
+
+NAMES = ("icfrr", "aqe", "dba", "spatial")
+
+
+@dataclass
+class RerankOptions:
+    k_q: int | None = None  # None: suggested from the collection
+    k_g: int | None = None
+    beta: float = 0.5
+    iterations: int = 10
+    icfrr_mode: str = "paper"
+    qe_n: int = 2
+    qe_alpha: float = 3.0
+    spatial_top: int = 20
+
+
+@dataclass
+class Pipeline:
+    names: list[str]
+    options: RerankOptions
+    _stages: list[Any] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.names)
+
+    def describe(self) -> str:
+        return "+".join(self.names) if self.names else "none"
+
+    def apply(
+        self,
+        index,
+        scores: np.ndarray,
+        query_descriptors: np.ndarray,
+        *,
+        query_paths: Sequence[str] | None = None,
+        query_images: Sequence[np.ndarray] | None = None,
+    ) -> np.ndarray:
+        """Re-rank the (Q, G) ``scores`` of ``query_descriptors`` against ``index``."""
+        from .expansion import dba
+
+        q = np.atleast_2d(np.asarray(query_descriptors, dtype=np.float32))
+        for name, stage in zip(self.names, self._stages):
+            ctx: dict[str, Any] = dict(
+                index=index, labels=index.labels, query_descriptors=q,
+                descriptors=_gallery(index, name, self.options, dba),
+                query_paths=list(query_paths) if query_paths is not None else None,
+                query_images=list(query_images) if query_images is not None else None,
+            )
+            if name == "icfrr":
+                ctx["gallery_ranks"] = index.gallery_ranks()
+            else:
+                ctx["gallery_ranks"] = None
+            scores = np.asarray(stage.rerank(np.asarray(scores, dtype=np.float32), **ctx), dtype=np.float32)
+        return scores
+
+
+_DBA_CACHE: dict[tuple[int, int, float], np.ndarray] = {}
+
+
+def _gallery(index, name: str, opts: RerankOptions, dba) -> np.ndarray:
+    desc = np.asarray(index.descriptors, dtype=np.float32)
+    if name != "dba":
+        return desc
+    key = (id(index), opts.qe_n, opts.qe_alpha)
+    if key not in _DBA_CACHE:
+        _DBA_CACHE.clear()
+        _DBA_CACHE[key] = dba(desc, n=opts.qe_n, alpha=opts.qe_alpha)
+    return _DBA_CACHE[key]
+
+
+def parse_names(spec: str | Sequence[str] | None) -> list[str]:
+    if not spec:
+        return []
+    names = [s.strip().lower() for s in (spec.split(",") if isinstance(spec, str) else spec) if s.strip()]
+    names = [n for n in names if n != "none"]
+    for n in names:
+        if n not in NAMES:
+            raise MuseumSearchError(f"unknown re-ranker {n!r}; choose from {', '.join(NAMES)} (comma-separated)")
+    if len(set(names)) != len(names):
+        raise MuseumSearchError(f"re-ranker listed twice in {spec!r}")
+    return names
+
+
+def build_pipeline(spec: str | Sequence[str] | None, options: RerankOptions | None = None) -> Pipeline:
+    """Pipeline from a comma-separated list such as ``"spatial,icfrr"``."""
+    options = options or RerankOptions()
+    names = parse_names(spec)
+    stages = []
+    for n in names:
+        if n == "icfrr":
+            from .icfrr import ICFRRParams, ICFRRReranker
+
+            if options.beta < 0 or options.iterations < 1:
+                raise MuseumSearchError("ICFRR needs beta >= 0 and at least one iteration")
+            if options.icfrr_mode not in ("paper", "reference"):
+                raise MuseumSearchError("ICFRR mode must be 'paper' or 'reference'")
+            stages.append(_ICFRRStage(options, ICFRRParams, ICFRRReranker))
+        elif n == "aqe":
+            from .expansion import AQEReranker
+
+            stages.append(AQEReranker(n=options.qe_n, alpha=options.qe_alpha))
+        elif n == "dba":
+            from .expansion import DBAReranker
+
+            stages.append(DBAReranker(n=options.qe_n, alpha=options.qe_alpha))
+        elif n == "spatial":
+            from .spatial import SpatialParams, SpatialReranker
+
+            stages.append(SpatialReranker(SpatialParams(top_n=options.spatial_top)))
+    return Pipeline(names, options, stages)
+
+
+class _ICFRRStage:
+    """ICFRR with K_q/K_g suggested from the collection when not given."""
+
+    name = "icfrr"
+
+    def __init__(self, options: RerankOptions, params_cls, reranker_cls):
+        self.options = options
+        self._params_cls = params_cls
+        self._reranker_cls = reranker_cls
+
+    def params_for(self, labels) -> Any:
+        from .icfrr import suggest_params
+
+        base = suggest_params(labels)
+        o = self.options
+        return self._params_cls(
+            k_q=o.k_q if o.k_q is not None else base.k_q,
+            k_g=o.k_g if o.k_g is not None else base.k_g,
+            beta=o.beta, max_iter=o.iterations, mode=o.icfrr_mode,
+        )
+
+    def rerank(self, scores: np.ndarray, **ctx: Any) -> np.ndarray:
+        return self._reranker_cls(self.params_for(ctx["labels"])).rerank(scores, **ctx)

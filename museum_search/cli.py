@@ -1,0 +1,340 @@
+"""`museum-search` command line: index, update, query, evaluate, info, backbones, gui, demo.
+
+Exit codes: 0 ok, 2 usage error (argparse), 1 anything else with a one-line message on stderr,
+130 when interrupted with Ctrl-C (nothing on disk is changed then).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from . import __version__
+
+PROG = "museum-search"
+
+
+def _progress_bar(total: int, desc: str):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="img", file=sys.stderr, dynamic_ncols=True, disable=None)
+
+
+def _drive(gen, desc: str):
+    """Run a core progress generator with a tqdm bar; return its result."""
+    bar = None
+    try:
+        while True:
+            try:
+                p = next(gen)
+            except StopIteration as stop:
+                return stop.value
+            if bar is None:
+                bar = _progress_bar(p.total, desc)
+            bar.n = p.done
+            if p.current:
+                bar.set_postfix_str(Path(p.current).name[-30:], refresh=False)
+            bar.refresh()
+    finally:
+        gen.close()
+        if bar is not None:
+            bar.close()
+
+
+def _print_skips(skipped: Sequence[tuple[str, str]], ignored: Sequence[tuple[str, str]] = ()) -> None:
+    if skipped:
+        print(f"{len(skipped)} file(s) skipped:", file=sys.stderr)
+        for path, reason in skipped:
+            print(f"  {path}: {reason}", file=sys.stderr)
+    if ignored:
+        print(f"{len(ignored)} file(s) ignored by the labelling rule (first 10):", file=sys.stderr)
+        for path, reason in list(ignored)[:10]:
+            print(f"  {path}: {reason}", file=sys.stderr)
+
+
+# ---- commands --------------------------------------------------------------------------------
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    from .core.backbones import BackboneConfig, build_extractor
+    from .core.index import LabellingSpec, build_index
+
+    config = BackboneConfig(args.backbone, args.head, args.size, tuple(args.scales), args.gem_p, args.weights)
+    extractor = build_extractor(config)
+    print(f"backbone: {extractor.meta.describe()}", file=sys.stderr)
+    spec = LabellingSpec(args.labels, args.catalogue, args.regex)
+    report = _drive(build_index(args.collection, args.output, config, spec, extractor=extractor,
+                                batch_size=args.batch_size, dtype="float16" if args.float16 else "float32"),
+                    "indexing")
+    _print_skips(report.skipped, report.labelling.ignored)
+    print(f"index written to {args.output}: {report.summary()}")
+    return 0
+
+
+def cmd_update(args: argparse.Namespace) -> int:
+    from .core.index import Index, update_index
+
+    index = Index.load(args.index)
+    report = _drive(update_index(index, weights=args.weights, batch_size=args.batch_size), "updating")
+    _print_skips(report.skipped)
+    print(f"index {args.index} updated: {report.summary()}")
+    return 0
+
+
+def _rerank_from_args(args: argparse.Namespace):
+    from .core.rerank import RerankOptions, build_pipeline
+
+    opts = RerankOptions(
+        k_q=args.kq, k_g=args.kg, beta=args.beta, iterations=args.iterations, icfrr_mode=args.icfrr_mode,
+        qe_n=args.qe_n, qe_alpha=args.qe_alpha, spatial_top=args.spatial_top,
+    )
+    return build_pipeline(args.rerank, opts)
+
+
+def cmd_query(args: argparse.Namespace) -> int:
+    from .core.backbones import extractor_for_meta
+    from .core.errors import ImageError, MuseumSearchError
+    from .core.extract import describe_file
+    from .core.index import Index
+    from .core.search import in_collection, score_matrix, search
+
+    index = Index.load(args.index)
+    extractor = extractor_for_meta(index.meta, args.weights)
+    pipeline = _rerank_from_args(args)
+    out: list[dict[str, Any]] = []
+    failures = 0
+    for path in args.images:
+        try:
+            q = describe_file(path, extractor)[None, :]
+        except ImageError as exc:
+            print(f"{PROG}: skipped {exc}", file=sys.stderr)
+            failures += 1
+            continue
+        scores = score_matrix(index, q)
+        if pipeline:
+            scores = pipeline.apply(index, scores, q, query_paths=[str(path)])
+        results = search(index, q, k=args.k, per_instance=args.per_instance, scores=scores)[0]
+        known = in_collection(results, args.threshold)
+        out.append({"query": str(path), "in_collection": known, "results": [r.to_dict() for r in results]})
+        if not args.json:
+            _print_results(str(path), results, known)
+    if args.json:
+        json.dump(out, sys.stdout, ensure_ascii=False, indent=2)
+        print()
+    if failures == len(args.images):
+        raise MuseumSearchError("none of the query images could be read")
+    return 0
+
+
+def _print_results(query: str, results, known: bool) -> None:
+    print(f"query: {query}" + ("" if known else "  → not in the collection (best score below threshold)"))
+    print(f"  {'rank':>4}  {'score':>7}  {'instance':<20}  {'title / artist':<40}  path")
+    for r in results:
+        meta = " / ".join(v for v in (r.metadata.get("title", ""), r.metadata.get("artist", "")) if v)
+        print(f"  {r.rank:>4}  {r.score:>7.4f}  {r.instance[:20]:<20}  {meta[:40]:<40}  {r.path}")
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from .core.index import Index
+
+    index = Index.load(args.index)
+    print(index.describe())
+    print(f"labelling: {index.labelling.rule}; gallery ranks stored: {index.has_gallery_ranks}")
+    return 0
+
+
+def cmd_backbones(args: argparse.Namespace) -> int:
+    from .core.backbones import REGISTRY
+
+    for name, spec in REGISTRY.items():
+        print(f"{name:<20} {spec.description}")
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from .core.backbones import extractor_for_meta
+    from .core.evaluation import reports
+    from .core.evaluation.querysets import load_queryset
+    from .core.evaluation.runner import evaluate
+    from .core.index import Index
+
+    index = Index.load(args.index)
+    queryset = load_queryset(args.queries, layout=args.layout, regex=args.regex)
+    print(f"queries: {queryset.describe()}", file=sys.stderr)
+    pipeline = _rerank_from_args(args)
+    extractor = extractor_for_meta(index.meta, args.weights)
+    report = _drive(evaluate(index, queryset, pipeline, extractor=extractor, batch_size=args.batch_size),
+                    "evaluating")
+    _print_skips(report.skipped)
+    doc = reports.report_dict(report, index, rankings=args.rankings, seed=args.seed)
+    if args.baseline:
+        doc["summary"]["baseline"] = reports.compare_with_baseline(doc, args.baseline, seed=args.seed)
+    _print_summary(doc["summary"])
+    if args.json:
+        reports._atomic_write(args.json, json.dumps(doc, ensure_ascii=False, indent=1))
+    if args.csv:
+        reports.write_csv(report, index, args.csv)
+    if args.trec:
+        reports.write_trec(report, index, args.trec)
+    return 0
+
+
+def _print_summary(s: dict[str, Any]) -> None:
+    def pct(x):
+        return "   n/a" if x is None else f"{100 * x:6.2f}"
+
+    print(f"index:     {s['index']}")
+    print(f"queries:   {s['query_set']}")
+    print(f"re-ranker: {s['rerank']}")
+    print(f"evaluated {s['queries']} queries; {s['open_set_queries']} open-set queries excluded; "
+          f"{s['skipped_queries']} unreadable")
+    ci = s.get("ci95", {})
+    print(f"  {'metric':<8} {'value %':>8}   95% CI")
+    for key, label in (("mp@1", "MP@1"), ("map", "MAP"), ("amnro", "AMNRO"), ("anmrr", "ANMRR"), ("p@5", "P@5")):
+        interval = ci.get(key)
+        iv = f"[{pct(interval[0])}, {pct(interval[1])}]" if interval else ""
+        print(f"  {label:<8} {pct(s.get(key)):>8}   {iv}")
+    base = s.get("baseline")
+    if base:
+        print(f"against baseline {base['baseline']} ({base['paired_queries']} paired queries, one-tailed bootstrap):")
+        for key in ("mp@1", "map", "amnro"):
+            b = base[key]
+            levels = [lvl for lvl, sig in b["significant"].items() if sig]
+            verdict = f"significant at {min(levels, key=float)}" if levels else "not significant"
+            print(f"  {key:<6} delta {b['delta']:+.4f}  p = {b['p_value']:.4f}  {verdict}")
+
+
+def cmd_gui(args: argparse.Namespace) -> int:
+    from .gui.app import main as gui_main
+
+    argv = [] if args.index is None else [str(args.index)]
+    return gui_main(argv)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .gui.app import main as gui_main
+
+    return gui_main(["--demo", str(args.index)] + (["--camera", str(args.camera)] if args.camera is not None else []))
+
+
+# ---- parser ----------------------------------------------------------------------------------
+
+
+def _add_rerank_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("re-ranking")
+    g.add_argument("--rerank", default="", metavar="LIST",
+                   help="comma-separated re-rankers applied in order: icfrr, aqe, dba, spatial "
+                        "(e.g. spatial,icfrr)")
+    g.add_argument("--kq", type=int, default=None, help="ICFRR K_q (default: from the collection)")
+    g.add_argument("--kg", type=int, default=None, help="ICFRR K_g (default: from the collection)")
+    g.add_argument("--beta", type=float, default=0.5, help="ICFRR beta (default 0.5)")
+    g.add_argument("--iterations", type=int, default=10, help="ICFRR maximum iterations (default 10)")
+    g.add_argument("--icfrr-mode", choices=("paper", "reference"), default="paper",
+                   help="paper: s_t+1 = s_t + beta*Delta (default); reference: the public code's rule")
+    g.add_argument("--qe-n", type=int, default=2, help="aQE/DBA neighbours (default 2)")
+    g.add_argument("--qe-alpha", type=float, default=3.0, help="aQE/DBA weight exponent (default 3)")
+    g.add_argument("--spatial-top", type=int, default=20, help="spatial verification of the top N (default 20)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .core.backbones import DEFAULT_BACKBONE, DEFAULT_HEAD, DEFAULT_SIZE, HEADS, REGISTRY
+    from .core.labels import RULES
+
+    p = argparse.ArgumentParser(prog=PROG, description="Instance search in museum and heritage collections.")
+    p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    p.add_argument("-v", "--verbose", action="store_true", help="log details to stderr")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    s = sub.add_parser("index", help="index a collection folder of reference photos")
+    s.add_argument("collection", type=Path, help="folder of reference photos")
+    s.add_argument("-o", "--output", type=Path, required=True, help="index folder to write")
+    s.add_argument("--backbone", choices=list(REGISTRY), default=DEFAULT_BACKBONE)
+    s.add_argument("--head", choices=HEADS, default=DEFAULT_HEAD,
+                   help="logits = 1000-d ImageNet output at 224x224 (the papers' IM baseline); "
+                        "gap/mac/gem/rmac = pooled conv features")
+    s.add_argument("--size", type=int, default=DEFAULT_SIZE, help="longest image side for pooled heads")
+    s.add_argument("--scales", type=float, nargs="+", default=[1.0], help="multi-scale factors, e.g. 1 0.707")
+    s.add_argument("--gem-p", type=float, default=3.0, help="GeM exponent")
+    s.add_argument("--labels", choices=RULES, default="auto", help="labelling rule (default: auto-detect)")
+    s.add_argument("--catalogue", type=Path, default=None, help="catalogue CSV: file,instance,metadata...")
+    s.add_argument("--regex", default=None, help="regex with a group (?P<instance>...) on the relative path")
+    s.add_argument("--weights", default=None, help="weights file for the backbone (offline use)")
+    s.add_argument("--float16", action="store_true", help="store descriptors as float16 (half the size)")
+    s.add_argument("--batch-size", type=int, default=8)
+    s.set_defaults(func=cmd_index)
+
+    s = sub.add_parser("update", help="re-index new/changed files of an index's collection, drop deleted ones")
+    s.add_argument("index", type=Path)
+    s.add_argument("--weights", default=None)
+    s.add_argument("--batch-size", type=int, default=8)
+    s.set_defaults(func=cmd_update)
+
+    s = sub.add_parser("query", help="which objects of the collection do these photos show?")
+    s.add_argument("index", type=Path)
+    s.add_argument("images", type=Path, nargs="+")
+    s.add_argument("-k", type=int, default=5, help="number of results (default 5)")
+    s.add_argument("--per-instance", action="store_true", help="one result per instance")
+    s.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    s.add_argument("--threshold", type=float, default=None, help="'not in the collection' below this score")
+    s.add_argument("--weights", default=None)
+    _add_rerank_options(s)
+    s.set_defaults(func=cmd_query)
+
+    s = sub.add_parser("evaluate", help="measure MP@1, MAP, AMNRO... on a labelled query set")
+    s.add_argument("index", type=Path)
+    s.add_argument("queries", type=Path, help="query folder (CLICIDE, GaRoFou, folder-per-instance, ground_truth.csv)")
+    s.add_argument("--layout", default="auto", choices=("auto", "clicide", "garofou", "folder", "csv", "regex"))
+    s.add_argument("--regex", default=None, help="regex for --layout regex")
+    s.add_argument("--json", type=Path, default=None, metavar="FILE", help="write summary + per-query JSON")
+    s.add_argument("--rankings", action="store_true", help="include full rankings in the JSON")
+    s.add_argument("--csv", type=Path, default=None, metavar="FILE", help="write per-query CSV")
+    s.add_argument("--trec", type=Path, default=None, metavar="PREFIX", help="write PREFIX.run and PREFIX.qrels")
+    s.add_argument("--baseline", type=Path, default=None, metavar="RUN.json", help="bootstrap test against this run")
+    s.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    s.add_argument("--batch-size", type=int, default=8)
+    s.add_argument("--weights", default=None)
+    _add_rerank_options(s)
+    s.set_defaults(func=cmd_evaluate)
+
+    s = sub.add_parser("info", help="describe an index")
+    s.add_argument("index", type=Path)
+    s.set_defaults(func=cmd_info)
+
+    s = sub.add_parser("backbones", help="list the available backbones")
+    s.set_defaults(func=cmd_backbones)
+
+    s = sub.add_parser("gui", help="start the desktop application")
+    s.add_argument("index", type=Path, nargs="?", default=None)
+    s.set_defaults(func=cmd_gui)
+
+    s = sub.add_parser("demo", help="full-screen museum kiosk with the camera")
+    s.add_argument("index", type=Path)
+    s.add_argument("--camera", type=int, default=None, help="camera number (default: from settings)")
+    s.set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format=f"{PROG}: %(message)s")
+    from .core.errors import MuseumSearchError
+
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print(f"{PROG}: cancelled; nothing was changed", file=sys.stderr)
+        return 130
+    except MuseumSearchError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as exc:
+        if args.verbose:
+            raise
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 1

@@ -1,0 +1,30 @@
+"""Errors a user can cause. Each message says what happened and what to do about it."""
+
+
+class MuseumSearchError(Exception):
+    """Base class for every error that is reported to the user as a one-line message."""
+
+
+class ImageError(MuseumSearchError):
+    """An image file could not be used (corrupt, truncated, empty, not an image, too large...)."""
+
+    def __init__(self, path, reason: str):
+        self.path = str(path)
+        self.reason = reason
+        super().__init__(f"{self.path}: {reason}")
+
+
+class WeightsUnavailableError(MuseumSearchError):
+    """Pretrained weights for a backbone are not available on this machine."""
+
+
+class IndexFormatError(MuseumSearchError):
+    """An index on disk is damaged, of another format version, or does not match the request."""
+
+
+class LabelError(MuseumSearchError):
+    """A collection or query set could not be labelled with the requested rule."""
+
+
+class CancelledError(MuseumSearchError):
+    """Long work was cancelled by the user; nothing was changed."""

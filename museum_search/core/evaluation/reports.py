@@ -1,0 +1,124 @@
+"""Evaluation reports: JSON (summary + per-query records), CSV per query, TREC run + qrels.
+
+The TREC files let anyone check the numbers with trec_eval: ``trec_eval -m map -m P.1 RUN.qrels
+RUN.run`` gives the same MAP and P@1 as the summary (the run lists every reference with
+strictly decreasing scores, so trec_eval's own tie-breaking cannot change the order).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import MuseumSearchError
+from .runner import EvalReport
+from .stats import bootstrap_ci, paired_bootstrap_test
+
+#: metric → (record key, higher is better) for confidence intervals and significance tests.
+COMPARED = {"mp@1": ("p@1", True), "map": ("ap", True), "amnro": ("mnro", False)}
+
+
+def _num(x: float) -> float | None:
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else round(float(x), 6)
+
+
+def report_dict(report: EvalReport, index, rankings: bool = False, ci: bool = True, seed: int = 0) -> dict[str, Any]:
+    """The JSON document of a run (metrics as fractions in 0..1)."""
+    summary = {k: (_num(v) if isinstance(v, float) else v) for k, v in report.summary.items()}
+    summary["rerank"] = report.rerank
+    summary["index"] = report.index_description
+    summary["query_set"] = report.queryset_description
+    if ci:
+        intervals = {}
+        for name, (key, _) in COMPARED.items():
+            values = report.per_query_values(key)
+            if len(values):
+                lo, hi = bootstrap_ci(values, seed=seed)
+                intervals[name] = [_num(lo), _num(hi)]
+        summary["ci95"] = intervals
+    queries = []
+    for r in report.records:
+        q: dict[str, Any] = {"query": r.query, "relevant": r.relevant}
+        q.update({k: _num(v) for k, v in r.metrics.items()})
+        q["top"] = [index.items[int(i)].instance for i in r.ranking[:5]]
+        if rankings:
+            q["ranking"] = [str(index.root / index.items[int(i)].path) for i in r.ranking]
+        queries.append(q)
+    return {"summary": summary, "queries": queries,
+            "skipped": [{"query": p, "reason": why} for p, why in report.skipped]}
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8", newline="")
+    os.replace(tmp, path)
+
+
+def write_json(report: EvalReport, index, path: Path, rankings: bool = False, seed: int = 0) -> dict[str, Any]:
+    doc = report_dict(report, index, rankings=rankings, seed=seed)
+    _atomic_write(path, json.dumps(doc, ensure_ascii=False, indent=1))
+    return doc
+
+
+def write_csv(report: EvalReport, index, path: Path) -> None:
+    import io
+
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    keys = ["p@1", "p@5", "ap", "mnro", "nmrr", "rr"]
+    w.writerow(["query", "relevant", "open_set", *keys, "top1_instance", "top1_path", "top1_score"])
+    for r in report.records:
+        top = index.items[int(r.ranking[0])]
+        w.writerow([r.query, ";".join(r.relevant), int(r.open_set),
+                    *("" if math.isnan(r.metrics[k]) else f"{r.metrics[k]:.6f}" for k in keys),
+                    top.instance, top.path, f"{float(r.scores[0]):.6f}"])
+    _atomic_write(path, buf.getvalue())
+
+
+def write_trec(report: EvalReport, index, prefix: Path, run_name: str = "museum-search") -> tuple[Path, Path]:
+    """``PREFIX.run`` (qid Q0 docno rank score tag) and ``PREFIX.qrels`` (qid 0 docno 1)."""
+    prefix = Path(prefix)
+    run_lines, qrel_lines = [], []
+    docnos = [it.path.replace(" ", "_") for it in index.items]
+    labels = index.labels
+    for r in report.records:
+        qid = f"q{r.position:05d}"
+        n = len(r.ranking)
+        # strictly decreasing pseudo-scores that keep our (tie-broken) order for trec_eval
+        for rank, row in enumerate(r.ranking, start=1):
+            run_lines.append(f"{qid} Q0 {docnos[row]} {rank} {n - rank + 1} {run_name}")
+        for row in np.flatnonzero(np.isin(labels, r.relevant)):
+            qrel_lines.append(f"{qid} 0 {docnos[row]} 1")
+    run_path, qrels_path = prefix.with_name(prefix.name + ".run"), prefix.with_name(prefix.name + ".qrels")
+    _atomic_write(run_path, "\n".join(run_lines) + "\n")
+    _atomic_write(qrels_path, "\n".join(qrel_lines) + "\n")
+    return run_path, qrels_path
+
+
+def compare_with_baseline(doc: dict[str, Any], baseline_path: Path, seed: int = 0) -> dict[str, Any]:
+    """Paired one-tailed bootstrap test of this run against a baseline run JSON (same queries)."""
+    try:
+        base = json.loads(Path(baseline_path).read_text(encoding="utf-8"))
+        base_q = {q["query"]: q for q in base["queries"]}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise MuseumSearchError(f"cannot read baseline run {baseline_path}: {exc}") from None
+    pairs = [(q, base_q[q["query"]]) for q in doc["queries"] if q["query"] in base_q and q.get("ap") is not None
+             and base_q[q["query"]].get("ap") is not None]
+    if not pairs:
+        raise MuseumSearchError(f"the baseline run {baseline_path} has no query in common with this run")
+    out: dict[str, Any] = {"baseline": str(baseline_path), "paired_queries": len(pairs)}
+    for name, (key, higher) in COMPARED.items():
+        a = np.array([p[0][key] for p in pairs], float)
+        b = np.array([p[1][key] for p in pairs], float)
+        res = paired_bootstrap_test(a, b, seed=seed, higher_is_better=higher)
+        out[name] = {"delta": _num(res.delta), "p_value": _num(res.p_value),
+                     "significant": {str(k): bool(v) for k, v in res.significant_at.items()}}
+    return out

@@ -1,0 +1,141 @@
+"""Batched descriptor extraction as a generator that yields progress.
+
+Decoding and pre-processing run on a thread pool (OpenCV releases the GIL) while the network runs
+on the calling thread, so decoding overlaps inference. The generator yields an
+:class:`ExtractProgress` after every batch and returns an :class:`ExtractResult`::
+
+    gen = extract(paths, extractor)
+    for progress in gen: ...           # drive a progress bar; stop iterating (gen.close()) to cancel
+    result = ...                       # StopIteration.value, or ``result = yield from gen``
+
+Use :func:`run` to drive a generator to completion and get its result.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Generator, Iterable, Sequence, TypeVar
+
+import numpy as np
+
+from .backbones import Extractor
+from .errors import ImageError
+from .images import load_image
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@dataclass
+class ExtractProgress:
+    """One step of a long job: ``done`` of ``total`` files, the last file seen, new skips."""
+
+    done: int
+    total: int
+    current: str | None = None
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, reason), new since last
+    elapsed: float = 0.0
+    stage: str = "describing"
+
+    @property
+    def eta(self) -> float | None:
+        """Seconds left, extrapolated from the rate so far (None before the first file)."""
+        if self.done == 0 or self.elapsed <= 0:
+            return None
+        return self.elapsed / self.done * (self.total - self.done)
+
+
+@dataclass
+class ExtractResult:
+    descriptors: np.ndarray  # (n_ok, dim) float32, L2-normalized
+    ok: list[int]  # positions in the input list of the described files, in input order
+    skipped: list[tuple[str, str]]  # (path, reason) of files that could not be used
+
+
+def _prepare(extractor: Extractor, path: str) -> np.ndarray:
+    return extractor.preprocess(load_image(path, max_side=extractor.max_side))
+
+
+def default_workers() -> int:
+    return max(1, min(4, (os.cpu_count() or 2)))
+
+
+def extract(
+    paths: Sequence[str | os.PathLike],
+    extractor: Extractor,
+    batch_size: int = 8,
+    workers: int | None = None,
+) -> Generator[ExtractProgress, None, ExtractResult]:
+    """Describe ``paths`` with ``extractor``; unreadable images are skipped with their reason."""
+    paths = [str(p) for p in paths]
+    total = len(paths)
+    dim = extractor.meta.dim
+    out = np.empty((total, dim), np.float32)
+    ok: list[int] = []
+    skipped: list[tuple[str, str]] = []
+    start = time.perf_counter()
+    if total == 0:
+        return ExtractResult(out[:0], ok, skipped)
+    workers = workers or default_workers()
+    window = max(batch_size * 2, workers * 2)
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="decode")
+    pending: deque[tuple[int, Future]] = deque()
+    next_i = 0
+    try:
+        def fill() -> None:
+            nonlocal next_i
+            while next_i < total and len(pending) < window:
+                pending.append((next_i, pool.submit(_prepare, extractor, paths[next_i])))
+                next_i += 1
+
+        fill()
+        done = 0
+        while pending:
+            batch_idx: list[int] = []
+            batch: list[np.ndarray] = []
+            new_skips: list[tuple[str, str]] = []
+            while pending and len(batch) < batch_size:
+                i, fut = pending.popleft()
+                try:
+                    batch.append(fut.result())
+                    batch_idx.append(i)
+                except ImageError as exc:
+                    new_skips.append((paths[i], exc.reason))
+                except (OSError, ValueError, MemoryError) as exc:
+                    new_skips.append((paths[i], f"cannot be read: {exc}"))
+                done += 1
+                fill()
+            if batch:
+                out[len(ok) : len(ok) + len(batch)] = extractor.describe(batch)
+                ok.extend(batch_idx)
+            skipped.extend(new_skips)
+            yield ExtractProgress(done, total, paths[done - 1], new_skips, time.perf_counter() - start)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    return ExtractResult(out[: len(ok)].copy() if len(ok) < total else out, ok, skipped)
+
+
+def run(gen: Generator[T, None, R], on_progress: Callable[[T], object] | None = None) -> R:
+    """Drive a progress generator to its end and return its result."""
+    while True:
+        try:
+            item = next(gen)
+        except StopIteration as stop:
+            return stop.value
+        if on_progress is not None:
+            on_progress(item)
+
+
+def describe_paths(paths: Iterable[str | os.PathLike], extractor: Extractor) -> ExtractResult:
+    """Extraction without progress (for small sets such as a handful of query images)."""
+    return run(extract(list(paths), extractor))
+
+
+def describe_file(path: str | Path, extractor: Extractor) -> np.ndarray:
+    """Descriptor (dim,) of one image; raises :class:`ImageError` if it cannot be read."""
+    return extractor.describe([_prepare(extractor, str(path))])[0]

@@ -1,0 +1,690 @@
+"""Reading photos safely: every supported file becomes an RGB ``uint8`` array, every bad one an
+:class:`~museum_search.core.errors.ImageError` with a reason a museum technician can act on.
+
+Decoding is done by OpenCV (``cv2.imdecode`` on the file's bytes, so Unicode paths work on every
+OS). The image header is parsed first, in Python, which makes it cheap to
+
+* refuse files that are empty, not images, of an unsupported format, or absurdly large
+  (more than :data:`MAX_PIXELS`), *before* anything is decoded;
+* honour the EXIF orientation consistently (:func:`image_size` and :func:`load_image` agree);
+* decode big JPEGs at 1/2, 1/4 or 1/8 scale (libjpeg DCT scaling), so a 20,000-px photo asked
+  for at ``max_side=1024`` never exists in memory at full size.
+
+Alpha is composited onto white (an entirely transparent alpha channel is treated as unused and
+dropped), 16-bit samples are scaled to 8 bits, greyscale is expanded to RGB, CMYK JPEGs and TIFFs
+are converted to RGB by OpenCV. Pure Python + NumPy + OpenCV (+ Pillow for TIFF headers); no Qt.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import logging
+import operator
+import os
+import re
+import struct
+from dataclasses import dataclass
+from typing import BinaryIO
+
+import cv2
+import numpy as np
+
+from .errors import ImageError
+
+__all__ = [
+    "MAX_PIXELS",
+    "SUPPORTED_EXTENSIONS",
+    "decode_image",
+    "image_size",
+    "is_image_file",
+    "load_image",
+]
+
+log = logging.getLogger(__name__)
+
+SUPPORTED_EXTENSIONS: frozenset[str] = frozenset(
+    {".jpg", ".jpeg", ".png", ".tif", ".tiff", ".webp", ".bmp"}
+)
+
+#: Images with more pixels than this (width x height, before any reduction) are refused.
+MAX_PIXELS = 400_000_000
+
+_RECOPY = "copy the file again from the original, or re-export it"
+_FORMAT_NAMES = {"jpeg": "JPEG", "png": "PNG", "tiff": "TIFF", "webp": "WebP", "bmp": "BMP"}
+
+
+# --------------------------------------------------------------------------------------------
+# Public API
+# --------------------------------------------------------------------------------------------
+
+
+def is_image_file(path: str | os.PathLike[str]) -> bool:
+    """True when ``path`` has a supported image extension (case-insensitive).
+
+    macOS "AppleDouble" companions (``._photo.jpg``, left on shared drives and USB sticks) are
+    not images and are excluded.
+    """
+    name = os.path.basename(os.fspath(path))
+    if name.startswith("._"):
+        return False
+    return os.path.splitext(name)[1].lower() in SUPPORTED_EXTENSIONS
+
+
+def load_image(path: str | os.PathLike[str], max_side: int | None = None) -> np.ndarray:
+    """The photo at ``path`` as a contiguous RGB ``uint8`` array of shape (H, W, 3).
+
+    The image is turned upright according to its EXIF orientation. With ``max_side``, the longest
+    side is at most ``max_side`` pixels (never enlarged). Raises :class:`ImageError` for every file
+    that cannot be used, with the reason.
+    """
+    max_side = _check_max_side(max_side)
+    try:
+        with _open(path) as fp:
+            header = _read_header(fp, path)
+            _check_pixel_limit(header, path)
+            fp.seek(0)
+            data = fp.read()
+    except OSError as exc:  # I/O error while reading (failing disk, network share gone...)
+        raise ImageError(path, _os_reason(exc)) from exc
+    return _decode(data, header, path, max_side)
+
+
+def decode_image(data: bytes, name: str = "<memory>", max_side: int | None = None) -> np.ndarray:
+    """Like :func:`load_image` but from the encoded bytes of a file (clipboard, drag-and-drop).
+
+    ``name`` is only used in error messages.
+    """
+    max_side = _check_max_side(max_side)
+    if not isinstance(data, bytes):
+        data = bytes(data)
+    header = _read_header(io.BytesIO(data), name)
+    _check_pixel_limit(header, name)
+    return _decode(data, header, name, max_side)
+
+
+def image_size(path: str | os.PathLike[str]) -> tuple[int, int]:
+    """(width, height) of the upright image (after EXIF orientation), read from the header only."""
+    try:
+        with _open(path) as fp:
+            header = _read_header(fp, path)
+    except OSError as exc:
+        raise ImageError(path, _os_reason(exc)) from exc
+    return header.upright_size
+
+
+# --------------------------------------------------------------------------------------------
+# Files and headers
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Header:
+    fmt: str  # "jpeg", "png", "tiff", "webp", "bmp"
+    width: int  # as stored, before orientation
+    height: int
+    orientation: int = 1  # EXIF orientation, 1..8
+    scan_offset: int = 0  # JPEG only: offset of the first entropy-coded byte
+    tiff_alpha: int | None = None  # TIFF only: ExtraSamples (1 associated, 2 unassociated alpha)
+
+    @property
+    def upright_size(self) -> tuple[int, int]:
+        if self.orientation in (5, 6, 7, 8):
+            return self.height, self.width
+        return self.width, self.height
+
+
+class _Truncated(Exception):
+    """The header ended before it was complete (internal)."""
+
+
+def _check_max_side(max_side: int | None) -> int | None:
+    if max_side is None:
+        return None
+    if isinstance(max_side, bool):
+        raise TypeError("max_side must be an int or None")
+    max_side = operator.index(max_side)
+    if max_side < 1:
+        raise ValueError(f"max_side must be >= 1, got {max_side}")
+    return max_side
+
+
+def _open(path: str | os.PathLike[str]) -> BinaryIO:
+    p = os.fspath(path)
+    try:
+        return open(p, "rb")  # noqa: SIM115 - the callers use it as a context manager
+    except FileNotFoundError as exc:
+        raise ImageError(path, "file not found (it may have been moved, renamed or deleted)") from exc
+    except IsADirectoryError as exc:
+        raise ImageError(path, "this is a folder, not an image file") from exc
+    except PermissionError as exc:
+        if os.path.isdir(p):  # Windows reports folders as "permission denied"
+            raise ImageError(path, "this is a folder, not an image file") from exc
+        raise ImageError(
+            path, "permission denied: the file cannot be read (check its access rights)"
+        ) from exc
+    except OSError as exc:
+        raise ImageError(path, _os_reason(exc)) from exc
+
+
+def _os_reason(exc: OSError) -> str:
+    return f"the file cannot be read ({exc.strerror or exc}); check the disk or network share"
+
+
+def _read_exact(fp: BinaryIO, n: int) -> bytes:
+    b = fp.read(n)
+    if len(b) != n:
+        raise _Truncated
+    return b
+
+
+def _check_pixel_limit(header: _Header, path) -> None:
+    w, h = header.upright_size
+    if w * h > MAX_PIXELS:
+        raise ImageError(
+            path,
+            f"image too large: {w}x{h} px exceeds the {MAX_PIXELS // 1_000_000}-megapixel limit; "
+            "save a smaller copy (e.g. 10,000 px on the longest side) and use that",
+        )
+
+
+def _read_header(fp: BinaryIO, path) -> _Header:
+    head = fp.read(64)
+    if not head:
+        raise ImageError(path, "file is empty (0 bytes); " + _RECOPY)
+    fmt = _sniff(head, path)
+    fp.seek(0)
+    parse = {
+        "jpeg": _jpeg_header,
+        "png": _png_header,
+        "tiff": _tiff_header,
+        "webp": _webp_header,
+        "bmp": _bmp_header,
+    }[fmt]
+    try:
+        header = parse(fp)
+    except _Truncated:
+        raise ImageError(
+            path, f"truncated or corrupt {_FORMAT_NAMES[fmt]} data: the file ends inside its "
+            f"header; {_RECOPY}"
+        ) from None
+    except _CorruptHeader as exc:
+        raise ImageError(
+            path, f"corrupt {_FORMAT_NAMES[fmt]} header ({exc}); {_RECOPY}"
+        ) from None
+    if header.width <= 0 or header.height <= 0:
+        raise ImageError(
+            path, f"corrupt {_FORMAT_NAMES[fmt]} header (size {header.width}x{header.height}); "
+            + _RECOPY
+        )
+    return header
+
+
+class _CorruptHeader(Exception):
+    """The header is malformed (internal); the message says how."""
+
+
+# Signatures of files that are often mistaken for, or renamed as, supported images.
+_OTHER_FORMATS = (
+    (b"GIF87a", "GIF"),
+    (b"GIF89a", "GIF"),
+    (b"\xff\x4f\xff\x51", "JPEG 2000"),
+    (b"\x00\x00\x00\x0cjP  \r\n\x87\n", "JPEG 2000"),
+    (b"8BPS", "Photoshop (PSD)"),
+    (b"%PDF", "PDF document"),
+    (b"PK\x03\x04", "ZIP archive or office document"),
+    (b"\x00\x00\x01\x00", "Windows icon (ICO)"),
+)
+
+
+# Sizes of the BMP info headers (OS/2 1.x and 2.x, Windows 3.x to 5, Adobe variants).
+_BMP_DIB_SIZES = frozenset({12, 16, 40, 52, 56, 64, 108, 124})
+
+
+def _sniff(head: bytes, path) -> str:
+    """The format of a file from its first bytes, or an ImageError saying what it is instead."""
+    if head.startswith(b"\xff\xd8\xff"):
+        return "jpeg"
+    if head.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "png"
+    if head[:4] in (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+"):
+        return "tiff"
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "webp"
+    if head[:2] == b"BM" and len(head) >= 18 and struct.unpack_from("<I", head, 14)[0] in _BMP_DIB_SIZES:
+        return "bmp"
+
+    if head.startswith(b"\x00\x05\x16\x07"):
+        raise ImageError(
+            path, "not an image: this is a macOS resource-fork file ('._' file); it can be deleted"
+        )
+    kind = next((k for sig, k in _OTHER_FORMATS if head.startswith(sig)), None)
+    if kind is None and head[4:8] == b"ftyp":
+        brand = head[8:12]
+        if brand in (b"heic", b"heix", b"hevc", b"heim", b"heis", b"mif1", b"msf1"):
+            kind = "HEIC"
+        elif brand in (b"avif", b"avis"):
+            kind = "AVIF"
+        else:
+            raise ImageError(path, "not an image: this looks like a video file")
+    if kind is not None:
+        raise ImageError(
+            path, f"unsupported image format ({kind}); convert it to JPEG, PNG or TIFF"
+        )
+    text = _as_text(head)
+    if text is not None:
+        lowered = text.lstrip("\ufeff \t\r\n").lower()
+        if lowered.startswith(("<!doctype html", "<html")):
+            raise ImageError(
+                path, "not an image: this is a web page (often a failed download); "
+                "download the photo again"
+            )
+        if "<svg" in lowered:
+            raise ImageError(
+                path, "unsupported image format (SVG vector drawing); export it as PNG or JPEG"
+            )
+        raise ImageError(path, "not an image: the file contains text")
+    raise ImageError(path, "not an image (unrecognised format)")
+
+
+def _as_text(head: bytes) -> str | None:
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        # The 64-byte sample may end inside a multi-byte character.
+        try:
+            text = head[:-3].decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    if not text or any(not (c.isprintable() or c in "\t\r\n\ufeff") for c in text):
+        return None
+    return text
+
+
+# -- JPEG --------------------------------------------------------------------------------------
+
+# Start-of-frame markers (baseline, extended, progressive, lossless; Huffman or arithmetic).
+_JPEG_SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
+# Markers allowed between two scans: DHT, DAC, SOS, DQT, DNL, DRI, COM, APPn.
+_JPEG_BETWEEN_SCANS = frozenset({0xC4, 0xCC, 0xDA, 0xDB, 0xDC, 0xDD, 0xFE, *range(0xE0, 0xF0)})
+# The end of an entropy-coded segment: 0xFF followed by anything but a stuffed 0x00, a restart
+# marker or another 0xFF fill byte.
+_JPEG_SCAN_END = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")
+
+
+def _jpeg_header(fp: BinaryIO) -> _Header:
+    _read_exact(fp, 2)  # SOI, already checked by _sniff
+    size: tuple[int, int] | None = None
+    orientation = 1
+    exif_seen = False
+    while True:
+        byte = _read_exact(fp, 1)[0]
+        while byte != 0xFF:  # stray bytes between segments: libjpeg skips them, so do we
+            byte = _read_exact(fp, 1)[0]
+        while byte == 0xFF:  # fill bytes
+            byte = _read_exact(fp, 1)[0]
+        marker = byte
+        if marker == 0x01 or 0xD0 <= marker <= 0xD7:  # stand-alone markers
+            continue
+        if marker == 0xD8:
+            raise _CorruptHeader("a second start-of-image marker")
+        if marker == 0xD9:
+            raise _CorruptHeader("it ends before any image data")
+        length = struct.unpack(">H", _read_exact(fp, 2))[0]
+        if length < 2:
+            raise _CorruptHeader(f"bad segment length {length}")
+        if marker in _JPEG_SOF or marker == 0xDA or (marker == 0xE1 and not exif_seen):
+            payload = _read_exact(fp, length - 2)
+        else:
+            fp.seek(length - 2, os.SEEK_CUR)
+            continue
+        if marker in _JPEG_SOF:
+            if len(payload) < 6:
+                raise _CorruptHeader("short frame header")
+            if size is None:
+                height, width = struct.unpack(">HH", payload[1:5])
+                if height == 0:
+                    raise _CorruptHeader("image height is not in the header (DNL), not supported")
+                size = (width, height)
+        elif marker == 0xE1:
+            if payload.startswith(b"Exif\x00\x00"):
+                orientation = _exif_orientation(payload)
+                exif_seen = True
+        else:  # SOS: the image data starts right after this segment
+            if size is None:
+                raise _CorruptHeader("image data before the frame header")
+            return _Header("jpeg", size[0], size[1], orientation, fp.tell())
+
+
+def _check_jpeg_data(data: bytes, header: _Header) -> str | None:
+    """Why the JPEG image data is incomplete or damaged, or None when its structure is sound.
+
+    JPEG has no checksum, so damage *inside* the compressed data cannot be found without
+    decoding (libjpeg only prints warnings); this finds what decoders silently paper over:
+    missing end (truncated copy, zero-filled tail) and foreign markers inside the image data.
+    """
+    pos, n = header.scan_offset, len(data)
+    while True:
+        m = _JPEG_SCAN_END.search(data, pos)
+        if m is None:
+            return "the end of the image data is missing (incomplete copy or download?)"
+        marker, pos = data[m.end() - 1], m.end()
+        if marker == 0xD9:  # EOI: anything after it (camera trailers, MPF previews) is ignored
+            return None
+        if marker not in _JPEG_BETWEEN_SCANS:
+            return f"unexpected marker 0x{marker:02X} inside the image data"
+        if pos + 2 > n:
+            return "the end of the image data is missing (incomplete copy or download?)"
+        length = int.from_bytes(data[pos : pos + 2], "big")
+        if length < 2:
+            return f"bad segment length {length} inside the image data"
+        pos += length
+        if pos > n:
+            return "the end of the image data is missing (incomplete copy or download?)"
+
+
+def _exif_orientation(blob: bytes) -> int:
+    """The Orientation tag (1..8) of an EXIF block (TIFF structure); 1 when absent or unreadable."""
+    if blob.startswith(b"Exif\x00\x00"):
+        blob = blob[6:]
+    if len(blob) < 8:
+        return 1
+    order = {b"II": "<", b"MM": ">"}.get(blob[:2])
+    if order is None or struct.unpack_from(order + "H", blob, 2)[0] != 42:
+        return 1
+    ifd = struct.unpack_from(order + "I", blob, 4)[0]
+    if ifd + 2 > len(blob):
+        return 1
+    for i in range(struct.unpack_from(order + "H", blob, ifd)[0]):
+        entry = ifd + 2 + 12 * i
+        if entry + 12 > len(blob):
+            break
+        tag, kind = struct.unpack_from(order + "HH", blob, entry)
+        if tag == 0x0112:
+            if kind == 3:  # SHORT
+                value = struct.unpack_from(order + "H", blob, entry + 8)[0]
+            elif kind == 4:  # LONG (non-standard, seen in the wild)
+                value = struct.unpack_from(order + "I", blob, entry + 8)[0]
+            else:
+                return 1
+            return value if 1 <= value <= 8 else 1
+    return 1
+
+
+# -- PNG ---------------------------------------------------------------------------------------
+
+
+def _png_header(fp: BinaryIO) -> _Header:
+    _read_exact(fp, 8)  # signature
+    length, kind = struct.unpack(">I4s", _read_exact(fp, 8))
+    if kind != b"IHDR" or length != 13:
+        raise _CorruptHeader("the first chunk is not IHDR")
+    width, height = struct.unpack(">II", _read_exact(fp, 8))
+    fp.seek(5 + 4, os.SEEK_CUR)  # rest of IHDR, CRC
+    orientation = 1
+    # EXIF (eXIf chunk) may come before or after the image data; skipping chunks is cheap.
+    while True:
+        chunk = fp.read(8)
+        if len(chunk) < 8:
+            break
+        length, kind = struct.unpack(">I4s", chunk)
+        if length >= 2**31 or kind == b"IEND":
+            break
+        if kind == b"eXIf":
+            orientation = _exif_orientation(fp.read(length))
+            break
+        fp.seek(length + 4, os.SEEK_CUR)
+    return _Header("png", width, height, orientation)
+
+
+# -- WebP --------------------------------------------------------------------------------------
+
+
+def _webp_header(fp: BinaryIO) -> _Header:
+    _read_exact(fp, 12)  # RIFF, size, WEBP
+    size: tuple[int, int] | None = None
+    orientation = 1
+    extended = False
+    while True:
+        chunk = fp.read(8)
+        if len(chunk) < 8:
+            break
+        kind, length = chunk[:4], struct.unpack("<I", chunk[4:])[0]
+        start = fp.tell()
+        if kind == b"VP8X":
+            p = _read_exact(fp, 10)
+            extended = True
+            size = (1 + int.from_bytes(p[4:7], "little"), 1 + int.from_bytes(p[7:10], "little"))
+            if not p[0] & 0x08:  # no EXIF flag
+                break
+        elif kind == b"VP8 ":
+            p = _read_exact(fp, 10)
+            if p[3:6] != b"\x9d\x01\x2a":
+                raise _CorruptHeader("bad VP8 frame header")
+            if size is None:
+                w, h = struct.unpack("<HH", p[6:10])
+                size = (w & 0x3FFF, h & 0x3FFF)
+            if not extended:
+                break
+        elif kind == b"VP8L":
+            p = _read_exact(fp, 5)
+            if p[0] != 0x2F:
+                raise _CorruptHeader("bad lossless header")
+            if size is None:
+                bits = struct.unpack("<I", p[1:5])[0]
+                size = ((bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1)
+            if not extended:
+                break
+        elif kind == b"EXIF":
+            orientation = _exif_orientation(fp.read(length))
+            break
+        fp.seek(start + length + (length & 1))
+    if size is None:
+        raise _CorruptHeader("no image data")
+    return _Header("webp", size[0], size[1], orientation)
+
+
+# -- BMP ---------------------------------------------------------------------------------------
+
+
+def _bmp_header(fp: BinaryIO) -> _Header:
+    head = _read_exact(fp, 18)
+    dib = struct.unpack_from("<I", head, 14)[0]
+    if dib == 12:  # OS/2 BITMAPCOREHEADER
+        width, height = struct.unpack("<HH", _read_exact(fp, 4))
+    elif dib in _BMP_DIB_SIZES:
+        width, height = struct.unpack("<ii", _read_exact(fp, 8))
+        height = abs(height)  # negative: rows stored top-down
+    else:
+        raise _CorruptHeader(f"unknown bitmap header size {dib}")
+    return _Header("bmp", width, height)
+
+
+# -- TIFF --------------------------------------------------------------------------------------
+
+
+def _tiff_header(fp: BinaryIO) -> _Header:
+    # TIFF headers are IFD graphs that may sit anywhere in the file: let Pillow parse them.
+    # The plugin class is used directly (not Image.open) so Pillow's decompression-bomb
+    # check, whose limit differs from ours, does not apply; nothing is decoded here.
+    from PIL import TiffImagePlugin
+
+    try:
+        im = TiffImagePlugin.TiffImageFile(fp)
+        # The stored size: recent Pillow reports .size already turned by the Orientation tag.
+        width, height = im.tag_v2.get(256, im.size[0]), im.tag_v2.get(257, im.size[1])
+        orientation = im.tag_v2.get(0x0112, 1)
+        extra = im.tag_v2.get(338)
+    except EOFError:
+        raise _Truncated from None
+    except (SyntaxError, OSError, ValueError, struct.error, IndexError, KeyError, TypeError) as exc:
+        raise _CorruptHeader(str(exc) or type(exc).__name__) from None
+    if not isinstance(orientation, int) or not 1 <= orientation <= 8:
+        orientation = 1
+    if isinstance(extra, tuple):
+        extra = extra[0] if extra else None
+    return _Header("tiff", width, height, orientation, tiff_alpha=extra if extra in (1, 2) else None)
+
+
+@dataclass(frozen=True)
+class _TiffQuirks:
+    orients: bool  # cv2.imdecode applies the TIFF Orientation tag itself, even IMREAD_UNCHANGED
+    premultiplies: bool  # 8-bit unassociated alpha comes out premultiplied (libtiff RGBA reader)
+
+
+@functools.cache
+def _opencv_tiff_quirks() -> _TiffQuirks:
+    """How this OpenCV build decodes TIFFs, measured once on two tiny files.
+
+    OpenCV 5.0 turns TIFFs upright itself (IMREAD_UNCHANGED ignores EXIF orientation for every
+    other format) and reads 8-bit RGBA TIFFs through libtiff's RGBA interface, which
+    premultiplies unassociated alpha. Measuring keeps both right on other OpenCV versions.
+    """
+    from PIL import Image
+
+    def decode(im: Image.Image, **kw) -> np.ndarray | None:
+        buf = io.BytesIO()
+        im.save(buf, "TIFF", **kw)
+        return cv2.imdecode(np.frombuffer(buf.getvalue(), np.uint8), cv2.IMREAD_UNCHANGED)
+
+    grey = Image.new("L", (2, 1))
+    grey.putpixel((1, 0), 255)
+    turned = decode(grey, tiffinfo={0x0112: 3})  # rotate 180: the white pixel moves to the left
+    rgba = decode(Image.new("RGBA", (1, 1), (0, 0, 255, 128)))  # Pillow writes ExtraSamples=2
+    return _TiffQuirks(
+        orients=turned is not None and int(turned.reshape(-1)[0]) == 255,
+        premultiplies=rgba is not None and rgba.shape[-1] == 4 and int(rgba[0, 0, 0]) < 192,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Decoding
+# --------------------------------------------------------------------------------------------
+
+_JPEG_REDUCED = {
+    1: cv2.IMREAD_COLOR,
+    2: cv2.IMREAD_REDUCED_COLOR_2,
+    4: cv2.IMREAD_REDUCED_COLOR_4,
+    8: cv2.IMREAD_REDUCED_COLOR_8,
+}
+
+
+def _jpeg_reduction(long_side: int, max_side: int | None) -> int:
+    """The largest libjpeg scale-down (8, 4, 2) that keeps the longest side >= max_side."""
+    if max_side is not None:
+        for k in (8, 4, 2):
+            if -(-long_side // k) >= max_side:  # libjpeg rounds scaled sizes up
+                return k
+    return 1
+
+
+def _decode(data: bytes, header: _Header, path, max_side: int | None) -> np.ndarray:
+    fmt = _FORMAT_NAMES[header.fmt]
+    if header.fmt == "jpeg":
+        problem = _check_jpeg_data(data, header)
+        if problem is not None:
+            raise ImageError(path, f"truncated or corrupt JPEG data: {problem}; {_RECOPY}")
+        k = _jpeg_reduction(max(header.width, header.height), max_side)
+        # Orientation is applied below, the same way for every format.
+        flags = _JPEG_REDUCED[k] | cv2.IMREAD_IGNORE_ORIENTATION
+    else:
+        # Keeps alpha and 16-bit samples; ignores EXIF orientation (except TIFF, see below).
+        flags = cv2.IMREAD_UNCHANGED
+    buf = np.frombuffer(data, np.uint8)
+    try:
+        img = cv2.imdecode(buf, flags)
+    except cv2.error as exc:
+        log.debug("cv2.imdecode failed on %s: %s", path, exc)
+        img = None
+    if img is None or img.size == 0:
+        raise ImageError(
+            path, f"truncated or corrupt {fmt} data: the image could not be decoded; {_RECOPY}"
+        )
+
+    premultiplied = header.fmt == "tiff" and (
+        header.tiff_alpha == 1  # associated alpha: stored premultiplied
+        or (header.tiff_alpha == 2 and img.dtype == np.uint8 and _opencv_tiff_quirks().premultiplies)
+    )
+    img = _to_colour_or_grey(img, path, premultiplied)
+    if max_side is not None and max(img.shape[:2]) > max_side:
+        h, w = img.shape[:2]
+        scale = max_side / max(h, w)
+        size = (max(1, min(max_side, round(w * scale))), max(1, min(max_side, round(h * scale))))
+        img = cv2.resize(img, size, interpolation=cv2.INTER_AREA)
+    img = _to_uint8(img)
+    img = cv2.cvtColor(img, cv2.COLOR_GRAY2RGB if img.ndim == 2 else cv2.COLOR_BGR2RGB)
+    if not (header.fmt == "tiff" and _opencv_tiff_quirks().orients):
+        img = _orient(img, header.orientation)
+    return np.ascontiguousarray(img)
+
+
+def _to_colour_or_grey(img: np.ndarray, path, premultiplied: bool = False) -> np.ndarray:
+    """BGR (H, W, 3) or grey (H, W) in the decoder's sample type, alpha flattened onto white."""
+    if img.dtype not in (np.uint8, np.uint16, np.float32, np.float64):
+        raise ImageError(
+            path, f"unsupported pixel format ({img.dtype} samples); save it as 8- or 16-bit RGB"
+        )
+    if img.ndim == 3 and img.shape[2] == 1:
+        img = img[:, :, 0]
+    if img.ndim == 3 and img.shape[2] in (2, 4):
+        img = _flatten_alpha(img, premultiplied)
+    if not (img.ndim == 2 or (img.ndim == 3 and img.shape[2] == 3)):
+        raise ImageError(
+            path, f"unsupported pixel format ({img.shape[2]} channels); save it as RGB"
+        )
+    return img
+
+
+def _flatten_alpha(img: np.ndarray, premultiplied: bool) -> np.ndarray:
+    """Composite grey+alpha or BGRA onto white; an unused alpha (all 0 or all opaque) is dropped."""
+    top = 1.0 if img.dtype.kind == "f" else float(np.iinfo(img.dtype).max)
+    colour, alpha = img[..., :-1], img[..., -1]
+    amin, amax = alpha.min(), alpha.max()
+    if amin >= top or amax <= 0:
+        if amax <= 0:
+            log.debug("alpha channel is entirely transparent: treated as unused and dropped")
+        out = np.ascontiguousarray(colour)
+    else:
+        # out = colour * a + white * (1 - a) (colour already * a when premultiplied), in strips
+        # so that a huge image never needs a full-size float copy.
+        out = np.empty(colour.shape, img.dtype)
+        rows = max(1, (1 << 22) // max(1, colour.shape[1] * colour.shape[2]))
+        for y in range(0, img.shape[0], rows):
+            a = alpha[y : y + rows, :, None].astype(np.float32) / np.float32(top)
+            res = colour[y : y + rows].astype(np.float32)
+            if not premultiplied:
+                res *= a
+            res += np.float32(top) * (1 - a)
+            if img.dtype.kind != "f":
+                np.rint(res, out=res)
+            out[y : y + rows] = res
+    return out[..., 0] if out.shape[2] == 1 else out
+
+
+def _to_uint8(img: np.ndarray) -> np.ndarray:
+    if img.dtype == np.uint8:
+        return img
+    if img.dtype == np.uint16:
+        return cv2.convertScaleAbs(img, alpha=255.0 / 65535.0)
+    # Floating-point samples (some scientific TIFFs) are taken to be in 0..1.
+    return cv2.convertScaleAbs(np.clip(img, 0.0, 1.0), alpha=255.0)
+
+
+def _orient(img: np.ndarray, orientation: int) -> np.ndarray:
+    """Turn an image stored with EXIF ``orientation`` upright."""
+    if orientation == 2:
+        return img[:, ::-1]
+    if orientation == 3:
+        return img[::-1, ::-1]
+    if orientation == 4:
+        return img[::-1]
+    if orientation == 5:
+        return img.transpose(1, 0, 2)
+    if orientation == 6:
+        return np.rot90(img, -1)  # 90 degrees clockwise
+    if orientation == 7:
+        return img.transpose(1, 0, 2)[::-1, ::-1]
+    if orientation == 8:
+        return np.rot90(img, 1)  # 90 degrees counter-clockwise
+    return img
+

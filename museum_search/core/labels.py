@@ -1,0 +1,475 @@
+"""Instance labels (and optional metadata) of the reference images of a collection folder.
+
+A *labelling rule* turns the relative path of each reference image into an instance id:
+
+- ``catalogue``: a CSV ``file,instance,...`` (further columns are metadata such as artist and title);
+- ``folder``: one first-level subfolder per instance;
+- ``clicide``: CLICIDE names ``<label>-<k>.JPG`` (``<room>wall-<k>.JPG`` wall images are dropped);
+- ``garofou``: GaRoFou names ``<floor>_<NNN>_<VV>.jpg`` → ``<floor>_<NNN>`` (references under ``TRAIN_I/``);
+- ``regex``: a user regular expression with a named group ``instance`` (or a first group);
+- ``none``: an unlabelled collection, each image is its own instance (label = file stem).
+
+``auto`` picks one of them from what is on disk. The filename rules here are shared with
+``museum_search.core.evaluation.querysets`` so that references and queries are labelled the same way.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import os
+import posixpath
+import re
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from museum_search.core.errors import LabelError
+from museum_search.core.images import SUPPORTED_EXTENSIONS, is_image_file
+
+log = logging.getLogger(__name__)
+
+RULES = ("auto", "catalogue", "folder", "clicide", "garofou", "regex", "none")
+
+RULE_NAMES = {
+    "catalogue": "Catalogue",
+    "folder": "Folder-per-instance layout",
+    "clicide": "CLICIDE layout",
+    "garofou": "GaRoFou layout",
+    "regex": "Regular expression",
+    "none": "Unlabelled collection",
+}
+
+#: CLICIDE: ``<room number><letters>-<k>.JPG``, e.g. ``10A-0.JPG``; ``10wall-3.JPG`` is a wall image.
+CLICIDE_REGEX = r"^(?P<instance>\d+[A-Za-z]+\d*)-(?P<view>\d+)\.[A-Za-z0-9]+$"
+#: GaRoFou: ``<floor letter>_<object NNN>_<view VV>.jpg``, instance = ``<floor>_<object>``.
+GAROFOU_REGEX = r"^(?P<instance>[A-Z]_\d{3})_(?P<view>\d{2})\.[A-Za-z0-9]+$"
+#: COIL-100: ``objN__A.jpg`` (N = object 1..100, A = turntable angle); use with ``rule="regex"``.
+COIL100_REGEX = r"(?:^|/)obj(?P<instance>\d+)__(?P<angle>\d+)\.[A-Za-z0-9]+$"
+
+_CLICIDE = re.compile(CLICIDE_REGEX)
+_GAROFOU = re.compile(GAROFOU_REGEX)
+
+WALL_REASON = "wall image without an object (CLICIDE convention)"
+HIDDEN_REASON = "hidden file (e.g. macOS ._ metadata), not a photo"
+
+#: Share of file names that must follow a dataset naming scheme for ``auto`` to choose it.
+DETECT_SHARE = 0.9
+
+CATALOGUE_NAMES = ("catalogue.csv", "catalog.csv")
+CATALOGUE_FILE_COLUMNS = ("file", "path", "filename")
+CATALOGUE_INSTANCE_COLUMNS = ("instance", "label")
+
+#: First-level folders of a collection that hold query photos, never references (lower case).
+QUERY_FOLDERS = frozenset({"queries", "test", "test_i"})
+CLICIDE_QUERY_FOLDER = "test"
+GAROFOU_QUERY_FOLDER = "TEST_I"
+GAROFOU_REFERENCE_FOLDER = "TRAIN_I"
+
+
+@dataclass(frozen=True)
+class Reference:
+    path: str  # POSIX path relative to the collection root
+    instance: str
+    metadata: dict[str, str] = field(default_factory=dict, hash=False)
+
+
+@dataclass
+class Labelling:
+    rule: str
+    references: list[Reference]
+    ignored: list[tuple[str, str]]  # (relative path, reason)
+
+    @property
+    def instances(self) -> list[str]:
+        """Sorted distinct instance ids."""
+        return sorted({r.instance for r in self.references})
+
+    @property
+    def n_instances(self) -> int:
+        return len({r.instance for r in self.references})
+
+    def by_instance(self) -> dict[str, list[Reference]]:
+        groups: dict[str, list[Reference]] = {}
+        for ref in self.references:
+            groups.setdefault(ref.instance, []).append(ref)
+        return groups
+
+
+# --------------------------------------------------------------------------- filename rules
+
+
+def clicide_label(name: str) -> str | None:
+    """The CLICIDE label of a file name (``10A-0.JPG`` → ``10A``; walls give ``10wall``), else None."""
+    m = _CLICIDE.match(PurePosixPath(name).name)
+    return m.group("instance") if m else None
+
+
+def is_clicide_wall(label: str) -> bool:
+    """True for CLICIDE wall labels (``<room>wall``): images of a wall without an object."""
+    return label.lower().endswith("wall")
+
+
+def garofou_label(name: str) -> str | None:
+    """The GaRoFou instance of a file name (``A_001_02.jpg`` → ``A_001``), else None."""
+    m = _GAROFOU.match(PurePosixPath(name).name)
+    return m.group("instance") if m else None
+
+
+def compile_regex(regex: str | re.Pattern | None) -> re.Pattern:
+    """Compile a user regex for the ``regex`` rule; LabelError if unusable."""
+    if regex is None or (isinstance(regex, str) and not regex.strip()):
+        raise LabelError(
+            "The regex rule needs a regular expression with a group named 'instance', "
+            r"e.g. obj(?P<instance>\d+)__ ; enter one or choose another labelling rule."
+        )
+    if isinstance(regex, re.Pattern):
+        pattern = regex
+    else:
+        try:
+            pattern = re.compile(regex)
+        except re.error as exc:
+            raise LabelError(
+                f"Invalid regular expression {regex!r}: {exc}. Fix it, e.g. obj(?P<instance>\\d+)__ ."
+            ) from exc
+    if pattern.groups == 0:
+        raise LabelError(
+            f"The regular expression {pattern.pattern!r} has no group: put the instance part in "
+            r"(?P<instance>...) or in parentheses, e.g. obj(?P<instance>\d+)__ ."
+        )
+    return pattern
+
+
+def regex_label(pattern: re.Pattern, relpath: str) -> str | None:
+    """The instance matched by ``pattern`` (searched in the POSIX relative path), else None."""
+    m = pattern.search(relpath)
+    if not m:
+        return None
+    value = m.group("instance") if "instance" in pattern.groupindex else m.group(1)
+    return value or None
+
+
+def folder_label(relpath: str) -> str | None:
+    """The first-level folder of a relative path (folder-per-instance), None for a loose file."""
+    parts = PurePosixPath(relpath).parts
+    return parts[0] if len(parts) > 1 else None
+
+
+def label_file(rule: str, relpath: str, pattern: re.Pattern | None = None) -> tuple[str | None, str | None]:
+    """Apply a filename rule (``folder``, ``clicide``, ``garofou``, ``regex``, ``none``) to one path.
+
+    Returns ``(instance, None)`` or ``(None, reason the file is ignored)``.
+    """
+    if rule == "none":
+        return PurePosixPath(relpath).stem, None
+    if rule == "folder":
+        label = folder_label(relpath)
+        return (label, None) if label else (None, "not in a subfolder (folder-per-instance layout)")
+    if rule == "clicide":
+        label = clicide_label(relpath)
+        if label is None:
+            return None, "name does not follow CLICIDE <label>-<k>.JPG"
+        if is_clicide_wall(label):
+            return None, WALL_REASON
+        return label, None
+    if rule == "garofou":
+        label = garofou_label(relpath)
+        return (label, None) if label else (None, "name does not follow GaRoFou <F>_<NNN>_<VV>.jpg")
+    if rule == "regex":
+        if pattern is None:
+            raise LabelError("The regex rule needs a regular expression; enter one.")
+        label = regex_label(pattern, relpath)
+        return (label, None) if label else (None, f"does not match the regular expression {pattern.pattern!r}")
+    raise LabelError(f"Unknown labelling rule {rule!r}; choose one of {', '.join(RULES)}.")
+
+
+def detect_name_rule(relpaths: Iterable[str]) -> str | None:
+    """``garofou`` or ``clicide`` if at least 90 % of the file names follow that scheme, else None."""
+    names = [PurePosixPath(p).name for p in relpaths]
+    if not names:
+        return None
+    for rule, matcher in (("garofou", garofou_label), ("clicide", clicide_label)):
+        if sum(matcher(n) is not None for n in names) >= DETECT_SHARE * len(names):
+            return rule
+    return None
+
+
+def is_folder_layout(relpaths: Iterable[str]) -> bool:
+    """True if every file is in a subfolder and there are at least two subfolders."""
+    folders = set()
+    for p in relpaths:
+        label = folder_label(p)
+        if label is None:
+            return False
+        folders.add(label)
+    return len(folders) >= 2
+
+
+# --------------------------------------------------------------------------- listing files
+
+
+def is_hidden_path(relpath: str) -> bool:
+    """True if any part of the relative path starts with a dot (``._x.jpg``, ``.cache/x.jpg``)."""
+    return any(part.startswith(".") for part in PurePosixPath(relpath).parts)
+
+
+def normalize_relpath(path: str | os.PathLike) -> str:
+    """A relative path as normalized POSIX text (backslashes accepted)."""
+    text = os.fspath(path).replace("\\", "/")
+    text = posixpath.normpath(text)
+    return "" if text == "." else text.lstrip("/")
+
+
+def walk_images(root: str | os.PathLike, exclude_first_level: Iterable[str] = ()) -> list[str]:
+    """Sorted POSIX paths (relative to ``root``) of the image files under ``root``, recursively.
+
+    First-level folders whose lower-cased name is in ``exclude_first_level`` are skipped.
+    Hidden folders are skipped; hidden files are listed (callers report them as ignored).
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise LabelError(f"Folder not found: {root}. Choose an existing folder of photos.")
+    excluded = {e.lower() for e in exclude_first_level}
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel_dir = Path(dirpath).relative_to(root)
+        top = rel_dir == Path(".")
+        dirnames[:] = sorted(
+            d for d in dirnames if not d.startswith(".") and not (top and d.lower() in excluded)
+        )
+        for name in filenames:
+            if is_image_file(name):
+                out.append((rel_dir / name).as_posix() if not top else name)
+    return sorted(out)
+
+
+def _in_query_folder(relpath: str) -> bool:
+    parts = PurePosixPath(relpath).parts
+    return len(parts) > 1 and parts[0].lower() in QUERY_FOLDERS
+
+
+def _collection_files(root: Path, files: Iterable[str] | None) -> list[str]:
+    if files is None:
+        rels = walk_images(root, QUERY_FOLDERS)
+    else:
+        rels = sorted({normalize_relpath(f) for f in files} - {""})
+        rels = [p for p in rels if not _in_query_folder(p)]
+    return rels
+
+
+# --------------------------------------------------------------------------- catalogue
+
+
+def find_catalogue(root: str | os.PathLike) -> Path | None:
+    """``<root>/catalogue.csv`` or ``<root>/../catalogue.csv`` if one exists."""
+    root = Path(root)
+    for folder in (root, root.parent):
+        for name in CATALOGUE_NAMES:
+            candidate = folder / name
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+def find_column(header: Iterable[str], names: Iterable[str]) -> str | None:
+    """The first header entry equal (case- and space-insensitively) to one of ``names``."""
+    lookup = {h.strip().lower(): h for h in header if h is not None}
+    for name in names:
+        if name in lookup:
+            return lookup[name]
+    return None
+
+
+def read_csv_rows(path: str | os.PathLike) -> tuple[list[str], list[dict[str, str]]]:
+    """Header and rows of a small CSV (UTF-8 with or without BOM; ``,`` ``;`` or tab separated)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise LabelError(f"{path} is not UTF-8 text ({exc}); save it as UTF-8 CSV.") from exc
+    except OSError as exc:
+        raise LabelError(f"Cannot read {path}: {exc.strerror or exc}.") from exc
+    first = text.splitlines()[0] if text.strip() else ""
+    delimiter = max((",", ";", "\t"), key=first.count) if first else ","
+    reader = csv.DictReader(text.splitlines(), delimiter=delimiter)
+    header = [h.strip() for h in (reader.fieldnames or [])]
+    if not header:
+        raise LabelError(f"{path} is empty; it needs a header line and one row per image.")
+    reader.fieldnames = header
+    rows = [{k: (v or "").strip() for k, v in row.items() if k is not None} for row in reader]
+    return header, rows
+
+
+def _label_catalogue(root: Path, catalogue: Path, rels: list[str]) -> tuple[list[Reference], list[tuple[str, str]]]:
+    header, rows = read_csv_rows(catalogue)
+    file_col = find_column(header, CATALOGUE_FILE_COLUMNS)
+    inst_col = find_column(header, CATALOGUE_INSTANCE_COLUMNS)
+    if file_col is None or inst_col is None:
+        missing = "file column (file, path or filename)" if file_col is None else "'instance' column"
+        raise LabelError(
+            f"Catalogue {catalogue} has no {missing} (columns: {', '.join(header)}). "
+            "Use a header like file,instance,artist,title."
+        )
+    meta_cols = [h for h in header if h not in (file_col, inst_col)]
+
+    by_rel = set(rels)
+    by_name: dict[str, list[str]] = {}
+    for rel in rels:
+        by_name.setdefault(PurePosixPath(rel).name, []).append(rel)
+    try:
+        cat_prefix = normalize_relpath(os.path.relpath(catalogue.parent.resolve(), root.resolve()))
+    except ValueError:  # other drive on Windows
+        cat_prefix = None
+
+    def resolve(entry: str) -> str | None:
+        e = normalize_relpath(entry)
+        if e in by_rel:
+            return e
+        if cat_prefix is not None:
+            joined = normalize_relpath(posixpath.join(cat_prefix, e))
+            if joined in by_rel:
+                return joined
+        same_name = by_name.get(PurePosixPath(e).name, [])
+        return same_name[0] if len(same_name) == 1 else None
+
+    entries: dict[str, tuple[str, dict[str, str]]] = {}
+    ignored: list[tuple[str, str]] = []
+    for line, row in enumerate(rows, start=2):
+        entry = row.get(file_col, "")
+        if not entry:
+            continue
+        rel = resolve(entry)
+        if rel is None:
+            if (root / entry).is_file() or (catalogue.parent / entry).is_file():
+                continue  # on disk but not among the files to label (a subset was asked for)
+            reason = f"listed in {catalogue.name} but no such image in the collection"
+            ignored.append((normalize_relpath(entry), reason))
+            continue
+        instance = row.get(inst_col, "")
+        metadata = {c: row[c] for c in meta_cols if row.get(c)}
+        if rel in entries and entries[rel][0] != instance:
+            raise LabelError(
+                f"{catalogue} line {line}: {entry} is listed twice with different instances "
+                f"({entries[rel][0]!r} and {instance!r}); keep one row per image."
+            )
+        entries[rel] = (instance, metadata)
+
+    refs = []
+    for rel in rels:
+        if rel not in entries:
+            ignored.append((rel, f"not in {catalogue.name}"))
+        elif not entries[rel][0]:
+            ignored.append((rel, f"no instance in {catalogue.name}"))
+        else:
+            instance, metadata = entries[rel]
+            refs.append(Reference(rel, instance, metadata))
+    return refs, ignored
+
+
+# --------------------------------------------------------------------------- entry points
+
+
+def label_collection(
+    root: str | os.PathLike,
+    rule: str = "auto",
+    catalogue: str | os.PathLike | None = None,
+    regex: str | re.Pattern | None = None,
+    files: Iterable[str] | None = None,
+) -> Labelling:
+    """Label the reference images of the collection folder ``root``.
+
+    ``files``: relative paths to label instead of walking ``root`` for image files.
+    ``rule="auto"`` uses ``catalogue``/``regex`` when given, else a catalogue found next to the
+    collection, else the folder, GaRoFou or CLICIDE layout, else ``none``.
+    Query folders (``queries/``, ``test/``, ``TEST_I/`` at the first level) are never references.
+    """
+    if rule not in RULES:
+        raise LabelError(f"Unknown labelling rule {rule!r}; choose one of {', '.join(RULES)}.")
+    root = Path(root)
+    rels = _collection_files(root, files)
+    if not rels:
+        raise LabelError(
+            f"No images found in {root} (outside query folders). Choose the folder of reference photos "
+            f"({', '.join(sorted(SUPPORTED_EXTENSIONS))})."
+        )
+    ignored = [(p, HIDDEN_REASON) for p in rels if is_hidden_path(p)]
+    rels = [p for p in rels if not is_hidden_path(p)]
+
+    cat_path = Path(catalogue) if catalogue is not None else None
+    if rule == "auto":
+        if cat_path is not None:
+            rule = "catalogue"
+        elif regex is not None:
+            rule = "regex"
+        else:
+            cat_path = find_catalogue(root)
+            if cat_path is not None:
+                refs, more = _label_catalogue(root, cat_path, rels)
+                if refs:
+                    log.info("labelling %s: using catalogue %s", root, cat_path)
+                    return _labelling("catalogue", refs, ignored + more)
+                log.warning("catalogue %s lists none of the images of %s: not used", cat_path, root)
+            rule = "folder" if is_folder_layout(rels) else detect_name_rule(rels) or "none"
+        log.info("labelling %s: detected rule %s", root, rule)
+
+    if rule == "catalogue":
+        if cat_path is None:
+            cat_path = find_catalogue(root)
+        if cat_path is None or not cat_path.is_file():
+            where = cat_path or f"{root / 'catalogue.csv'} or {root.parent / 'catalogue.csv'}"
+            raise LabelError(f"Catalogue not found: {where}. Choose a CSV file with file,instance columns.")
+        refs, more = _label_catalogue(root, cat_path, rels)
+        ignored.extend(more)
+    else:
+        pattern = compile_regex(regex) if rule == "regex" else None
+        if rule == "garofou" and any(PurePosixPath(p).parts[0] == GAROFOU_REFERENCE_FOLDER for p in rels):
+            for p in rels:
+                if PurePosixPath(p).parts[0] != GAROFOU_REFERENCE_FOLDER:
+                    ignored.append((p, f"outside {GAROFOU_REFERENCE_FOLDER}/ (GaRoFou references)"))
+            rels = [p for p in rels if PurePosixPath(p).parts[0] == GAROFOU_REFERENCE_FOLDER]
+        refs = []
+        for rel in rels:
+            instance, reason = label_file(rule, rel, pattern)
+            if instance is None:
+                ignored.append((rel, reason))
+            else:
+                refs.append(Reference(rel, instance, {}))
+
+    if not refs:
+        example = f" (e.g. {ignored[0][0]}: {ignored[0][1]})" if ignored else ""
+        raise LabelError(
+            f"No reference of {root} could be labelled with the {rule} rule{example}. "
+            "Choose another labelling rule or fix the file names/catalogue."
+        )
+    return _labelling(rule, refs, ignored)
+
+
+def _labelling(rule: str, refs: list[Reference], ignored: list[tuple[str, str]]) -> Labelling:
+    return Labelling(rule=rule, references=sorted(refs, key=lambda r: r.path), ignored=sorted(ignored))
+
+
+def summarize_ignored(ignored: Iterable[tuple[str, str]]) -> str:
+    """``"207 wall images dropped; 3 not in catalogue.csv"``-style summary, most frequent first."""
+    counts = Counter(reason for _, reason in ignored)
+    parts = []
+    for reason, n in counts.most_common():
+        if reason == WALL_REASON:
+            parts.append(f"{n:,} wall image{'s' if n != 1 else ''} dropped")
+        else:
+            parts.append(f"{n:,} ignored: {reason}")
+    return "; ".join(parts)
+
+
+def describe(labelling: Labelling) -> str:
+    """One line for the user, e.g. ``CLICIDE layout: 3,245 references of 464 instances (207 wall images dropped)``."""
+    n, k = len(labelling.references), labelling.n_instances
+    name = RULE_NAMES.get(labelling.rule, labelling.rule)
+    text = (
+        f"{name}: {n:,} reference{'s' if n != 1 else ''} of {k:,} instance{'s' if k != 1 else ''}"
+        if labelling.rule != "none"
+        else f"{name}: {n:,} reference{'s' if n != 1 else ''}, each its own instance"
+    )
+    if labelling.ignored:
+        text += f" ({summarize_ignored(labelling.ignored)})"
+    return text

@@ -1,0 +1,851 @@
+"""ICFRR: Iterative Cluster-free Re-ranking (Hudson et al., spec ``003``, section 3.2).
+
+Re-ranking reads *gallery-gallery ranks* ``r[i, j]`` (the 1-based position of reference ``j`` in the
+ranking of the gallery against reference ``i``) and iterates the score update of Eq. 3-6::
+
+    s(0)     = -D(q, x_i)                                            (Eq. 4)
+    alpha[r] = 1 - (r - 1) / (G - 1)   if r <= K_g   else 0          (Eq. 5)
+    Delta_i  = 1/K_q * sum_{p=1..K_q} alpha[ r[I_p, i] ]             (Eq. 6)
+    s(t+1)   = s(t) + beta * Delta(t)                                 (Eq. 3)
+
+until the ranking of the gallery against the query no longer changes, or ``max_iter`` updates.
+
+Conventions of this module
+--------------------------
+* **Input** of :func:`icfrr` is the ``(Q, G)`` matrix of query-reference *dot products* (what
+  ``search.score_matrix`` produces), converted inside to ``s(0) = -D = -sqrt(max(0, 2 - 2 dot))``
+  (Eq. 4). Callers that already hold ``-D`` pass ``scores_are="neg_distance"``.
+* **Output** scores are the final ``s`` (float32, higher is better). They are *not* dot products:
+  ``s(0)`` lies in ``[-2, 0]`` and every update adds ``beta * Delta`` with ``Delta`` in ``[0, 1]``.
+  Rank them as everything else in the project: by descending score, ties by reference index
+  (``np.argsort(-s, kind="stable")`` or :func:`ranking_from_scores`).
+* **Ties** are always broken by reference index (lower first), in the query ranking and in the
+  gallery ranks, so results are deterministic.
+* **Gallery ranks** are an unsigned integer ``(G, G)`` matrix; the diagonal holds the dtype's
+  maximum, standing for the paper's ``r[i, i] = inf`` (self-matches excluded, section 3.2). The
+  diagonal is masked explicitly, never assumed to be the nearest neighbour: museum collections
+  hold near-duplicates, and an identical copy with a lower index ties with the image itself.
+
+Reranker protocol (shared with :mod:`.expansion`)
+-------------------------------------------------
+Every reranker class has a ``name`` and one method::
+
+    rerank(scores, *, descriptors=None, gallery_ranks=None, labels=None,
+           query_descriptors=None, **context) -> np.ndarray
+
+``scores`` is the ``(Q, G)`` matrix of query-reference dot products, ``descriptors`` the ``(G, D)``
+gallery, ``gallery_ranks`` the output of :func:`gallery_ranks` (optional: computed and cached from
+``descriptors`` when missing), ``labels`` the ``G`` instance ids of the gallery, and
+``query_descriptors`` the ``(Q, D)`` queries. Keywords that a reranker does not use are accepted
+and ignored (``**context``), so the same call works for every reranker. The result is a
+``(Q, G)`` float32 matrix, higher is better, ranked with ties by reference index.
+
+Differences from the public code (github.com/finlay-hudson/ICFRR, ``src/rerank.py``)
+------------------------------------------------------------------------------------------
+* From the second iteration on the public code adds ``beta * Delta`` to the *initial score of the
+  position* (the item now at position ``j`` gets the ``j``-th best initial score), so Delta does
+  not accumulate. The paper's Eq. 3 keeps the base score with the item. ``mode="paper"`` (default)
+  follows Eq. 3, ``mode="reference"`` the public code; both agree after one iteration
+  (spec README).
+* The public code assumes every image is its own nearest neighbour (``argsort().argsort() - 1``);
+  here the diagonal is masked explicitly (see above).
+* The public code runs a fixed number of iterations (``--n_times 5``); here iteration stops when
+  the ranking is stable, as section 3.2 says ("until convergence (i.e. ranks no longer change)"),
+  unless ``stop_when_stable=False``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Generator, Hashable, Literal, Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+__all__ = [
+    "ICFRRGraph",
+    "ICFRRParams",
+    "ICFRRReranker",
+    "ICFRRResult",
+    "RankProgress",
+    "gallery_ranks",
+    "icfrr",
+    "icfrr_loop",
+    "iter_gallery_ranks",
+    "neg_distance",
+    "prepare_graph",
+    "rank_dtype",
+    "ranking_from_scores",
+    "remove_from_gallery_ranks",
+    "suggest_params",
+    "top_indices",
+    "update_gallery_ranks",
+]
+
+log = logging.getLogger(__name__)
+
+Mode = Literal["paper", "reference"]
+
+# Elements (rows x columns) handled at once by the chunked loops: bounds temporary memory to a
+# few hundred MB whatever G is (about 60 bytes of temporaries per element).
+_CHUNK_ELEMENTS = 1 << 22
+
+
+# --------------------------------------------------------------------------------------------
+# Scores, distances and deterministic orderings
+# --------------------------------------------------------------------------------------------
+
+
+def neg_distance(dot: np.ndarray) -> np.ndarray:
+    """``s(0) = -D`` (Eq. 4) from dot products of L2-normalized descriptors, float32.
+
+    ``D = sqrt(max(0, 2 - 2 dot))`` is the Euclidean distance between unit vectors; the clamp
+    absorbs rounding (``dot`` slightly above 1 for identical descriptors). ``-0.0`` is returned as
+    ``+0.0`` so that it ties with ``0.0``.
+    """
+    dot = np.asarray(dot, dtype=np.float32)
+    d2 = np.maximum(np.float32(2.0) - np.float32(2.0) * dot, np.float32(0.0))
+    out = np.sqrt(d2)
+    np.negative(out, out=out)
+    out += np.float32(0.0)  # -0.0 -> +0.0
+    return out
+
+
+def _desc_bits(s: np.ndarray) -> np.ndarray:
+    """uint32 keys whose ascending order is the *descending* order of the float32 scores ``s``.
+
+    Order-preserving map of IEEE-754 bits: negative floats keep their bits (larger magnitude,
+    larger key), non-negative floats are mapped below them in reverse. ``-0.0`` is folded into
+    ``+0.0``. NaN must be excluded by the caller.
+    """
+    s = np.asarray(s, dtype=np.float32) + np.float32(0.0)  # -0.0 -> +0.0 (also copies)
+    b = s.view(np.uint32)
+    neg = (b >> np.uint32(31)).astype(bool)
+    return np.where(neg, b, b ^ np.uint32(0x7FFFFFFF))
+
+
+_LOW32 = np.uint64(0xFFFFFFFF)
+_SHIFT = np.uint64(32)
+
+
+def _keys(s: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """uint64 keys ``(desc score bits, index)``: ascending keys = ranking by (-score, index)."""
+    k = _desc_bits(s).astype(np.uint64)
+    k <<= _SHIFT
+    k |= idx.astype(np.uint64, copy=False)
+    return k
+
+
+def ranking_from_scores(scores: np.ndarray) -> np.ndarray:
+    """(Q, G) reference indices best first: by descending score, ties by index (lower first).
+
+    Same result as ``np.argsort(-scores, axis=1, kind="stable")`` for NaN-free float32 scores:
+    the sort runs on unique uint64 keys ``(score bits, index)``, so the fast unstable sort is
+    deterministic.
+    """
+    s = np.atleast_2d(np.asarray(scores, dtype=np.float32))
+    g = s.shape[1]
+    if g >= 1 << 32:
+        raise ValueError("galleries of 2**32 references or more are not supported")
+    k = _keys(s, np.arange(g, dtype=np.uint64)[None, :])
+    k.sort(axis=1)
+    k &= _LOW32
+    return k.astype(np.intp)
+
+
+def top_indices(scores: np.ndarray, k: int) -> np.ndarray:
+    """(Q, k) indices of the ``k`` best scores of each row, best first, ties by index.
+
+    Linear-time selection (``np.partition``) followed by a sort of the ``k`` winners; the
+    boundary value is resolved by index so the selected set is deterministic.
+    """
+    s = np.atleast_2d(np.asarray(scores, dtype=np.float32))
+    q, g = s.shape
+    k = max(0, min(int(k), g))
+    if k == 0:
+        return np.empty((q, 0), dtype=np.intp)
+    if 4 * k >= g:
+        return ranking_from_scores(s)[:, :k]
+    s = s + np.float32(0.0)  # -0.0 -> +0.0 so that == and > agree with the keys
+    kth = np.partition(s, g - k, axis=1)[:, g - k : g - k + 1]  # k-th largest value per row
+    greater = s > kth
+    need = k - greater.sum(axis=1, keepdims=True)
+    equal = s == kth
+    sel = greater | (equal & (np.cumsum(equal, axis=1) <= need))
+    idx = np.nonzero(sel)[1].reshape(q, k)  # ascending index within each row
+    sub = np.take_along_axis(s, idx, axis=1)
+    o = np.argsort(-sub, axis=1, kind="stable")  # stable: ties keep ascending index
+    return np.take_along_axis(idx, o, axis=1)
+
+
+# --------------------------------------------------------------------------------------------
+# Gallery-gallery ranks (section 3.2, "Gallery-gallery rank pre-computation")
+# --------------------------------------------------------------------------------------------
+
+
+def rank_dtype(g: int) -> np.dtype:
+    """Smallest unsigned integer dtype for the ranks of a gallery of ``g`` references.
+
+    Ranks run from 1 to ``g - 1`` (self excluded) and the dtype's maximum stands for
+    ``r[i, i] = inf``, so the dtype must satisfy ``g - 1 < max``: uint8 up to ``g = 255``,
+    uint16 up to 65,535, uint32 up to 2**32 - 1.
+    """
+    for dt in (np.uint8, np.uint16, np.uint32, np.uint64):
+        if g <= np.iinfo(dt).max:
+            return np.dtype(dt)
+    raise ValueError(f"gallery too large: {g}")
+
+
+@dataclass
+class RankProgress:
+    """Progress of a long gallery-rank computation: ``done`` of ``total`` rows."""
+
+    done: int
+    total: int
+    elapsed: float = 0.0
+    stage: str = "ranking gallery"
+
+    @property
+    def eta(self) -> float | None:
+        if self.done == 0 or self.elapsed <= 0:
+            return None
+        return self.elapsed / self.done * (self.total - self.done)
+
+
+def _as_descriptors(x: np.ndarray, name: str) -> np.ndarray:
+    x = np.asarray(x)
+    if x.ndim != 2:
+        raise ValueError(f"{name} must be a (N, D) matrix, got shape {x.shape}")
+    if not np.all(np.isfinite(x)):
+        raise ValueError(f"{name} contain NaN or infinite values")
+    return x
+
+
+def _gallery_neg_distance(rows64: np.ndarray, cols64: np.ndarray) -> np.ndarray:
+    """``-D`` between descriptor rows and columns (float64 inputs), float32.
+
+    The dot products are accumulated in float64 and rounded to float32 so that the value of a pair
+    does not depend on the BLAS code path (matrix shapes, chunking): identical descriptors
+    (near-duplicates) then give bit-identical distances and tie exactly, and
+    :func:`update_gallery_ranks` reproduces :func:`gallery_ranks`.
+    """
+    dot = (rows64 @ cols64.T).astype(np.float32)
+    return neg_distance(dot)
+
+
+def _chunk_rows(g: int, chunk: int | None) -> int:
+    if chunk is None:
+        return max(1, min(max(g, 1), _CHUNK_ELEMENTS // max(g, 1)))
+    if int(chunk) < 1:
+        raise ValueError("chunk must be at least 1")
+    return int(chunk)
+
+
+def _rank_rows(s: np.ndarray, self_cols: np.ndarray, dt: np.dtype) -> np.ndarray:
+    """Ranks (1-based, self = dtype max) from a block of ``-D`` rows; ``self_cols[k]`` = self."""
+    n, g = s.shape
+    rows = np.arange(n)
+    s[rows, self_cols] = -np.inf  # self last, whatever ties it has (masked below)
+    order = ranking_from_scores(s)
+    out = np.empty((n, g), dtype=dt)
+    np.put_along_axis(out, order, np.arange(1, g + 1, dtype=dt)[None, :], axis=1)
+    out[rows, self_cols] = np.iinfo(dt).max
+    return out
+
+
+def iter_gallery_ranks(
+    descriptors: np.ndarray, chunk: int | None = None
+) -> Generator[RankProgress, None, np.ndarray]:
+    """Gallery-gallery ranks as a progress generator (``ranks = yield from iter_gallery_ranks(d)``).
+
+    ``r[i, j]`` is the 1-based position of reference ``j`` in the ranking of the gallery against
+    reference ``i`` by ascending Euclidean distance, ties by index; ``r[i, i]`` is the dtype's
+    maximum (= inf, section 3.2: "we set r_{i,i} = inf"). Dtype: :func:`rank_dtype`. Rows are
+    computed ``chunk`` at a time (default: bounded to about 4M elements per chunk).
+    Cost: O(G^2 D) for the distances (BLAS) + O(G^2 log G) for the sorts, memory ``G^2`` ranks
+    (uint16: 200 MB for G = 10,000) plus one chunk of temporaries.
+    """
+    d = _as_descriptors(descriptors, "descriptors")
+    g = d.shape[0]
+    dt = rank_dtype(g)
+    out = np.empty((g, g), dtype=dt)
+    if g == 0:
+        return out
+    d64 = d.astype(np.float64)
+    step = _chunk_rows(g, chunk)
+    start = time.perf_counter()
+    for a in range(0, g, step):
+        b = min(g, a + step)
+        s = _gallery_neg_distance(d64[a:b], d64)
+        out[a:b] = _rank_rows(s, np.arange(a, b), dt)
+        yield RankProgress(b, g, time.perf_counter() - start)
+    return out
+
+
+def gallery_ranks(descriptors: np.ndarray, chunk: int | None = None) -> np.ndarray:
+    """(G, G) gallery-gallery ranks, see :func:`iter_gallery_ranks` (no progress reports)."""
+    gen = iter_gallery_ranks(descriptors, chunk)
+    while True:
+        try:
+            next(gen)
+        except StopIteration as stop:
+            return stop.value
+
+
+def _check_ranks(ranks: np.ndarray) -> np.ndarray:
+    ranks = np.asarray(ranks)
+    if ranks.ndim != 2 or ranks.shape[0] != ranks.shape[1]:
+        raise ValueError(f"gallery ranks must be a square (G, G) matrix, got shape {ranks.shape}")
+    if ranks.dtype.kind != "u":
+        raise ValueError(f"gallery ranks must be unsigned integers, got {ranks.dtype}")
+    if ranks.shape[0] and not np.all(np.diagonal(ranks) == np.iinfo(ranks.dtype).max):
+        raise ValueError("gallery ranks must hold the dtype's maximum (= inf) on the diagonal")
+    return ranks
+
+
+def _order_from_ranks(r: np.ndarray, self_cols: np.ndarray) -> np.ndarray:
+    """Inverse permutation of rank rows: ``order[k, p]`` = reference at 0-based position ``p``.
+
+    The reference itself (rank inf) is placed at the last position ``G - 1``.
+    """
+    n, g = r.shape
+    r = r.astype(np.intp)
+    r[np.arange(n), self_cols] = g
+    order = np.empty((n, g), dtype=np.intp)
+    np.put_along_axis(order, r - 1, np.broadcast_to(np.arange(g), (n, g)), axis=1)
+    return order
+
+
+# Up to this many new references, update_gallery_ranks counts by direct comparison (m passes
+# over each row); beyond, it searches the sorted old scores (gathers + searchsorted).
+_UPDATE_COUNTING_MAX = 24
+
+
+def _recompute(old: np.ndarray, new: np.ndarray, chunk: int | None) -> np.ndarray:
+    log.warning("gallery ranks do not match the descriptors: recomputing them in full")
+    return gallery_ranks(np.vstack([old, new]), chunk)
+
+
+def update_gallery_ranks(
+    old_ranks: np.ndarray,
+    old_descriptors: np.ndarray,
+    new_descriptors: np.ndarray,
+    chunk: int | None = None,
+) -> np.ndarray:
+    """Ranks of the gallery ``old + new`` (new references appended as rows G0..G0+m-1).
+
+    Equal to ``gallery_ranks(np.vstack([old_descriptors, new_descriptors]))`` (tested), without
+    sorting the old rows again (section 3.2: "insert the new element into the ranked lists"):
+
+    * old row ``i``: new rank of old ``j`` = old rank + number of new references that beat it;
+      rank of new ``k`` = ``pos_k`` + its rank among the new references, where ``pos_k`` is the
+      number of old references beating ``k`` (old wins ties: lower index). With many new
+      references, ``pos_k`` is a ``searchsorted`` of ``k``'s score in the old scores laid out in
+      the old ranking (read from ``old_ranks``), and the old reference at position ``p`` is
+      beaten by ``#{k : pos_k <= p}`` new ones; with few (``m <= 24``), both counts come from
+      ``m`` direct comparisons per row, cheaper than the gathers.
+    * new rows are ranked from scratch against all ``G0 + m`` references.
+
+    The old-old distances are recomputed (they are not stored: O(G0^2 D) float64 BLAS work), the
+    O(G0^2 log G0) sorts are not. The dtype grows when ``G0 + m`` needs it (:func:`rank_dtype`).
+    ``old_ranks`` must come from :func:`gallery_ranks` on ``old_descriptors``; when the recomputed
+    distances contradict them (all rows checked with many new references, one row per chunk with
+    few), the ranks are recomputed in full (with a warning in the log).
+    """
+    old_ranks = _check_ranks(old_ranks)
+    old = _as_descriptors(old_descriptors, "old descriptors")
+    new = _as_descriptors(new_descriptors, "new descriptors")
+    g0, m = old.shape[0], new.shape[0]
+    if old_ranks.shape[0] != g0:
+        raise ValueError(f"old ranks are for {old_ranks.shape[0]} references, got {g0} descriptors")
+    if m == 0:
+        return old_ranks.astype(rank_dtype(g0))
+    if new.shape[1] != old.shape[1] and g0:
+        raise ValueError(f"new descriptors are {new.shape[1]}-d, the gallery is {old.shape[1]}-d")
+    if g0 < 2:
+        return gallery_ranks(np.vstack([old, new]), chunk)
+    g1 = g0 + m
+    dt = rank_dtype(g1)
+    out = np.empty((g1, g1), dtype=dt)
+    inf = np.iinfo(dt).max
+    old64 = old.astype(np.float64)
+    new64 = new.astype(np.float64)
+    step = _chunk_rows(g0 + m, chunk)
+    new_idx = np.arange(g0, g1, dtype=np.uint64)[None, :]
+    small = m <= _UPDATE_COUNTING_MAX
+    for a in range(0, g0, step):
+        b = min(g0, a + step)
+        n = b - a
+        rows = np.arange(n)
+        self_cols = np.arange(a, b)
+        s_old = _gallery_neg_distance(old64[a:b], old64)
+        s_new = _gallery_neg_distance(old64[a:b], new64)  # (n, m)
+        r_old = old_ranks[a:b].astype(np.intp)
+        if small:
+            # Few new references: count by comparison, m streaming passes, no gathers.
+            # Check one row per chunk against the old ranks (catches ranks of another gallery).
+            probe = _rank_rows(s_old[:1].copy(), self_cols[:1], old_ranks.dtype)
+            if not np.array_equal(probe, old_ranks[a : a + 1]):
+                return _recompute(old, new, chunk)
+            s_old[rows, self_cols] = -np.inf  # the reference itself beats nothing
+            pos = np.empty((n, m), dtype=np.intp)
+            beaten = np.zeros((n, g0), dtype=np.intp)  # new references beating old j
+            for kk in range(m):
+                old_wins = s_old >= s_new[:, kk : kk + 1]  # ties: the old (lower index) wins
+                pos[:, kk] = np.count_nonzero(old_wins, axis=1)
+                beaten += ~old_wins
+        else:
+            order = _order_from_ranks(old_ranks[a:b], self_cols)[:, : g0 - 1]  # self dropped
+            sorted_bits = _desc_bits(np.take_along_axis(s_old, order, axis=1))  # ascending if valid
+            if np.any(sorted_bits[:, 1:] < sorted_bits[:, :-1]):
+                return _recompute(old, new, chunk)
+            new_bits = _desc_bits(s_new)
+            # Flatten with the row number in the high bits: one searchsorted for every row.
+            row_hi = rows.astype(np.uint64)[:, None] << _SHIFT
+            flat = (sorted_bits.astype(np.uint64) | row_hi).ravel()
+            qry = (new_bits.astype(np.uint64) | row_hi).ravel()
+            pos = np.searchsorted(flat, qry, side="right").reshape(n, m) - rows[:, None] * (g0 - 1)
+            # Number of new references beating the old reference at 0-based position p.
+            counts = np.bincount((pos + rows[:, None] * g0).ravel(), minlength=n * g0).reshape(n, g0)
+            shift = np.cumsum(counts, axis=1)
+            r_old[rows, self_cols] = 1  # placeholder, overwritten below
+            beaten = np.take_along_axis(shift, r_old - 1, axis=1)
+        # Ranks of the new references among themselves in this row (ties by index).
+        k = _keys(s_new, new_idx)
+        k.sort(axis=1)
+        new_order = (k & _LOW32).astype(np.intp) - g0
+        rank_new = np.empty((n, m), dtype=np.intp)
+        np.put_along_axis(rank_new, new_order, np.arange(1, m + 1)[None, :], axis=1)
+        r_old += beaten
+        out[a:b, :g0] = r_old
+        out[a:b, g0:] = pos + rank_new
+        out[rows + a, self_cols] = inf
+    all64 = np.vstack([old64, new64])
+    for a in range(0, m, step):
+        b = min(m, a + step)
+        s = _gallery_neg_distance(new64[a:b], all64)
+        out[g0 + a : g0 + b] = _rank_rows(s, np.arange(g0 + a, g0 + b), dt)
+    return out
+
+
+def remove_from_gallery_ranks(ranks: np.ndarray, keep_mask: np.ndarray, chunk: int | None = None) -> np.ndarray:
+    """Ranks of the references kept by ``keep_mask`` among the kept references only.
+
+    For a kept row, the new rank of a kept reference is the number of kept references at or
+    before its old position: equal to :func:`gallery_ranks` on the kept descriptors (tested).
+    The dtype shrinks when the smaller gallery allows it. Cost O(G^2), no distances needed.
+    """
+    ranks = _check_ranks(ranks)
+    g = ranks.shape[0]
+    keep = np.asarray(keep_mask, dtype=bool)
+    if keep.shape != (g,):
+        raise ValueError(f"keep_mask must have one entry per reference ({g}), got shape {keep.shape}")
+    kept = np.flatnonzero(keep)
+    g1 = len(kept)
+    dt = rank_dtype(g1)
+    out = np.empty((g1, g1), dtype=dt)
+    step = _chunk_rows(g, chunk)
+    for a in range(0, g1, step):
+        b = min(g1, a + step)
+        rows_old = kept[a:b]
+        n = b - a
+        order = _order_from_ranks(ranks[rows_old], rows_old)
+        kept_along = keep[order]
+        kept_along[:, g - 1] = False  # the reference itself (last position)
+        cum = np.cumsum(kept_along, axis=1)  # new rank of the kept reference at each position
+        r = ranks[rows_old].astype(np.intp)
+        r[np.arange(n), rows_old] = g
+        new_r = np.take_along_axis(cum, r - 1, axis=1)[:, kept]
+        new_r[np.arange(n), np.arange(a, b)] = np.iinfo(dt).max
+        out[a:b] = new_r
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# The rank-based update (Eq. 3, 5, 6)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ICFRRParams:
+    """Hyper-parameters of ICFRR (section 3.2).
+
+    ``k_q``: number of current top references that vote (Eq. 6). ``k_g``: gallery-gallery rank
+    cut-off (Eq. 5). ``beta``: weight of the update (Eq. 3); the paper uses 0.5 in all
+    experiments. ``max_iter``: maximum number of updates; 5 is the public code's default
+    (``--n_times``), the paper's supplementary material reports 10 for Sketchy.
+    ``stop_when_stable``: stop a query as soon as an update leaves its ranking unchanged
+    ("until convergence (i.e. ranks no longer change)"); False runs exactly ``max_iter`` updates.
+    ``mode``: ``"paper"`` (Eq. 3, default) or ``"reference"`` (public code, see module doc).
+    """
+
+    k_q: int
+    k_g: int
+    beta: float = 0.5
+    max_iter: int = 5
+    mode: Mode = "paper"
+    stop_when_stable: bool = True
+
+    def __post_init__(self) -> None:
+        if int(self.k_q) < 1 or int(self.k_g) < 1:
+            raise ValueError(f"k_q and k_g must be at least 1 (got {self.k_q}, {self.k_g})")
+        if not (math.isfinite(self.beta) and self.beta >= 0):
+            raise ValueError(f"beta must be a finite number >= 0 (got {self.beta})")
+        if int(self.max_iter) < 0:
+            raise ValueError(f"max_iter must be >= 0 (got {self.max_iter})")
+        if self.mode not in ("paper", "reference"):
+            raise ValueError(f"mode must be 'paper' or 'reference' (got {self.mode!r})")
+        self.k_q, self.k_g, self.max_iter = int(self.k_q), int(self.k_g), int(self.max_iter)
+
+
+@dataclass
+class ICFRRResult:
+    """``scores``: (Q, G) float32 final ``s`` (higher is better; not dot products).
+    ``iterations``: (Q,) number of updates (Eq. 3) applied to each query.
+    ``converged``: (Q,) True when the last update left the query's ranking unchanged."""
+
+    scores: np.ndarray
+    iterations: np.ndarray
+    converged: np.ndarray
+
+
+# Cost model of the two ways of computing the Delta sums (seconds, rough, 2-core AVX2/AVX-512):
+# a dense float32 GEMM (indicator @ W, W the dense (G, G) weights) costs about 2 n G^2 / 8e10,
+# the sparse product about 5 ns per (vote, neighbour) pair. The cheaper one is used. Dense GEMMs
+# also carry a fixed cost (BLAS threads start and synchronize: milliseconds on a busy machine),
+# so small products always go the sparse way.
+_DENSE_FLOPS = 8e10
+_DENSE_OVERHEAD_SECONDS = 2e-3
+_SPARSE_PAIR_SECONDS = 5e-9
+_DENSE_MAX_BYTES = 1 << 28  # dense weights are used only up to 256 MB (G <= 8192)
+
+
+@dataclass(frozen=True, eq=False)
+class ICFRRGraph:
+    """Gallery ranks prepared for ICFRR with a given ``k_g`` (reusable across query batches).
+
+    ``weights`` is a sparse (G, G) matrix with ``weights[j, i] = G - r[j, i]`` where
+    ``r[j, i] <= k_g`` and 0 elsewhere (self included: ``r[j, j] = inf``). Since
+    ``alpha[r] = (G - r) / (G - 1)`` (Eq. 5), the update of Eq. 6 is
+    ``Delta = (top-K_q indicator @ weights) / (K_q (G - 1))``. The sums are sums of integers, exact
+    whatever the summation order (float64, or float32 while below 2**24), so every code path
+    (sparse, dense BLAS, chunked, per-query loop) gives bit-identical Deltas.
+    Memory: ``G * min(k_g, G - 1)`` entries (12 bytes each), plus a dense float32 copy
+    (``4 G^2`` bytes, built on first use) when dense products are faster (large k_g, small G).
+    """
+
+    size: int
+    k_g: int
+    weights: sp.csr_array
+    _dense: dict = field(default_factory=dict, repr=False)
+
+    def dense_weights(self) -> np.ndarray:
+        w = self._dense.get("w")
+        if w is None:
+            w = self.weights.toarray().astype(np.float32)
+            self._dense["w"] = w
+        return w
+
+    def product(self, x: np.ndarray, max_abs_row: int) -> np.ndarray:
+        """``x @ weights`` as float64 for an (n, G) float32 ``x`` of small integers.
+
+        ``max_abs_row`` bounds ``sum_i |x[r, i]|`` (exactness check of the float32 GEMM).
+        """
+        n, g = x.shape
+        if n == 0:
+            return np.zeros((0, g))
+        dense_ok = (
+            4 * g * g <= _DENSE_MAX_BYTES
+            and max_abs_row * max(g - 1, 1) < (1 << 24)
+        )
+        if dense_ok:
+            pairs = np.count_nonzero(x) * self.k_g
+            if _DENSE_OVERHEAD_SECONDS + 2.0 * n * g * g / _DENSE_FLOPS < pairs * _SPARSE_PAIR_SECONDS:
+                return (x @ self.dense_weights()).astype(np.float64)
+        return (sp.csr_array(x.astype(np.float64)) @ self.weights).toarray()
+
+
+def prepare_graph(gallery_ranks: np.ndarray, k_g: int, chunk: int | None = None) -> ICFRRGraph:
+    """Sparse top-``k_g`` graph of the gallery ranks (see :class:`ICFRRGraph`). O(G^2) scan."""
+    ranks = _check_ranks(gallery_ranks)
+    g = ranks.shape[0]
+    kg = max(0, min(int(k_g), g - 1))
+    step = _chunk_rows(g, chunk)
+    cols, data = [], []
+    for a in range(0, g, step):
+        blk = ranks[a : a + step]
+        r, c = np.nonzero(blk <= kg)
+        if len(r) != kg * blk.shape[0]:
+            raise ValueError("gallery ranks rows are not permutations of 1..G-1: recompute them")
+        cols.append(c.astype(np.int32))
+        data.append(g - blk[r, c].astype(np.float64))
+    indices = np.concatenate(cols) if cols else np.empty(0, np.int32)
+    values = np.concatenate(data) if data else np.empty(0, np.float64)
+    indptr = np.arange(g + 1, dtype=np.int64) * kg
+    w = sp.csr_array((values, indices, indptr), shape=(g, g))
+    return ICFRRGraph(g, kg, w)
+
+
+def _run_chunk(s0: np.ndarray, graph: ICFRRGraph, p: ICFRRParams, kq: int):
+    """Vectorized ICFRR on a block of queries; ``s0`` (n, G) float32 = -D."""
+    n, g = s0.shape
+    scale = p.beta / (kq * (g - 1))  # beta / (K_q (G - 1)): Eq. 3, 5, 6
+    ref = p.mode == "reference"
+    order = ranking_from_scores(s0)
+    s = s0.copy()
+    s0_sorted = np.take_along_axis(s0, order, axis=1) if ref else None
+    ind = np.zeros((n, g), dtype=np.float32)  # indicator of the current top-K_q set
+    np.put_along_axis(ind, order[:, :kq], 1.0, axis=1)
+    delta = graph.product(ind, kq)  # integer sums of (G - r) over the top K_q, Eq. 6
+    iters = np.zeros(n, dtype=np.int64)
+    conv = np.zeros(n, dtype=bool)
+    active = np.arange(n)
+    for it in range(1, p.max_iter + 1):
+        sel: Any = slice(None) if len(active) == n else active
+        inc = (delta[sel] * scale).astype(np.float32)  # beta * Delta(t)
+        o = order[sel]
+        if ref:
+            # public code: the item at position j gets the j-th best initial score + beta Delta
+            new_s = np.empty_like(inc)
+            np.put_along_axis(new_s, o, s0_sorted[sel] + np.take_along_axis(inc, o, axis=1), axis=1)
+            s[sel] = new_s
+        else:
+            s[sel] += inc  # Eq. 3
+        # Keys of the new scores laid out in the previous order: the ranking is unchanged iff
+        # they are already ascending (keys are unique); only the other rows are sorted again.
+        k = _keys(np.take_along_axis(s[sel], o, axis=1), o)
+        changed = np.any(k[:, 1:] < k[:, :-1], axis=1)
+        iters[sel] = it
+        conv[sel] = ~changed
+        if changed.any():
+            kc = k[changed]
+            kc.sort(axis=1, kind="stable")  # adaptive merge sort: fast on nearly sorted rows
+            kc &= _LOW32
+            new_o = kc.astype(np.intp)
+            rows = active[changed]
+            if it < p.max_iter:
+                # Delta depends only on the top-K_q *set*: update it for the rows whose set
+                # changed (rows with an unchanged ranking keep their Delta).
+                new_ind = np.zeros((len(rows), g), dtype=np.float32)
+                np.put_along_axis(new_ind, new_o[:, :kq], 1.0, axis=1)
+                diff = new_ind - ind[rows]
+                moved = np.any(diff != 0, axis=1)
+                if moved.any():
+                    delta[rows[moved]] += graph.product(diff[moved], 2 * kq)
+                    ind[rows[moved]] = new_ind[moved]
+            order[rows] = new_o
+        if p.stop_when_stable:
+            active = active[changed]
+            if len(active) == 0:
+                break
+    return s, iters, conv
+
+
+def _as_graph(gallery_ranks: np.ndarray | ICFRRGraph, k_g: int) -> ICFRRGraph:
+    if isinstance(gallery_ranks, ICFRRGraph):
+        kg = max(0, min(int(k_g), gallery_ranks.size - 1))
+        if gallery_ranks.k_g != kg:
+            raise ValueError(f"the prepared graph is for k_g={gallery_ranks.k_g}, params ask for {kg}")
+        return gallery_ranks
+    return prepare_graph(gallery_ranks, k_g)
+
+
+def _initial_scores(query_scores: np.ndarray, scores_are: str) -> np.ndarray:
+    q = np.asarray(query_scores)
+    if q.ndim != 2:
+        raise ValueError(f"query scores must be a (Q, G) matrix, got shape {q.shape}")
+    if not np.all(np.isfinite(q)):
+        raise ValueError("query scores contain NaN or infinite values")
+    if scores_are == "dot":
+        return neg_distance(q)
+    if scores_are == "neg_distance":
+        return np.asarray(q, dtype=np.float32) + np.float32(0.0)
+    raise ValueError(f"scores_are must be 'dot' or 'neg_distance' (got {scores_are!r})")
+
+
+def icfrr(
+    query_scores: np.ndarray,
+    gallery_ranks: np.ndarray | ICFRRGraph,
+    params: ICFRRParams,
+    *,
+    scores_are: Literal["dot", "neg_distance"] = "dot",
+    chunk_size: int | None = None,
+) -> ICFRRResult:
+    """ICFRR re-ranking of a batch of queries (section 3.2, Eq. 3-6).
+
+    ``query_scores``: (Q, G) query-reference dot products (``scores_are="dot"``, converted to
+    ``s(0) = -D``, Eq. 4) or ``-D`` itself (``scores_are="neg_distance"``).
+    ``gallery_ranks``: :func:`gallery_ranks` output, or a :class:`ICFRRGraph` from
+    :func:`prepare_graph` (reuse it across batches with the same ``k_g``).
+    Returns :class:`ICFRRResult` with float32 final scores (higher is better).
+
+    Decisions (paper equation numbers):
+
+    * Eq. 5: ``alpha[r] = 1 - (r-1)/(G-1)`` for ``r <= K_g``, normalized by ``G - 1`` (the number
+      of other references, so the rank-1 neighbour gets 1), not by ``K_g`` -- as printed, and as
+      in the public code (``linspace(1, 0, G)``). ``K_g`` is capped at ``G - 1``.
+    * Eq. 6: ``Delta_i = 1/K_q * sum_{p <= K_q} alpha[r(I_p, i)]``, a mean over the current
+      ``K_q`` best references ``I_p`` of the ranking by ``s(t)`` (ties by index). A top reference
+      does not vote for itself: ``r(I_p, I_p) = inf`` gives ``alpha = 0`` ("we set r_{i,i} =
+      inf"). ``K_q`` is capped at ``G`` and the mean divides by the capped value.
+    * Eq. 3: ``s(t+1) = s(t) + beta Delta(t)`` (``mode="paper"``), or the public code's position
+      rule (``mode="reference"``): ``s(t+1)[I_j(t)] = s(0)_(j) + beta Delta(t)[I_j(t)]`` with
+      ``s(0)_(j)`` the j-th best initial score. Identical after one update.
+    * Stopping: after each update the full ranking is compared with the previous one; a query
+      stops when it is unchanged ("until convergence (i.e. ranks no longer change)"), or after
+      ``max_iter`` updates. In reference mode an unchanged ranking is a fixed point; in paper
+      mode it is not (the same Delta would be added again), so the stopping rule matters there.
+      The returned scores include the last update, which did not change the ranking.
+
+    Arithmetic: float32 scores (as the project), integer Delta sums (exact, see
+    :class:`ICFRRGraph`), so chunked, unchunked and :func:`icfrr_loop` results are bit-identical.
+    Memory: about 60 bytes per query-reference pair of a chunk; ``chunk_size`` queries at a time
+    (default: about 4M pairs per chunk), never Q x G x G.
+    Cost per query: one O(K_q K_g) sparse product, then per iteration an O(G) nearly-sorted merge
+    sort and an update over the references that entered or left the top K_q.
+    """
+    if not isinstance(params, ICFRRParams):
+        raise TypeError("params must be an ICFRRParams")
+    s0 = _initial_scores(query_scores, scores_are)
+    q, g = s0.shape
+    graph = _as_graph(gallery_ranks, params.k_g)
+    if graph.size != g:
+        raise ValueError(f"query scores have {g} columns, the gallery ranks {graph.size}")
+    iters = np.zeros(q, dtype=np.int64)
+    conv = np.zeros(q, dtype=bool)
+    if q == 0 or g < 2 or params.max_iter == 0:
+        # Nothing to re-rank (G < 2: no gallery-gallery ranks; the ranking cannot change).
+        conv[:] = g < 2
+        return ICFRRResult(s0, iters, conv)
+    kq = min(params.k_q, g)
+    step = chunk_size if chunk_size is not None else max(1, _CHUNK_ELEMENTS // g)
+    if step < 1:
+        raise ValueError("chunk_size must be at least 1")
+    out = np.empty_like(s0)
+    for a in range(0, q, step):
+        b = min(q, a + step)
+        out[a:b], iters[a:b], conv[a:b] = _run_chunk(s0[a:b], graph, params, kq)
+    return ICFRRResult(out, iters, conv)
+
+
+def icfrr_loop(
+    query_scores: np.ndarray,
+    gallery_ranks: np.ndarray,
+    params: ICFRRParams,
+    *,
+    scores_are: Literal["dot", "neg_distance"] = "dot",
+) -> ICFRRResult:
+    """Straightforward per-query implementation of :func:`icfrr` (test oracle and benchmark baseline).
+
+    For each query and iteration: sort, gather the ``K_q`` rank rows of the current top references,
+    look up ``alpha`` (Eq. 5, as integers ``G - r``), average (Eq. 6), update (Eq. 3). Same
+    arithmetic as :func:`icfrr`, so results are bit-identical. O(K_q G) per query and iteration.
+    """
+    s0_all = _initial_scores(query_scores, scores_are)
+    ranks = _check_ranks(gallery_ranks)
+    q, g = s0_all.shape
+    if ranks.shape[0] != g:
+        raise ValueError(f"query scores have {g} columns, the gallery ranks {ranks.shape[0]}")
+    out = s0_all.copy()
+    iters = np.zeros(q, dtype=np.int64)
+    conv = np.full(q, g < 2)
+    if g < 2 or params.max_iter == 0:
+        return ICFRRResult(out, iters, conv)
+    kq, kg = min(params.k_q, g), min(params.k_g, g - 1)
+    scale = params.beta / (kq * (g - 1))
+    for qi in range(q):
+        s0 = s0_all[qi]
+        s = s0.copy()
+        order = np.argsort(-s, kind="stable")
+        s0_sorted = s0[order]
+        for it in range(1, params.max_iter + 1):
+            r = ranks[order[:kq]].astype(np.int64)  # r(I_p, i), p = 1..K_q
+            alpha_int = np.where(r <= kg, g - r, 0)  # (G - 1) * alpha[r], Eq. 5 (inf -> 0)
+            inc = (alpha_int.sum(axis=0).astype(np.float64) * scale).astype(np.float32)
+            if params.mode == "paper":
+                s = s + inc
+            else:
+                new_s = np.empty_like(s)
+                new_s[order] = s0_sorted + inc[order]
+                s = new_s
+            new_order = np.argsort(-s, kind="stable")
+            changed = bool(np.any(new_order != order))
+            order = new_order
+            iters[qi], conv[qi] = it, not changed
+            if params.stop_when_stable and not changed:
+                break
+        out[qi] = s
+    return ICFRRResult(out, iters, conv)
+
+
+def suggest_params(labels: Sequence[Hashable], *, beta: float = 0.5, max_iter: int = 5) -> ICFRRParams:
+    """The paper's rule of thumb (section 3.2): K_q = K_g = 0.5 x images per positive class, beta 0.5.
+
+    "A good rule of thumb is to set K_q and K_g at around 0.5 times the number of instances you
+    believe there to be of the positive class in the gallery set and beta to 0.5." Here the
+    positive class of a query is an instance, so the count is the *median* number of gallery
+    images per instance (robust to a few heavily photographed objects), halved, rounded half up,
+    at least 1.
+    """
+    counts = list(Counter(labels).values())
+    if not counts:
+        raise ValueError("no labels: cannot suggest ICFRR parameters for an empty gallery")
+    k = max(1, int(math.floor(0.5 * float(np.median(counts)) + 0.5)))
+    return ICFRRParams(k_q=k, k_g=k, beta=beta, max_iter=max_iter)
+
+
+class ICFRRReranker:
+    """ICFRR behind the common reranker protocol (see module doc).
+
+    ``params=None`` uses :func:`suggest_params` on the gallery ``labels`` at each call. The gallery
+    ranks (when only ``descriptors`` are given) and the prepared graph are cached for the last
+    gallery seen (by object identity): pass the same arrays to reuse them.
+    """
+
+    name = "icfrr"
+
+    def __init__(self, params: ICFRRParams | None = None, *, chunk_size: int | None = None):
+        self.params = params
+        self.chunk_size = chunk_size
+        self._ranks_cache: tuple[np.ndarray, np.ndarray] | None = None  # (descriptors, ranks)
+        self._graph_cache: tuple[np.ndarray, int, ICFRRGraph] | None = None  # (ranks, k_g, graph)
+        self.last_result: ICFRRResult | None = None
+
+    def _ranks(self, descriptors: np.ndarray | None, gallery_ranks: np.ndarray | None) -> np.ndarray:
+        if gallery_ranks is not None:
+            return gallery_ranks
+        if descriptors is None:
+            raise ValueError("ICFRR needs gallery_ranks or the gallery descriptors")
+        if self._ranks_cache is None or self._ranks_cache[0] is not descriptors:
+            self._ranks_cache = (descriptors, gallery_ranks_fn(descriptors))
+        return self._ranks_cache[1]
+
+    def rerank(
+        self,
+        scores: np.ndarray,
+        *,
+        descriptors: np.ndarray | None = None,
+        gallery_ranks: np.ndarray | None = None,
+        labels: Sequence[Hashable] | None = None,
+        **context: Any,
+    ) -> np.ndarray:
+        """(Q, G) float32 ICFRR scores (higher is better) from (Q, G) dot products ``scores``."""
+        params = self.params
+        if params is None:
+            if labels is None:
+                raise ValueError("ICFRR without explicit parameters needs the gallery labels")
+            params = suggest_params(labels)
+        ranks = self._ranks(descriptors, gallery_ranks)
+        kg = max(0, min(params.k_g, ranks.shape[0] - 1))
+        if self._graph_cache is None or self._graph_cache[0] is not ranks or self._graph_cache[1] != kg:
+            self._graph_cache = (ranks, kg, prepare_graph(ranks, kg))
+        res = icfrr(np.atleast_2d(scores), self._graph_cache[2], params, chunk_size=self.chunk_size)
+        self.last_result = res
+        return res.scores
+
+
+gallery_ranks_fn = gallery_ranks  # module-level alias used where a parameter shadows the name

@@ -1,0 +1,576 @@
+"""Spatial verification: the papers' SIFT baseline used as a re-ranker of the top-N results.
+
+For each query, the ``top_n`` references with the best global scores are verified geometrically:
+
+1. local features (SIFT, or ORB where this OpenCV has no SIFT) of both images, each resized so
+   that its longest side is at most ``max_side`` px, at most ``max_keypoints`` keypoints;
+2. nearest-neighbour matches that pass Lowe's ratio test (``ratio``), one match per reference
+   keypoint (the closest);
+3. a homography fitted by RANSAC (``ransac_threshold`` px, needs at least 4 matches); its inliers
+   are counted. A degenerate homography (mirroring: determinant ≤ 0; a scale change beyond
+   ``max_scale``; the query's corners mapped through infinity or onto a non-convex quadrilateral)
+   counts as 0 inliers.
+
+The new score of a verified reference is::
+
+    new = global + weight · min(inliers, inlier_cap) / inlier_cap
+
+so it is monotone in both the global score and the inlier count; with the defaults
+(``weight=1``, ``inlier_cap=50``) every inlier is worth 0.02 of cosine similarity, and 50 or more
+inliers add 1.0, more than the whole spread of global scores in a typical top-20. References
+outside the top-N keep their scores. Because the bonus is never negative, every verified
+reference still scores at least as high as every unverified one, so the unverified references stay
+in place after the top-N (ties keep the row order of :func:`museum_search.core.search.top_k`).
+
+Note that RANSAC always "explains" 4 matches with a homography, so a handful of inliers (about
+4–8) is noise; only counts well above that mean a match.
+
+Reference features are cached per index: in memory (least recently used first out, at most
+``memory_cache`` references) and, when the index has a folder (``index.path``), on disk in
+``<index>/spatial-<feature>-<max_side>-<max_keypoints>/<sha1 of the relative path>.npz``
+(``np.savez``, read back with ``allow_pickle=False``). Every entry records the reference's
+relative path, file size and modification time (ns), the feature settings and the OpenCV version;
+an entry that does not match the file as it is now is recomputed and overwritten, never used. Disk
+writes are atomic (temporary file, then ``os.replace``). A reference image that cannot be read
+counts as 0 inliers (and is logged); re-ranking never fails because of one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import secrets
+import threading
+import time
+import weakref
+import zipfile
+from collections import OrderedDict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Generator, Sequence
+
+import cv2
+import numpy as np
+
+from ..errors import ImageError, MuseumSearchError
+
+log = logging.getLogger(__name__)
+
+HAS_SIFT = hasattr(cv2, "SIFT_create")
+FEATURES = ("sift", "orb")
+_ESTIMATORS = {"ransac": "RANSAC", "usac": "USAC_DEFAULT", "magsac": "USAC_MAGSAC"}  # cv2 names
+MIN_MATCHES = 4  # a homography needs 4 point pairs
+CACHE_FORMAT = 1
+
+Features = tuple[np.ndarray, np.ndarray]  # (N, 2) float32 keypoint positions, (N, D) uint8 descriptors
+
+
+@dataclass
+class SpatialParams:
+    """Settings of spatial verification; see the module docstring for the score formula."""
+
+    top_n: int = 20  # references verified per query (the best by global score)
+    weight: float = 1.0  # w in: new = global + w · min(inliers, cap) / cap
+    inlier_cap: int = 50  # inliers beyond this add nothing more
+    max_side: int = 640  # images are resized so that their longest side is at most this (px)
+    ratio: float = 0.8  # Lowe's ratio test: best distance < ratio · second best
+    feature: str = "sift"  # "sift" or "orb" ("sift" falls back to "orb" without cv2.SIFT_create)
+    max_keypoints: int = 1000  # keypoints kept per image (the strongest)
+    ransac_threshold: float = 5.0  # RANSAC reprojection threshold, px (in the resized images)
+    estimator: str = "ransac"  # cv2.findHomography method: "ransac" (cv2.RANSAC), "usac", "magsac"
+    max_scale: float = 10.0  # reject homographies that scale lengths by more than this (or 1/this)
+    memory_cache: int = 2000  # reference feature sets kept in memory per index
+
+    def __post_init__(self) -> None:
+        self.feature = self.feature.lower()
+        if self.feature not in FEATURES:
+            raise MuseumSearchError(f"unknown local feature {self.feature!r}; choose one of {', '.join(FEATURES)}")
+        if self.top_n < 0 or self.inlier_cap < 1 or self.max_side < 16 or self.max_keypoints < MIN_MATCHES:
+            raise MuseumSearchError(
+                "spatial verification needs top_n ≥ 0, inlier_cap ≥ 1, max_side ≥ 16 and max_keypoints ≥ 4"
+            )
+        self.estimator = self.estimator.lower()
+        if self.estimator not in _ESTIMATORS:
+            raise MuseumSearchError(
+                f"unknown homography estimator {self.estimator!r}; choose one of {', '.join(_ESTIMATORS)}")
+        if not 0.0 < self.ratio <= 1.0:
+            raise MuseumSearchError(f"the ratio test threshold must be in (0, 1], not {self.ratio}")
+
+    @property
+    def effective_feature(self) -> str:
+        """The feature actually used: ORB when SIFT is asked for but this OpenCV lacks it."""
+        return "sift" if self.feature == "sift" and HAS_SIFT else "orb"
+
+
+@dataclass
+class SpatialProgress:
+    """Progress of :meth:`SpatialReranker.rerank_iter`: ``done`` of ``total`` queries verified."""
+
+    done: int
+    total: int
+    elapsed: float = 0.0
+    stage: str = "spatial verification"
+
+
+# ---- local features and verification ------------------------------------------------------
+
+
+_detectors = threading.local()
+
+
+def _detector(feature: str, max_keypoints: int):
+    """One detector per thread and setting (OpenCV detectors are not safe to share across threads)."""
+    key = (feature, max_keypoints)
+    cache = getattr(_detectors, "cache", None)
+    if cache is None:
+        cache = _detectors.cache = {}
+    det = cache.get(key)
+    if det is None:
+        if feature == "sift":
+            det = cv2.SIFT_create(nfeatures=max_keypoints)
+        else:
+            det = cv2.ORB_create(nfeatures=max_keypoints)
+        cache[key] = det
+    return det
+
+
+def _to_gray(image: np.ndarray, max_side: int) -> np.ndarray:
+    img = np.asarray(image)
+    if img.dtype != np.uint8:
+        img = np.clip(img, 0, 255).astype(np.uint8)
+    if img.ndim == 3:
+        if img.shape[2] == 1:
+            img = img[:, :, 0]
+        elif img.shape[2] == 4:
+            img = cv2.cvtColor(img, cv2.COLOR_RGBA2GRAY)
+        else:
+            img = cv2.cvtColor(img, cv2.COLOR_RGB2GRAY)
+    if img.ndim != 2 or img.size == 0:
+        raise ValueError(f"not an image: array of shape {np.shape(image)}")
+    h, w = img.shape
+    s = max_side / max(h, w)
+    if s < 1.0:
+        img = cv2.resize(img, (max(1, round(w * s)), max(1, round(h * s))), interpolation=cv2.INTER_AREA)
+    return np.ascontiguousarray(img)
+
+
+def extract_features(image: np.ndarray, params: SpatialParams | None = None) -> Features:
+    """Keypoint positions (N, 2) float32 and descriptors (N, D) uint8 of an RGB (or gray) image.
+
+    Positions are in the frame of the image resized to ``params.max_side``. SIFT descriptors are
+    integer-valued in OpenCV, so storing them as uint8 is lossless (and 4× smaller).
+    """
+    params = params or SpatialParams()
+    feature = params.effective_feature
+    gray = _to_gray(image, params.max_side)
+    kps, desc = _detector(feature, params.max_keypoints).detectAndCompute(gray, None)
+    dim = 128 if feature == "sift" else 32
+    if desc is None or not kps:
+        return np.empty((0, 2), np.float32), np.empty((0, dim), np.uint8)
+    pts = np.array([kp.pt for kp in kps], dtype=np.float32).reshape(-1, 2)
+    if desc.dtype != np.uint8:
+        desc = np.clip(np.rint(desc), 0, 255).astype(np.uint8)
+    return pts, np.ascontiguousarray(desc)
+
+
+_EMPTY = (np.empty((0, 2), np.float32), np.empty((0, 2), np.float32))
+_GEMM_BLOCK = 4_000_000  # similarity-matrix entries per block when matching many references (16 MB)
+
+
+def _ratio_pairs(ia: np.ndarray, ib: np.ndarray, d1: np.ndarray, d2: np.ndarray, ratio: float,
+                 pa: np.ndarray, pb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Positions of the matches that pass the ratio test, keeping the closest one per keypoint of b."""
+    keep = d1 < ratio * d2
+    ia, ib, d1 = ia[keep], ib[keep], d1[keep]
+    if len(ia) == 0:
+        return _EMPTY
+    order = np.lexsort((ia, d1))  # by distance, ties by query keypoint: deterministic
+    _, first = np.unique(ib[order], return_index=True)
+    sel = order[first]
+    return pa[ia[sel]], pb[ib[sel]]
+
+
+def _match_sift(fa: Features, refs: Sequence[Features], ratio: float) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Ratio-test matches of a against each of ``refs``: one BLAS product per block of references.
+
+    Squared L2 distances are |a|² + |b|² − 2a·b; OpenCV's brute-force matcher gives the same
+    nearest neighbours but is several times slower than the matrix product.
+    """
+    pa, da = fa
+    out: list[tuple[np.ndarray, np.ndarray]] = [_EMPTY] * len(refs)
+    if len(pa) < MIN_MATCHES:
+        return out
+    a = da.astype(np.float32)
+    aa = np.einsum("ij,ij->i", a, a)
+    # [−2a, 1] · [b, |b|²]ᵀ = |b|² − 2a·b in a single product (|a|² is added to the minima only)
+    a_aug = np.hstack([-2.0 * a, np.ones((len(a), 1), np.float32)])
+    todo = [j for j, (pb, _) in enumerate(refs) if len(pb) >= 2]
+    rows = np.arange(len(a))
+    block_cols = max(1, _GEMM_BLOCK // len(a))
+    i = 0
+    while i < len(todo):
+        group = [todo[i]]
+        cols = len(refs[todo[i]][0])
+        i += 1
+        while i < len(todo) and cols + len(refs[todo[i]][0]) <= block_cols:
+            cols += len(refs[todo[i]][0])
+            group.append(todo[i])
+            i += 1
+        b = np.concatenate([refs[j][1] for j in group]).astype(np.float32)
+        b_aug = np.hstack([b, np.einsum("ij,ij->i", b, b)[:, None]])
+        sim = a_aug @ b_aug.T
+        start = 0
+        for j in group:
+            pb = refs[j][0]
+            seg = sim[:, start:start + len(pb)]
+            start += len(pb)
+            ib = np.argmin(seg, axis=1)
+            d1 = seg[rows, ib].copy()
+            seg[rows, ib] = np.inf
+            d2 = seg.min(axis=1)
+            d1 = np.sqrt(np.maximum(d1 + aa, 0.0))
+            d2 = np.sqrt(np.maximum(d2 + aa, 0.0))
+            out[j] = _ratio_pairs(rows, ib, d1, d2, ratio, pa, pb)
+    return out
+
+
+def _match_orb(fa: Features, fb: Features, ratio: float) -> tuple[np.ndarray, np.ndarray]:
+    (pa, da), (pb, db) = fa, fb
+    if len(pa) < MIN_MATCHES or len(pb) < 2:
+        return _EMPTY
+    knn = [p for p in cv2.BFMatcher(cv2.NORM_HAMMING).knnMatch(da, db, k=2) if len(p) == 2]
+    if not knn:
+        return _EMPTY
+    ia = np.array([m.queryIdx for m, _ in knn], np.int64)
+    ib = np.array([m.trainIdx for m, _ in knn], np.int64)
+    d1 = np.array([m.distance for m, _ in knn], np.float32)
+    d2 = np.array([n.distance for _, n in knn], np.float32)
+    return _ratio_pairs(ia, ib, d1, d2, ratio, pa, pb)
+
+
+def match_features(fa: Features, refs: Sequence[Features], params: SpatialParams) -> list[tuple[np.ndarray, np.ndarray]]:
+    """For each of ``refs``: (positions in a, positions in the reference) of the putative matches.
+
+    A match is a's nearest neighbour in the reference that passes Lowe's ratio test; when several
+    keypoints of a pick the same reference keypoint, only the closest is kept.
+    """
+    if params.effective_feature == "sift":
+        return _match_sift(fa, refs, params.ratio)
+    return [_match_orb(fa, fb, params.ratio) for fb in refs]
+
+
+def homography_is_plausible(H: np.ndarray, width: float, height: float, max_scale: float = 10.0) -> bool:
+    """False for a degenerate homography of an image of size ``width``×``height`` (source frame).
+
+    Rejects mirroring (determinant of the linear part ≤ 0), a scale change beyond ``max_scale`` (or
+    below ``1/max_scale``), and maps that send a corner of the source image through infinity or
+    fold its outline into a non-convex quadrilateral.
+    """
+    if H is None or H.shape != (3, 3) or not np.all(np.isfinite(H)) or abs(H[2, 2]) < 1e-12:
+        return False
+    H = H / H[2, 2]
+    det = float(np.linalg.det(H[:2, :2]))
+    if not (det > 0 and 1.0 / max_scale**2 <= det <= max_scale**2):
+        return False
+    corners = np.array([[0, 0, 1], [width, 0, 1], [width, height, 1], [0, height, 1]], np.float64)
+    proj = corners @ H.T
+    if np.any(proj[:, 2] <= 1e-9):
+        return False
+    q = proj[:, :2] / proj[:, 2:3]
+    edges = np.roll(q, -1, axis=0) - q
+    cross = edges[:, 0] * np.roll(edges, -1, axis=0)[:, 1] - edges[:, 1] * np.roll(edges, -1, axis=0)[:, 0]
+    return bool(np.all(cross > 0) or np.all(cross < 0))
+
+
+def _inliers_of(src: np.ndarray, dst: np.ndarray, params: SpatialParams, size_a: tuple[float, float]) -> int:
+    """Inliers of the robust homography src → dst; 0 when there is none or it is degenerate."""
+    if len(src) < MIN_MATCHES:
+        return 0
+    method = getattr(cv2, _ESTIMATORS[params.estimator])
+    try:
+        H, mask = cv2.findHomography(src.reshape(-1, 1, 2), dst.reshape(-1, 1, 2), method,
+                                     params.ransac_threshold, maxIters=2000, confidence=0.995)
+    except cv2.error as exc:  # a degenerate point set can make some estimators fail
+        log.debug("homography estimation failed: %s", exc)
+        return 0
+    if H is None or mask is None:
+        return 0
+    if not homography_is_plausible(H, size_a[0], size_a[1], params.max_scale):
+        return 0
+    return int(np.count_nonzero(mask))
+
+
+def verify_features(fa: Features, fb: Features, params: SpatialParams | None = None,
+                    size_a: tuple[float, float] | None = None) -> int:
+    """Inliers of the RANSAC homography from a's keypoints to b's (0 when there is none).
+
+    ``size_a`` (width, height of image a in the resized frame) is used by the degeneracy check; by
+    default it is the bounding box of a's keypoints.
+    """
+    return verify_many(fa, [fb], params, size_a)[0]
+
+
+def verify_many(fa: Features, refs: Sequence[Features], params: SpatialParams | None = None,
+                size_a: tuple[float, float] | None = None) -> list[int]:
+    """:func:`verify_features` of a against each of ``refs`` (matching is batched)."""
+    params = params or SpatialParams()
+    if size_a is None:
+        pa = fa[0]
+        size_a = (float(pa[:, 0].max()) + 1.0, float(pa[:, 1].max()) + 1.0) if len(pa) else (1.0, 1.0)
+    return [_inliers_of(src, dst, params, size_a) for src, dst in match_features(fa, refs, params)]
+
+
+def _resized_size(image: np.ndarray, max_side: int) -> tuple[float, float]:
+    h, w = np.shape(image)[:2]
+    s = min(1.0, max_side / max(h, w))
+    return (max(1, round(w * s)), max(1, round(h * s)))
+
+
+def verify_pair(img_a: np.ndarray, img_b: np.ndarray, params: SpatialParams | None = None) -> int:
+    """Number of RANSAC homography inliers between two RGB images (0 if not verifiable)."""
+    params = params or SpatialParams()
+    fa = extract_features(img_a, params)
+    fb = extract_features(img_b, params)
+    return verify_features(fa, fb, params, _resized_size(img_a, params.max_side))
+
+
+def blend(global_scores: np.ndarray, inliers: np.ndarray, params: SpatialParams) -> np.ndarray:
+    """``global + weight · min(inliers, cap) / cap`` (element-wise)."""
+    bonus = np.minimum(np.asarray(inliers, np.float64), params.inlier_cap) / params.inlier_cap
+    return (np.asarray(global_scores, np.float64) + params.weight * bonus).astype(np.float32)
+
+
+# ---- image loading --------------------------------------------------------------------------
+
+
+def _load_rgb(path: str | os.PathLike, max_side: int) -> np.ndarray:
+    """The image at ``path`` as RGB uint8, at most ``max_side`` px; raises :class:`ImageError`."""
+    try:
+        from ..images import load_image
+    except ImportError:  # pragma: no cover - museum_search.core.images not available
+        load_image = None
+    if load_image is not None:
+        return load_image(path, max_side=max_side)
+    try:
+        data = np.fromfile(str(path), dtype=np.uint8)
+    except OSError as exc:
+        raise ImageError(path, f"cannot be read ({exc.strerror or exc})") from None
+    img = cv2.imdecode(data, cv2.IMREAD_COLOR) if data.size else None
+    if img is None:
+        raise ImageError(path, "is not a readable image")
+    return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+
+
+# ---- the re-ranker --------------------------------------------------------------------------
+
+
+class SpatialReranker:
+    """Re-ranks the top-N references of each query by geometric verification (see the module doc)."""
+
+    name = "spatial"
+
+    def __init__(self, params: SpatialParams | None = None):
+        self.params = params or SpatialParams()
+        self._memory: "weakref.WeakKeyDictionary[Any, OrderedDict[int, tuple[tuple, Features]]]" = (
+            weakref.WeakKeyDictionary()
+        )
+        self._lock = threading.Lock()
+        self._disk_failed: set[str] = set()
+        self.stats = {"computed": 0, "disk_hits": 0, "memory_hits": 0, "unreadable": 0}
+
+    def describe(self) -> str:
+        p = self.params
+        return (f"spatial ({p.effective_feature.upper()}, top {p.top_n}, "
+                f"+{p.weight:g}·min(inliers,{p.inlier_cap})/{p.inlier_cap})")
+
+    # ---- reference features (cached) ---------------------------------------------------------
+    def _cache_dir(self, index) -> Path | None:
+        if getattr(index, "path", None) is None:
+            return None
+        p = self.params
+        return Path(index.path) / f"spatial-{p.effective_feature}-{p.max_side}-{p.max_keypoints}"
+
+    def _key(self, index, row: int) -> dict[str, Any] | None:
+        """What a cached entry must match: the file as it is now and the feature settings."""
+        item = index.items[row]
+        try:
+            st = os.stat(index.abspath(row))
+        except OSError:
+            return None
+        p = self.params
+        return {"format": CACHE_FORMAT, "path": item.path, "size": int(st.st_size), "mtime_ns": int(st.st_mtime_ns),
+                "feature": p.effective_feature, "max_side": p.max_side, "max_keypoints": p.max_keypoints,
+                "opencv": cv2.__version__}
+
+    def reference_features(self, index, row: int) -> tuple[Features, tuple[float, float]] | None:
+        """Features of reference ``row`` and its resized (width, height); None if unreadable."""
+        key = self._key(index, row)
+        if key is None:
+            self._unreadable(index, row, "file not found")
+            return None
+        with self._lock:
+            mem = self._memory.setdefault(index, OrderedDict())
+            hit = mem.get(row)
+            if hit is not None and hit[0] == key:
+                mem.move_to_end(row)
+                self.stats["memory_hits"] += 1
+                return hit[1], hit[2]
+        cache_dir = self._cache_dir(index)
+        cache_file = None
+        got = None
+        if cache_dir is not None:
+            cache_file = cache_dir / (hashlib.sha1(index.items[row].path.encode("utf-8")).hexdigest() + ".npz")
+            got = self._read_disk(cache_file, key)
+            if got is not None:
+                self.stats["disk_hits"] += 1
+        if got is None:
+            try:
+                img = _load_rgb(index.abspath(row), self.params.max_side)
+                feats = extract_features(img, self.params)
+            except (ImageError, OSError, ValueError, cv2.error) as exc:
+                self._unreadable(index, row, str(exc))
+                return None
+            got = feats, _resized_size(img, self.params.max_side)
+            self.stats["computed"] += 1
+            if cache_file is not None:
+                self._write_disk(cache_file, key, got)
+        with self._lock:
+            mem = self._memory.setdefault(index, OrderedDict())
+            mem[row] = (key, got[0], got[1])
+            mem.move_to_end(row)
+            while len(mem) > self.params.memory_cache:
+                mem.popitem(last=False)
+        return got
+
+    def _unreadable(self, index, row: int, reason: str) -> None:
+        self.stats["unreadable"] += 1
+        log.warning("spatial verification: reference %s cannot be read (%s); counted as 0 inliers",
+                    index.abspath(row), reason)
+
+    @staticmethod
+    def _read_disk(path: Path, key: dict[str, Any]) -> tuple[Features, tuple[float, float]] | None:
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                if json.loads(str(z["key"])) != key:
+                    return None  # stale: the file or the settings changed
+                pts = np.asarray(z["pts"], np.float32).reshape(-1, 2)
+                desc = np.asarray(z["desc"], np.uint8)
+                size = tuple(float(v) for v in z["size"])
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as exc:
+            log.info("spatial cache entry %s is unusable (%s); recomputing", path, exc)
+            return None
+        if len(desc) != len(pts) or len(size) != 2:
+            return None
+        return (pts, desc), (size[0], size[1])
+
+    def _write_disk(self, path: Path, key: dict[str, Any], got: tuple[Features, tuple[float, float]]) -> None:
+        folder = str(path.parent)
+        if folder in self._disk_failed:
+            return
+        (pts, desc), size = got
+        tmp = path.with_name(f".{path.stem}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "wb") as f:
+                np.savez(f, key=np.array(json.dumps(key, sort_keys=True)), pts=pts, desc=desc,
+                         size=np.array(size, np.float64))
+            os.replace(tmp, path)
+        except OSError as exc:
+            self._disk_failed.add(folder)
+            log.warning("cannot write the spatial verification cache in %s (%s); keeping it in memory only",
+                        folder, exc)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    # ---- verification --------------------------------------------------------------------------
+    def _query_features(self, query_image: np.ndarray) -> tuple[Features, tuple[float, float]]:
+        return extract_features(query_image, self.params), _resized_size(query_image, self.params.max_side)
+
+    def _verify(self, q: tuple[Features, tuple[float, float]], rows: Sequence[int], index) -> np.ndarray:
+        """Inliers of the query against each reference row (0 for unreadable references)."""
+        refs = [self.reference_features(index, int(r)) for r in rows]
+        ok = [j for j, ref in enumerate(refs) if ref is not None]
+        inl = np.zeros(len(rows), np.int64)
+        if ok:
+            inl[ok] = verify_many(q[0], [refs[j][0] for j in ok], self.params, q[1])
+        return inl
+
+    def inliers(self, query_image: np.ndarray, reference_row: int, index) -> int:
+        """Homography inliers between a query image (RGB) and reference ``reference_row`` of ``index``."""
+        return int(self._verify(self._query_features(query_image), [int(reference_row)], index)[0])
+
+    def rerank_iter(
+        self,
+        scores: np.ndarray,
+        *,
+        index,
+        query_images: Sequence[np.ndarray] | None = None,
+        query_paths: Sequence[str | os.PathLike] | None = None,
+        **context: Any,
+    ) -> Generator[SpatialProgress, None, np.ndarray]:
+        """Like :meth:`rerank`, as a generator yielding a :class:`SpatialProgress` after each query."""
+        scores = np.atleast_2d(np.asarray(scores, dtype=np.float32))
+        nq, ng = scores.shape
+        if ng != len(index):
+            raise ValueError(f"scores have {ng} columns, the index has {len(index)} references")
+        if query_images is None and query_paths is None:
+            raise MuseumSearchError("spatial verification needs the query images (or their paths)")
+        n_given = len(query_images) if query_images is not None else len(query_paths)  # type: ignore[arg-type]
+        if n_given != nq:
+            raise ValueError(f"{nq} rows of scores but {n_given} query images")
+        out = scores.copy()
+        top = min(self.params.top_n, ng)
+        t0 = time.perf_counter()
+        for qi in range(nq):
+            if top > 0:
+                self._rerank_one(out, qi, top, index, query_images, query_paths)
+            yield SpatialProgress(qi + 1, nq, time.perf_counter() - t0)
+        return out
+
+    def _rerank_one(self, out: np.ndarray, qi: int, top: int, index, query_images, query_paths) -> None:
+        row = out[qi]
+        # the same order as search.top_k / full_ranking: by score, ties by row
+        cand = np.argsort(-row, kind="stable")[:top]
+        cand = cand[np.isfinite(row[cand])]
+        if len(cand) == 0:
+            return
+        try:
+            if query_images is not None:
+                image = query_images[qi]
+            else:
+                image = _load_rgb(query_paths[qi], self.params.max_side)
+            q = self._query_features(image)
+        except (ImageError, OSError, ValueError, cv2.error) as exc:
+            name = query_paths[qi] if query_paths is not None else f"query {qi}"
+            log.warning("spatial verification skipped for %s: %s", name, exc)
+            return
+        inl = self._verify(q, cand, index)
+        row[cand] = blend(row[cand], inl, self.params)
+
+    def rerank(
+        self,
+        scores: np.ndarray,
+        *,
+        index,
+        query_images: Sequence[np.ndarray] | None = None,
+        query_paths: Sequence[str | os.PathLike] | None = None,
+        **context: Any,
+    ) -> np.ndarray:
+        """(Q, G) new scores (higher is better): the top-N of each query get the inlier bonus.
+
+        Needs ``query_images`` (RGB arrays) or ``query_paths``, one per row of ``scores``. A query
+        image that cannot be read keeps its scores (logged). Other ``context`` is ignored.
+        """
+        gen = self.rerank_iter(scores, index=index, query_images=query_images, query_paths=query_paths)
+        while True:
+            try:
+                next(gen)
+            except StopIteration as stop:
+                return stop.value
+
+    def params_dict(self) -> dict[str, Any]:
+        return asdict(self.params)

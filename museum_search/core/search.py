@@ -1,0 +1,110 @@
+"""Search: query descriptors against all references by one matrix product, top-k by partial sort.
+
+Scores are dot products of L2-normalized descriptors (cosine similarity, in [-1, 1]; higher is
+better); ``2 - 2·score`` is the squared Euclidean distance. Re-rankers may replace the scores by
+their own (still higher = better).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from .index import Index
+
+
+@dataclass
+class Result:
+    rank: int  # 1-based
+    score: float
+    row: int  # row of the reference in the index
+    path: str  # relative to the collection root
+    abspath: str
+    instance: str
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rank": self.rank, "score": round(float(self.score), 6), "path": self.abspath,
+                "instance": self.instance, "metadata": self.metadata}
+
+
+def score_matrix(index: Index, query_descriptors: np.ndarray) -> np.ndarray:
+    """(Q, G) float32 dot products of the queries (Q, D) or (D,) with every reference."""
+    q = np.atleast_2d(np.asarray(query_descriptors, dtype=np.float32))
+    if q.shape[1] != index.meta.dim:
+        raise ValueError(f"query descriptors are {q.shape[1]}-d, the index is {index.meta.dim}-d")
+    desc = index.descriptors
+    if desc.dtype != np.float32:
+        desc = np.asarray(desc, dtype=np.float32)
+    return q @ desc.T
+
+
+def top_k(scores: np.ndarray, k: int, labels: np.ndarray | None = None, per_instance: bool = False) -> list[np.ndarray]:
+    """Row indices of the best ``k`` references of each query, best first.
+
+    Ties are broken by row index (lower first) so results are deterministic. With
+    ``per_instance``, only the best-scoring reference of each instance is kept (``labels`` needed).
+    """
+    scores = np.atleast_2d(scores)
+    g = scores.shape[1]
+    k = max(0, min(int(k), g))
+    out: list[np.ndarray] = []
+    if k == 0:
+        return [np.empty(0, np.int64) for _ in range(len(scores))]
+    if not per_instance:
+        if k < g:
+            part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+        else:
+            part = np.tile(np.arange(g), (len(scores), 1))
+        for row, cand in zip(scores, part):
+            cand = np.sort(cand)  # row order first, so the stable sort breaks ties by row
+            out.append(cand[np.argsort(-row[cand], kind="stable")])
+        return out
+    if labels is None:
+        raise ValueError("per-instance results need the labels of the references")
+    for row in scores:
+        order = np.argsort(-row, kind="stable")
+        _, first = np.unique(labels[order], return_index=True)
+        best = order[np.sort(first)]
+        out.append(best[:k])
+    return out
+
+
+def results_for(index: Index, rows: np.ndarray, scores: np.ndarray) -> list[Result]:
+    res = []
+    for rank, r in enumerate(rows, start=1):
+        it = index.items[int(r)]
+        res.append(Result(rank, float(scores[r]), int(r), it.path, str(index.root / it.path), it.instance,
+                          dict(it.metadata)))
+    return res
+
+
+def search(
+    index: Index,
+    query_descriptors: np.ndarray,
+    k: int = 10,
+    per_instance: bool = False,
+    scores: np.ndarray | None = None,
+) -> list[list[Result]]:
+    """Top-k results for each query; pass ``scores`` to rank by re-ranked scores instead."""
+    if scores is None:
+        scores = score_matrix(index, query_descriptors)
+    labels = index.labels if per_instance else None
+    return [results_for(index, rows, s) for rows, s in zip(top_k(scores, k, labels, per_instance), scores)]
+
+
+def full_ranking(scores: np.ndarray) -> np.ndarray:
+    """(Q, G) row indices of every reference, best first, ties by row (for evaluation)."""
+    scores = np.atleast_2d(scores)
+    return np.argsort(-scores, axis=1, kind="stable")
+
+
+def in_collection(results: Sequence[Result], threshold: float | None) -> bool:
+    """Open-set verdict: False when the best score is below ``threshold`` (None: always True)."""
+    if not results:
+        return False
+    return threshold is None or results[0].score >= threshold
+

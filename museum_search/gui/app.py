@@ -1,0 +1,59 @@
+"""Entry point of the desktop application (``museum-search-gui`` / ``museum-search gui``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="museum-search-gui", description="museum-search desktop application")
+    parser.add_argument("index", nargs="?", type=Path, help="index folder to open")
+    parser.add_argument("--demo", action="store_true", help="start the full-screen kiosk on INDEX")
+    parser.add_argument("--camera", type=int, default=None, help="camera number for the demo")
+    parser.add_argument("--sample", action="store_true",
+                        help="open the bundled sample collection (indexed on first start)")
+    parser.add_argument("--version", action="store_true")
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    if args.version:
+        from .. import __version__
+
+        print(f"museum-search {__version__}")
+        return 0
+
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QApplication
+
+    QApplication.setHighDpiScaleFactorRoundingPolicy(Qt.HighDpiScaleFactorRoundingPolicy.PassThrough)
+    app = QApplication.instance() or QApplication([sys.argv[0]])
+    app.setApplicationName("museum-search")
+    app.setOrganizationName("museum-search")
+    from .main_window import MainWindow, app_icon
+
+    app.setWindowIcon(app_icon())
+    if args.demo:
+        if args.index is None:
+            parser.error("--demo needs an INDEX")
+        from ..core.index import Index
+        from .demo_window import DemoWindow
+        from .state import Settings
+
+        settings = Settings()
+        if args.camera is not None:
+            settings.camera = args.camera
+        window = DemoWindow(Index.load(args.index), settings)
+        window.showFullScreen()
+        return app.exec()
+    window = MainWindow()
+    window.show()
+    if args.index is not None:
+        window.open_index(args.index)
+    elif args.sample:
+        window.collection_tab.open_sample_collection()
+    return app.exec()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,88 @@
+"""Shared application state (the open index) and typed settings remembered between runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QObject, QSettings, Signal
+
+from ..core.index import Index
+
+MAX_RECENT = 8
+
+
+class Settings:
+    """Typed access to QSettings (stored under the user's config folder by Qt)."""
+
+    def __init__(self, qsettings: QSettings | None = None):
+        self.q = qsettings or QSettings("museum-search", "museum-search")
+
+    def _get(self, key: str, default, typ):
+        value = self.q.value(key, default)
+        try:
+            return typ(value) if value is not None else default
+        except (TypeError, ValueError):
+            return default
+
+    # recent indexes
+    def recent_indexes(self) -> list[str]:
+        value = self.q.value("recent_indexes", [])
+        if isinstance(value, str):
+            value = [value]
+        return [str(v) for v in (value or []) if v]
+
+    def add_recent_index(self, path: str | Path) -> None:
+        path = str(path)
+        items = [p for p in self.recent_indexes() if p != path]
+        self.q.setValue("recent_indexes", [path] + items[: MAX_RECENT - 1])
+
+    # open-set threshold: best score below it → "not in the collection"
+    @property
+    def threshold(self) -> float:
+        return self._get("search/threshold", 0.5, float)
+
+    @threshold.setter
+    def threshold(self, v: float) -> None:
+        self.q.setValue("search/threshold", float(v))
+
+    @property
+    def camera(self) -> int:
+        return self._get("camera/index", 0, int)
+
+    @camera.setter
+    def camera(self, v: int) -> None:
+        self.q.setValue("camera/index", int(v))
+
+    @property
+    def top_k(self) -> int:
+        return self._get("search/k", 8, int)
+
+    @top_k.setter
+    def top_k(self, v: int) -> None:
+        self.q.setValue("search/k", int(v))
+
+    def value(self, key: str, default=None):
+        return self.q.value(key, default)
+
+    def set_value(self, key: str, value) -> None:
+        self.q.setValue(key, value)
+
+
+class AppState(QObject):
+    """The open index, shared by the tabs. ``index_changed`` fires with the new Index (or None)."""
+
+    index_changed = Signal(object)
+    status = Signal(str)
+
+    def __init__(self, settings: Settings | None = None):
+        super().__init__()
+        self.settings = settings or Settings()
+        self.index: Index | None = None
+
+    def set_index(self, index: Index | None) -> None:
+        self.index = index
+        if index is not None and index.path is not None:
+            self.settings.add_recent_index(index.path)
+        self.index_changed.emit(index)
+        if index is not None:
+            self.status.emit(f"Index: {index.describe()}")

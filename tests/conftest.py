@@ -1,0 +1,44 @@
+import os
+import tempfile
+from pathlib import Path
+
+# Qt offscreen and throw-away per-user folders, before anything imports Qt or platformdirs.
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+_HOME = tempfile.mkdtemp(prefix="museum-search-test-home-")
+for _var in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME"):
+    os.environ[_var] = os.path.join(_HOME, _var.lower())
+
+import pytest  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("MUSEUM_SEARCH_SHARED_DATA", REPO.parent / "shared" / "data"))
+SAMPLE = REPO / "resources" / "sample"
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """The real labelled photos in ../shared/data. Fails in CI when missing; skips elsewhere."""
+    if not (SHARED_DATA / "paintings" / "catalogue.csv").is_file():
+        if os.environ.get("CI"):
+            pytest.fail(f"shared data missing at {SHARED_DATA}: data tests must run in CI")
+        pytest.skip(f"shared data not found at {SHARED_DATA}")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def sample_collection() -> Path:
+    """The bundled, redistributable sample collection (resources/sample)."""
+    assert (SAMPLE / "catalogue.csv").is_file(), "resources/sample is missing: run tools/make_sample_collection.py"
+    return SAMPLE
+
+
+@pytest.fixture(scope="session")
+def sample_index(tmp_path_factory, sample_collection):
+    """An index of the sample collection built once per test session with the default backbone."""
+    from museum_search.core.extract import run
+    from museum_search.core.index import LabellingSpec, build_index
+
+    out = tmp_path_factory.mktemp("sample-index") / "index"
+    report = run(build_index(sample_collection / "collection", out,
+                             labelling=LabellingSpec("catalogue", str(sample_collection / "catalogue.csv"))))
+    return report.index

@@ -1,0 +1,306 @@
+"""Labelling rules on real file names (CLICIDE, GaRoFou, COIL-100, the paintings catalogue)."""
+
+import csv
+import io
+import re
+import statistics
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from museum_search.core.errors import LabelError, MuseumSearchError
+from museum_search.core.labels import (
+    COIL100_REGEX,
+    RULES,
+    WALL_REASON,
+    Reference,
+    describe,
+    label_collection,
+)
+
+_buf = io.BytesIO()
+Image.new("RGB", (8, 8), (120, 80, 40)).save(_buf, "JPEG")
+TINY_JPEG = _buf.getvalue()
+
+
+def write_images(root: Path, relpaths) -> None:
+    """Tiny 8x8 JPEGs at the given relative paths (same bytes for all: fast)."""
+    for rel in relpaths:
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(TINY_JPEG)
+
+
+def layout_names(shared_data: Path, name: str) -> list[str]:
+    return (shared_data / "layouts" / name).read_text().split()
+
+
+def per_instance_stats(labelling):
+    counts = sorted(Counter(r.instance for r in labelling.references).values())
+    return statistics.median(counts), counts[0], counts[-1]
+
+
+# --------------------------------------------------------------------------- CLICIDE
+
+
+@pytest.mark.data
+def test_clicide_on_disk_matches_paper_table(shared_data, tmp_path):
+    names = layout_names(shared_data, "clicide_reference_files.txt")
+    assert len(names) == 3452
+    write_images(tmp_path, names)
+    # queries in test/ are not references; a macOS ._ file is not a photo
+    write_images(tmp_path, ["test/10A-7.JPG", "test/99Z-0.JPG", "._10A-0.JPG"])
+    (tmp_path / "notes.txt").write_text("not an image")
+
+    lab = label_collection(tmp_path)
+    assert lab.rule == "clicide"
+    assert len(lab.references) == 3245
+    assert lab.n_instances == 464
+    walls = [p for p, reason in lab.ignored if reason == WALL_REASON]
+    assert len(walls) == 207
+    assert all(re.fullmatch(r"\d+wall-\d+\.JPG", p) for p in walls)
+    assert not any(r.path.startswith("test/") for r in lab.references)
+    assert len(lab.ignored) == 207  # the ._ file is not an image file: not even listed
+    # paper-004 table: median 6, min 1, max 22 images per instance
+    assert per_instance_stats(lab) == (6, 1, 22)
+    assert lab.references == sorted(lab.references, key=lambda r: r.path)
+    first = lab.references[0]
+    assert first == Reference("10A-0.JPG", "10A", {})
+    assert describe(lab).startswith("CLICIDE layout: 3,245 references of 464 instances (207 wall images dropped")
+
+
+@pytest.mark.data
+def test_clicide_names_without_images(shared_data):
+    names = layout_names(shared_data, "clicide_reference_files.txt")
+    lab = label_collection("/nonexistent/clicide", rule="clicide", files=names)
+    assert (len(lab.references), lab.n_instances, len(lab.ignored)) == (3245, 464, 207)
+    assert describe(lab) == "CLICIDE layout: 3,245 references of 464 instances (207 wall images dropped)"
+    # the same names read as "none" keep walls and give one instance per file
+    lab = label_collection("/nonexistent/clicide", rule="none", files=names)
+    assert len(lab.references) == lab.n_instances == 3452
+
+
+def test_clicide_explicit_rule_reports_foreign_names():
+    files = ["10A-0.JPG", "3wall-1.JPG", "IMG_0001.jpg", ".hidden-1.JPG", "test/10A-5.JPG"]
+    lab = label_collection("/x", rule="clicide", files=files)
+    assert [r.instance for r in lab.references] == ["10A"]
+    assert dict(lab.ignored) == {
+        "3wall-1.JPG": WALL_REASON,
+        "IMG_0001.jpg": "name does not follow CLICIDE <label>-<k>.JPG",
+        ".hidden-1.JPG": "hidden file (e.g. macOS ._ metadata), not a photo",
+    }
+
+
+# --------------------------------------------------------------------------- GaRoFou
+
+
+@pytest.mark.data
+def test_garofou_on_disk_matches_paper_table(shared_data, tmp_path):
+    train = layout_names(shared_data, "garofou_TRAIN_I_files.txt")
+    test = layout_names(shared_data, "garofou_TEST_I_files.txt")
+    write_images(tmp_path, [f"TRAIN_I/{n}" for n in train] + [f"TEST_I/{n}" for n in test])
+
+    lab = label_collection(tmp_path)
+    assert lab.rule == "garofou"
+    assert len(lab.references) == 1068
+    assert lab.n_instances == 311
+    assert lab.ignored == []
+    assert all(r.path.startswith("TRAIN_I/") for r in lab.references)
+    assert Reference("TRAIN_I/A_001_01.jpg", "A_001", {}) in lab.references
+    assert per_instance_stats(lab) == (2, 1, 45)  # paper-004 table
+    assert describe(lab) == "GaRoFou layout: 1,068 references of 311 instances"
+
+    # pointing at TRAIN_I itself gives the same instances
+    inner = label_collection(tmp_path / "TRAIN_I")
+    assert inner.rule == "garofou"
+    assert [r.instance for r in inner.references] == [r.instance for r in lab.references]
+
+
+# --------------------------------------------------------------------------- catalogue
+
+
+def _catalogue_rows(shared_data):
+    with open(shared_data / "paintings" / "catalogue.csv", newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.data
+def test_paintings_catalogue_is_found_next_to_references(shared_data):
+    rows = _catalogue_rows(shared_data)
+    lab = label_collection(shared_data / "paintings" / "references")
+    assert lab.rule == "catalogue"
+    assert len(lab.references) == 287 == len(rows)
+    assert lab.n_instances == 287
+    assert lab.ignored == []
+    by_path = {r.path: r for r in lab.references}
+    for row in rows:
+        ref = by_path[row["file"]]
+        assert ref.instance == row["instance"] == Path(row["file"]).stem
+        # empty cells are left out; stray spaces (e.g. "Guitarra vermella ") are stripped
+        assert ref.metadata == {k: row[k].strip() for k in ("artist", "title") if row[k].strip()}
+    assert by_path["bbdd_00003.jpg"].metadata == {"artist": "Edvard Munch", "title": "Youth"}
+    assert by_path["bbdd_00015.jpg"].metadata["title"] == "Guitarra vermella"
+    assert by_path["bbdd_00002.jpg"].metadata == {}
+    with_artist = sum(1 for r in lab.references if "artist" in r.metadata)
+    assert with_artist == sum(1 for row in rows if row["artist"]) > 200
+    assert describe(lab) == "Catalogue: 287 references of 287 instances"
+
+
+@pytest.mark.data
+def test_paintings_root_skips_queries_folder(shared_data):
+    lab = label_collection(shared_data / "paintings")  # catalogue.csv at root, photos in references/
+    assert lab.rule == "catalogue"
+    assert len(lab.references) == 287
+    assert all(r.path.startswith("references/bbdd_") for r in lab.references)
+    assert lab.ignored == []
+
+
+def test_catalogue_on_disk_reports_unlisted_and_missing(tmp_path):
+    write_images(tmp_path / "photos", ["a.jpg", "b.JPG", "sub/c.png", "stray.jpg", "blank.jpg"])
+    (tmp_path / "photos" / "catalog.csv").write_text(
+        "Path;Instance;Title\n"
+        "a.jpg;mona;La Joconde\n"
+        "b.JPG;mona;\n"
+        "sub/c.png;guernica;Guernica\n"
+        "gone.jpg;ghost;Lost\n"
+        "blank.jpg;;\n",
+        encoding="utf-8",
+    )
+    lab = label_collection(tmp_path / "photos")
+    assert lab.rule == "catalogue"
+    assert [(r.path, r.instance, r.metadata) for r in lab.references] == [
+        ("a.jpg", "mona", {"Title": "La Joconde"}),
+        ("b.JPG", "mona", {}),
+        ("sub/c.png", "guernica", {"Title": "Guernica"}),
+    ]
+    assert dict(lab.ignored) == {
+        "blank.jpg": "no instance in catalog.csv",
+        "gone.jpg": "listed in catalog.csv but no such image in the collection",
+        "stray.jpg": "not in catalog.csv",
+    }
+    assert describe(lab).startswith("Catalogue: 3 references of 2 instances (")
+    # labelling a subset of the files does not report the others as missing
+    lab = label_collection(tmp_path / "photos", files=["sub/c.png"])
+    assert [r.instance for r in lab.references] == ["guernica"]
+    assert lab.ignored == [("gone.jpg", "listed in catalog.csv but no such image in the collection")]
+
+
+def test_explicit_catalogue_and_errors(tmp_path):
+    write_images(tmp_path / "refs", ["x.jpg", "y.jpg"])
+    cat = tmp_path / "labels.csv"
+    cat.write_text("filename,instance\nx.jpg,1\ny.jpg,2\n")
+    lab = label_collection(tmp_path / "refs", catalogue=cat)
+    assert lab.rule == "catalogue" and lab.n_instances == 2
+
+    cat.write_text("filename,artist\nx.jpg,A\n")
+    with pytest.raises(LabelError, match="has no 'instance' column"):
+        label_collection(tmp_path / "refs", rule="catalogue", catalogue=cat)
+    cat.write_text("filename,instance\nx.jpg,1\nx.jpg,2\n")
+    with pytest.raises(LabelError, match="listed twice"):
+        label_collection(tmp_path / "refs", catalogue=cat)
+    with pytest.raises(LabelError, match="Catalogue not found"):
+        label_collection(tmp_path / "refs", rule="catalogue")
+
+
+def test_auto_ignores_a_catalogue_that_lists_none_of_the_images(tmp_path):
+    (tmp_path / "catalogue.csv").write_text("file,instance\nother.jpg,x\n")  # belongs to another folder
+    write_images(tmp_path / "mine", ["a/1.jpg", "b/2.jpg"])
+    lab = label_collection(tmp_path / "mine")
+    assert lab.rule == "folder"
+    assert lab.instances == ["a", "b"]
+    with pytest.raises(LabelError, match="No reference .* catalogue rule"):
+        label_collection(tmp_path / "mine", rule="catalogue")
+
+
+# --------------------------------------------------------------------------- folder, regex, none
+
+
+def test_folder_per_instance_on_disk(tmp_path):
+    write_images(tmp_path, ["mona/1.jpg", "mona/2.jpeg", "guernica/g.PNG", "guernica/detail/d.tif", "queries/q.jpg"])
+    (tmp_path / "guernica" / "readme.txt").write_text("x")
+    lab = label_collection(tmp_path)
+    assert lab.rule == "folder"
+    assert [(r.path, r.instance) for r in lab.references] == [
+        ("guernica/detail/d.tif", "guernica"),
+        ("guernica/g.PNG", "guernica"),
+        ("mona/1.jpg", "mona"),
+        ("mona/2.jpeg", "mona"),
+    ]
+    assert describe(lab) == "Folder-per-instance layout: 4 references of 2 instances"
+
+    write_images(tmp_path, ["loose.jpg"])  # a loose image: no longer a folder layout
+    assert label_collection(tmp_path).rule == "none"
+    lab = label_collection(tmp_path, rule="folder")
+    assert lab.ignored == [("loose.jpg", "not in a subfolder (folder-per-instance layout)")]
+
+
+@pytest.mark.data
+def test_coil100_regex(shared_data):
+    lab = label_collection(shared_data / "coil100", rule="regex", regex=COIL100_REGEX)
+    assert lab.rule == "regex"
+    assert len(lab.references) == 7168
+    assert lab.n_instances == 100
+    assert set(lab.instances) == {str(n) for n in range(1, 101)}
+    assert lab.ignored == []
+    assert Reference("obj1__0.jpg", "1", {}) in lab.references
+    # auto uses the regex when one is given
+    assert label_collection(shared_data / "coil100", regex=COIL100_REGEX).rule == "regex"
+
+
+def test_regex_rule_group_forms_and_non_matching(tmp_path):
+    files = ["obj7__0.jpg", "views/obj7__5.png", "obj12__355.jpg", "cover.jpg"]
+    lab = label_collection(tmp_path, rule="regex", regex=COIL100_REGEX, files=files)
+    assert [(r.path, r.instance) for r in lab.references] == [
+        ("obj12__355.jpg", "12"),
+        ("obj7__0.jpg", "7"),
+        ("views/obj7__5.png", "7"),
+    ]
+    assert lab.ignored == [("cover.jpg", f"does not match the regular expression {COIL100_REGEX!r}")]
+    # first (unnamed) group when there is no group called "instance"
+    lab = label_collection(tmp_path, rule="regex", regex=r"obj(\d+)__(\d+)", files=files)
+    assert {r.instance for r in lab.references} == {"7", "12"}
+
+
+@pytest.mark.parametrize(
+    "regex, message",
+    [
+        (r"obj(?P<instance>\d+", "Invalid regular expression"),
+        (r"obj\d+", "has no group"),
+        (None, "needs a regular expression"),
+        ("  ", "needs a regular expression"),
+        (r"painting-(?P<instance>\d+)", "No reference .* could be labelled"),
+    ],
+)
+def test_regex_errors(tmp_path, regex, message):
+    with pytest.raises(LabelError, match=message):
+        label_collection(tmp_path, rule="regex", regex=regex, files=["obj1__0.jpg"])
+
+
+def test_none_rule_uses_stem():
+    lab = label_collection("/x", files=["IMG_0001.jpg", "IMG_0002.jpg", "trip/IMG_0003.JPG"])
+    assert lab.rule == "none"
+    assert [r.instance for r in lab.references] == ["IMG_0001", "IMG_0002", "IMG_0003"]
+    assert describe(lab) == "Unlabelled collection: 3 references, each its own instance"
+
+
+def test_empty_missing_and_unknown(tmp_path):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "list.csv").write_text("a,b\n")
+    write_images(tmp_path / "empty", ["queries/q.jpg"])  # queries are never references
+    with pytest.raises(LabelError, match="No images found"):
+        label_collection(tmp_path / "empty")
+    with pytest.raises(LabelError, match="Folder not found"):
+        label_collection(tmp_path / "nope")
+    with pytest.raises(LabelError, match="Unknown labelling rule"):
+        label_collection(tmp_path, rule="exif", files=["a.jpg"])
+    assert issubclass(LabelError, MuseumSearchError)
+    assert RULES[0] == "auto"
+
+
+def test_reference_is_hashable_and_frozen():
+    ref = Reference("a.jpg", "a", {"title": "A"})
+    assert len({ref, Reference("a.jpg", "a", {"title": "A"})}) == 1
+    with pytest.raises(AttributeError):
+        ref.instance = "b"

@@ -1,0 +1,322 @@
+"""Spatial verification (SIFT/ORB + ratio test + RANSAC homography) and its re-ranker."""
+
+from __future__ import annotations
+
+import csv
+import os
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from museum_search.core.backbones import BackboneMeta
+from museum_search.core.errors import MuseumSearchError
+from museum_search.core.index import Index, Item
+from museum_search.core.rerank import spatial
+from museum_search.core.rerank.spatial import (
+    SpatialParams,
+    SpatialReranker,
+    blend,
+    homography_is_plausible,
+    verify_pair,
+)
+from museum_search.core.search import full_ranking
+
+# ---- synthetic images ------------------------------------------------------------------------
+
+
+def textured(seed: int, h: int = 300, w: int = 400) -> np.ndarray:
+    """An RGB image with random filled shapes, lines and blurred noise: plenty of SIFT corners."""
+    rng = np.random.default_rng(seed)
+    img = cv2.GaussianBlur(rng.integers(0, 256, (h, w, 3), dtype=np.uint8), (0, 0), 3)
+    for _ in range(60):
+        color = tuple(int(c) for c in rng.integers(0, 256, 3))
+        kind = rng.integers(3)
+        x, y = int(rng.integers(0, w)), int(rng.integers(0, h))
+        if kind == 0:
+            cv2.circle(img, (x, y), int(rng.integers(4, 30)), color, -1)
+        elif kind == 1:
+            cv2.rectangle(img, (x, y), (x + int(rng.integers(5, 50)), y + int(rng.integers(5, 50))), color, -1)
+        else:
+            cv2.line(img, (x, y), (int(rng.integers(0, w)), int(rng.integers(0, h))), color, int(rng.integers(1, 4)))
+    return cv2.GaussianBlur(img, (3, 3), 0)
+
+
+H_KNOWN = np.array([[0.9, 0.12, 25.0], [-0.08, 0.95, 15.0], [2e-4, 1e-4, 1.0]])
+
+
+def warped(img: np.ndarray, H: np.ndarray = H_KNOWN) -> np.ndarray:
+    h, w = img.shape[:2]
+    return cv2.warpPerspective(img, H, (w, h), borderMode=cv2.BORDER_CONSTANT, borderValue=(128, 128, 128))
+
+
+@pytest.fixture(scope="module")
+def images() -> dict[str, np.ndarray]:
+    base = textured(1)
+    return {"base": base, "query": warped(base), "other1": textured(2), "other2": textured(3)}
+
+
+def write_rgb(path: Path, img: np.ndarray) -> None:
+    assert cv2.imwrite(str(path), cv2.cvtColor(img, cv2.COLOR_RGB2BGR))
+
+
+def dummy_meta(dim: int = 4) -> BackboneMeta:
+    return BackboneMeta(name="dummy", weights_id="none", head="gem", input_policy="longest_side", size=64,
+                        scales=(1.0,), gem_p=3.0, dim=dim, mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0))
+
+
+def make_index(root: Path, files: dict[str, np.ndarray], path: Path | None = None) -> Index:
+    """An in-memory index of ``files`` (name → RGB image) written to ``root``; dummy descriptors."""
+    root.mkdir(parents=True, exist_ok=True)
+    items = []
+    for name, img in files.items():
+        write_rgb(root / name, img)
+        st = (root / name).stat()
+        items.append(Item(name, st.st_size, st.st_mtime, Path(name).stem))
+    desc = np.tile(np.array([1, 0, 0, 0], np.float32), (len(items), 1))
+    return Index(root, dummy_meta(), items, desc, path=path)
+
+
+class CountingExtract:
+    """Spy on local feature extraction (query and references alike)."""
+
+    def __init__(self, monkeypatch):
+        self.calls = 0
+        self._orig = spatial.extract_features
+        monkeypatch.setattr(spatial, "extract_features", self)
+
+    def __call__(self, *a, **kw):
+        self.calls += 1
+        return self._orig(*a, **kw)
+
+
+# ---- verification ----------------------------------------------------------------------------
+
+
+def test_warped_copy_has_many_inliers_unrelated_image_few(images):
+    p = SpatialParams()
+    assert verify_pair(images["query"], images["base"], p) > 50
+    assert verify_pair(images["query"], images["other1"], p) < 10
+    assert verify_pair(images["base"], images["other2"], p) < 10
+
+
+def test_orb_also_verifies(images):
+    p = SpatialParams(feature="orb")
+    assert p.effective_feature == "orb"
+    assert verify_pair(images["query"], images["base"], p) > 30
+    assert verify_pair(images["query"], images["other1"], p) < 10
+
+
+def test_sift_falls_back_to_orb_without_sift(monkeypatch):
+    monkeypatch.setattr(spatial, "HAS_SIFT", False)
+    assert SpatialParams(feature="sift").effective_feature == "orb"
+
+
+def test_resizing_keeps_verification(images):
+    big = cv2.resize(images["query"], None, fx=3, fy=3, interpolation=cv2.INTER_CUBIC)
+    assert verify_pair(big, images["base"], SpatialParams(max_side=640)) > 30
+
+
+def test_degenerate_homographies_are_rejected():
+    assert homography_is_plausible(np.eye(3), 400, 300)
+    assert homography_is_plausible(H_KNOWN, 400, 300)
+    assert not homography_is_plausible(np.diag([-1.0, 1.0, 1.0]), 400, 300)  # mirror
+    assert not homography_is_plausible(np.diag([50.0, 50.0, 1.0]), 400, 300)  # extreme scale
+    assert not homography_is_plausible(np.diag([0.01, 0.01, 1.0]), 400, 300)
+    assert not homography_is_plausible(np.array([[1, 0, 0], [0, 1, 0], [-0.01, 0, 1.0]]), 400, 300)  # through ∞
+    assert not homography_is_plausible(np.full((3, 3), np.nan), 400, 300)
+
+
+def test_featureless_images_give_zero():
+    flat = np.full((200, 200, 3), 127, np.uint8)
+    assert verify_pair(flat, flat) == 0
+    assert verify_pair(np.zeros((1, 1, 3), np.uint8), textured(5)) == 0
+
+
+def test_params_are_checked():
+    with pytest.raises(MuseumSearchError):
+        SpatialParams(feature="surf")
+    with pytest.raises(MuseumSearchError):
+        SpatialParams(ratio=1.5)
+
+
+def test_blend_formula():
+    p = SpatialParams(weight=0.5, inlier_cap=50)
+    out = blend(np.array([0.2, 0.2, 0.2, 0.2]), np.array([0, 10, 50, 500]), p)
+    np.testing.assert_allclose(out, [0.2, 0.3, 0.7, 0.7], rtol=1e-6)
+
+
+# ---- re-ranking ------------------------------------------------------------------------------
+
+
+def test_rerank_moves_the_true_reference_first(tmp_path, images):
+    files = {"a_wrong.png": images["other1"], "b_wrong.png": images["other2"], "c_true.png": images["base"],
+             "d_rest.png": images["other1"], "e_rest.png": images["other2"]}
+    index = make_index(tmp_path / "coll", files)
+    scores = np.array([[0.9, 0.8, 0.7, 0.6, 0.5]], np.float32)
+    before = scores.copy()
+    rr = SpatialReranker(SpatialParams(top_n=3))
+    new = rr.rerank(scores, index=index, query_images=[images["query"]])
+    assert new.shape == scores.shape and new.dtype == np.float32
+    order = full_ranking(new)[0]
+    assert order[0] == 2  # the true reference is now first
+    assert set(order[:3]) == {0, 1, 2}  # verified results stay ahead of the rest
+    assert list(order[3:]) == [3, 4]  # results outside the top-N keep their places...
+    np.testing.assert_array_equal(new[0, 3:], scores[0, 3:])  # ...and their scores
+    assert new[0, 2] >= 0.7 + 1.0 - 1e-6  # ≥ 50 inliers: the full bonus
+    np.testing.assert_array_equal(scores, before)  # input untouched
+    # inliers() agrees
+    assert rr.inliers(images["query"], 2, index) > 50
+    assert rr.inliers(images["query"], 0, index) < 10
+
+
+def test_rerank_from_query_paths_and_several_queries(tmp_path, images):
+    index = make_index(tmp_path / "coll", {"x.png": images["other1"], "y.png": images["base"]})
+    qdir = tmp_path / "queries"
+    qdir.mkdir()
+    write_rgb(qdir / "q1.png", images["query"])
+    write_rgb(qdir / "q2.png", warped(images["other1"]))
+    scores = np.array([[0.9, 0.5], [0.2, 0.8]], np.float32)
+    new = SpatialReranker().rerank(scores, index=index, query_paths=[str(qdir / "q1.png"), str(qdir / "q2.png")])
+    assert list(full_ranking(new)[:, 0]) == [1, 0]
+
+
+def test_rerank_needs_query_images(tmp_path, images):
+    index = make_index(tmp_path / "coll", {"x.png": images["other1"]})
+    with pytest.raises(MuseumSearchError):
+        SpatialReranker().rerank(np.zeros((1, 1), np.float32), index=index)
+    with pytest.raises(ValueError):
+        SpatialReranker().rerank(np.zeros((2, 1), np.float32), index=index, query_images=[images["query"]])
+
+
+def test_rerank_is_a_cancellable_generator(tmp_path, images):
+    index = make_index(tmp_path / "coll", {"x.png": images["base"]})
+    gen = SpatialReranker().rerank_iter(np.zeros((2, 1), np.float32), index=index,
+                                        query_images=[images["query"]] * 2)
+    first = next(gen)
+    assert (first.done, first.total) == (1, 2)
+    gen.close()
+
+
+def test_unreadable_reference_counts_as_zero(tmp_path, images, caplog):
+    index = make_index(tmp_path / "coll", {"broken.png": images["base"], "good.png": images["base"],
+                                          "gone.png": images["base"]})
+    (tmp_path / "coll" / "broken.png").write_bytes(b"not an image at all")
+    (tmp_path / "coll" / "gone.png").unlink()
+    scores = np.array([[0.9, 0.1, 0.5]], np.float32)
+    new = SpatialReranker().rerank(scores, index=index, query_images=[images["query"]])
+    assert new[0, 0] == pytest.approx(0.9) and new[0, 2] == pytest.approx(0.5)
+    assert full_ranking(new)[0, 0] == 1
+    assert "broken.png" in caplog.text and "gone.png" in caplog.text
+
+
+def test_unreadable_query_keeps_scores(tmp_path, images):
+    index = make_index(tmp_path / "coll", {"x.png": images["base"]})
+    bad = tmp_path / "bad.jpg"
+    bad.write_bytes(b"\xff\xd8 truncated")
+    scores = np.array([[0.3]], np.float32)
+    np.testing.assert_array_equal(SpatialReranker().rerank(scores, index=index, query_paths=[str(bad)]), scores)
+
+
+# ---- caches ----------------------------------------------------------------------------------
+
+
+def test_disk_cache_is_reused_and_invalidated(tmp_path, images, monkeypatch):
+    spy = CountingExtract(monkeypatch)
+    idx_dir = tmp_path / "index"
+    index = make_index(tmp_path / "coll", {"a.png": images["other1"], "b.png": images["base"]}, path=idx_dir)
+    scores = np.array([[0.9, 0.5]], np.float32)
+    q = [images["query"]]
+
+    first = SpatialReranker().rerank(scores, index=index, query_images=q)
+    assert spy.calls == 1 + 2  # the query and both references
+    cache_files = sorted(idx_dir.glob("spatial-*/*.npz"))
+    assert len(cache_files) == 2
+    assert not list(idx_dir.glob("spatial-*/*.tmp"))
+    with np.load(cache_files[0], allow_pickle=False) as z:
+        assert z["pts"].dtype == np.float32 and z["pts"].shape[1] == 2
+
+    # a fresh re-ranker (empty memory) reads the references from disk
+    spy.calls = 0
+    rr = SpatialReranker()
+    again = rr.rerank(scores, index=index, query_images=q)
+    assert spy.calls == 1  # only the query
+    assert rr.stats["disk_hits"] == 2
+    np.testing.assert_array_equal(first, again)
+
+    # the same re-ranker uses its memory cache
+    spy.calls = 0
+    rr.rerank(scores, index=index, query_images=q)
+    assert spy.calls == 1 and rr.stats["memory_hits"] == 2
+
+    # change reference b: both caches must notice, and its new content must be verified
+    write_rgb(tmp_path / "coll" / "b.png", images["other2"])
+    st = (tmp_path / "coll" / "b.png").stat()
+    os.utime(tmp_path / "coll" / "b.png", ns=(st.st_atime_ns, st.st_mtime_ns + 2_000_000_000))
+    spy.calls = 0
+    changed = rr.rerank(scores, index=index, query_images=q)
+    assert spy.calls == 1 + 1  # the query and b
+    assert changed[0, 1] < first[0, 1] - 0.5  # b no longer matches
+    spy.calls = 0
+    SpatialReranker().rerank(scores, index=index, query_images=q)
+    assert spy.calls == 1  # the rewritten disk entry is fresh again
+
+
+def test_corrupt_cache_entry_is_recomputed(tmp_path, images, monkeypatch):
+    idx_dir = tmp_path / "index"
+    index = make_index(tmp_path / "coll", {"b.png": images["base"]}, path=idx_dir)
+    scores = np.array([[0.5]], np.float32)
+    first = SpatialReranker().rerank(scores, index=index, query_images=[images["query"]])
+    (entry,) = idx_dir.glob("spatial-*/*.npz")
+    entry.write_bytes(b"garbage")
+    spy = CountingExtract(monkeypatch)
+    again = SpatialReranker().rerank(scores, index=index, query_images=[images["query"]])
+    assert spy.calls == 2
+    np.testing.assert_array_equal(first, again)
+    with np.load(entry, allow_pickle=False) as z:  # rewritten
+        assert "desc" in z.files
+
+
+def test_no_disk_cache_without_index_folder(tmp_path, images):
+    index = make_index(tmp_path / "coll", {"b.png": images["base"]})
+    SpatialReranker().rerank(np.array([[0.5]], np.float32), index=index, query_images=[images["query"]])
+    assert not list(tmp_path.rglob("*.npz"))
+
+
+# ---- real photos -----------------------------------------------------------------------------
+
+
+def _ground_truth(shared_data: Path) -> dict[str, str]:
+    with open(shared_data / "paintings" / "queries" / "qsd1_w1" / "ground_truth.csv", newline="") as f:
+        return {r["query"]: r["instance"] for r in csv.DictReader(f)}
+
+
+def _rgb(path: Path) -> np.ndarray:
+    return cv2.cvtColor(cv2.imread(str(path)), cv2.COLOR_BGR2RGB)
+
+
+@pytest.mark.data
+def test_real_query_matches_its_painting_only(shared_data):
+    gt = _ground_truth(shared_data)
+    paint = shared_data / "paintings"
+    query = "00002.jpg"
+    q = _rgb(paint / "queries" / "qsd1_w1" / query)
+    true = gt[query]
+    wrong = "bbdd_00000" if true != "bbdd_00000" else "bbdd_00001"
+    assert verify_pair(q, _rgb(paint / "references" / f"{true}.jpg")) > 20
+    assert verify_pair(q, _rgb(paint / "references" / f"{wrong}.jpg")) < 10
+
+
+@pytest.mark.data
+def test_real_rerank_promotes_true_painting(shared_data):
+    gt = _ground_truth(shared_data)
+    paint = shared_data / "paintings"
+    query = "00002.jpg"
+    true = gt[query]
+    names = [n for n in ("bbdd_00000", "bbdd_00001", "bbdd_00003") if n != true][:2] + [true]
+    items = [Item(f"{n}.jpg", 0, 0.0, n) for n in names]
+    index = Index(paint / "references", dummy_meta(), items, np.zeros((3, 4), np.float32))
+    scores = np.array([[0.8, 0.7, 0.6]], np.float32)
+    new = SpatialReranker().rerank(scores, index=index, query_paths=[str(paint / "queries" / "qsd1_w1" / query)])
+    assert full_ranking(new)[0, 0] == 2
