@@ -232,7 +232,7 @@ def _add_rerank_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--kq", type=int, default=None, help="ICFRR K_q (default: from the collection)")
     g.add_argument("--kg", type=int, default=None, help="ICFRR K_g (default: from the collection)")
     g.add_argument("--beta", type=float, default=0.5, help="ICFRR beta (default 0.5)")
-    g.add_argument("--iterations", type=int, default=10, help="ICFRR maximum iterations (default 10)")
+    g.add_argument("--iterations", type=int, default=5, help="ICFRR maximum iterations (default 5, as the public code)")
     g.add_argument("--icfrr-mode", choices=("paper", "reference"), default="paper",
                    help="paper: s_t+1 = s_t + beta*Delta (default); reference: the public code's rule")
     g.add_argument("--qe-n", type=int, default=2, help="aQE/DBA neighbours (default 2)")

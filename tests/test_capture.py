@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 
 from museum_search.core.capture import (
-    CameraError, CameraSource, FileSequenceCamera, OpenCVCamera, frame_difference, is_steady, list_cameras,
+    CameraError,
+    CameraSource,
+    FileSequenceCamera,
+    OpenCVCamera,
+    frame_difference,
+    is_steady,
+    list_cameras,
 )
 from museum_search.core.errors import MuseumSearchError
 

@@ -111,7 +111,8 @@ def test_rerankers_share_one_call_signature():
     rng = np.random.default_rng(3)
     q, g = rand_unit(rng, 6), rand_unit(rng, 40)
     scores = q @ g.T
-    context = dict(descriptors=g, gallery_ranks=None, labels=np.arange(40) // 2, query_descriptors=q, extra="x")
+    context = {"descriptors": g, "gallery_ranks": None, "labels": np.arange(40) // 2,
+               "query_descriptors": q, "extra": "x"}
     aqe = AQEReranker(n=3, alpha=2.0)
     assert aqe.name == "aqe"
     np.testing.assert_allclose(aqe.rerank(scores, **context), alpha_qe(q, g, scores, 3, 2.0) @ g.T, atol=1e-6)

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import SAMPLE
 
 _HAS_SAMPLE = (SAMPLE / "catalogue.csv").is_file() and (SAMPLE / "collection").is_dir()
@@ -205,6 +204,15 @@ def test_cancel_keeps_previous_index(tab, qtbot, small_collection, tmp_path):
     assert tab.state.index is before
     assert tab.build_button.isEnabled() and not tab.cancel_button.isEnabled()
 
+    # Update on an unchanged collection: nothing to describe, everything kept, new index opened
+    assert tab.update_button.isEnabled()
+    with qtbot.waitSignal(tab.job_done, timeout=60_000) as blocker:
+        qtbot.mouseClick(tab.update_button, _left())
+    assert blocker.args == [True]
+    assert "Index updated" in tab.status_label.text() and f"{N_IMAGES} unchanged" in tab.status_label.text()
+    assert tab.state.index is not before and len(tab.state.index) == N_IMAGES
+    assert tab.state.index.meta == before.meta
+
 
 def test_missing_weights_shows_error_dialog(tab, qtbot, small_collection, tmp_path, monkeypatch, capfd):
     import torch
@@ -246,7 +254,11 @@ def test_missing_weights_shows_error_dialog(tab, qtbot, small_collection, tmp_pa
 def test_browser_loads_only_visible_items_and_marks_broken_files(qtbot, tmp_path, monkeypatch):
     from museum_search.core.backbones import BackboneMeta
     from museum_search.core.index import Index, Item
-    from museum_search.gui.widgets.thumbnails import THUMB_ROLE, ThumbnailBrowser, ThumbnailCache
+    from museum_search.gui.widgets.thumbnails import (
+        THUMB_ROLE,
+        ThumbnailBrowser,
+        ThumbnailCache,
+    )
 
     n = 3000
     (tmp_path / "bad.jpg").write_bytes(b"\xff\xd8\xff\xe0 this is not a JPEG")

@@ -13,7 +13,12 @@ from PySide6.QtCore import QMimeData, QSettings, Qt
 
 from museum_search.core.capture import FileSequenceCamera, OpenCVCamera, list_cameras
 from museum_search.gui import workers
-from museum_search.gui.search_tab import NO_INDEX, ResultDialog, SearchTab, qimage_to_rgb
+from museum_search.gui.search_tab import (
+    NO_INDEX,
+    ResultDialog,
+    SearchTab,
+    qimage_to_rgb,
+)
 from museum_search.gui.state import AppState, Settings
 from museum_search.gui.widgets.thumbnails import ThumbnailCache, numpy_to_qimage
 
@@ -118,7 +123,7 @@ def test_search_from_file_controls_and_rerankers(qtbot, make_tab, data):
     assert [r.rank for r in results] == [1, 2, 3, 4, 5]
     assert results[0].instance == instance
     assert tab.grid.count() == 5 and tab.grid.results() == results
-    assert all(a.score >= b.score for a, b in zip(results, results[1:]))
+    assert [r.score for r in results] == sorted((r.score for r in results), reverse=True)
     assert tab.verdict() is not None and tab.message.isHidden()
     qtbot.waitUntil(lambda: tab.grid.cards()[0].has_thumbnail(), timeout=TIMEOUT)
     descriptor = tab._desc
@@ -138,7 +143,7 @@ def test_search_from_file_controls_and_rerankers(qtbot, make_tab, data):
     # a re-ranker re-runs from the kept descriptor
     for name in ("aqe", "icfrr"):
         tab.set_reranker(name)
-        qtbot.waitUntil(lambda: tab._final_for is not None and tab._final_for[2][:1] == (name,)
+        qtbot.waitUntil(lambda name=name: tab._final_for is not None and tab._final_for[2][:1] == (name,)
                         and not tab.is_busy(), timeout=TIMEOUT)
         assert tab._desc is descriptor  # not described again
         assert [r.rank for r in tab.results()] == [1, 2, 3, 4, 5] and tab.grid.count() == 5
@@ -265,3 +270,31 @@ def test_not_in_collection_banner(qtbot, make_tab, data):
     _search(qtbot, tab, path)
     assert tab.verdict() is True and tab.results()[0].instance == instance
     assert "Not in the collection" not in tab.banner.text()
+
+
+def test_result_grid_marks_correct_results(qtbot, data):
+    from museum_search.core.search import results_for
+    from museum_search.gui.widgets.result_grid import ResultGrid
+
+    index = data.index
+    rows = np.arange(min(4, len(index)))
+    results = results_for(index, rows, np.linspace(0.9, 0.5, len(index)).astype(np.float32))
+    grid = ResultGrid(thumb_size=96)
+    qtbot.addWidget(grid)
+    grid.resize(500, 400)
+    grid.show()
+    correct = [True, False] + [True] * (len(results) - 2)
+    grid.set_results(results, correct)
+    assert [c.mark for c in grid.cards()] == ["correct" if c else "incorrect" for c in correct]
+    assert grid.correct() == correct and grid.results() == results
+    qtbot.waitUntil(lambda: all(c.has_thumbnail() for c in grid.cards()), timeout=30_000)
+    with pytest.raises(ValueError):
+        grid.set_results(results, correct[:1])
+    with qtbot.waitSignal(grid.activated, timeout=5000) as sig:
+        qtbot.mouseDClick(grid.cards()[1], Qt.MouseButton.LeftButton)
+    assert sig.args[0] is results[1]
+    grid.set_results(results)  # the Search tab's use: no marks
+    assert all(c.mark == "" for c in grid.cards())
+    grid.clear("Nothing here")
+    assert grid.count() == 0 and not grid.placeholder.isHidden()
+    ThumbnailCache.instance().wait()

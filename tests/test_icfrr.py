@@ -340,6 +340,18 @@ def test_near_duplicate_gallery_with_dot_products():
     np.testing.assert_array_equal(run(dots, ranks, 0).scores, neg_distance(dots))
 
 
+def test_scores_that_are_not_dot_products_are_refused():
+    scores = np.array([[1.8, 0.5, 0.2, 0.1]], dtype=np.float32)  # e.g. after a verification bonus
+    p = ICFRRParams(k_q=2, k_g=2)
+    with pytest.raises(ValueError, match="not dot products"):
+        icfrr(scores, R4, p)
+    icfrr(np.array([[1.0000001, 0.5, -1.0000001, 0.1]], np.float32), R4, p)  # rounding is fine
+    res = icfrr(scores, R4, p, scores_are="neg_distance")  # used as s(0) as they are
+    np.testing.assert_array_equal(res.scores, icfrr_loop(scores, R4, p, scores_are="neg_distance").scores)
+    out = ICFRRReranker(p, scores_are="neg_distance").rerank(scores, gallery_ranks=R4)
+    np.testing.assert_array_equal(out, res.scores)
+
+
 def test_neg_distance():
     d = neg_distance(np.array([1.0, 1.0000001, 0.0, -1.0, 0.5], dtype=np.float32))
     assert d.dtype == np.float32

@@ -12,6 +12,7 @@ import pytest
 
 from museum_search.core.backbones import BackboneMeta
 from museum_search.core.errors import MuseumSearchError
+from museum_search.core.images import load_image
 from museum_search.core.index import Index, Item
 from museum_search.core.rerank import spatial
 from museum_search.core.rerank.spatial import (
@@ -55,6 +56,14 @@ def warped(img: np.ndarray, H: np.ndarray = H_KNOWN) -> np.ndarray:
 def images() -> dict[str, np.ndarray]:
     base = textured(1)
     return {"base": base, "query": warped(base), "other1": textured(2), "other2": textured(3)}
+
+
+@pytest.fixture(autouse=True)
+def _fresh_memory_cache():
+    """Each test starts with an empty shared in-memory feature cache."""
+    spatial.clear_memory_cache()
+    yield
+    spatial.clear_memory_cache()
 
 
 def write_rgb(path: Path, img: np.ndarray) -> None:
@@ -118,6 +127,27 @@ def test_resizing_keeps_verification(images):
     assert verify_pair(big, images["base"], SpatialParams(max_side=640)) > 30
 
 
+def test_batched_matching_equals_opencv_brute_force(images):
+    """The BLAS matcher finds the same ratio-test matches as cv2.BFMatcher (one per reference keypoint)."""
+    p = SpatialParams()
+    fa = spatial.extract_features(images["query"], p)
+    refs = [spatial.extract_features(images[k], p) for k in ("base", "other1", "other2")]
+    for (src, dst), fb in zip(spatial.match_features(fa, refs, p), refs):
+        best: dict[int, tuple[float, int]] = {}
+        for m, n in cv2.BFMatcher(cv2.NORM_L2).knnMatch(fa[1].astype(np.float32), fb[1].astype(np.float32), k=2):
+            if m.distance < p.ratio * n.distance and (m.trainIdx not in best or m.distance < best[m.trainIdx][0]):
+                best[m.trainIdx] = (m.distance, m.queryIdx)
+        expected = {(tuple(fa[0][qi]), tuple(fb[0][ti])) for ti, (_, qi) in best.items()}
+        assert {(tuple(a), tuple(b)) for a, b in zip(src, dst)} == expected
+
+
+@pytest.mark.parametrize("estimator", ["usac", "magsac"])
+def test_other_homography_estimators(images, estimator):
+    p = SpatialParams(estimator=estimator)
+    assert verify_pair(images["query"], images["base"], p) > 50
+    assert verify_pair(images["query"], images["other1"], p) < 10
+
+
 def test_degenerate_homographies_are_rejected():
     assert homography_is_plausible(np.eye(3), 400, 300)
     assert homography_is_plausible(H_KNOWN, 400, 300)
@@ -139,6 +169,8 @@ def test_params_are_checked():
         SpatialParams(feature="surf")
     with pytest.raises(MuseumSearchError):
         SpatialParams(ratio=1.5)
+    with pytest.raises(MuseumSearchError):
+        SpatialParams(estimator="lmeds")
 
 
 def test_blend_formula():
@@ -209,6 +241,12 @@ def test_unreadable_reference_counts_as_zero(tmp_path, images, caplog):
     assert new[0, 0] == pytest.approx(0.9) and new[0, 2] == pytest.approx(0.5)
     assert full_ranking(new)[0, 0] == 1
     assert "broken.png" in caplog.text and "gone.png" in caplog.text
+    # warned once per file version, not once per query or per re-ranker
+    caplog.clear()
+    rr = SpatialReranker()
+    rr.rerank(np.repeat(scores, 3, axis=0), index=index, query_images=[images["query"]] * 3)
+    SpatialReranker().rerank(scores, index=index, query_images=[images["query"]])
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
 
 
 def test_unreadable_query_keeps_scores(tmp_path, images):
@@ -237,7 +275,8 @@ def test_disk_cache_is_reused_and_invalidated(tmp_path, images, monkeypatch):
     with np.load(cache_files[0], allow_pickle=False) as z:
         assert z["pts"].dtype == np.float32 and z["pts"].shape[1] == 2
 
-    # a fresh re-ranker (empty memory) reads the references from disk
+    # with an empty memory, the references are read from disk
+    spatial.clear_memory_cache()
     spy.calls = 0
     rr = SpatialReranker()
     again = rr.rerank(scores, index=index, query_images=q)
@@ -245,10 +284,11 @@ def test_disk_cache_is_reused_and_invalidated(tmp_path, images, monkeypatch):
     assert rr.stats["disk_hits"] == 2
     np.testing.assert_array_equal(first, again)
 
-    # the same re-ranker uses its memory cache
+    # then from memory, shared by every re-ranker (a pipeline is rebuilt for each search)
     spy.calls = 0
+    rr = SpatialReranker()
     rr.rerank(scores, index=index, query_images=q)
-    assert spy.calls == 1 and rr.stats["memory_hits"] == 2
+    assert spy.calls == 1 and rr.stats["memory_hits"] == 2 and rr.stats["disk_hits"] == 0
 
     # change reference b: both caches must notice, and its new content must be verified
     write_rgb(tmp_path / "coll" / "b.png", images["other2"])
@@ -258,6 +298,7 @@ def test_disk_cache_is_reused_and_invalidated(tmp_path, images, monkeypatch):
     changed = rr.rerank(scores, index=index, query_images=q)
     assert spy.calls == 1 + 1  # the query and b
     assert changed[0, 1] < first[0, 1] - 0.5  # b no longer matches
+    spatial.clear_memory_cache()
     spy.calls = 0
     SpatialReranker().rerank(scores, index=index, query_images=q)
     assert spy.calls == 1  # the rewritten disk entry is fresh again
@@ -270,6 +311,7 @@ def test_corrupt_cache_entry_is_recomputed(tmp_path, images, monkeypatch):
     first = SpatialReranker().rerank(scores, index=index, query_images=[images["query"]])
     (entry,) = idx_dir.glob("spatial-*/*.npz")
     entry.write_bytes(b"garbage")
+    spatial.clear_memory_cache()
     spy = CountingExtract(monkeypatch)
     again = SpatialReranker().rerank(scores, index=index, query_images=[images["query"]])
     assert spy.calls == 2
@@ -293,7 +335,7 @@ def _ground_truth(shared_data: Path) -> dict[str, str]:
 
 
 def _rgb(path: Path) -> np.ndarray:
-    return cv2.cvtColor(cv2.imread(str(path)), cv2.COLOR_BGR2RGB)
+    return load_image(path)
 
 
 @pytest.mark.data

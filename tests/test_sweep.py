@@ -139,7 +139,7 @@ def test_sweep_equals_evaluate_at_each_value(eval_data):
         assert point.summary["queries"] + point.summary["open_set_queries"] == len(qs.queries)
 
     # a beta sweep: its point at K = 2, beta = 0.5 is the K sweep's point at K = 2
-    points_b = run(sweep(index, qs, "beta", [0.0, 0.5], RerankOptions(k_q=2, k_g=2), extractor=extractor))
+    points_b = run(sweep(index, qs, "beta", [0.0, 0.5], RerankOptions(k_q=2, k_g=2, iterations=5), extractor=extractor))
     assert [p.options.beta for p in points_b] == [0.0, 0.5]
     same_summary(points_b[1].summary, points[1].summary)  # k=2, beta=0.5 either way
     for p in points_b:

@@ -21,8 +21,9 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import cv2
 import numpy as np
@@ -33,8 +34,13 @@ from .images import load_image
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "CameraError", "CameraSource", "OpenCVCamera", "FileSequenceCamera", "list_cameras",
-    "frame_difference", "is_steady",
+    "CameraError",
+    "CameraSource",
+    "FileSequenceCamera",
+    "OpenCVCamera",
+    "frame_difference",
+    "is_steady",
+    "list_cameras",
 ]
 
 #: Seconds without a frame after which an open webcam is reported as lost.
@@ -89,7 +95,7 @@ def _device_missing(index: int) -> bool:
     return False
 
 
-def _open_capture(index: int, timeout_ms: int = 3000) -> "cv2.VideoCapture | None":
+def _open_capture(index: int, timeout_ms: int = 3000) -> cv2.VideoCapture | None:
     """An opened ``cv2.VideoCapture`` for camera ``index``, or None."""
     if index < 0 or _device_missing(index):
         return None

@@ -178,9 +178,12 @@ class Index:
                 p.unlink(missing_ok=True)
             (target / f"{MANIFEST}.{gen}.tmp").unlink(missing_ok=True)
             raise
-        for name in old_files:
-            if name not in files.values():
-                (target / name).unlink(missing_ok=True)
+        # Remove the previous generation, and stray files of a save that was killed earlier.
+        keep = set(files.values())
+        for f in target.iterdir():
+            stray = f.name.startswith(("descriptors-", "items-", "gallery_ranks-", f"{MANIFEST}."))
+            if (f.name in old_files or stray) and f.name not in keep and f.is_file():
+                f.unlink(missing_ok=True)
         self.path = target
         self.updated = manifest["updated"]
         return target
@@ -382,7 +385,7 @@ def update_index(
                     gallery_ranks=ranks, path=index.path)
     if index.path is not None:
         updated.save(index.path)
-    removed = len(index.items) - len(keep_items)
+    removed = sum(1 for it in index.items if it.path not in current)
     return BuildReport(updated, lab, skipped, added=len(new_items), removed=removed, unchanged=len(keep_items))
 
 

@@ -55,12 +55,15 @@ def top_k(scores: np.ndarray, k: int, labels: np.ndarray | None = None, per_inst
     if k == 0:
         return [np.empty(0, np.int64) for _ in range(len(scores))]
     if not per_instance:
-        if k < g:
-            part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
-        else:
-            part = np.tile(np.arange(g), (len(scores), 1))
-        for row, cand in zip(scores, part):
-            cand = np.sort(cand)  # row order first, so the stable sort breaks ties by row
+        for row in scores:
+            if k < g:
+                v = -np.partition(-row, k - 1)[k - 1]  # the k-th best score
+                above = np.flatnonzero(row > v)
+                # among references tied at the boundary, the lowest rows win
+                cand = np.concatenate([above, np.flatnonzero(row == v)[: k - len(above)]])
+                cand.sort()
+            else:
+                cand = np.arange(g)
             out.append(cand[np.argsort(-row[cand], kind="stable")])
         return out
     if labels is None:

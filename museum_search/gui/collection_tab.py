@@ -17,17 +17,46 @@ from typing import Any
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
-    QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QHeaderView, QLabel, QLineEdit,
-    QProgressBar, QPushButton, QSizePolicy, QSpinBox, QSplitter, QTreeWidget, QTreeWidgetItem,
-    QVBoxLayout, QWidget,
+    QComboBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QProgressBar,
+    QPushButton,
+    QSizePolicy,
+    QSpinBox,
+    QSplitter,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
 )
 from superqt import QElidingLabel
 
 from ..core import paths
-from ..core.backbones import DEFAULT_BACKBONE, DEFAULT_HEAD, DEFAULT_SIZE, HEADS, REGISTRY, BackboneConfig, build_extractor
+from ..core.backbones import (
+    DEFAULT_BACKBONE,
+    DEFAULT_HEAD,
+    DEFAULT_SIZE,
+    HEADS,
+    REGISTRY,
+    BackboneConfig,
+    build_extractor,
+)
 from ..core.errors import MuseumSearchError
 from ..core.extract import ExtractProgress
-from ..core.index import MANIFEST, BuildReport, Index, LabellingSpec, build_index, update_index
+from ..core.index import (
+    MANIFEST,
+    BuildReport,
+    Index,
+    LabellingSpec,
+    build_index,
+    update_index,
+)
 from ..core.labels import RULES, describe, find_catalogue, label_collection
 from . import workers
 from .state import AppState
@@ -69,7 +98,7 @@ def format_duration(seconds: float | None) -> str:
     """``0:42``, ``12:05``, ``1:02:03``; ``…`` when unknown."""
     if seconds is None:
         return "…"
-    s = max(0, int(round(seconds)))
+    s = max(0, round(seconds))
     h, rem = divmod(s, 3600)
     m, s = divmod(rem, 60)
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
@@ -121,6 +150,7 @@ class CollectionTab(QWidget):
         self._index_dir_auto = True  # the index folder follows the collection until edited by hand
         self._filling = False
         self._succeeded = False
+        self._last_progress: ExtractProgress | None = None
         self._last_collection: Path | None = None
         self._build_ui()
         self.state.index_changed.connect(self._index_changed)
@@ -135,6 +165,7 @@ class CollectionTab(QWidget):
         self.collection_edit.setObjectName("collectionFolder")
         self.collection_edit.setPlaceholderText("Folder of reference photos")
         self.collection_edit.editingFinished.connect(self._collection_edited)
+        self.collection_edit.textChanged.connect(self.collection_edit.setToolTip)
         browse = QPushButton("Browse…")
         browse.setObjectName("browseCollection")
         browse.clicked.connect(self.choose_collection)
@@ -149,12 +180,14 @@ class CollectionTab(QWidget):
         self.detected_label = QLabel("Choose a collection folder.")
         self.detected_label.setObjectName("detectedLabelling")
         self.detected_label.setWordWrap(True)
+        self.detected_label.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
         self.detected_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
 
         self.catalogue_edit = QLineEdit()
         self.catalogue_edit.setObjectName("catalogueFile")
         self.catalogue_edit.setPlaceholderText("CSV with file,instance[,artist,title…] columns")
         self.catalogue_edit.editingFinished.connect(self._labelling_inputs_changed)
+        self.catalogue_edit.textChanged.connect(self.catalogue_edit.setToolTip)
         cat_button = QPushButton("Choose…")
         cat_button.clicked.connect(self._choose_catalogue)
         self.catalogue_button = cat_button
@@ -169,13 +202,15 @@ class CollectionTab(QWidget):
         self.regex_edit.textEdited.connect(lambda _t: self._regex_timer.start())
 
         coll_box = QGroupBox("Collection")
-        form = QFormLayout(coll_box)
+        form = QFormLayout()
         form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
         form.addRow("Folder:", _row(self.collection_edit, browse))
         form.addRow("Labels:", self.rule_combo)
-        form.addRow("", self.detected_label)
         form.addRow("Catalogue:", _row(self.catalogue_edit, cat_button))
         form.addRow("Regex:", self.regex_edit)
+        cl = QVBoxLayout(coll_box)
+        cl.addLayout(form)
+        cl.addWidget(self.detected_label)  # below the form: a wrapped label sizes well in a box layout
 
         # descriptor group
         self.backbone_combo = QComboBox()
@@ -212,6 +247,7 @@ class CollectionTab(QWidget):
         self.index_edit.setPlaceholderText("Where the index is saved")
         self.index_edit.textEdited.connect(self._index_dir_edited)
         self.index_edit.textChanged.connect(lambda _t: self._update_buttons())
+        self.index_edit.textChanged.connect(self.index_edit.setToolTip)
         idx_button = QPushButton("Choose…")
         idx_button.clicked.connect(self._choose_index_dir)
         self.index_button = idx_button
@@ -317,12 +353,20 @@ class CollectionTab(QWidget):
             self._index_dir_auto = True
         cat = find_catalogue(folder) if folder.is_dir() else None
         self.catalogue_edit.setText(str(cat) if cat else "")
+        # a new folder: let "auto" find its layout again (without a second detection run)
+        self.rule_combo.blockSignals(True)
+        self._set_combo(self.rule_combo, "auto")
+        self.rule_combo.blockSignals(False)
+        self._rule_changed_enable_only()
         self.skipped_tree.clear()
         if detect:
             self._detect_labels()
 
     def open_sample_collection(self) -> None:
         """Open the index of the bundled sample collection, building it first if needed."""
+        if self.running:
+            self.status_label.setText("Wait for the current job to finish (or cancel it) first.")
+            return
         root = paths.sample_collection()
         collection, catalogue = root / "collection", root / "catalogue.csv"
         if not collection.is_dir():
@@ -427,23 +471,32 @@ class CollectionTab(QWidget):
         self._job_kind = kind
         self._job_out = out
         self._stamp_before = _manifest_stamp(out)
+        self._last_progress = None
         self.progress_bar.setRange(0, 0)  # busy until the first file is done
         self.progress_label.setText("Starting…")
         verb = "Building" if kind == "build" else "Updating"
         self.status_label.setText(f"{verb} the index in {out}…")
         self.state.status.emit(f"{verb} the index in {out}…")
-        self._job = workers.start(
-            gen,
-            on_progress=self._on_progress,
-            on_result=self._on_result,
-            on_error=self._on_error,
-            on_finished=self._on_finished,
-        )
+        try:
+            self._job = workers.start(
+                gen,
+                on_progress=self._on_progress,
+                on_result=self._on_result,
+                on_error=self._on_error,
+                on_finished=self._on_finished,
+            )
+        except Exception as exc:
+            log.debug("could not start the %s job", kind, exc_info=True)
+            gen.close()
+            self._on_error(exc)
+            self._on_finished()
+            return
         self._update_buttons()
 
     def _on_progress(self, p: ExtractProgress) -> None:
         if self._job is None:
             return
+        self._last_progress = p
         if p.total <= 0:
             self.progress_bar.setRange(0, 0)
             self.progress_label.setText(f"{p.stage[:1].upper()}{p.stage[1:]}…")
@@ -510,6 +563,11 @@ class CollectionTab(QWidget):
         self._fill_skipped(rows)
         n = self.progress_bar.maximum()
         self.progress_bar.setValue(n)
+        p = self._last_progress
+        if p is not None and p.total > 0:
+            self.progress_label.setText(f"{p.done:,} / {p.total:,} described in {format_duration(p.elapsed)}")
+        elif report.added == 0:
+            self.progress_label.setText("Nothing new to describe")
 
     # ---- label detection (in a worker: a big collection takes a while to list) ---------------
     def _detect_labels(self) -> None:
@@ -634,7 +692,11 @@ class CollectionTab(QWidget):
             self.collection_edit.setText(str(index.root))
             self._last_collection = Path(index.root)
             self._set_combo(self.rule_combo, index.labelling.rule)
-            self.catalogue_edit.setText(index.labelling.catalogue or "")
+            catalogue = index.labelling.catalogue
+            if not catalogue and index.labelling.rule == "catalogue":
+                found = find_catalogue(index.root) if Path(index.root).is_dir() else None
+                catalogue = str(found) if found else ""
+            self.catalogue_edit.setText(catalogue or "")
             self.regex_edit.setText(index.labelling.regex or "")
             self._set_combo(self.backbone_combo, index.meta.name)
             self._set_combo(self.head_combo, index.meta.head)

@@ -18,17 +18,42 @@ from __future__ import annotations
 import html
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
-from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QMimeData, Qt, QTimer, QUrl, Signal
+from PySide6.QtCore import (
+    QBuffer,
+    QByteArray,
+    QIODevice,
+    QMimeData,
+    Qt,
+    QTimer,
+    QUrl,
+    Signal,
+)
 from PySide6.QtGui import QGuiApplication, QImage, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
-    QCheckBox, QComboBox, QDialog, QDialogButtonBox, QDoubleSpinBox, QFileDialog, QFormLayout, QFrame,
-    QHBoxLayout, QLabel, QProgressBar, QPushButton, QSizePolicy, QSpinBox, QSplitter, QStackedWidget,
-    QVBoxLayout, QWidget,
+    QCheckBox,
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QSizePolicy,
+    QSpinBox,
+    QSplitter,
+    QStackedWidget,
+    QVBoxLayout,
+    QWidget,
 )
 
 from ..core.capture import CameraSource, OpenCVCamera, list_cameras
@@ -106,7 +131,7 @@ def _search_job(query: Query, index, key: tuple, names: list[str], options: Rera
         try:
             scores = np.asarray(build_pipeline(names, options).apply(
                 index, cosine[None], descriptor[None], query_images=[query.image])[0], np.float32)
-        except Exception as exc:  # noqa: BLE001 - a failing re-ranker must not lose the query
+        except Exception as exc:
             log.debug("re-ranking failed", exc_info=True)
             scores, error = cosine, workers.error_message(exc)
     return _JobResult(query.id, index, key, descriptor, cosine, scores, extractor, describe_seconds,
@@ -287,7 +312,9 @@ class SearchTab(QWidget):
         bar.addStretch(1)
 
         # left: query image and live camera
-        self.query_view = ImageView("Open an image, drop one here, paste one (Ctrl+V) or use the camera.")
+        self.query_view = ImageView("Open an image, drop one here, paste one (Ctrl+V) or use the camera.",
+                                    alignment=Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignHCenter,
+                                    dark=False)
         self.query_view.setObjectName("queryImage")
         self.query_caption = QLabel("<b>Query</b>")
         self.query_caption.setWordWrap(True)
@@ -456,8 +483,8 @@ class SearchTab(QWidget):
         return self._verdict
 
     def is_busy(self) -> bool:
-        return (self._job is not None and self._job.running) or (
-            self._probe_job is not None and self._probe_job.running)
+        """True while a query is described or re-ranked."""
+        return self._job is not None and self._job.running
 
     def reranker(self) -> str:
         return str(self.rerank_combo.currentData() or "")
@@ -758,7 +785,7 @@ class SearchTab(QWidget):
         if "describe" in self._timing:
             parts.append(f"query described in {self._timing['describe']:.2f} s")
         if self._final_for[2]:
-            name = dict((n, label) for label, n in RERANKERS).get(self._final_for[2][0], self._final_for[2][0])
+            name = {n: label for label, n in RERANKERS}.get(self._final_for[2][0], self._final_for[2][0])
             parts.append(f"re-ranked with {name} in {self._timing.get('rerank', 0.0):.2f} s")
         self.status.setText("; ".join(parts))
         self.results_changed.emit(list(self._results))
@@ -825,13 +852,13 @@ class SearchTab(QWidget):
 
         self._probe_job = workers.start(lambda: list_cameras(), on_result=done)
 
-    def showEvent(self, event) -> None:  # noqa: N802 - Qt API
+    def showEvent(self, event) -> None:
         super().showEvent(event)
         if self._probe_job is None:
             self._probe_cameras()
 
     # ---- drag and drop -------------------------------------------------------------------
-    def dragEnterEvent(self, event) -> None:  # noqa: N802 - Qt API
+    def dragEnterEvent(self, event) -> None:
         mime = event.mimeData()
         if local_image_path(mime) is not None or mime.hasImage() or any(
                 mime.hasFormat(f) for f in ("image/png", "image/jpeg")):
@@ -839,7 +866,7 @@ class SearchTab(QWidget):
         else:
             event.ignore()
 
-    def dropEvent(self, event) -> None:  # noqa: N802 - Qt API
+    def dropEvent(self, event) -> None:
         if self.search_mime(event.mimeData(), "dropped image"):
             event.acceptProposedAction()
         else:

@@ -12,6 +12,7 @@ sentence and :func:`show_error` puts it in a dialog.
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any, Callable, Generator
 
@@ -30,6 +31,9 @@ def error_message(exc: BaseException) -> str:
         return str(exc)
     if isinstance(exc, MemoryError):
         return "Not enough memory for this operation. Try a smaller image size or fewer images."
+    if isinstance(exc, JobError):
+        exc = exc.original
+        return f"Unexpected error ({type(exc).__name__}): {exc}"
     if isinstance(exc, OSError):
         return f"A file could not be read or written: {exc}"
     return f"Unexpected error ({type(exc).__name__}): {exc}"
@@ -42,13 +46,30 @@ def show_error(parent: QWidget | None, title: str, exc: BaseException | str) -> 
     box.open()
 
 
+class JobError(Exception):
+    """An unexpected error inside a job (superqt treats a bare RuntimeError as a deleted worker)."""
+
+    def __init__(self, original: BaseException):
+        super().__init__(f"{type(original).__name__}: {original}")
+        self.original = original
+
+
 def _closing(gen: Generator) -> Generator:
     """Wrap ``gen`` so it is closed when the worker stops early (cancel, error)."""
     try:
         result = yield from gen
         return result
+    except RuntimeError as exc:
+        raise JobError(exc) from exc
     finally:
         gen.close()
+
+
+def _calling(fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except RuntimeError as exc:
+        raise JobError(exc) from exc
 
 
 class Job(QObject):
@@ -81,9 +102,9 @@ def start(
 ) -> Job:
     """Run a generator (or a plain callable) on the global thread pool; see module docstring."""
     if callable(gen) and not hasattr(gen, "send"):
-        worker: Any = FunctionWorker(gen)
+        worker: Any = FunctionWorker(functools.partial(_calling, gen))
     else:
-        worker = GeneratorWorker(lambda: _closing(gen))  # type: ignore[arg-type]
+        worker = GeneratorWorker(functools.partial(_closing, gen))
     job = Job(worker)
     if on_progress is not None and hasattr(worker, "yielded"):
         worker.yielded.connect(on_progress)

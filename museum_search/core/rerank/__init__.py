@@ -27,7 +27,7 @@ class RerankOptions:
     k_q: int | None = None  # None: suggested from the collection
     k_g: int | None = None
     beta: float = 0.5
-    iterations: int = 10
+    iterations: int = 5
     icfrr_mode: str = "paper"
     qe_n: int = 2
     qe_alpha: float = 3.0
@@ -56,32 +56,32 @@ class Pipeline:
         query_images: Sequence[np.ndarray] | None = None,
     ) -> np.ndarray:
         """Re-rank the (Q, G) ``scores`` of ``query_descriptors`` against ``index``."""
-        from .expansion import dba
-
         q = np.atleast_2d(np.asarray(query_descriptors, dtype=np.float32))
-        for name, stage in zip(self.names, self._stages):
+        desc = np.asarray(index.descriptors, dtype=np.float32)
+        for position, (name, stage) in enumerate(zip(self.names, self._stages)):
             ctx: dict[str, Any] = dict(
-                index=index, labels=index.labels, query_descriptors=q,
-                descriptors=_gallery(index, name, self.options, dba),
+                index=index, labels=index.labels, query_descriptors=q, descriptors=desc,
                 query_paths=list(query_paths) if query_paths is not None else None,
                 query_images=list(query_images) if query_images is not None else None,
             )
             if name == "icfrr":
                 ctx["gallery_ranks"] = index.gallery_ranks()
-            else:
-                ctx["gallery_ranks"] = None
+                # after another re-ranker the scores are no longer dot products: use them as s0
+                ctx["scores_are"] = "dot" if position == 0 else "neg_distance"
+            if name == "dba":
+                ctx["dba_gallery"] = _dba_gallery(index, desc, self.options)
             scores = np.asarray(stage.rerank(np.asarray(scores, dtype=np.float32), **ctx), dtype=np.float32)
         return scores
 
 
-_DBA_CACHE: dict[tuple[int, int, float], np.ndarray] = {}
+_DBA_CACHE: dict[tuple[int, int, int, float], np.ndarray] = {}
 
 
-def _gallery(index, name: str, opts: RerankOptions, dba) -> np.ndarray:
-    desc = np.asarray(index.descriptors, dtype=np.float32)
-    if name != "dba":
-        return desc
-    key = (id(index), opts.qe_n, opts.qe_alpha)
+def _dba_gallery(index, desc: np.ndarray, opts: RerankOptions) -> np.ndarray:
+    """DBA-augmented gallery, computed once per index and parameters (the last one is kept)."""
+    from .expansion import dba
+
+    key = (id(index), len(index), opts.qe_n, opts.qe_alpha)
     if key not in _DBA_CACHE:
         _DBA_CACHE.clear()
         _DBA_CACHE[key] = dba(desc, n=opts.qe_n, alpha=opts.qe_alpha)
@@ -131,7 +131,11 @@ def build_pipeline(spec: str | Sequence[str] | None, options: RerankOptions | No
 
 
 class _ICFRRStage:
-    """ICFRR with K_q/K_g suggested from the collection when not given."""
+    """ICFRR with K_q/K_g suggested from the collection when not given.
+
+    One :class:`ICFRRReranker` is kept per score convention so its prepared gallery graph is
+    reused across calls on the same index.
+    """
 
     name = "icfrr"
 
@@ -139,17 +143,22 @@ class _ICFRRStage:
         self.options = options
         self._params_cls = params_cls
         self._reranker_cls = reranker_cls
+        self._rerankers: dict[tuple, Any] = {}
 
     def params_for(self, labels) -> Any:
         from .icfrr import suggest_params
 
-        base = suggest_params(labels)
         o = self.options
+        base = suggest_params(labels) if o.k_q is None or o.k_g is None else None
         return self._params_cls(
             k_q=o.k_q if o.k_q is not None else base.k_q,
             k_g=o.k_g if o.k_g is not None else base.k_g,
             beta=o.beta, max_iter=o.iterations, mode=o.icfrr_mode,
         )
 
-    def rerank(self, scores: np.ndarray, **ctx: Any) -> np.ndarray:
-        return self._reranker_cls(self.params_for(ctx["labels"])).rerank(scores, **ctx)
+    def rerank(self, scores: np.ndarray, *, scores_are: str = "dot", **ctx: Any) -> np.ndarray:
+        params = self.params_for(ctx["labels"])
+        key = (scores_are, params.k_q, params.k_g, params.beta, params.max_iter, params.mode)
+        if key not in self._rerankers:
+            self._rerankers = {key: self._reranker_cls(params, scores_are=scores_are)}
+        return self._rerankers[key].rerank(scores, **ctx)

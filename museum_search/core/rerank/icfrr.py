@@ -14,7 +14,9 @@ Conventions of this module
 --------------------------
 * **Input** of :func:`icfrr` is the ``(Q, G)`` matrix of query-reference *dot products* (what
   ``search.score_matrix`` produces), converted inside to ``s(0) = -D = -sqrt(max(0, 2 - 2 dot))``
-  (Eq. 4). Callers that already hold ``-D`` pass ``scores_are="neg_distance"``.
+  (Eq. 4). Scores outside [-1, 1] (beyond rounding) are refused rather than clamped: re-rank
+  with ICFRR before re-rankers that change the score scale, or pass ``scores_are="neg_distance"``
+  to use the given scores (e.g. ``-D``) as ``s(0)`` directly.
 * **Output** scores are the final ``s`` (float32, higher is better). They are *not* dot products:
   ``s(0)`` lies in ``[-2, 0]`` and every update adds ``beta * Delta`` with ``Delta`` in ``[0, 1]``.
   Rank them as everything else in the project: by descending score, ties by reference index
@@ -34,8 +36,9 @@ Every reranker class has a ``name`` and one method::
            query_descriptors=None, **context) -> np.ndarray
 
 ``scores`` is the ``(Q, G)`` matrix of query-reference dot products, ``descriptors`` the ``(G, D)``
-gallery, ``gallery_ranks`` the output of :func:`gallery_ranks` (optional: computed and cached from
-``descriptors`` when missing), ``labels`` the ``G`` instance ids of the gallery, and
+gallery as indexed (not DBA-augmented: ``DBAReranker`` augments it, or takes the cached result as
+``dba_gallery=``), ``gallery_ranks`` the output of :func:`gallery_ranks` (optional: computed and
+cached from ``descriptors`` when missing), ``labels`` the ``G`` instance ids of the gallery, and
 ``query_descriptors`` the ``(Q, D)`` queries. Keywords that a reranker does not use are accepted
 and ignored (``**context``), so the same call works for every reranker. The result is a
 ``(Q, G)`` float32 matrix, higher is better, ranked with ties by reference index.
@@ -60,8 +63,9 @@ import logging
 import math
 import time
 from collections import Counter
+from collections.abc import Generator, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generator, Hashable, Literal, Sequence
+from typing import Any, Literal
 
 import numpy as np
 import scipy.sparse as sp
@@ -90,9 +94,12 @@ log = logging.getLogger(__name__)
 
 Mode = Literal["paper", "reference"]
 
-# Elements (rows x columns) handled at once by the chunked loops: bounds temporary memory to a
-# few hundred MB whatever G is (about 60 bytes of temporaries per element).
+# Elements (rows x columns) handled at once by the chunked loops, to bound temporary memory
+# whatever G is: gallery-rank rows need about 40 bytes per element (4M elements: ~160 MB),
+# ICFRR query rows about 100 bytes per query-reference pair (2M pairs: ~200 MB).
 _CHUNK_ELEMENTS = 1 << 22
+_QUERY_CHUNK_ELEMENTS = 1 << 21
+_DOT_SLACK = 1e-3  # rounding tolerance of dot products of unit vectors beyond [-1, 1]
 
 
 # --------------------------------------------------------------------------------------------
@@ -124,8 +131,11 @@ def _desc_bits(s: np.ndarray) -> np.ndarray:
     """
     s = np.asarray(s, dtype=np.float32) + np.float32(0.0)  # -0.0 -> +0.0 (also copies)
     b = s.view(np.uint32)
-    neg = (b >> np.uint32(31)).astype(bool)
-    return np.where(neg, b, b ^ np.uint32(0x7FFFFFFF))
+    flip = b >> np.uint32(31)  # 1 for negative floats, 0 otherwise
+    flip -= np.uint32(1)  # 0 for negative, 0xFFFFFFFF otherwise (wraps)
+    flip &= np.uint32(0x7FFFFFFF)
+    b ^= flip
+    return b
 
 
 _LOW32 = np.uint64(0xFFFFFFFF)
@@ -522,6 +532,7 @@ _DENSE_FLOPS = 8e10
 _DENSE_OVERHEAD_SECONDS = 2e-3
 _SPARSE_PAIR_SECONDS = 5e-9
 _DENSE_MAX_BYTES = 1 << 28  # dense weights are used only up to 256 MB (G <= 8192)
+_FEW_DESCENTS = 0.2  # below this fraction of out-of-order neighbours, re-sort with merge sort
 
 
 @dataclass(frozen=True, eq=False)
@@ -618,25 +629,28 @@ def _run_chunk(s0: np.ndarray, graph: ICFRRGraph, p: ICFRRParams, kq: int):
         # Keys of the new scores laid out in the previous order: the ranking is unchanged iff
         # they are already ascending (keys are unique); only the other rows are sorted again.
         k = _keys(np.take_along_axis(s[sel], o, axis=1), o)
-        changed = np.any(k[:, 1:] < k[:, :-1], axis=1)
+        descents = np.count_nonzero(k[:, 1:] < k[:, :-1], axis=1)
+        changed = descents > 0
         iters[sel] = it
         conv[sel] = ~changed
-        if changed.any():
-            kc = k[changed]
-            kc.sort(axis=1, kind="stable")  # adaptive merge sort: fast on nearly sorted rows
+        if it < p.max_iter and changed.any():  # (the last ranking is not needed)
+            kc = k if changed.all() else k[changed]
+            # Keys are unique, so any sort gives the same result: the adaptive merge sort is
+            # much faster when few references moved, the vectorized quicksort when many did.
+            few = descents.sum() < _FEW_DESCENTS * kc.size
+            kc.sort(axis=1, kind="stable" if few else "quicksort")
             kc &= _LOW32
             new_o = kc.astype(np.intp)
             rows = active[changed]
-            if it < p.max_iter:
-                # Delta depends only on the top-K_q *set*: update it for the rows whose set
-                # changed (rows with an unchanged ranking keep their Delta).
-                new_ind = np.zeros((len(rows), g), dtype=np.float32)
-                np.put_along_axis(new_ind, new_o[:, :kq], 1.0, axis=1)
-                diff = new_ind - ind[rows]
-                moved = np.any(diff != 0, axis=1)
-                if moved.any():
-                    delta[rows[moved]] += graph.product(diff[moved], 2 * kq)
-                    ind[rows[moved]] = new_ind[moved]
+            # Delta depends only on the top-K_q *set*: update it for the rows whose set
+            # changed (rows with an unchanged ranking keep their Delta).
+            new_ind = np.zeros((len(rows), g), dtype=np.float32)
+            np.put_along_axis(new_ind, new_o[:, :kq], 1.0, axis=1)
+            diff = new_ind - ind[rows]
+            moved = np.any(diff != 0, axis=1)
+            if moved.any():
+                delta[rows[moved]] += graph.product(diff[moved], 2 * kq)
+                ind[rows[moved]] = new_ind[moved]
             order[rows] = new_o
         if p.stop_when_stable:
             active = active[changed]
@@ -661,6 +675,13 @@ def _initial_scores(query_scores: np.ndarray, scores_are: str) -> np.ndarray:
     if not np.all(np.isfinite(q)):
         raise ValueError("query scores contain NaN or infinite values")
     if scores_are == "dot":
+        if q.size and (q.max() > 1 + _DOT_SLACK or q.min() < -1 - _DOT_SLACK):
+            raise ValueError(
+                f"query scores range over [{q.min():.3g}, {q.max():.3g}]: not dot products of "
+                "L2-normalized descriptors, and -D = -sqrt(2 - 2 dot) would clamp them. Give ICFRR "
+                "the dot products (re-rank with it before re-rankers that change the score scale), "
+                "or pass scores_are='neg_distance' to use the scores as s(0) directly"
+            )
         return neg_distance(q)
     if scores_are == "neg_distance":
         return np.asarray(q, dtype=np.float32) + np.float32(0.0)
@@ -678,7 +699,10 @@ def icfrr(
     """ICFRR re-ranking of a batch of queries (section 3.2, Eq. 3-6).
 
     ``query_scores``: (Q, G) query-reference dot products (``scores_are="dot"``, converted to
-    ``s(0) = -D``, Eq. 4) or ``-D`` itself (``scores_are="neg_distance"``).
+    ``s(0) = -D``, Eq. 4; values outside [-1, 1] beyond rounding are refused, since the
+    conversion would clamp them) or ``-D`` itself (``scores_are="neg_distance"``: the values are
+    used as ``s(0)`` as they are, so any higher-is-better score on a comparable scale works;
+    ``beta * Delta`` adds at most ``beta``).
     ``gallery_ranks``: :func:`gallery_ranks` output, or a :class:`ICFRRGraph` from
     :func:`prepare_graph` (reuse it across batches with the same ``k_g``).
     Returns :class:`ICFRRResult` with float32 final scores (higher is better).
@@ -703,10 +727,12 @@ def icfrr(
 
     Arithmetic: float32 scores (as the project), integer Delta sums (exact, see
     :class:`ICFRRGraph`), so chunked, unchunked and :func:`icfrr_loop` results are bit-identical.
-    Memory: about 60 bytes per query-reference pair of a chunk; ``chunk_size`` queries at a time
-    (default: about 4M pairs per chunk), never Q x G x G.
-    Cost per query: one O(K_q K_g) sparse product, then per iteration an O(G) nearly-sorted merge
-    sort and an update over the references that entered or left the top K_q.
+    Memory: about 100 bytes per query-reference pair of a chunk; ``chunk_size`` queries at a time
+    (default: about 2M pairs, ~200 MB, per chunk), never Q x G x G.
+    Cost per query: Delta from one sparse product, O(K_q K_g) (or a dense GEMM row, O(G^2), when
+    that is cheaper: large K, small G); then per iteration a check that the ranking is still
+    sorted (O(G)), a re-sort of the rows that changed (O(G log G), nearly linear when little
+    moved) and a Delta update over only the references that entered or left the top K_q.
     """
     if not isinstance(params, ICFRRParams):
         raise TypeError("params must be an ICFRRParams")
@@ -722,7 +748,7 @@ def icfrr(
         conv[:] = g < 2
         return ICFRRResult(s0, iters, conv)
     kq = min(params.k_q, g)
-    step = chunk_size if chunk_size is not None else max(1, _CHUNK_ELEMENTS // g)
+    step = chunk_size if chunk_size is not None else max(1, _QUERY_CHUNK_ELEMENTS // g)
     if step < 1:
         raise ValueError("chunk_size must be at least 1")
     out = np.empty_like(s0)
@@ -794,7 +820,7 @@ def suggest_params(labels: Sequence[Hashable], *, beta: float = 0.5, max_iter: i
     counts = list(Counter(labels).values())
     if not counts:
         raise ValueError("no labels: cannot suggest ICFRR parameters for an empty gallery")
-    k = max(1, int(math.floor(0.5 * float(np.median(counts)) + 0.5)))
+    k = max(1, math.floor(0.5 * float(np.median(counts)) + 0.5))
     return ICFRRParams(k_q=k, k_g=k, beta=beta, max_iter=max_iter)
 
 
@@ -808,9 +834,16 @@ class ICFRRReranker:
 
     name = "icfrr"
 
-    def __init__(self, params: ICFRRParams | None = None, *, chunk_size: int | None = None):
+    def __init__(
+        self,
+        params: ICFRRParams | None = None,
+        *,
+        chunk_size: int | None = None,
+        scores_are: Literal["dot", "neg_distance"] = "dot",
+    ):
         self.params = params
         self.chunk_size = chunk_size
+        self.scores_are = scores_are
         self._ranks_cache: tuple[np.ndarray, np.ndarray] | None = None  # (descriptors, ranks)
         self._graph_cache: tuple[np.ndarray, int, ICFRRGraph] | None = None  # (ranks, k_g, graph)
         self.last_result: ICFRRResult | None = None
@@ -843,7 +876,9 @@ class ICFRRReranker:
         kg = max(0, min(params.k_g, ranks.shape[0] - 1))
         if self._graph_cache is None or self._graph_cache[0] is not ranks or self._graph_cache[1] != kg:
             self._graph_cache = (ranks, kg, prepare_graph(ranks, kg))
-        res = icfrr(np.atleast_2d(scores), self._graph_cache[2], params, chunk_size=self.chunk_size)
+        res = icfrr(
+            np.atleast_2d(scores), self._graph_cache[2], params, scores_are=self.scores_are, chunk_size=self.chunk_size
+        )
         self.last_result = res
         return res.scores
 

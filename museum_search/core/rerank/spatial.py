@@ -4,12 +4,16 @@ For each query, the ``top_n`` references with the best global scores are verifie
 
 1. local features (SIFT, or ORB where this OpenCV has no SIFT) of both images, each resized so
    that its longest side is at most ``max_side`` px, at most ``max_keypoints`` keypoints;
-2. nearest-neighbour matches that pass Lowe's ratio test (``ratio``), one match per reference
+2. nearest-neighbour matches (L2 for SIFT, found with one BLAS matrix product per block of
+   references; Hamming for ORB) that pass Lowe's ratio test (``ratio``), one match per reference
    keypoint (the closest);
-3. a homography fitted by RANSAC (``ransac_threshold`` px, needs at least 4 matches); its inliers
-   are counted. A degenerate homography (mirroring: determinant ≤ 0; a scale change beyond
-   ``max_scale``; the query's corners mapped through infinity or onto a non-convex quadrilateral)
-   counts as 0 inliers.
+3. a homography fitted by ``cv2.findHomography`` with ``cv2.RANSAC`` (``estimator="usac"`` or
+   ``"magsac"``: OpenCV's USAC variants, as accurate here and much faster on the hopeless pairs
+   where plain RANSAC runs all its 2000 iterations), reprojection threshold ``ransac_threshold``
+   px, at least 4 matches; its inliers are counted. A degenerate homography (mirroring: determinant ≤ 0; a scale change beyond
+   ``max_scale``; the reference's corners mapped through infinity or onto a non-convex quadrilateral)
+   counts as 0 inliers. The homography is fitted from the reference to the query, so this test maps
+   the reference's outline (the painting, seen from in front) into the query photo.
 
 The new score of a verified reference is::
 
@@ -17,7 +21,8 @@ The new score of a verified reference is::
 
 so it is monotone in both the global score and the inlier count; with the defaults
 (``weight=1``, ``inlier_cap=50``) every inlier is worth 0.02 of cosine similarity, and 50 or more
-inliers add 1.0, more than the whole spread of global scores in a typical top-20. References
+inliers add 1.0, which outweighs any difference of global scores within a top-N (a true match of a
+painting typically has 50–500 inliers, a wrong reference 0–6). References
 outside the top-N keep their scores. Because the bonus is never negative, every verified
 reference still scores at least as high as every unverified one, so the unverified references stay
 in place after the top-N (ties keep the row order of :func:`museum_search.core.search.top_k`).
@@ -25,8 +30,9 @@ in place after the top-N (ties keep the row order of :func:`museum_search.core.s
 Note that RANSAC always "explains" 4 matches with a homography, so a handful of inliers (about
 4–8) is noise; only counts well above that mean a match.
 
-Reference features are cached per index: in memory (least recently used first out, at most
-``memory_cache`` references) and, when the index has a folder (``index.path``), on disk in
+Reference features are cached per index: in memory, shared by all re-rankers of the process
+(least recently used first out, at most ``memory_cache`` references per index;
+:func:`clear_memory_cache` empties it) and, when the index has a folder (``index.path``), on disk in
 ``<index>/spatial-<feature>-<max_side>-<max_keypoints>/<sha1 of the relative path>.npz``
 (``np.savez``, read back with ``allow_pickle=False``). Every entry records the reference's
 relative path, file size and modification time (ns), the feature settings and the OpenCV version;
@@ -47,14 +53,16 @@ import time
 import weakref
 import zipfile
 from collections import OrderedDict
+from collections.abc import Generator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Generator, Sequence
+from typing import Any
 
 import cv2
 import numpy as np
 
 from ..errors import ImageError, MuseumSearchError
+from ..images import load_image
 
 log = logging.getLogger(__name__)
 
@@ -284,42 +292,50 @@ def homography_is_plausible(H: np.ndarray, width: float, height: float, max_scal
     return bool(np.all(cross > 0) or np.all(cross < 0))
 
 
-def _inliers_of(src: np.ndarray, dst: np.ndarray, params: SpatialParams, size_a: tuple[float, float]) -> int:
-    """Inliers of the robust homography src → dst; 0 when there is none or it is degenerate."""
+def _inliers_of(src: np.ndarray, dst: np.ndarray, params: SpatialParams, size_b: tuple[float, float]) -> int:
+    """Inliers of the robust homography from the reference (b) to the query (a); 0 if degenerate.
+
+    The homography is fitted from b to a so that the degeneracy test can map b's outline (the
+    painting, which must be seen from in front) into the query.
+    """
     if len(src) < MIN_MATCHES:
         return 0
     method = getattr(cv2, _ESTIMATORS[params.estimator])
     try:
-        H, mask = cv2.findHomography(src.reshape(-1, 1, 2), dst.reshape(-1, 1, 2), method,
+        H, mask = cv2.findHomography(dst.reshape(-1, 1, 2), src.reshape(-1, 1, 2), method,
                                      params.ransac_threshold, maxIters=2000, confidence=0.995)
     except cv2.error as exc:  # a degenerate point set can make some estimators fail
         log.debug("homography estimation failed: %s", exc)
         return 0
     if H is None or mask is None:
         return 0
-    if not homography_is_plausible(H, size_a[0], size_a[1], params.max_scale):
+    if not homography_is_plausible(H, size_b[0], size_b[1], params.max_scale):
         return 0
     return int(np.count_nonzero(mask))
 
 
-def verify_features(fa: Features, fb: Features, params: SpatialParams | None = None,
-                    size_a: tuple[float, float] | None = None) -> int:
-    """Inliers of the RANSAC homography from a's keypoints to b's (0 when there is none).
+def _extent(pts: np.ndarray) -> tuple[float, float]:
+    return (float(pts[:, 0].max()) + 1.0, float(pts[:, 1].max()) + 1.0) if len(pts) else (1.0, 1.0)
 
-    ``size_a`` (width, height of image a in the resized frame) is used by the degeneracy check; by
-    default it is the bounding box of a's keypoints.
+
+def verify_features(fa: Features, fb: Features, params: SpatialParams | None = None,
+                    size_b: tuple[float, float] | None = None) -> int:
+    """Inliers of the RANSAC homography between a's keypoints (query) and b's (reference).
+
+    ``size_b`` (width, height of image b in the resized frame) is used by the degeneracy check; by
+    default it is the extent of b's keypoints.
     """
-    return verify_many(fa, [fb], params, size_a)[0]
+    return verify_many(fa, [fb], params, None if size_b is None else [size_b])[0]
 
 
 def verify_many(fa: Features, refs: Sequence[Features], params: SpatialParams | None = None,
-                size_a: tuple[float, float] | None = None) -> list[int]:
-    """:func:`verify_features` of a against each of ``refs`` (matching is batched)."""
+                sizes: Sequence[tuple[float, float]] | None = None) -> list[int]:
+    """:func:`verify_features` of query a against each of ``refs`` (matching is batched)."""
     params = params or SpatialParams()
-    if size_a is None:
-        pa = fa[0]
-        size_a = (float(pa[:, 0].max()) + 1.0, float(pa[:, 1].max()) + 1.0) if len(pa) else (1.0, 1.0)
-    return [_inliers_of(src, dst, params, size_a) for src, dst in match_features(fa, refs, params)]
+    if sizes is None:
+        sizes = [_extent(fb[0]) for fb in refs]
+    return [_inliers_of(src, dst, params, size)
+            for (src, dst), size in zip(match_features(fa, refs, params), sizes)]
 
 
 def _resized_size(image: np.ndarray, max_side: int) -> tuple[float, float]:
@@ -329,11 +345,15 @@ def _resized_size(image: np.ndarray, max_side: int) -> tuple[float, float]:
 
 
 def verify_pair(img_a: np.ndarray, img_b: np.ndarray, params: SpatialParams | None = None) -> int:
-    """Number of RANSAC homography inliers between two RGB images (0 if not verifiable)."""
+    """Number of RANSAC homography inliers between two RGB images (0 if not verifiable).
+
+    ``img_a`` plays the query, ``img_b`` the reference (whose outline must map to a convex
+    quadrilateral in ``img_a``).
+    """
     params = params or SpatialParams()
     fa = extract_features(img_a, params)
     fb = extract_features(img_b, params)
-    return verify_features(fa, fb, params, _resized_size(img_a, params.max_side))
+    return verify_features(fa, fb, params, _resized_size(img_b, params.max_side))
 
 
 def blend(global_scores: np.ndarray, inliers: np.ndarray, params: SpatialParams) -> np.ndarray:
@@ -347,23 +367,28 @@ def blend(global_scores: np.ndarray, inliers: np.ndarray, params: SpatialParams)
 
 def _load_rgb(path: str | os.PathLike, max_side: int) -> np.ndarray:
     """The image at ``path`` as RGB uint8, at most ``max_side`` px; raises :class:`ImageError`."""
-    try:
-        from ..images import load_image
-    except ImportError:  # pragma: no cover - museum_search.core.images not available
-        load_image = None
-    if load_image is not None:
-        return load_image(path, max_side=max_side)
-    try:
-        data = np.fromfile(str(path), dtype=np.uint8)
-    except OSError as exc:
-        raise ImageError(path, f"cannot be read ({exc.strerror or exc})") from None
-    img = cv2.imdecode(data, cv2.IMREAD_COLOR) if data.size else None
-    if img is None:
-        raise ImageError(path, "is not a readable image")
-    return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+    return load_image(path, max_side=max_side)
 
 
 # ---- the re-ranker --------------------------------------------------------------------------
+
+# In-memory reference features, shared by every re-ranker of the process (a pipeline is often
+# rebuilt for each search): index → {feature settings → {row: (cache key, features, resized
+# (width, height))}}, least recently used first; features None: that version of the file is
+# unreadable. An index that is garbage-collected takes its entries with it.
+_MEMORY: weakref.WeakKeyDictionary[Any, dict[tuple, OrderedDict[int, tuple[dict, Any, Any]]]] = (
+    weakref.WeakKeyDictionary()
+)
+_WARNED: set[tuple] = set()  # unreadable file versions already logged
+_LOCK = threading.Lock()
+
+
+def clear_memory_cache() -> None:
+    """Forget every reference's features kept in memory (the disk caches stay)."""
+    with _LOCK:
+        _MEMORY.clear()
+        _WARNED.clear()
+
 
 
 class SpatialReranker:
@@ -373,10 +398,6 @@ class SpatialReranker:
 
     def __init__(self, params: SpatialParams | None = None):
         self.params = params or SpatialParams()
-        self._memory: "weakref.WeakKeyDictionary[Any, OrderedDict[int, tuple[tuple, Features]]]" = (
-            weakref.WeakKeyDictionary()
-        )
-        self._lock = threading.Lock()
         self._disk_failed: set[str] = set()
         self.stats = {"computed": 0, "disk_hits": 0, "memory_hits": 0, "unreadable": 0}
 
@@ -386,6 +407,14 @@ class SpatialReranker:
                 f"+{p.weight:g}·min(inliers,{p.inlier_cap})/{p.inlier_cap})")
 
     # ---- reference features (cached) ---------------------------------------------------------
+    def _settings(self) -> tuple:
+        p = self.params
+        return (p.effective_feature, p.max_side, p.max_keypoints)
+
+    def _memory(self, index) -> OrderedDict:
+        """This index's in-memory cache for these feature settings (call with ``_LOCK`` held)."""
+        return _MEMORY.setdefault(index, {}).setdefault(self._settings(), OrderedDict())
+
     def _cache_dir(self, index) -> Path | None:
         if getattr(index, "path", None) is None:
             return None
@@ -408,15 +437,15 @@ class SpatialReranker:
         """Features of reference ``row`` and its resized (width, height); None if unreadable."""
         key = self._key(index, row)
         if key is None:
-            self._unreadable(index, row, "file not found")
+            self._unreadable(index, row, "file not found", ("missing", index.items[row].path))
             return None
-        with self._lock:
-            mem = self._memory.setdefault(index, OrderedDict())
+        with _LOCK:
+            mem = self._memory(index)
             hit = mem.get(row)
             if hit is not None and hit[0] == key:
                 mem.move_to_end(row)
                 self.stats["memory_hits"] += 1
-                return hit[1], hit[2]
+                return None if hit[1] is None else (hit[1], hit[2])
         cache_dir = self._cache_dir(index)
         cache_file = None
         got = None
@@ -430,24 +459,32 @@ class SpatialReranker:
                 img = _load_rgb(index.abspath(row), self.params.max_side)
                 feats = extract_features(img, self.params)
             except (ImageError, OSError, ValueError, cv2.error) as exc:
-                self._unreadable(index, row, str(exc))
+                self._unreadable(index, row, getattr(exc, "reason", None) or str(exc), tuple(key.values()))
+                with _LOCK:  # remember that this version of the file is unreadable
+                    self._memory(index)[row] = (key, None, None)
                 return None
             got = feats, _resized_size(img, self.params.max_side)
             self.stats["computed"] += 1
             if cache_file is not None:
                 self._write_disk(cache_file, key, got)
-        with self._lock:
-            mem = self._memory.setdefault(index, OrderedDict())
+        with _LOCK:
+            mem = self._memory(index)
             mem[row] = (key, got[0], got[1])
             mem.move_to_end(row)
             while len(mem) > self.params.memory_cache:
                 mem.popitem(last=False)
         return got
 
-    def _unreadable(self, index, row: int, reason: str) -> None:
-        self.stats["unreadable"] += 1
-        log.warning("spatial verification: reference %s cannot be read (%s); counted as 0 inliers",
-                    index.abspath(row), reason)
+    def _unreadable(self, index, row: int, reason: str, what: tuple) -> None:
+        """Log an unreadable reference once per file version (then at debug level)."""
+        with _LOCK:
+            first = what not in _WARNED
+            _WARNED.add(what)
+        if first:
+            self.stats["unreadable"] += 1
+        log.log(logging.WARNING if first else logging.DEBUG,
+                "spatial verification: reference %s cannot be read (%s); counted as 0 inliers",
+                index.abspath(row), reason)
 
     @staticmethod
     def _read_disk(path: Path, key: dict[str, Any]) -> tuple[Features, tuple[float, float]] | None:
@@ -487,16 +524,16 @@ class SpatialReranker:
             tmp.unlink(missing_ok=True)
 
     # ---- verification --------------------------------------------------------------------------
-    def _query_features(self, query_image: np.ndarray) -> tuple[Features, tuple[float, float]]:
-        return extract_features(query_image, self.params), _resized_size(query_image, self.params.max_side)
+    def _query_features(self, query_image: np.ndarray) -> Features:
+        return extract_features(query_image, self.params)
 
-    def _verify(self, q: tuple[Features, tuple[float, float]], rows: Sequence[int], index) -> np.ndarray:
+    def _verify(self, q: Features, rows: Sequence[int], index) -> np.ndarray:
         """Inliers of the query against each reference row (0 for unreadable references)."""
         refs = [self.reference_features(index, int(r)) for r in rows]
         ok = [j for j, ref in enumerate(refs) if ref is not None]
         inl = np.zeros(len(rows), np.int64)
         if ok:
-            inl[ok] = verify_many(q[0], [refs[j][0] for j in ok], self.params, q[1])
+            inl[ok] = verify_many(q, [refs[j][0] for j in ok], self.params, [refs[j][1] for j in ok])
         return inl
 
     def inliers(self, query_image: np.ndarray, reference_row: int, index) -> int:

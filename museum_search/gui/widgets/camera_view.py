@@ -30,8 +30,14 @@ log = logging.getLogger(__name__)
 class ImageView(QWidget):
     """Paints one image scaled to fit (aspect preserved, centred), or a message when it has none."""
 
-    def __init__(self, placeholder: str = "", parent: QWidget | None = None):
+    def __init__(self, placeholder: str = "", parent: QWidget | None = None,
+                 alignment: Qt.AlignmentFlag = Qt.AlignmentFlag.AlignCenter, dark: bool = True):
+        """``alignment`` places a letterboxed image; ``dark``: a dark backdrop around the image
+        (video), else the window colour (a photo on the page). Messages always sit on the dark
+        backdrop so that an empty view reads as a screen."""
         super().__init__(parent)
+        self._alignment = alignment
+        self._dark = dark
         self._image: QImage | None = None
         self._message = placeholder
         self._error = False
@@ -39,7 +45,7 @@ class ImageView(QWidget):
         self.setMinimumSize(160, 120)
         self.setAttribute(Qt.WidgetAttribute.WA_OpaquePaintEvent, True)
 
-    def sizeHint(self) -> QSize:  # noqa: N802 - Qt API
+    def sizeHint(self) -> QSize:
         return QSize(480, 360)
 
     def set_image(self, image: np.ndarray | QImage | None) -> None:
@@ -72,11 +78,17 @@ class ImageView(QWidget):
         w, h = self._image.width(), self._image.height()
         scale = min(self.width() / w, self.height() / h)
         dw, dh = w * scale, h * scale
-        return QRectF((self.width() - dw) / 2, (self.height() - dh) / 2, dw, dh)
+        a = self._alignment
+        x = 0.0 if a & Qt.AlignmentFlag.AlignLeft else (self.width() - dw if a & Qt.AlignmentFlag.AlignRight
+                                                        else (self.width() - dw) / 2)
+        y = 0.0 if a & Qt.AlignmentFlag.AlignTop else (self.height() - dh if a & Qt.AlignmentFlag.AlignBottom
+                                                       else (self.height() - dh) / 2)
+        return QRectF(x, y, dw, dh)
 
-    def paintEvent(self, event) -> None:  # noqa: N802 - Qt API
+    def paintEvent(self, event) -> None:
         p = QPainter(self)
-        p.fillRect(self.rect(), self.palette().color(QPalette.ColorRole.Dark))
+        backdrop = QPalette.ColorRole.Dark if self._dark or self._image is None else QPalette.ColorRole.Window
+        p.fillRect(self.rect(), self.palette().color(backdrop))
         if self._image is not None:
             p.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform, True)
             p.drawImage(self.image_rect(), self._image)
@@ -125,7 +137,7 @@ class CameraWorker(QThread):
         try:
             try:
                 src.open()
-            except Exception as exc:  # noqa: BLE001 - any failure becomes a message in the view
+            except Exception as exc:
                 log.debug("camera %r failed to open", src, exc_info=True)
                 self.failed.emit(error_message(exc))
                 return
@@ -138,7 +150,7 @@ class CameraWorker(QThread):
                     break
                 try:
                     frame = src.read()
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:
                     log.debug("camera %r failed while reading", src, exc_info=True)
                     self.failed.emit(error_message(exc))
                     return
@@ -156,7 +168,7 @@ class CameraWorker(QThread):
         finally:
             try:
                 src.close()
-            except Exception:  # noqa: BLE001 - closing must never take the GUI down
+            except Exception:
                 log.debug("closing camera %r failed", src, exc_info=True)
 
 
@@ -254,6 +266,6 @@ class CameraView(QWidget):
             self.stopped.emit()
         w.deleteLater()
 
-    def closeEvent(self, event) -> None:  # noqa: N802 - Qt API
+    def closeEvent(self, event) -> None:
         self.stop(message=None)
         super().closeEvent(event)

@@ -14,12 +14,18 @@ signal); a card shows a placeholder until then.
 from __future__ import annotations
 
 import html
-from typing import Sequence
+from collections.abc import Sequence
 
 from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QFontMetrics, QPixmap
 from PySide6.QtWidgets import (
-    QFrame, QGridLayout, QLabel, QScrollArea, QSizePolicy, QVBoxLayout, QWidget,
+    QFrame,
+    QGridLayout,
+    QLabel,
+    QScrollArea,
+    QSizePolicy,
+    QVBoxLayout,
+    QWidget,
 )
 
 from ...core.search import Result
@@ -128,12 +134,12 @@ class ResultCard(QFrame):
         self.style().unpolish(self)
         self.style().polish(self)
 
-    def mousePressEvent(self, event) -> None:  # noqa: N802 - Qt API
+    def mousePressEvent(self, event) -> None:
         if event.button() == Qt.MouseButton.LeftButton:
             self.clicked.emit(self)
         super().mousePressEvent(event)
 
-    def mouseDoubleClickEvent(self, event) -> None:  # noqa: N802 - Qt API
+    def mouseDoubleClickEvent(self, event) -> None:
         if event.button() == Qt.MouseButton.LeftButton:
             self.activated.emit(self.result)
             event.accept()
@@ -185,7 +191,7 @@ class ResultGrid(QWidget):
         self._cache = ThumbnailCache.instance()
         self._cache.ready.connect(self._thumbnail_ready)
 
-    def sizeHint(self) -> QSize:  # noqa: N802 - Qt API
+    def sizeHint(self) -> QSize:
         return QSize(4 * (self.thumb_size + 30), 2 * (self.thumb_size + 110))
 
     # ---- content -------------------------------------------------------------------------
@@ -262,11 +268,11 @@ class ResultGrid(QWidget):
             self.grid.addWidget(card, i // cols, i % cols)
             card.show()
 
-    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt API
+    def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
         self._relayout()
 
-    def showEvent(self, event) -> None:  # noqa: N802 - Qt API
+    def showEvent(self, event) -> None:
         super().showEvent(event)
         self._relayout()
 
@@ -287,7 +293,7 @@ class ResultGrid(QWidget):
         self.setFocus(Qt.FocusReason.MouseFocusReason)
         self.selection_changed.emit(card.result)
 
-    def keyPressEvent(self, event) -> None:  # noqa: N802 - Qt API
+    def keyPressEvent(self, event) -> None:
         key = event.key()
         if key in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and self._selected is not None:
             self.activated.emit(self._selected.result)

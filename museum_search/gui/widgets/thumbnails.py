@@ -30,13 +30,45 @@ from typing import Any
 
 import numpy as np
 from PySide6.QtCore import (
-    QAbstractListModel, QModelIndex, QObject, QPersistentModelIndex, QPointF, QRect, QRunnable, QSize,
-    QSortFilterProxyModel, Qt, QThreadPool, QTimer, Signal,
+    QAbstractListModel,
+    QEvent,
+    QModelIndex,
+    QObject,
+    QPersistentModelIndex,
+    QPointF,
+    QRect,
+    QRunnable,
+    QSize,
+    QSortFilterProxyModel,
+    Qt,
+    QThreadPool,
+    QTimer,
+    Signal,
 )
-from PySide6.QtGui import QColor, QFont, QFontMetrics, QIcon, QImage, QPainter, QPalette, QPen, QPixmap, QPolygonF
+from PySide6.QtGui import (
+    QColor,
+    QFont,
+    QFontMetrics,
+    QIcon,
+    QImage,
+    QPainter,
+    QPalette,
+    QPen,
+    QPixmap,
+    QPolygonF,
+)
 from PySide6.QtWidgets import (
-    QAbstractItemView, QApplication, QHBoxLayout, QLabel, QLineEdit, QListView, QStyle, QStyledItemDelegate,
-    QStyleOptionViewItem, QVBoxLayout, QWidget,
+    QAbstractItemView,
+    QApplication,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QListView,
+    QStyle,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
+    QVBoxLayout,
+    QWidget,
 )
 
 from ...core.errors import ImageError
@@ -45,8 +77,16 @@ from ...core.images import load_image
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "ThumbnailCache", "numpy_to_qimage", "CollectionModel", "CollectionFilterModel",
-    "ThumbnailBrowser", "ThumbnailDelegate", "SEARCH_ROLE", "PATH_ROLE", "ROW_ROLE", "THUMB_ROLE",
+    "PATH_ROLE",
+    "ROW_ROLE",
+    "SEARCH_ROLE",
+    "THUMB_ROLE",
+    "CollectionFilterModel",
+    "CollectionModel",
+    "ThumbnailBrowser",
+    "ThumbnailCache",
+    "ThumbnailDelegate",
+    "numpy_to_qimage",
 ]
 
 #: Default memory budget of the cache (decoded pixels, 4 bytes each).
@@ -91,13 +131,13 @@ class _Signals(QObject):
 class _Runner(QRunnable):
     """Decodes queued thumbnails, newest request first, until the queue is empty."""
 
-    def __init__(self, cache: "ThumbnailCache"):
+    def __init__(self, cache: ThumbnailCache):
         super().__init__()
         self._cache = cache
         self._signals = cache._signals
         self.setAutoDelete(True)
 
-    def run(self) -> None:  # noqa: D401 - Qt API
+    def run(self) -> None:
         cache = self._cache
         while True:
             key = cache._next_job()
@@ -110,7 +150,7 @@ class _Runner(QRunnable):
                 result = exc.reason
             except (OSError, ValueError, MemoryError) as exc:
                 result = f"cannot be read: {exc}"
-            except Exception as exc:  # noqa: BLE001 - a thumbnail must never kill the thread
+            except Exception as exc:
                 log.debug("thumbnail of %s failed", path, exc_info=True)
                 result = f"cannot be shown ({type(exc).__name__}: {exc})"
             self._signals.loaded.emit(path, size, result)
@@ -121,7 +161,7 @@ class ThumbnailCache(QObject):
 
     ready = Signal(str, int)  # path, size: get(path, size) now returns a pixmap
 
-    _instance: "ThumbnailCache | None" = None
+    _instance: ThumbnailCache | None = None
 
     def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, threads: int | None = None, parent: QObject | None = None):
         super().__init__(parent)
@@ -140,7 +180,7 @@ class ThumbnailCache(QObject):
         self._signals.loaded.connect(self._on_loaded, Qt.ConnectionType.QueuedConnection)
 
     @classmethod
-    def instance(cls) -> "ThumbnailCache":
+    def instance(cls) -> ThumbnailCache:
         if cls._instance is None:
             cls._instance = cls()
         return cls._instance
@@ -393,7 +433,7 @@ class CollectionModel(QAbstractListModel):
     def search_text(self, row: int) -> str:
         return self._search[row]
 
-    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: N802, B008
+    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
         return 0 if parent.isValid() else len(self._paths)
 
     def data(self, idx: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
@@ -464,7 +504,7 @@ class CollectionFilterModel(QSortFilterProxyModel):
         # (thousands of scattered removals would each update a 10,000-item view).
         self.invalidate()
 
-    def setSourceModel(self, model) -> None:  # noqa: N802 - Qt API
+    def setSourceModel(self, model) -> None:
         super().setSourceModel(model)
         if isinstance(model, CollectionModel):
             model.modelAboutToBeReset.connect(self._source_reset)
@@ -472,7 +512,7 @@ class CollectionFilterModel(QSortFilterProxyModel):
     def _source_reset(self) -> None:
         self._accept = None
 
-    def filterAcceptsRow(self, source_row: int, source_parent: QModelIndex | QPersistentModelIndex) -> bool:  # noqa: N802
+    def filterAcceptsRow(self, source_row: int, source_parent: QModelIndex | QPersistentModelIndex) -> bool:
         if not self._words:
             return True
         accept = self._accept
@@ -494,10 +534,13 @@ class ThumbnailDelegate(QStyledItemDelegate):
     def __init__(self, thumb_size: int, parent: QObject | None = None):
         super().__init__(parent)
         self.thumb_size = int(thumb_size)
+        self.item_width = self.thumb_size + 2 * _PAD  # widened by the browser to fill its rows
 
-    def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex) -> QSize:  # noqa: N802
-        fm = option.fontMetrics
-        return QSize(self.thumb_size + 2 * _PAD, self.thumb_size + 2 * fm.lineSpacing() + 3 * _PAD)
+    def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex) -> QSize:
+        return QSize(self.item_width, self.item_height(option.fontMetrics))
+
+    def item_height(self, fm: QFontMetrics) -> int:
+        return self.thumb_size + 2 * fm.lineSpacing() + 3 * _PAD
 
     def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: QModelIndex) -> None:
         opt = QStyleOptionViewItem(option)  # state, rect, palette: enough for the item panel
@@ -544,6 +587,7 @@ class ThumbnailDelegate(QStyledItemDelegate):
 
 
 _PAD = 4
+_GAP = 8  # between items
 
 
 class ThumbnailBrowser(QWidget):
@@ -576,9 +620,10 @@ class ThumbnailBrowser(QWidget):
         self.view.setBatchSize(256)
         self.view.setUniformItemSizes(True)
         self.view.setIconSize(QSize(self.thumb_size, self.thumb_size))
-        self.view.setSpacing(6)
         self.delegate = ThumbnailDelegate(self.thumb_size, self.view)
         self.view.setItemDelegate(self.delegate)
+        self.view.viewport().installEventFilter(self)
+        self._fit_columns()
         self.view.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         self.view.setVerticalScrollMode(QAbstractItemView.ScrollMode.ScrollPerPixel)
         self.view.verticalScrollBar().setSingleStep(24)
@@ -606,6 +651,23 @@ class ThumbnailBrowser(QWidget):
     def set_index(self, index) -> None:
         self.model.set_index(index)
         self._update_count()
+
+    def eventFilter(self, obj: QObject, event) -> bool:
+        if obj is self.view.viewport() and event.type() == QEvent.Type.Resize:
+            self._fit_columns()
+        return super().eventFilter(obj, event)
+
+    def _fit_columns(self) -> None:
+        """Share the row's width between as many columns as fit, so no wide gap is left on the
+        right and titles get the room there is."""
+        min_w = self.thumb_size + 2 * _PAD + _GAP
+        width = max(min_w, self.view.viewport().width() - 1)
+        cols = max(1, width // min_w)
+        cell_w = width // cols
+        cell = QSize(cell_w, self.delegate.item_height(self.view.fontMetrics()) + _GAP)
+        if cell != self.view.gridSize():
+            self.delegate.item_width = cell_w - _GAP
+            self.view.setGridSize(cell)
 
     def set_filter(self, text: str) -> None:
         """Filter now (without waiting for the typing pause)."""

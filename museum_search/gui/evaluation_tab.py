@@ -1,0 +1,1262 @@
+"""The Evaluation tab: run a labelled query set against an index, watch the metrics, compare runs.
+
+Left: the index (the open one, or another index folder), the query set (folder + layout, with
+what was detected), the re-rankers and their parameters, Run / Cancel and progress, the list of
+finished runs (checked runs are compared; the selected run fills the plots and the table), the
+export buttons and the ICFRR sweep. Right: live plots (:mod:`.widgets.plots`) above three pages:
+the per-query table with the selected query's top results, the comparison of runs (95 % bootstrap
+intervals, paired one-tailed bootstrap tests against a baseline run) and the sweep plot.
+
+All long work runs through :func:`.workers.start` (one job at a time): an evaluation is
+``runner.evaluate`` (the extractor is built inside the job), a sweep is
+``core.evaluation.sweep.sweep`` (queries described once). Progress items arrive on the GUI thread;
+the plots only append to buffers there and redraw at 10 Hz.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Generator, Sequence
+
+import numpy as np
+from PySide6.QtCore import (
+    QAbstractTableModel, QItemSelectionModel, QModelIndex, QPersistentModelIndex, QSortFilterProxyModel, Qt,
+    QThread, Signal,
+)
+from PySide6.QtGui import QColor, QIcon, QPixmap
+from PySide6.QtWidgets import (
+    QAbstractItemView, QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QFrame, QGridLayout,
+    QGroupBox, QHBoxLayout, QHeaderView, QLabel, QLineEdit, QListWidget, QListWidgetItem, QProgressBar,
+    QPushButton, QScrollArea, QSizePolicy, QSpinBox, QSplitter, QTableView, QTableWidget, QTableWidgetItem,
+    QTabWidget, QVBoxLayout, QWidget,
+)
+
+from ..core.errors import MuseumSearchError
+from ..core.evaluation.querysets import LAYOUTS, QuerySet, load_queryset
+from ..core.evaluation.reports import COMPARED
+from ..core.evaluation.runner import EvalReport, EvalStep, QueryRecord
+from ..core.evaluation.sweep import PARAMETER_NAMES, SweepPoint, SweepStep, parse_values
+from ..core.index import Index
+from ..core.rerank import RerankOptions, build_pipeline
+from ..core.search import Result, results_for
+from . import workers
+from .state import AppState
+from .widgets.plots import METRIC_LABELS, EvaluationPlots, Overlay, RunningBuffer, SweepPlot, run_colour
+from .widgets.result_grid import ResultGrid
+from .widgets.thumbnails import ThumbnailCache
+
+log = logging.getLogger(__name__)
+
+LAYOUT_LABELS = {
+    "auto": "Auto-detect",
+    "clicide": "CLICIDE (test/<label>-<k>)",
+    "garofou": "GaRoFou (TEST_I/)",
+    "folder": "One folder per instance",
+    "csv": "ground_truth.csv",
+    "regex": "Regular expression",
+}
+#: Re-rankers in the order they are applied (expansion first, then verification, then diffusion).
+RERANKER_ORDER = (("aqe", "αQE"), ("dba", "DBA"), ("spatial", "Spatial verification"), ("icfrr", "ICFRR"))
+SIGNIFICANCE = ((0.001, "***"), (0.01, "**"), (0.05, "*"))
+QUERY_THUMB = 220
+RESULT_THUMB = 120
+BATCH_SIZE = 8
+VALUE_ROLE = Qt.ItemDataRole.UserRole + 1  # numbers behind a comparison cell
+SORT_ROLE = Qt.ItemDataRole.UserRole + 2
+NO_INDEX = "No index. Open or build one in the Collection tab, or browse to an index folder."
+
+
+def stars(p: float | None) -> str:
+    """'***', '**', '*' for p <= 0.001, 0.01, 0.05; '' otherwise."""
+    if p is None or not math.isfinite(p):
+        return ""
+    for alpha, s in SIGNIFICANCE:
+        if p <= alpha:
+            return s
+    return ""
+
+
+def describe_rerank(names: Sequence[str], options: RerankOptions) -> str:
+    """Short run label part, e.g. ``icfrr (K 2/2, β 0.50)`` or ``none``."""
+    if not names:
+        return "none"
+    parts = []
+    for n in names:
+        if n == "icfrr":
+            kq = "auto" if options.k_q is None else str(options.k_q)
+            kg = "auto" if options.k_g is None else str(options.k_g)
+            extra = "" if options.icfrr_mode == "paper" else ", reference"
+            parts.append(f"icfrr (K {kq}/{kg}, β {options.beta:.2f}, {options.iterations} it{extra})")
+        elif n in ("aqe", "dba"):
+            parts.append(f"{'αqe' if n == 'aqe' else 'dba'} (n {options.qe_n}, α {options.qe_alpha:g})")
+        elif n == "spatial":
+            parts.append(f"spatial (top {options.spatial_top})")
+        else:
+            parts.append(n)
+    return " + ".join(parts)
+
+
+# --------------------------------------------------------------------------------------------
+# Runs
+
+
+@dataclass
+class EvalRun:
+    """A finished evaluation kept for comparison."""
+
+    key: int
+    name: str
+    report: EvalReport
+    index: Index
+    names: list[str]
+    options: RerankOptions
+    buffer: RunningBuffer
+    pr: tuple[np.ndarray, np.ndarray]
+    cis: dict[str, tuple[float, float, float]]  # metric → (mean, low, high), 95 % bootstrap
+    colour: str
+    total: int
+    finished: datetime = field(default_factory=datetime.now)
+
+    def values_by_query(self, record_key: str) -> dict[str, float]:
+        """Per-query values of the evaluated (non open-set) queries, by query path."""
+        return {r.query: float(r.metrics[record_key]) for r in self.report.records if not r.open_set}
+
+
+@dataclass
+class _EvalResult:
+    report: EvalReport
+    cis: dict[str, tuple[float, float, float]]
+    pr: tuple[np.ndarray, np.ndarray]
+
+
+def confidence_intervals(report: EvalReport, seed: int = 0) -> dict[str, tuple[float, float, float]]:
+    """``{metric: (mean, low, high)}`` for MP@1, MAP, AMNRO (95 % percentile bootstrap)."""
+    from ..core.evaluation.stats import bootstrap_ci
+
+    out = {}
+    for metric, (key, _higher) in COMPARED.items():
+        v = report.per_query_values(key)
+        v = v[~np.isnan(v)]
+        if len(v) == 0:
+            out[metric] = (math.nan, math.nan, math.nan)
+            continue
+        lo, hi = bootstrap_ci(v, seed=seed)
+        out[metric] = (float(v.mean()), lo, hi)
+    return out
+
+
+def _evaluation_job(index: Index, queryset: QuerySet, names: list[str], options: RerankOptions,
+                    batch_size: int = BATCH_SIZE) -> Generator[Any, None, _EvalResult]:
+    """Background job: build the extractor and the pipeline, evaluate, then intervals and PR."""
+    from ..core.backbones import extractor_for_meta
+    from ..core.evaluation.runner import evaluate, precision_recall_curve
+
+    yield "Loading the network…"
+    extractor = extractor_for_meta(index.meta)
+    pipeline = build_pipeline(names, options)
+    if "icfrr" in names and not index.has_gallery_ranks:
+        yield "Ranking the collection against itself (ICFRR, once per index)…"
+        index.gallery_ranks()
+    report = yield from evaluate(index, queryset, pipeline, extractor=extractor, batch_size=batch_size)
+    yield "Computing confidence intervals…"
+    return _EvalResult(report, confidence_intervals(report), precision_recall_curve(report))
+
+
+def _sweep_job(index: Index, queryset: QuerySet, parameter: str, values: list[float],
+               options: RerankOptions, batch_size: int = BATCH_SIZE) -> Generator[Any, None, list[SweepPoint]]:
+    from ..core.backbones import extractor_for_meta
+    from ..core.evaluation.sweep import sweep
+
+    yield "Loading the network…"
+    extractor = extractor_for_meta(index.meta)
+    if not index.has_gallery_ranks:
+        yield "Ranking the collection against itself (ICFRR, once per index)…"
+        index.gallery_ranks()
+    return (yield from sweep(index, queryset, parameter, values, options, extractor=extractor,
+                             batch_size=batch_size))
+
+
+# --------------------------------------------------------------------------------------------
+# Per-query table
+
+
+def _fmt(v: float) -> str:
+    return "—" if v is None or not math.isfinite(v) else f"{v:.3f}"
+
+
+class QueryTableModel(QAbstractTableModel):
+    """One row per evaluated query of a run: query, relevant, P@1, AP, MNRO, top-1 instance."""
+
+    COLUMNS = ("Query", "Relevant", "P@1", "AP", "MNRO", "Top-1 instance")
+    METRIC_COLUMNS = {2: "p@1", 3: "ap", 4: "mnro"}
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self._records: list[QueryRecord] = []
+        self._index: Index | None = None
+        self._root = ""
+
+    def set_run(self, run: EvalRun | None) -> None:
+        self.beginResetModel()
+        self._records = list(run.report.records) if run is not None else []
+        self._index = run.index if run is not None else None
+        self._root = os.path.commonpath([r.query for r in self._records]) if len(self._records) > 1 else ""
+        self.endResetModel()
+
+    def record(self, row: int) -> QueryRecord:
+        return self._records[row]
+
+    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: N802, B008
+        return 0 if parent.isValid() else len(self._records)
+
+    def columnCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: N802, B008
+        return 0 if parent.isValid() else len(self.COLUMNS)
+
+    def headerData(self, section: int, orientation, role: int = Qt.ItemDataRole.DisplayRole) -> Any:  # noqa: N802
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
+            return self.COLUMNS[section]
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.ToolTipRole:
+            return {2: "Is the top-ranked reference relevant?", 3: "Average precision (higher is better)",
+                    4: "Mean normalized retrieval order (0 is perfect, lower is better)"}.get(section)
+        return None
+
+    def _name(self, r: QueryRecord) -> str:
+        if self._root:
+            try:
+                return os.path.relpath(r.query, self._root)
+            except ValueError:
+                pass
+        return Path(r.query).name
+
+    def _top1(self, r: QueryRecord) -> str:
+        return self._index.items[int(r.ranking[0])].instance if self._index is not None and len(r.ranking) else ""
+
+    def data(self, idx: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not idx.isValid():
+            return None
+        r = self._records[idx.row()]
+        col = idx.column()
+        if role in (Qt.ItemDataRole.DisplayRole, SORT_ROLE):
+            if col == 0:
+                return self._name(r) if role == Qt.ItemDataRole.DisplayRole else self._name(r).lower()
+            if col == 1:
+                text = ", ".join(r.relevant) if r.relevant else "(open set)"
+                return text if role == Qt.ItemDataRole.DisplayRole else text.lower()
+            if col in self.METRIC_COLUMNS:
+                v = r.metrics.get(self.METRIC_COLUMNS[col], math.nan)
+                if role == SORT_ROLE:
+                    return -1.0 if not math.isfinite(v) else float(v)  # open-set rows sort first
+                return _fmt(v)
+            if col == 5:
+                return self._top1(r) if role == Qt.ItemDataRole.DisplayRole else self._top1(r).lower()
+        if role == Qt.ItemDataRole.ToolTipRole:
+            if col == 0:
+                return r.query
+            if col == 5 and self._index is not None and len(r.ranking):
+                return f"{self._index.items[int(r.ranking[0])].path}  (score {float(r.scores[0]):.4f})"
+        if role == Qt.ItemDataRole.ForegroundRole and col in (2, 5) and not r.open_set:
+            return QColor("#2e9d4c") if r.relevance[0] else QColor("#d0342c")
+        if role == Qt.ItemDataRole.TextAlignmentRole and col in self.METRIC_COLUMNS:
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        return None
+
+
+# --------------------------------------------------------------------------------------------
+# The tab
+
+
+class EvaluationTab(QWidget):
+    """See the module docstring. Public methods drive everything the controls do (and the tests)."""
+
+    run_finished = Signal(object)  # EvalRun
+    sweep_finished = Signal(object)  # list[SweepPoint]
+    job_finished = Signal()  # any job ended (finished, cancelled or failed)
+
+    def __init__(self, state: AppState, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.state = state
+        self.index: Index | None = None
+        self.queryset: QuerySet | None = None
+        self.queryset_path: str | None = None
+        self.runs: list[EvalRun] = []
+        self.sweep_points: list[SweepPoint] = []
+        self.comparison: list[dict[str, Any]] = []
+        self._job: workers.Job | None = None
+        self._job_kind = ""
+        self._job_token = 0
+        self._job_started = 0.0
+        self._next_key = 1
+        self._selected_key: int | None = None
+        self._tests: dict[tuple[int, int, str], Any] = {}
+        self._query_path: str | None = None
+        self.batch_size = BATCH_SIZE  # queries described at once
+        self._build_ui()
+        state.index_changed.connect(self.set_index)
+        self.set_index(state.index)
+
+    # ---- UI ------------------------------------------------------------------------------
+    def _build_ui(self) -> None:
+        # index
+        self.index_label = QLabel(NO_INDEX)
+        self.index_label.setObjectName("evalIndexLabel")
+        self.index_label.setWordWrap(True)
+        self.index_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.use_open_index_button = QPushButton("Use open index")
+        self.use_open_index_button.setToolTip("Evaluate the index open in the application")
+        self.use_open_index_button.clicked.connect(lambda: self.set_index(self.state.index))
+        self.browse_index_button = QPushButton("Other index…")
+        self.browse_index_button.setToolTip("Evaluate another index folder (it is not opened in the other tabs)")
+        self.browse_index_button.clicked.connect(self._browse_index)
+        index_box = QGroupBox("Index")
+        il = QVBoxLayout(index_box)
+        il.addWidget(self.index_label)
+        row = QHBoxLayout()
+        row.addWidget(self.use_open_index_button)
+        row.addWidget(self.browse_index_button)
+        row.addStretch(1)
+        il.addLayout(row)
+
+        # query set
+        self.queryset_edit = QLineEdit()
+        self.queryset_edit.setObjectName("querysetPath")
+        self.queryset_edit.setPlaceholderText("Folder of labelled query photos")
+        self.queryset_edit.returnPressed.connect(lambda: self.load_queryset_path(self.queryset_edit.text()))
+        self.browse_queryset_button = QPushButton("Browse…")
+        self.browse_queryset_button.clicked.connect(self._browse_queryset)
+        self.layout_combo = QComboBox()
+        self.layout_combo.setObjectName("layoutCombo")
+        for key in LAYOUTS:
+            self.layout_combo.addItem(LAYOUT_LABELS.get(key, key), key)
+        self.layout_combo.setToolTip("How query photos are labelled; auto-detect recognises CLICIDE, GaRoFou, "
+                                     "one folder per instance and a ground_truth.csv")
+        self.layout_combo.currentIndexChanged.connect(self._layout_changed)
+        self.regex_edit = QLineEdit()
+        self.regex_edit.setPlaceholderText(r"e.g. (?P<instance>[^/]+)/[^/]+$")
+        self.regex_edit.setToolTip("A regular expression with a group named 'instance', searched in the relative path")
+        self.regex_edit.returnPressed.connect(self._reload_queryset)
+        self.regex_edit.hide()
+        self.detected_label = QLabel("No query set.")
+        self.detected_label.setObjectName("detectedLabel")
+        self.detected_label.setWordWrap(True)
+        qs_box = QGroupBox("Labelled queries")
+        ql = QGridLayout(qs_box)
+        ql.addWidget(self.queryset_edit, 0, 0, 1, 2)
+        ql.addWidget(self.browse_queryset_button, 0, 2)
+        ql.addWidget(QLabel("Layout:"), 1, 0)
+        ql.addWidget(self.layout_combo, 1, 1, 1, 2)
+        ql.addWidget(self.regex_edit, 2, 0, 1, 3)
+        ql.addWidget(self.detected_label, 3, 0, 1, 3)
+        ql.setColumnStretch(1, 1)
+
+        # re-ranking
+        d = RerankOptions()
+        self.rerank_checks: dict[str, QCheckBox] = {}
+        rr_box = QGroupBox("Re-ranking (none when nothing is ticked)")
+        rl = QGridLayout(rr_box)
+        for i, (name, label) in enumerate(RERANKER_ORDER):
+            cb = QCheckBox(label)
+            cb.setObjectName(f"rerank_{name}")
+            cb.toggled.connect(self._update_param_enabled)
+            self.rerank_checks[name] = cb
+        self.rerank_checks["icfrr"].setToolTip("Iterative cluster-free re-ranking: diffusion over the collection")
+        self.rerank_checks["aqe"].setToolTip("α-weighted query expansion")
+        self.rerank_checks["dba"].setToolTip("Database-side augmentation")
+        self.rerank_checks["spatial"].setToolTip("Geometric verification of the top results (slow)")
+        self.kq_spin = self._spin(0, 10000, 0, "K_q: how many current top references vote (auto = suggested)")
+        self.kg_spin = self._spin(0, 10000, 0, "K_g: gallery-gallery rank cut-off (auto = suggested)")
+        for s in (self.kq_spin, self.kg_spin):
+            s.setSpecialValueText("auto")
+        self.beta_spin = QDoubleSpinBox(minimum=0.0, maximum=10.0, singleStep=0.05, decimals=2)
+        self.beta_spin.setValue(d.beta)
+        self.beta_spin.setToolTip("β: weight of each update")
+        self.iter_spin = self._spin(1, 100, d.iterations, "Maximum number of updates")
+        self.mode_combo = QComboBox()
+        self.mode_combo.addItem("paper (Eq. 3)", "paper")
+        self.mode_combo.addItem("reference code", "reference")
+        self.mode_combo.setToolTip("paper: scores accumulate (Eq. 3); reference: the public code's update")
+        self.qe_n_spin = self._spin(1, 100, d.qe_n, "n: top references used for expansion")
+        self.qe_alpha_spin = QDoubleSpinBox(minimum=0.0, maximum=20.0, singleStep=0.5, decimals=1)
+        self.qe_alpha_spin.setValue(d.qe_alpha)
+        self.qe_alpha_spin.setToolTip("α: weighting power of the neighbours")
+        self.spatial_spin = self._spin(1, 1000, d.spatial_top, "Top results verified geometrically")
+        rl.addWidget(self.rerank_checks["icfrr"], 0, 0)
+        icfrr_params = QHBoxLayout()
+        for label, w in (("K_q", self.kq_spin), ("K_g", self.kg_spin), ("β", self.beta_spin)):
+            icfrr_params.addWidget(QLabel(label))
+            icfrr_params.addWidget(w)
+        rl.addLayout(icfrr_params, 0, 1)
+        icfrr_more = QHBoxLayout()
+        icfrr_more.addWidget(QLabel("iterations"))
+        icfrr_more.addWidget(self.iter_spin)
+        icfrr_more.addWidget(self.mode_combo, 1)
+        rl.addLayout(icfrr_more, 1, 1)
+        rl.addWidget(self.rerank_checks["aqe"], 2, 0)
+        qe_params = QHBoxLayout()
+        qe_params.addWidget(self.rerank_checks["dba"])
+        qe_params.addWidget(QLabel("n"))
+        qe_params.addWidget(self.qe_n_spin)
+        qe_params.addWidget(QLabel("α"))
+        qe_params.addWidget(self.qe_alpha_spin)
+        qe_params.addStretch(1)
+        rl.addLayout(qe_params, 2, 1)
+        rl.addWidget(self.rerank_checks["spatial"], 3, 0)
+        sp_params = QHBoxLayout()
+        sp_params.addWidget(QLabel("top"))
+        sp_params.addWidget(self.spatial_spin)
+        sp_params.addStretch(1)
+        rl.addLayout(sp_params, 3, 1)
+
+        # run
+        self.run_button = QPushButton("Run evaluation")
+        self.run_button.setObjectName("runEvaluation")
+        self.run_button.setDefault(True)
+        self.run_button.clicked.connect(self.run_evaluation)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setObjectName("cancelEvaluation")
+        self.cancel_button.setEnabled(False)
+        self.cancel_button.clicked.connect(self.cancel)
+        self.progress = QProgressBar()
+        self.progress.setObjectName("evalProgress")
+        self.progress.setRange(0, 1)
+        self.progress.setValue(0)
+        self.progress.setFormat("%v / %m")
+        self.status_label = QLabel("")
+        self.status_label.setObjectName("evalStatus")
+        self.status_label.setWordWrap(True)
+        run_row = QHBoxLayout()
+        run_row.addWidget(self.run_button, 1)
+        run_row.addWidget(self.cancel_button)
+
+        # runs
+        self.runs_list = QListWidget()
+        self.runs_list.setObjectName("runsList")
+        self.runs_list.setToolTip("Ticked runs are compared; the selected run fills the plots and the table")
+        self.runs_list.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.runs_list.currentItemChanged.connect(self._run_item_changed)
+        self.runs_list.itemChanged.connect(self._run_checked_changed)
+        self.runs_list.setMinimumHeight(70)
+        self.remove_run_button = QPushButton("Remove")
+        self.remove_run_button.clicked.connect(self.remove_selected_run)
+        self.export_json_button = QPushButton("Export JSON…")
+        self.export_json_button.setToolTip("Summary, 95 % intervals and per-query results of the selected run")
+        self.export_json_button.clicked.connect(lambda: self.export_json())
+        self.export_csv_button = QPushButton("Export CSV…")
+        self.export_csv_button.setToolTip("One line per query of the selected run")
+        self.export_csv_button.clicked.connect(lambda: self.export_csv())
+        runs_box = QGroupBox("Runs")
+        rbl = QVBoxLayout(runs_box)
+        rbl.addWidget(self.runs_list, 1)
+        rrow = QHBoxLayout()
+        rrow.addWidget(self.remove_run_button)
+        rrow.addStretch(1)
+        rrow.addWidget(self.export_json_button)
+        rrow.addWidget(self.export_csv_button)
+        rbl.addLayout(rrow)
+
+        # sweep
+        self.sweep_param_combo = QComboBox()
+        self.sweep_param_combo.setObjectName("sweepParameter")
+        self.sweep_param_combo.addItem("K_q = K_g", "k")
+        self.sweep_param_combo.addItem("β", "beta")
+        self.sweep_param_combo.currentIndexChanged.connect(self._sweep_param_changed)
+        self.sweep_values_edit = QLineEdit("1:5")
+        self.sweep_values_edit.setObjectName("sweepValues")
+        self.sweep_values_edit.setToolTip("Values: 1,2,5 or a range start:stop:step (stop included)")
+        self.sweep_button = QPushButton("Run sweep")
+        self.sweep_button.setObjectName("runSweep")
+        self.sweep_button.setToolTip("Evaluate ICFRR at each value (other ICFRR settings from above); "
+                                     "the queries are described once")
+        self.sweep_button.clicked.connect(lambda: self.run_sweep())
+        sweep_box = QGroupBox("ICFRR sweep")
+        sl = QHBoxLayout(sweep_box)
+        sl.addWidget(self.sweep_param_combo)
+        sl.addWidget(self.sweep_values_edit, 1)
+        sl.addWidget(self.sweep_button)
+
+        left = QWidget()
+        left.setObjectName("evalControls")
+        ll = QVBoxLayout(left)
+        ll.setContentsMargins(0, 0, 6, 0)
+        ll.addWidget(index_box)
+        ll.addWidget(qs_box)
+        ll.addWidget(rr_box)
+        ll.addLayout(run_row)
+        ll.addWidget(self.progress)
+        ll.addWidget(self.status_label)
+        ll.addWidget(runs_box, 1)
+        ll.addWidget(sweep_box)
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        scroll.setWidget(left)
+        scroll.setMinimumWidth(left.sizeHint().width() + 16)
+
+        # plots
+        self.plots = EvaluationPlots()
+        self.plots.setObjectName("evalPlots")
+        self.plots.setMinimumHeight(260)
+
+        # per-query page
+        self.table_model = QueryTableModel(self)
+        self.proxy = QSortFilterProxyModel(self)
+        self.proxy.setSourceModel(self.table_model)
+        self.proxy.setSortRole(SORT_ROLE)
+        self.table = QTableView()
+        self.table.setObjectName("queryTable")
+        self.table.setModel(self.proxy)
+        self.table.setSortingEnabled(True)
+        self.table.sortByColumn(-1, Qt.SortOrder.AscendingOrder)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setAlternatingRowColors(True)
+        self.table.verticalHeader().hide()
+        self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().height() + 6)
+        hh = self.table.horizontalHeader()
+        hh.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+        hh.setStretchLastSection(True)
+        self.table.selectionModel().currentRowChanged.connect(self._current_row_changed)
+        self.query_image = QLabel("Select a query in the table.")
+        self.query_image.setObjectName("evalQueryImage")
+        self.query_image.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.query_image.setFixedSize(QUERY_THUMB, QUERY_THUMB)
+        self.query_image.setFrameShape(QFrame.Shape.StyledPanel)
+        self.query_info = QLabel("")
+        self.query_info.setObjectName("evalQueryInfo")
+        self.query_info.setWordWrap(True)
+        self.query_info.setTextFormat(Qt.TextFormat.RichText)
+        self.query_info.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        self.query_info.setFixedWidth(QUERY_THUMB)
+        self.result_grid = ResultGrid(thumb_size=RESULT_THUMB, placeholder="The top results of the selected query.")
+        self.result_grid.setObjectName("evalResultGrid")
+        qcol = QVBoxLayout()
+        qcol.addWidget(self.query_image)
+        qcol.addWidget(self.query_info, 1)
+        detail = QWidget()
+        dl = QHBoxLayout(detail)
+        dl.setContentsMargins(0, 0, 0, 0)
+        dl.addLayout(qcol)
+        dl.addWidget(self.result_grid, 1)
+        queries_page = QSplitter(Qt.Orientation.Horizontal)
+        queries_page.addWidget(self.table)
+        queries_page.addWidget(detail)
+        queries_page.setStretchFactor(0, 2)
+        queries_page.setStretchFactor(1, 3)
+        self.queries_splitter = queries_page
+
+        # compare page
+        self.baseline_combo = QComboBox()
+        self.baseline_combo.setObjectName("baselineCombo")
+        self.baseline_combo.setToolTip("The run every other run is tested against")
+        self.baseline_combo.currentIndexChanged.connect(lambda _i: self._update_comparison())
+        self.summary_table = QTableWidget(0, 8)
+        self.summary_table.setObjectName("summaryTable")
+        self.summary_table.setHorizontalHeaderLabels(
+            ["Run", "Queries", "MP@1 [95% CI]", "MAP [95% CI]", "AMNRO [95% CI]", "p MP@1", "p MAP", "p AMNRO"])
+        self.summary_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.summary_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.summary_table.verticalHeader().hide()
+        sh = self.summary_table.horizontalHeader()
+        sh.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        sh.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        note = QLabel("Intervals: 95 % percentile bootstrap over queries. p: paired one-tailed bootstrap test "
+                      "that the run is better than the baseline (for AMNRO, lower is better); "
+                      "* p ≤ 0.05, ** p ≤ 0.01, *** p ≤ 0.001.")
+        note.setWordWrap(True)
+        note.setForegroundRole(note.foregroundRole())
+        compare_page = QWidget()
+        cl = QVBoxLayout(compare_page)
+        brow = QHBoxLayout()
+        brow.addWidget(QLabel("Baseline:"))
+        brow.addWidget(self.baseline_combo, 1)
+        cl.addLayout(brow)
+        cl.addWidget(self.summary_table, 1)
+        cl.addWidget(note)
+
+        # sweep page
+        self.sweep_plot = SweepPlot()
+        self.sweep_plot.setObjectName("sweepPlot")
+        self.sweep_table = QTableWidget(0, 4)
+        self.sweep_table.setObjectName("sweepTable")
+        self.sweep_table.setHorizontalHeaderLabels(["Value", "MP@1", "MAP", "AMNRO"])
+        self.sweep_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.sweep_table.verticalHeader().hide()
+        self.sweep_table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        self.sweep_table.setMaximumWidth(320)
+        sweep_page = QSplitter(Qt.Orientation.Horizontal)
+        sweep_page.addWidget(self.sweep_plot)
+        sweep_page.addWidget(self.sweep_table)
+        sweep_page.setStretchFactor(0, 3)
+        sweep_page.setStretchFactor(1, 1)
+
+        self.pages = QTabWidget()
+        self.pages.setObjectName("evalPages")
+        self.pages.addTab(queries_page, "Queries")
+        self.pages.addTab(compare_page, "Compare runs")
+        self.pages.addTab(sweep_page, "ICFRR sweep")
+
+        right = QSplitter(Qt.Orientation.Vertical)
+        right.addWidget(self.plots)
+        right.addWidget(self.pages)
+        right.setStretchFactor(0, 2)
+        right.setStretchFactor(1, 3)
+        right.setSizes([330, 470])
+        self.right_splitter = right
+
+        self.splitter = QSplitter(Qt.Orientation.Horizontal)
+        self.splitter.addWidget(scroll)
+        self.splitter.addWidget(right)
+        self.splitter.setStretchFactor(0, 0)
+        self.splitter.setStretchFactor(1, 1)
+        lay = QVBoxLayout(self)
+        lay.addWidget(self.splitter)
+
+        ThumbnailCache.instance().ready.connect(self._thumbnail_ready)
+        self._update_param_enabled()
+        self._update_buttons()
+
+    def _spin(self, lo: int, hi: int, value: int, tip: str) -> QSpinBox:
+        s = QSpinBox(minimum=lo, maximum=hi)
+        s.setValue(value)
+        s.setToolTip(tip)
+        return s
+
+    def _update_param_enabled(self, *_args) -> None:
+        on = {n: cb.isChecked() for n, cb in self.rerank_checks.items()}
+        for w in (self.kq_spin, self.kg_spin, self.beta_spin, self.iter_spin, self.mode_combo):
+            w.setEnabled(on["icfrr"])
+        for w in (self.qe_n_spin, self.qe_alpha_spin):
+            w.setEnabled(on["aqe"] or on["dba"])
+        self.spatial_spin.setEnabled(on["spatial"])
+
+    # ---- index and query set ----------------------------------------------------------------
+    def set_index(self, index: Index | None) -> None:
+        """Evaluate ``index`` (the open index follows the application's by default)."""
+        self.index = index
+        if index is None:
+            self.index_label.setText(NO_INDEX)
+            self.index_label.setToolTip("")
+        else:
+            where = str(index.path) if index.path else str(index.root)
+            self.index_label.setText(f"<b>{len(index):,}</b> references of <b>{len(index.instances):,}</b> "
+                                     f"instances — {html.escape(index.meta.describe())}")
+            self.index_label.setToolTip(f"{index.describe()}\n{where}")
+        self._update_detected()
+        self._update_buttons()
+
+    def open_index(self, path: str | os.PathLike) -> bool:
+        """Load the index folder ``path`` and evaluate it (errors go to a dialog)."""
+        try:
+            index = Index.load(path)
+        except Exception as exc:  # noqa: BLE001 - any failure is shown, nothing changes
+            workers.show_error(self, "Cannot open index", exc)
+            return False
+        self.state.settings.set_value("evaluation/index_dir", str(Path(path).parent))
+        self.set_index(index)
+        return True
+
+    def _browse_index(self) -> None:
+        start = str(self.state.settings.value("evaluation/index_dir", "") or "")
+        path = QFileDialog.getExistingDirectory(self, "Index folder to evaluate", start)
+        if path:
+            self.open_index(path)
+
+    def load_queryset_path(self, path: str | os.PathLike, layout: str | None = None,
+                           regex: str | None = None) -> bool:
+        """Load the labelled queries at ``path`` with ``layout`` (default: the combo's)."""
+        if layout is not None:
+            i = self.layout_combo.findData(layout)
+            if i < 0:
+                workers.show_error(self, "Query set", f"Unknown layout {layout!r}; choose one of {', '.join(LAYOUTS)}.")
+                return False
+            self.layout_combo.blockSignals(True)
+            self.layout_combo.setCurrentIndex(i)
+            self.layout_combo.blockSignals(False)
+            self.regex_edit.setVisible(layout == "regex")
+        if regex is not None:
+            self.regex_edit.setText(regex)
+        layout = self.layout_combo.currentData()
+        path = str(path).strip()
+        self.queryset_edit.setText(path)
+        if not path:
+            return False
+        try:
+            rx = self.regex_edit.text().strip() or None
+            if layout == "regex" and rx is None:
+                raise MuseumSearchError("Enter a regular expression with a group named 'instance'.")
+            qs = load_queryset(path, layout, regex=rx if layout == "regex" else None)
+        except Exception as exc:  # noqa: BLE001 - any failure is shown, the previous set is dropped
+            self.queryset = None
+            self.queryset_path = None
+            self.detected_label.setText("No query set.")
+            workers.show_error(self, "Cannot load the query set", exc)
+            self._update_buttons()
+            return False
+        self.queryset = qs
+        self.queryset_path = path
+        self.state.settings.set_value("evaluation/queryset_dir", path)
+        self._update_detected()
+        self._update_buttons()
+        return True
+
+    def _update_detected(self) -> None:
+        if self.queryset is None:
+            return
+        text = f"Detected: {html.escape(self.queryset.describe())}"
+        if self.index is not None:
+            inst = set(self.index.instances)
+            missing = sum(1 for q in self.queryset.queries if q.relevant and not (q.relevant & inst))
+            if missing:
+                text += (f"<br><span style='color:#b36b00'>{missing:,} of them show objects that are not in this "
+                         "index: they are reported as open-set queries, not averaged.</span>")
+        self.detected_label.setText(text)
+
+    def _browse_queryset(self) -> None:
+        start = self.queryset_edit.text() or str(self.state.settings.value("evaluation/queryset_dir", "") or "")
+        path = QFileDialog.getExistingDirectory(self, "Folder of labelled query photos", start)
+        if path:
+            self.load_queryset_path(path)
+
+    def _layout_changed(self, _i: int) -> None:
+        self.regex_edit.setVisible(self.layout_combo.currentData() == "regex")
+        if self.layout_combo.currentData() != "regex" or self.regex_edit.text().strip():
+            self._reload_queryset()
+
+    def _reload_queryset(self) -> None:
+        if self.queryset_edit.text().strip():
+            self.load_queryset_path(self.queryset_edit.text())
+
+    # ---- re-ranking settings ----------------------------------------------------------------
+    def rerank_names(self) -> list[str]:
+        """Ticked re-rankers, in the order they are applied."""
+        return [n for n, _ in RERANKER_ORDER if self.rerank_checks[n].isChecked()]
+
+    def rerank_options(self) -> RerankOptions:
+        return RerankOptions(
+            k_q=self.kq_spin.value() or None, k_g=self.kg_spin.value() or None, beta=self.beta_spin.value(),
+            iterations=self.iter_spin.value(), icfrr_mode=self.mode_combo.currentData(),
+            qe_n=self.qe_n_spin.value(), qe_alpha=self.qe_alpha_spin.value(), spatial_top=self.spatial_spin.value(),
+        )
+
+    def set_rerank(self, names: Sequence[str], options: RerankOptions | None = None) -> None:
+        """Tick ``names`` (others unticked) and show ``options`` in the controls."""
+        names = [n.lower() for n in names]
+        for n, cb in self.rerank_checks.items():
+            cb.setChecked(n in names)
+        if options is not None:
+            self.kq_spin.setValue(options.k_q or 0)
+            self.kg_spin.setValue(options.k_g or 0)
+            self.beta_spin.setValue(options.beta)
+            self.iter_spin.setValue(options.iterations)
+            self.mode_combo.setCurrentIndex(max(0, self.mode_combo.findData(options.icfrr_mode)))
+            self.qe_n_spin.setValue(options.qe_n)
+            self.qe_alpha_spin.setValue(options.qe_alpha)
+            self.spatial_spin.setValue(options.spatial_top)
+
+    # ---- running ------------------------------------------------------------------------------
+    def is_running(self) -> bool:
+        return self._job is not None and self._job.running
+
+    def _check_inputs(self, title: str) -> bool:
+        if self.is_running():
+            workers.show_error(self, title, "An evaluation is already running; wait for it or cancel it.")
+            return False
+        if self.index is None:
+            workers.show_error(self, title, NO_INDEX)
+            return False
+        if self.queryset is None:
+            workers.show_error(self, title, "Choose a folder of labelled query photos first (Browse…).")
+            return False
+        return True
+
+    def run_evaluation(self) -> bool:
+        """Start evaluating the query set with the ticked re-rankers (in the background)."""
+        if not self._check_inputs("Evaluation"):
+            return False
+        names, options = self.rerank_names(), self.rerank_options()
+        try:
+            build_pipeline(names, options)  # settings errors now, not after loading the network
+        except ImportError as exc:
+            workers.show_error(self, "Evaluation", f"This re-ranker is not available in this build ({exc}).")
+            return False
+        except Exception as exc:  # noqa: BLE001
+            workers.show_error(self, "Evaluation", exc)
+            return False
+        index, queryset = self.index, self.queryset
+        total = len(queryset.queries)
+        self.plots.start_live(total)
+        self.plots.set_overlays(self._overlays(exclude=None), main_name="this run")
+        self.progress.setRange(0, 0)
+        self.progress.setFormat("%v / %m queries")
+        self._start("evaluation", _evaluation_job(index, queryset, names, options, self.batch_size),
+                    lambda res: self._evaluation_done(res, index, names, options, total))
+        self._set_status(f"Evaluating {total:,} queries with re-ranking: {describe_rerank(names, options)}")
+        return True
+
+    def run_sweep(self, parameter: str | None = None, values: Sequence[float] | str | None = None) -> bool:
+        """Start an ICFRR sweep of ``parameter`` ("k" or "beta") over ``values`` (default: the controls)."""
+        if parameter is not None:
+            self.sweep_param_combo.setCurrentIndex(max(0, self.sweep_param_combo.findData(parameter)))
+        if values is not None:
+            self.sweep_values_edit.setText(values if isinstance(values, str) else ", ".join(f"{v:g}" for v in values))
+        if not self._check_inputs("ICFRR sweep"):
+            return False
+        parameter = self.sweep_param_combo.currentData()
+        try:
+            vals = parse_values(self.sweep_values_edit.text(), parameter)
+            options = self.rerank_options()
+            build_pipeline(["icfrr"], options)
+        except Exception as exc:  # noqa: BLE001
+            workers.show_error(self, "ICFRR sweep", exc)
+            return False
+        label = PARAMETER_NAMES[parameter]
+        self.sweep_points = []
+        self.sweep_plot.start(label)
+        self.sweep_table.setRowCount(0)
+        self.sweep_table.setHorizontalHeaderLabels([label, "MP@1", "MAP", "AMNRO"])
+        self.pages.setCurrentIndex(2)
+        self.progress.setRange(0, 0)
+        self._start("sweep", _sweep_job(self.index, self.queryset, parameter, vals, options, self.batch_size),
+                    self._sweep_done)
+        self._set_status(f"ICFRR sweep of {label} over {len(vals)} value{'s' if len(vals) != 1 else ''}")
+        return True
+
+    def _start(self, kind: str, gen, on_result) -> None:
+        self._job_token += 1
+        token = self._job_token
+        self._job_kind = kind
+        self._job_started = time.perf_counter()
+        self._job = workers.start(
+            gen,
+            on_progress=lambda item: self._on_progress(token, item),
+            on_result=lambda res: on_result(res) if token == self._job_token else None,
+            on_error=lambda exc: self._on_error(token, exc),
+            on_finished=lambda: self._on_finished(token),
+        )
+        self._update_buttons()
+
+    def cancel(self) -> None:
+        """Stop the running evaluation or sweep (its partial results are dropped)."""
+        if self._job is not None and self._job.running:
+            self._job.cancel()
+            self._set_status("Cancelling…")
+
+    def _on_progress(self, token: int, item: Any) -> None:
+        if token != self._job_token:
+            return
+        if isinstance(item, str):
+            self._set_status(item)
+            return
+        if isinstance(item, EvalStep):
+            self.plots.add_step(item)
+            if self.progress.maximum() != item.total:
+                self.progress.setRange(0, item.total)
+            self.progress.setValue(item.done)
+            if item.record is not None or item.done == item.total:
+                eta = item.elapsed / item.done * (item.total - item.done) if item.done else 0
+                self.status_label.setText(f"{item.done:,} of {item.total:,} queries — "
+                                          f"{Path(item.current).name if item.current else ''} "
+                                          f"({_duration(eta)} left)" if item.done < item.total else
+                                          f"{item.done:,} of {item.total:,} queries")
+        elif isinstance(item, SweepStep):
+            if item.stage == "describing":
+                self.progress.setFormat("describing queries %v / %m")
+            else:
+                self.progress.setFormat("values %v / %m")
+                self._add_sweep_row(item.value, item.summary)
+            self.progress.setRange(0, item.total)
+            self.progress.setValue(item.done)
+
+    def _on_error(self, token: int, exc: BaseException) -> None:
+        if token != self._job_token:
+            return
+        title = "Evaluation failed" if self._job_kind == "evaluation" else "ICFRR sweep failed"
+        self._set_status(f"{title}: {workers.error_message(exc)}")
+        workers.show_error(self, title, exc)
+
+    def _on_finished(self, token: int) -> None:
+        if token != self._job_token:
+            return
+        job = self._job
+        self._job = None
+        if self.plots.live:
+            self.plots.stop_live()
+        if job is not None and job.cancelled:
+            what = "Evaluation" if self._job_kind == "evaluation" else "Sweep"
+            self._set_status(f"{what} cancelled after {self.progress.value():,} of {max(0, self.progress.maximum()):,}.")
+        if self.progress.maximum() == 0:
+            self.progress.setRange(0, 1)
+        self._update_buttons()
+        self.job_finished.emit()
+
+    def _evaluation_done(self, res: _EvalResult, index: Index, names: list[str], options: RerankOptions,
+                         total: int) -> None:
+        self.plots.stop_live()
+        key = self._next_key
+        self._next_key += 1
+        name = f"{describe_rerank(names, options)} · {datetime.now():%H:%M:%S}"
+        run = EvalRun(key, name, res.report, index, list(names), options, self.plots.buffer.copy(), res.pr,
+                      res.cis, run_colour(key - 1), total)
+        s = res.report.summary
+        took = time.perf_counter() - self._job_started
+        skipped = f", {s['skipped_queries']} unreadable" if s.get("skipped_queries") else ""
+        open_set = f", {s['open_set_queries']} open-set not averaged" if s.get("open_set_queries") else ""
+        self._set_status(f"Done in {_duration(took)}: MP@1 {_fmt(s['mp@1'])}, MAP {_fmt(s['map'])}, "
+                         f"AMNRO {_fmt(s['amnro'])} over {s['queries']:,} queries{open_set}{skipped}.")
+        self.add_run(run)
+        self.run_finished.emit(run)
+
+    def _sweep_done(self, points: list[SweepPoint]) -> None:
+        self.sweep_points = list(points)
+        if points:
+            best = max(points, key=lambda p: (p.summary["map"] if math.isfinite(p.summary["map"]) else -1))
+            label = PARAMETER_NAMES[self.sweep_param_combo.currentData()]
+            self._set_status(f"Sweep done: best MAP {_fmt(best.summary['map'])} at {label} = {best.value:g}.")
+        self.sweep_finished.emit(self.sweep_points)
+
+    def _add_sweep_row(self, value: float, summary: dict) -> None:
+        self.sweep_plot.add_point(value, summary)
+        r = self.sweep_table.rowCount()
+        self.sweep_table.insertRow(r)
+        for c, text in enumerate((f"{value:g}", _fmt(summary["mp@1"]), _fmt(summary["map"]), _fmt(summary["amnro"]))):
+            item = QTableWidgetItem(text)
+            item.setTextAlignment(int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter))
+            self.sweep_table.setItem(r, c, item)
+
+    def _set_status(self, text: str) -> None:
+        self.status_label.setText(text)
+
+    def _update_buttons(self) -> None:
+        busy = self.is_running()
+        ready = self.index is not None and self.queryset is not None
+        self.run_button.setEnabled(not busy and ready)
+        self.sweep_button.setEnabled(not busy and ready)
+        self.cancel_button.setEnabled(busy)
+        for w in (self.use_open_index_button, self.browse_index_button, self.browse_queryset_button,
+                  self.layout_combo, self.queryset_edit):
+            w.setEnabled(not busy)
+        has = self.selected_run() is not None
+        for w in (self.export_json_button, self.export_csv_button, self.remove_run_button):
+            w.setEnabled(has and not busy)
+
+    # ---- runs ---------------------------------------------------------------------------------
+    def add_run(self, run: EvalRun) -> None:
+        """Keep ``run`` (ticked for comparison) and select it."""
+        self.runs.append(run)
+        item = QListWidgetItem(self._colour_icon(run.colour), run.name)
+        item.setData(Qt.ItemDataRole.UserRole, run.key)
+        item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
+        s = run.report.summary
+        item.setToolTip(f"{run.name}\nMP@1 {_fmt(s['mp@1'])}  MAP {_fmt(s['map'])}  AMNRO {_fmt(s['amnro'])}\n"
+                        f"{run.report.index_description}\n{run.report.queryset_description}")
+        self.runs_list.blockSignals(True)
+        item.setCheckState(Qt.CheckState.Checked)
+        self.runs_list.addItem(item)
+        self.runs_list.blockSignals(False)
+        self._refill_baselines()
+        self.select_run(run)
+
+    def run_by_key(self, key: int | None) -> EvalRun | None:
+        return next((r for r in self.runs if r.key == key), None)
+
+    def selected_run(self) -> EvalRun | None:
+        return self.run_by_key(self._selected_key)
+
+    def select_run(self, run: EvalRun | None) -> None:
+        """Show ``run`` in the plots, the per-query table and the detail view."""
+        if run is not None:
+            for i in range(self.runs_list.count()):
+                if self.runs_list.item(i).data(Qt.ItemDataRole.UserRole) == run.key:
+                    if self.runs_list.currentRow() != i:
+                        self.runs_list.setCurrentRow(i)  # comes back here through _run_item_changed
+                        return
+        self._selected_key = run.key if run is not None else None
+        if not self.plots.live:
+            self.plots.show_buffer(run.buffer if run else None, run.total if run else None)
+            self.plots.set_pr(run.pr if run else None, run.colour if run else None)
+        self.table_model.set_run(run)
+        self.table.resizeColumnsToContents()
+        self.result_grid.clear("Select a query in the table to see its top results.")
+        self.query_image.clear()
+        self.query_image.setText("Select a query in the table.")
+        self.query_info.setText("")
+        self._query_path = None
+        self._refresh_overlays()
+        self._update_comparison()
+        self._update_buttons()
+
+    def compared_runs(self) -> list[EvalRun]:
+        """The ticked runs, in list order."""
+        out = []
+        for i in range(self.runs_list.count()):
+            item = self.runs_list.item(i)
+            if item.checkState() == Qt.CheckState.Checked:
+                run = self.run_by_key(item.data(Qt.ItemDataRole.UserRole))
+                if run is not None:
+                    out.append(run)
+        return out
+
+    def set_run_checked(self, run: EvalRun, checked: bool) -> None:
+        for i in range(self.runs_list.count()):
+            item = self.runs_list.item(i)
+            if item.data(Qt.ItemDataRole.UserRole) == run.key:
+                item.setCheckState(Qt.CheckState.Checked if checked else Qt.CheckState.Unchecked)
+
+    def baseline_run(self) -> EvalRun | None:
+        return self.run_by_key(self.baseline_combo.currentData())
+
+    def set_baseline(self, run: EvalRun) -> None:
+        i = self.baseline_combo.findData(run.key)
+        if i >= 0:
+            self.baseline_combo.setCurrentIndex(i)
+
+    def remove_selected_run(self) -> None:
+        run = self.selected_run()
+        if run is None:
+            return
+        self.runs = [r for r in self.runs if r.key != run.key]
+        self._tests = {k: v for k, v in self._tests.items() if run.key not in k[:2]}
+        for i in range(self.runs_list.count()):
+            if self.runs_list.item(i).data(Qt.ItemDataRole.UserRole) == run.key:
+                self.runs_list.blockSignals(True)
+                self.runs_list.takeItem(i)
+                self.runs_list.blockSignals(False)
+                break
+        self._refill_baselines()
+        self.select_run(self.runs[-1] if self.runs else None)
+
+    def _refill_baselines(self) -> None:
+        current = self.baseline_combo.currentData()
+        self.baseline_combo.blockSignals(True)
+        self.baseline_combo.clear()
+        for run in self.runs:
+            self.baseline_combo.addItem(self._colour_icon(run.colour), run.name, run.key)
+        i = self.baseline_combo.findData(current)
+        self.baseline_combo.setCurrentIndex(i if i >= 0 else 0)  # the first run by default
+        self.baseline_combo.blockSignals(False)
+
+    def _colour_icon(self, colour: str) -> QIcon:
+        pm = QPixmap(12, 12)
+        pm.fill(QColor(colour))
+        return QIcon(pm)
+
+    def _run_item_changed(self, current: QListWidgetItem | None, _previous=None) -> None:
+        self.select_run(self.run_by_key(current.data(Qt.ItemDataRole.UserRole)) if current else None)
+
+    def _run_checked_changed(self, _item: QListWidgetItem) -> None:
+        self._refresh_overlays()
+        self._update_comparison()
+
+    def _overlays(self, exclude: int | None) -> list[Overlay]:
+        out = []
+        for n, run in enumerate(r for r in self.compared_runs() if r.key != exclude):
+            out.append(Overlay(run.key, run.name, run.buffer, run.pr, run.colour, dash=n))
+        return out
+
+    def _refresh_overlays(self) -> None:
+        if self.plots.live:
+            return
+        run = self.selected_run()
+        self.plots.set_overlays(self._overlays(exclude=run.key if run else None),
+                                main_name=run.name if run is not None else None)
+
+    # ---- comparison -------------------------------------------------------------------------
+    def _paired(self, run: EvalRun, base: EvalRun, metric: str):
+        """Paired one-tailed bootstrap test of ``run`` against ``base`` on their common queries."""
+        from ..core.evaluation.stats import paired_bootstrap_test
+
+        key = (run.key, base.key, metric)
+        if key not in self._tests:
+            record_key, higher = COMPARED[metric]
+            a, b = run.values_by_query(record_key), base.values_by_query(record_key)
+            common = [q for q in a if q in b]
+            result = None
+            if len(common) >= 2:
+                try:
+                    result = paired_bootstrap_test(np.array([a[q] for q in common]), np.array([b[q] for q in common]),
+                                                   higher_is_better=higher)
+                except ValueError as exc:
+                    log.debug("no paired test: %s", exc)
+            self._tests[key] = result
+        return self._tests[key]
+
+    def _update_comparison(self) -> None:
+        runs = self.compared_runs()
+        base = self.baseline_run()
+        self.comparison = []
+        self.summary_table.setRowCount(len(runs))
+        for r, run in enumerate(runs):
+            row: dict[str, Any] = {"key": run.key, "name": run.name, "queries": run.report.summary["queries"],
+                                   "baseline": base is not None and run.key == base.key, "ci": {}, "p": {},
+                                   "stars": {}, "delta": {}}
+            name_item = QTableWidgetItem(self._colour_icon(run.colour), run.name + ("  (baseline)" if row["baseline"] else ""))
+            name_item.setData(VALUE_ROLE, run.key)
+            self.summary_table.setItem(r, 0, name_item)
+            self.summary_table.setItem(r, 1, self._cell(f"{row['queries']:,}", row["queries"]))
+            for c, metric in enumerate(COMPARED, start=2):
+                mean, lo, hi = run.cis.get(metric, (math.nan, math.nan, math.nan))
+                row["ci"][metric] = (mean, lo, hi)
+                self.summary_table.setItem(r, c, self._cell(f"{_fmt(mean)} [{_fmt(lo)}, {_fmt(hi)}]", (mean, lo, hi)))
+            for c, metric in enumerate(COMPARED, start=5):
+                if base is None or row["baseline"]:
+                    text, p, tip = ("baseline" if row["baseline"] else ""), None, ""
+                else:
+                    res = self._paired(run, base, metric)
+                    if res is None:
+                        text, p, tip = "—", None, "No common evaluated queries with the baseline (at least 2 needed)."
+                    else:
+                        p = float(res.p_value)
+                        row["delta"][metric] = float(res.delta)
+                        better = "lower" if not COMPARED[metric][1] else "higher"
+                        text = f"{p:.3f} {stars(p)}".strip() if p >= 0.001 else f"<0.001 {stars(p)}"
+                        tip = (f"Δ = {res.delta:+.3f} ({better} is better) over {res.n_queries} paired queries; "
+                               f"one-tailed p = {p:.4f}")
+                row["p"][metric] = p
+                row["stars"][metric] = stars(p)
+                item = self._cell(text, p)
+                item.setToolTip(tip)
+                if p is not None and stars(p):
+                    f = item.font()
+                    f.setBold(True)
+                    item.setFont(f)
+                self.summary_table.setItem(r, c, item)
+            self.comparison.append(row)
+
+    def _cell(self, text: str, value: Any) -> QTableWidgetItem:
+        item = QTableWidgetItem(text)
+        item.setData(VALUE_ROLE, value)
+        item.setTextAlignment(int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter))
+        return item
+
+    # ---- per-query detail ---------------------------------------------------------------------
+    def _current_row_changed(self, current: QModelIndex, _previous: QModelIndex) -> None:
+        if not current.isValid():
+            return
+        self.show_query(self.proxy.mapToSource(current).row())
+
+    def select_query_row(self, view_row: int) -> None:
+        """Select row ``view_row`` of the (sorted) table, as a click would."""
+        idx = self.proxy.index(view_row, 0)
+        self.table.selectionModel().setCurrentIndex(
+            idx, QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows)
+
+    def show_query(self, source_row: int) -> None:
+        """Show the query of row ``source_row`` (model order) and its top results, marked."""
+        run = self.selected_run()
+        if run is None:
+            return
+        rec = self.table_model.record(source_row)
+        k = max(1, min(self.state.settings.top_k, len(rec.ranking)))
+        scores = np.zeros(len(run.index), np.float32)
+        scores[rec.ranking] = rec.scores
+        rows = rec.ranking[:k]
+        results: list[Result] = results_for(run.index, rows, scores)
+        self.result_grid.set_results(results, correct=[bool(c) for c in rec.relevance[:k]])
+        self._query_path = rec.query
+        self._show_query_image()
+        hits = np.flatnonzero(rec.relevance)
+        first = f"first correct at rank {hits[0] + 1}" if len(hits) else "no correct reference"
+        rel = ", ".join(html.escape(i) for i in rec.relevant) if rec.relevant else "(open set: not in the collection)"
+        m = rec.metrics
+        self.query_info.setText(
+            f"<b>{html.escape(Path(rec.query).name)}</b><br>Relevant: {rel}<br>"
+            + (f"{rec.n_relevant} relevant reference{'s' if rec.n_relevant != 1 else ''}, {first}<br>"
+               f"P@1 {_fmt(m['p@1'])} · AP {_fmt(m['ap'])} · MNRO {_fmt(m['mnro'])}" if not rec.open_set else
+               "Not averaged (open-set query)."))
+
+    def _show_query_image(self) -> None:
+        if not self._query_path:
+            return
+        pm = ThumbnailCache.instance().get(self._query_path, QUERY_THUMB)
+        if pm is None:
+            self.query_image.setText("…")
+        else:
+            self.query_image.setPixmap(pm)
+
+    def _thumbnail_ready(self, path: str, size: int) -> None:
+        if path == self._query_path and size == QUERY_THUMB:
+            self._show_query_image()
+
+    # ---- export ---------------------------------------------------------------------------------
+    def _export_path(self, title: str, suffix: str, filter_: str) -> str | None:
+        run = self.selected_run()
+        if run is None:
+            workers.show_error(self, title, "Run an evaluation first, then select it in the list of runs.")
+            return None
+        start = Path(str(self.state.settings.value("evaluation/export_dir", "") or Path.home()))
+        stem = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in run.name.split(" · ")[0])[:60]
+        name = f"evaluation-{stem}-{run.finished:%Y%m%d-%H%M%S}{suffix}"
+        path, _ = QFileDialog.getSaveFileName(self, title, str(start / name), filter_)
+        return path or None
+
+    def export_json(self, path: str | os.PathLike | None = None) -> Path | None:
+        """Write the selected run as JSON (reports.write_json); ``None`` asks where."""
+        from ..core.evaluation.reports import write_json
+
+        return self._export("Export JSON", ".json", "JSON (*.json)", path, write_json)
+
+    def export_csv(self, path: str | os.PathLike | None = None) -> Path | None:
+        """Write the selected run's per-query CSV (reports.write_csv); ``None`` asks where."""
+        from ..core.evaluation.reports import write_csv
+
+        return self._export("Export CSV", ".csv", "CSV (*.csv)", path, write_csv)
+
+    def _export(self, title: str, suffix: str, filter_: str, path, writer) -> Path | None:
+        run = self.selected_run()
+        if path is None:
+            path = self._export_path(title, suffix, filter_)
+            if path is None:
+                return None
+        if run is None:
+            workers.show_error(self, title, "Run an evaluation first, then select it in the list of runs.")
+            return None
+        path = Path(path)
+        if not path.suffix:
+            path = path.with_suffix(suffix)
+        try:
+            writer(run.report, run.index, path)
+        except Exception as exc:  # noqa: BLE001 - shown to the user
+            workers.show_error(self, title, exc)
+            return None
+        self.state.settings.set_value("evaluation/export_dir", str(path.parent))
+        self._set_status(f"Saved {path}")
+        return path
+
+    # ---- misc -----------------------------------------------------------------------------------
+    def _sweep_param_changed(self, _i: int) -> None:
+        defaults = {"k": "1:5", "beta": "0:1:0.25"}
+        text = self.sweep_values_edit.text().strip()
+        if not text or text in defaults.values():
+            self.sweep_values_edit.setText(defaults[self.sweep_param_combo.currentData()])
+
+    def shutdown(self, timeout_ms: int = 15000) -> None:
+        """Cancel the running job and wait (bounded) for its thread to stop (the window is closing)."""
+        self.plots.timer.stop()
+        job = self._job
+        if job is None or not job.running:
+            return
+        job.cancel()
+        deadline = time.monotonic() + timeout_ms / 1000
+        while job.worker.is_running and time.monotonic() < deadline:
+            QThread.msleep(10)
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0.0, float(seconds))
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    m, s = divmod(int(round(seconds)), 60)
+    if m < 60:
+        return f"{m} min {s:02d} s"
+    h, m = divmod(m, 60)
+    return f"{h} h {m:02d} min"
+
+
+__all__ = ["EvaluationTab", "EvalRun", "QueryTableModel", "confidence_intervals", "describe_rerank", "stars"]

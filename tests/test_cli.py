@@ -1,0 +1,94 @@
+"""The `museum-search` command line: index, update, query, info, exit codes."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from museum_search.cli import main
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "museum_search", *map(str, args)],
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def cli_index(tmp_path_factory, sample_collection):
+    out = tmp_path_factory.mktemp("cli") / "index"
+    r = run_cli("index", sample_collection / "collection", "-o", out, "--size", "160",
+                "--catalogue", sample_collection / "catalogue.csv")
+    assert r.returncode == 0, r.stderr
+    assert "42 references of 12 instances" in r.stdout
+    return out
+
+
+def test_query_json(cli_index, sample_collection):
+    queries = sample_collection / "queries"
+    truth = dict(line.split(",", 1) for line in (queries / "ground_truth.csv").read_text().splitlines()[1:])
+    known = [q for q, inst in truth.items() if inst.strip()][:3]
+    r = run_cli("query", cli_index, *[queries / q for q in known], "-k", "3", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert [d["query"] for d in doc] == [str(queries / q) for q in known]
+    for d in doc:
+        assert len(d["results"]) == 3
+        assert [x["rank"] for x in d["results"]] == [1, 2, 3]
+        assert set(d["results"][0]) == {"rank", "score", "path", "instance", "metadata"}
+        scores = [x["score"] for x in d["results"]]
+        assert scores == sorted(scores, reverse=True)
+    hits = sum(d["results"][0]["instance"] == truth[d["query"].split("/")[-1]].strip() for d in doc)
+    assert hits >= 2
+
+
+def test_query_table_and_per_instance(cli_index, sample_collection):
+    q = sorted((sample_collection / "queries").glob("*.jpg"))[0]
+    r = run_cli("query", cli_index, q, "-k", "5", "--per-instance")
+    assert r.returncode == 0, r.stderr
+    rows = [line for line in r.stdout.splitlines() if line.strip()[:1].isdigit()]
+    assert len(rows) == 5
+    instances = [row.split()[2] for row in rows]
+    assert len(set(instances)) == 5  # one result per instance
+
+
+def test_query_with_rerankers(cli_index, sample_collection):
+    q = sorted((sample_collection / "queries").glob("*.jpg"))[0]
+    for rr in ("icfrr", "aqe", "dba", "spatial", "spatial,icfrr"):
+        r = run_cli("query", cli_index, q, "-k", "3", "--json", "--rerank", rr)
+        assert r.returncode == 0, (rr, r.stderr)
+        assert len(json.loads(r.stdout)[0]["results"]) == 3
+
+
+def test_update_and_info(cli_index, tmp_path):
+    r = run_cli("update", cli_index)
+    assert r.returncode == 0, r.stderr
+    assert "0 added/changed, 0 removed" in r.stdout
+    r = run_cli("info", cli_index)
+    assert r.returncode == 0 and "42 references" in r.stdout
+
+
+def test_exit_codes_and_one_line_errors(tmp_path, cli_index, capsys):
+    assert main(["info", str(tmp_path)]) == 1  # not an index
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a museum-search index" in err[0]
+    with pytest.raises(SystemExit) as e:
+        main(["query"])  # usage error
+    assert e.value.code == 2
+    bad = tmp_path / "bad.jpg"
+    bad.write_text("hello")
+    assert main(["query", str(cli_index), str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert "not an image" in err and "Traceback" not in err
+    assert main(["query", str(cli_index), str(bad), "--rerank", "bogus"]) == 1
+    assert "unknown re-ranker" in capsys.readouterr().err
+    assert main(["index", str(tmp_path / "missing"), "-o", str(tmp_path / "x")]) == 1
+    r = run_cli("index", tmp_path, "-o", tmp_path / "y", "--backbone", "resnet152")
+    if r.returncode != 0:  # no weights here: a clear message, no traceback
+        assert r.returncode == 1 and "--weights" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_version():
+    r = run_cli("--version")
+    assert r.returncode == 0 and r.stdout.startswith("museum-search ")
