@@ -109,7 +109,7 @@ def cmd_query(args: argparse.Namespace) -> int:
     failures = 0
     for path in args.images:
         try:
-            q = describe_file(path, extractor)[None, :]
+            q = describe_file(path, extractor, regions=not args.whole_image)[None]
         except ImageError as exc:
             print(f"{PROG}: skipped {exc}", file=sys.stderr)
             failures += 1
@@ -167,8 +167,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     print(f"queries: {queryset.describe()}", file=sys.stderr)
     pipeline = _rerank_from_args(args)
     extractor = extractor_for_meta(index.meta, args.weights)
-    report = _drive(evaluate(index, queryset, pipeline, extractor=extractor, batch_size=args.batch_size),
-                    "evaluating")
+    report = _drive(evaluate(index, queryset, pipeline, extractor=extractor, batch_size=args.batch_size,
+                             query_regions=not args.whole_image), "evaluating")
     _print_skips(report.skipped)
     doc = reports.report_dict(report, index, rankings=args.rankings, seed=args.seed)
     if args.baseline:
@@ -225,6 +225,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _add_rerank_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--whole-image", action="store_true",
+                   help="describe each query as one whole image (the papers' protocol) instead of the "
+                        "default best of 5 regions (whole, left/right/top/bottom 60%%)")
     g = p.add_argument_group("re-ranking")
     g.add_argument("--rerank", default="", metavar="LIST",
                    help="comma-separated re-rankers applied in order: icfrr, aqe, dba, spatial "

@@ -117,11 +117,16 @@ def tab(qtbot, data, tmp_path):
 
 
 def _evaluate(qtbot, tab):
-    with qtbot.waitSignal(tab.run_finished, timeout=TIMEOUT) as blocker:
-        assert tab.run_evaluation()
-        assert tab.plots.timer.isActive() and tab.is_running()
-    qtbot.waitUntil(lambda: not tab.is_running(), timeout=TIMEOUT)
-    return blocker.args[0]
+    done = []
+    tab.run_finished.connect(done.append)
+    try:
+        with qtbot.waitSignal(tab.job_finished, timeout=TIMEOUT):
+            assert tab.run_evaluation()
+            assert tab.plots.timer.isActive() and tab.is_running()
+    finally:
+        tab.run_finished.disconnect(done.append)
+    assert done, f"no run finished: {tab.status_label.text()}"
+    return done[0]
 
 
 def _error_dialogs(widget) -> list[QMessageBox]:

@@ -320,6 +320,15 @@ def test_corrupt_cache_entry_is_recomputed(tmp_path, images, monkeypatch):
         assert "desc" in z.files
 
 
+def test_unwritable_cache_folder_is_not_fatal(tmp_path, images, caplog):
+    blocker = tmp_path / "index"
+    blocker.write_bytes(b"a file where the index folder should be")  # mkdir of the cache fails
+    index = make_index(tmp_path / "coll", {"b.png": images["base"]}, path=blocker)
+    new = SpatialReranker().rerank(np.array([[0.5]], np.float32), index=index, query_images=[images["query"]])
+    assert new[0, 0] > 1.4  # verified all the same
+    assert "cache" in caplog.text
+
+
 def test_no_disk_cache_without_index_folder(tmp_path, images):
     index = make_index(tmp_path / "coll", {"b.png": images["base"]})
     SpatialReranker().rerank(np.array([[0.5]], np.float32), index=index, query_images=[images["query"]])

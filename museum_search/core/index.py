@@ -321,7 +321,8 @@ def build_index(
         items.append(Item(refs[i].path, size, mtime, refs[i].instance, dict(refs[i].metadata)))
     if not items:
         raise MuseumSearchError(f"none of the {len(refs)} images in {root} could be read")
-    spec = LabellingSpec(lab.rule if labelling.rule == "auto" else labelling.rule, labelling.catalogue, labelling.regex)
+    catalogue = str(Path(labelling.catalogue).resolve()) if labelling.catalogue else None
+    spec = LabellingSpec(lab.rule if labelling.rule == "auto" else labelling.rule, catalogue, labelling.regex)
     index = Index(root, extractor.meta, items, res.descriptors.astype(dtype), spec)
     if out is not None:
         index.save(out, dtype=dtype)

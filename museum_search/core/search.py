@@ -32,14 +32,29 @@ class Result:
 
 
 def score_matrix(index: Index, query_descriptors: np.ndarray) -> np.ndarray:
-    """(Q, G) float32 dot products of the queries (Q, D) or (D,) with every reference."""
-    q = np.atleast_2d(np.asarray(query_descriptors, dtype=np.float32))
-    if q.shape[1] != index.meta.dim:
-        raise ValueError(f"query descriptors are {q.shape[1]}-d, the index is {index.meta.dim}-d")
+    """(Q, G) float32 dot products of the queries with every reference.
+
+    ``query_descriptors`` is (D,), (Q, D), or (Q, R, D) for multi-region queries (see
+    ``extract.QUERY_REGIONS``), where a reference's score is its best score over the R regions.
+    """
+    q = np.asarray(query_descriptors, dtype=np.float32)
+    regions = q.ndim == 3
+    flat = q.reshape(-1, q.shape[-1])
+    if flat.shape[1] != index.meta.dim:
+        raise ValueError(f"query descriptors are {flat.shape[1]}-d, the index is {index.meta.dim}-d")
     desc = index.descriptors
     if desc.dtype != np.float32:
         desc = np.asarray(desc, dtype=np.float32)
-    return q @ desc.T
+    scores = flat @ desc.T
+    if regions:
+        return scores.reshape(q.shape[0], q.shape[1], -1).max(axis=1)
+    return scores
+
+
+def whole_image(query_descriptors: np.ndarray) -> np.ndarray:
+    """(Q, D) whole-image descriptors of (Q, D) or multi-region (Q, R, D) queries (region 0)."""
+    q = np.asarray(query_descriptors, dtype=np.float32)
+    return q[:, 0] if q.ndim == 3 else np.atleast_2d(q)
 
 
 def top_k(scores: np.ndarray, k: int, labels: np.ndarray | None = None, per_instance: bool = False) -> list[np.ndarray]:

@@ -547,8 +547,9 @@ class EvaluationTab(QWidget):
         queries_page = QSplitter(Qt.Orientation.Horizontal)
         queries_page.addWidget(self.table)
         queries_page.addWidget(detail)
-        queries_page.setStretchFactor(0, 2)
-        queries_page.setStretchFactor(1, 3)
+        queries_page.setStretchFactor(0, 1)
+        queries_page.setStretchFactor(1, 1)
+        queries_page.setSizes([480, 560])
         self.queries_splitter = queries_page
 
         # compare page
@@ -927,7 +928,7 @@ class EvaluationTab(QWidget):
         self.sweep_table.insertRow(r)
         for c, text in enumerate((f"{value:g}", _fmt(summary["mp@1"]), _fmt(summary["map"]), _fmt(summary["amnro"]))):
             item = QTableWidgetItem(text)
-            item.setTextAlignment(int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter))
+            item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
             self.sweep_table.setItem(r, c, item)
 
     def _set_status(self, text: str) -> None:
@@ -1132,7 +1133,7 @@ class EvaluationTab(QWidget):
     def _cell(self, text: str, value: Any) -> QTableWidgetItem:
         item = QTableWidgetItem(text)
         item.setData(VALUE_ROLE, value)
-        item.setTextAlignment(int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter))
+        item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return item
 
     # ---- per-query detail ---------------------------------------------------------------------

@@ -123,6 +123,8 @@ def start(
         worker.aborted.connect(on_cancelled)
 
     def done() -> None:
+        if job.cancelled and hasattr(gen, "close"):
+            gen.close()  # superqt leaves an aborted generator suspended: run its finally blocks now
         job.running = False
         _ACTIVE.discard(job)
         if on_finished is not None:

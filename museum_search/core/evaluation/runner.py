@@ -85,8 +85,13 @@ def evaluate(
     extractor: Extractor | None = None,
     weights: str | None = None,
     batch_size: int = 8,
+    query_regions: bool = True,
 ) -> Generator[EvalStep, None, EvalReport]:
-    """Rank every query of ``queryset`` against ``index`` (see the module docstring)."""
+    """Rank every query of ``queryset`` against ``index`` (see the module docstring).
+
+    ``query_regions``: describe each query by its regions (``extract.QUERY_REGIONS``), as the
+    search does by default; False describes the whole image only (the papers' protocol).
+    """
     extractor = extractor or extractor_for_meta(index.meta, weights)
     index.check_compatible(extractor.meta)
     qs = queryset.restricted_to(index.instances)
@@ -108,7 +113,7 @@ def evaluate(
     running: dict[str, float] = {}
     for lo in range(0, total, batch_size):
         chunk = queries[lo : lo + batch_size]
-        res = run(extract([q.path for q in chunk], extractor, batch_size=batch_size))
+        res = run(extract([q.path for q in chunk], extractor, batch_size=batch_size, query_regions=query_regions))
         new_skips = list(res.skipped)
         skipped.extend(new_skips)
         ok = [chunk[i] for i in res.ok]
@@ -146,6 +151,7 @@ def evaluate(
                "instances": len(index.instances)}
     for key in SUMMARY_KEYS + ("p@10",):
         summary[key] = full[key]
+    summary["query_regions"] = bool(query_regions)
     return EvalReport(summary, records, skipped, index.describe(), qs.describe(),
                       pipeline.describe() if pipeline else "none", per_query)
 

@@ -56,7 +56,9 @@ class Pipeline:
         query_images: Sequence[np.ndarray] | None = None,
     ) -> np.ndarray:
         """Re-rank the (Q, G) ``scores`` of ``query_descriptors`` against ``index``."""
-        q = np.atleast_2d(np.asarray(query_descriptors, dtype=np.float32))
+        from ..search import whole_image
+
+        q = whole_image(query_descriptors)  # query expansion works on the whole-image descriptor
         desc = np.asarray(index.descriptors, dtype=np.float32)
         for position, (name, stage) in enumerate(zip(self.names, self._stages)):
             ctx: dict[str, Any] = dict(

@@ -7,13 +7,14 @@ For each query, the ``top_n`` references with the best global scores are verifie
 2. nearest-neighbour matches (L2 for SIFT, found with one BLAS matrix product per block of
    references; Hamming for ORB) that pass Lowe's ratio test (``ratio``), one match per reference
    keypoint (the closest);
-3. a homography fitted by ``cv2.findHomography`` with ``cv2.RANSAC`` (``estimator="usac"`` or
-   ``"magsac"``: OpenCV's USAC variants, as accurate here and much faster on the hopeless pairs
-   where plain RANSAC runs all its 2000 iterations), reprojection threshold ``ransac_threshold``
-   px, at least 4 matches; its inliers are counted. A degenerate homography (mirroring: determinant ≤ 0; a scale change beyond
-   ``max_scale``; the reference's corners mapped through infinity or onto a non-convex quadrilateral)
-   counts as 0 inliers. The homography is fitted from the reference to the query, so this test maps
-   the reference's outline (the painting, seen from in front) into the query photo.
+3. a homography fitted from the reference to the query by ``cv2.findHomography`` with OpenCV's
+   USAC RANSAC (default ``estimator="usac"``; ``"ransac"`` is classic ``cv2.RANSAC``, which gives
+   the same inlier counts here but runs all its 2000 iterations on hopeless pairs, about twice
+   slower per query; ``"magsac"`` is also available),
+   reprojection threshold ``ransac_threshold`` px, at least 4 matches; its inliers are counted.
+   A degenerate homography counts as 0 inliers: mirroring (determinant ≤ 0), a scale change
+   beyond ``max_scale``, or the reference's outline (the painting, seen from in front) mapped
+   through infinity or onto a non-convex quadrilateral in the query.
 
 The new score of a verified reference is::
 
@@ -21,9 +22,9 @@ The new score of a verified reference is::
 
 so it is monotone in both the global score and the inlier count; with the defaults
 (``weight=1``, ``inlier_cap=50``) every inlier is worth 0.02 of cosine similarity, and 50 or more
-inliers add 1.0, which outweighs any difference of global scores within a top-N (a true match of a
-painting typically has 50–500 inliers, a wrong reference 0–6). References
-outside the top-N keep their scores. Because the bonus is never negative, every verified
+inliers add 1.0, which outweighs any difference of global scores within a top-N (a true match of
+a painting typically has 50–500 inliers, a wrong reference 0–6). References outside the top-N
+keep their scores. Because the bonus is never negative, every verified
 reference still scores at least as high as every unverified one, so the unverified references stay
 in place after the top-N (ties keep the row order of :func:`museum_search.core.search.top_k`).
 
@@ -87,7 +88,7 @@ class SpatialParams:
     feature: str = "sift"  # "sift" or "orb" ("sift" falls back to "orb" without cv2.SIFT_create)
     max_keypoints: int = 1000  # keypoints kept per image (the strongest)
     ransac_threshold: float = 5.0  # RANSAC reprojection threshold, px (in the resized images)
-    estimator: str = "ransac"  # cv2.findHomography method: "ransac" (cv2.RANSAC), "usac", "magsac"
+    estimator: str = "usac"  # cv2.findHomography method: "usac" (cv2.USAC_DEFAULT), "ransac", "magsac"
     max_scale: float = 10.0  # reject homographies that scale lengths by more than this (or 1/this)
     memory_cache: int = 2000  # reference feature sets kept in memory per index
 
@@ -380,6 +381,7 @@ _MEMORY: weakref.WeakKeyDictionary[Any, dict[tuple, OrderedDict[int, tuple[dict,
     weakref.WeakKeyDictionary()
 )
 _WARNED: set[tuple] = set()  # unreadable file versions already logged
+_DISK_FAILED: set[str] = set()  # cache folders that could not be written (not retried)
 _LOCK = threading.Lock()
 
 
@@ -390,7 +392,6 @@ def clear_memory_cache() -> None:
         _WARNED.clear()
 
 
-
 class SpatialReranker:
     """Re-ranks the top-N references of each query by geometric verification (see the module doc)."""
 
@@ -398,7 +399,6 @@ class SpatialReranker:
 
     def __init__(self, params: SpatialParams | None = None):
         self.params = params or SpatialParams()
-        self._disk_failed: set[str] = set()
         self.stats = {"computed": 0, "disk_hits": 0, "memory_hits": 0, "unreadable": 0}
 
     def describe(self) -> str:
@@ -506,7 +506,7 @@ class SpatialReranker:
 
     def _write_disk(self, path: Path, key: dict[str, Any], got: tuple[Features, tuple[float, float]]) -> None:
         folder = str(path.parent)
-        if folder in self._disk_failed:
+        if folder in _DISK_FAILED:
             return
         (pts, desc), size = got
         tmp = path.with_name(f".{path.stem}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
@@ -517,11 +517,14 @@ class SpatialReranker:
                          size=np.array(size, np.float64))
             os.replace(tmp, path)
         except OSError as exc:
-            self._disk_failed.add(folder)
+            _DISK_FAILED.add(folder)
             log.warning("cannot write the spatial verification cache in %s (%s); keeping it in memory only",
                         folder, exc)
         finally:
-            tmp.unlink(missing_ok=True)
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:
+                pass
 
     # ---- verification --------------------------------------------------------------------------
     def _query_features(self, query_image: np.ndarray) -> Features:

@@ -147,7 +147,7 @@ class EvaluationPlots(pg.GraphicsLayoutWidget):
         self._live = False
 
         # running means
-        self.running_plot: pg.PlotItem = self.addPlot(row=0, col=0, colspan=2)
+        self.running_plot: pg.PlotItem = self.addPlot(row=0, col=0, colspan=3)
         self.running_plot.setTitle("Running means", color=self._fg, size="10pt")
         self.running_plot.setLabel("bottom", "queries processed", color=self._fg)
         _style_plot(self.running_plot, self._fg)
@@ -156,7 +156,9 @@ class EvaluationPlots(pg.GraphicsLayoutWidget):
         self.running_plot.setMouseEnabled(x=True, y=False)
         self.running_plot.setDownsampling(mode="peak")
         self.running_plot.setClipToView(True)
-        self.running_legend = self.running_plot.addLegend(offset=(-8, 8), labelTextColor=self._fg)
+        # right, half-way up: running MP@1 and MAP are usually high and AMNRO low
+        self.running_legend = self.running_plot.addLegend(labelTextColor=self._fg, verSpacing=-4)
+        self.running_legend.anchor(itemPos=(1, 0.5), parentPos=(1, 0.5), offset=(-10, 0))
         self.running_curves: dict[str, pg.PlotDataItem] = {}
         for m in METRICS:
             self.running_curves[m] = self.running_plot.plot(
@@ -165,7 +167,7 @@ class EvaluationPlots(pg.GraphicsLayoutWidget):
         self._legend_samples: list[pg.PlotDataItem] = []
 
         # precision–recall
-        self.pr_plot: pg.PlotItem = self.addPlot(row=0, col=2)
+        self.pr_plot: pg.PlotItem = self.addPlot(row=1, col=2)
         self.pr_plot.setTitle("Precision–recall (11-point)", color=self._fg, size="10pt")
         self.pr_plot.setLabel("bottom", "recall", color=self._fg)
         self.pr_plot.setLabel("left", "precision", color=self._fg)
@@ -173,7 +175,9 @@ class EvaluationPlots(pg.GraphicsLayoutWidget):
         self.pr_plot.setRange(xRange=(0, 1), yRange=(0, 1), padding=0.02)
         self.pr_plot.enableAutoRange(enable=False)
         self.pr_plot.setMouseEnabled(x=False, y=False)
-        self.pr_legend = self.pr_plot.addLegend(offset=(-8, 8), labelTextColor=self._fg)
+        # bottom left: precision is usually high at low recall
+        self.pr_legend = self.pr_plot.addLegend(labelTextColor=self._fg, verSpacing=-4)
+        self.pr_legend.anchor(itemPos=(0, 1), parentPos=(0, 1), offset=(10, -10))
         self.pr_curve = self.pr_plot.plot([], [], pen=pg.mkPen(RUN_COLOURS[0], width=2.5), symbol="o",
                                           symbolSize=5, symbolBrush=RUN_COLOURS[0], symbolPen=None)
         self.pr_overlays: dict[object, pg.PlotDataItem] = {}
@@ -201,8 +205,8 @@ class EvaluationPlots(pg.GraphicsLayoutWidget):
         self.ci.layout.setColumnStretchFactor(0, 1)
         self.ci.layout.setColumnStretchFactor(1, 1)
         self.ci.layout.setColumnStretchFactor(2, 1)
-        self.ci.layout.setRowStretchFactor(0, 3)
-        self.ci.layout.setRowStretchFactor(1, 2)
+        self.ci.layout.setRowStretchFactor(0, 1)
+        self.ci.layout.setRowStretchFactor(1, 1)
 
         self.timer = QTimer(self)
         self.timer.setInterval(REFRESH_MS)

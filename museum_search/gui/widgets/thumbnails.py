@@ -409,7 +409,7 @@ class CollectionModel(QAbstractListModel):
 
     # ---- data ------------------------------------------------------------------------------
     @property
-    def index_(self):
+    def collection_index(self):
         """The Index shown (``None`` when empty)."""
         return self._index
 
@@ -693,7 +693,7 @@ class ThumbnailBrowser(QWidget):
 
     def _update_count(self, *_args) -> None:
         total = self.model.rowCount()
-        if self.model.index_ is None:
+        if self.model.collection_index is None:
             self.count_label.setText("No index")
         else:
             shown = self.proxy.rowCount()

@@ -1,0 +1,109 @@
+"""Indexing throughput vs the bare forward pass, and query latency broken down.
+
+1. Throughput: ``extract`` (decode on a thread pool + forward) over N real images, as a ratio to
+   the bare forward pass of the same backbone on the same, already decoded and pre-processed
+   inputs (target >= 0.9: decoding must overlap inference).
+2. Query latency for one photo: decode / forward / search, with search against 10,000
+   references (the paintings' descriptors tiled with noise), as a share of the forward pass
+   (target: search + overhead <= 15 % of the forward pass).
+
+Both measured in one run (the machine is shared: compare ratios, not seconds).
+Usage: python bench/bench_indexing.py [--images DIR] [--n 120] [--size 512]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from museum_search.core.backbones import BackboneConfig, build_extractor
+from museum_search.core.extract import extract, run
+from museum_search.core.images import is_image_file, load_image
+from museum_search.core.index import Index, Item
+from museum_search.core.search import search
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_IMAGES = HERE.parent.parent / "shared" / "data" / "paintings" / "references"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--images", type=Path, default=DEFAULT_IMAGES)
+    ap.add_argument("--n", type=int, default=120)
+    ap.add_argument("--size", type=int, default=512)
+    ap.add_argument("--batch-size", type=int, default=8)
+    args = ap.parse_args()
+    paths = sorted(p for p in args.images.iterdir() if is_image_file(p))[: args.n]
+    ext = build_extractor(BackboneConfig(size=args.size))
+    # warm-up
+    ext.describe([ext.preprocess(load_image(paths[0], max_side=ext.max_side))])
+
+    # bare forward pass on pre-decoded inputs, batched the same way as extract()
+    inputs = [ext.preprocess(load_image(p, max_side=ext.max_side)) for p in paths]
+    t0 = time.perf_counter()
+    for i in range(0, len(inputs), args.batch_size):
+        ext.describe(inputs[i : i + args.batch_size])
+    forward = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    res = run(extract(paths, ext, batch_size=args.batch_size))
+    full = time.perf_counter() - t0
+    assert len(res.ok) == len(paths)
+
+    t0 = time.perf_counter()
+    for p in paths:
+        load_image(p, max_side=ext.max_side)
+    decode_serial = time.perf_counter() - t0
+
+    # query latency against 10,000 references
+    rng = np.random.default_rng(0)
+    base = res.descriptors
+    reps = int(np.ceil(10000 / len(base)))
+    desc = np.tile(base, (reps, 1))[:10000] + rng.normal(0, 0.01, (10000, base.shape[1])).astype(np.float32)
+    desc /= np.linalg.norm(desc, axis=1, keepdims=True)
+    items = [Item(f"{i}.jpg", 0, 0.0, f"inst{i // 3}") for i in range(10000)]
+    index = Index("/", ext.meta, items, desc.astype(np.float32))
+    q_path = paths[0]
+    timings = {"decode": [], "forward": [], "search": []}
+    for _ in range(10):
+        t0 = time.perf_counter()
+        img = load_image(q_path, max_side=ext.max_side)
+        x = ext.preprocess(img)
+        t1 = time.perf_counter()
+        q = ext.describe([x])
+        t2 = time.perf_counter()
+        search(index, q, k=10)
+        t3 = time.perf_counter()
+        timings["decode"].append(t1 - t0)
+        timings["forward"].append(t2 - t1)
+        timings["search"].append(t3 - t2)
+    med = {k: float(np.median(v)) for k, v in timings.items()}
+    out = {
+        "images": len(paths),
+        "size": args.size,
+        "cores": os.cpu_count(),
+        "bare_forward_img_per_s": len(paths) / forward,
+        "indexing_img_per_s": len(paths) / full,
+        "throughput_ratio": forward / full,
+        "serial_decode_s_share_of_forward": decode_serial / forward,
+        "query_ms": {k: 1000 * v for k, v in med.items()},
+        "search_10k_over_forward": med["search"] / med["forward"],
+        "search_plus_decode_over_forward": (med["search"] + med["decode"]) / med["forward"],
+    }
+    print(f"indexing {out['indexing_img_per_s']:.2f} img/s vs bare forward {out['bare_forward_img_per_s']:.2f} img/s "
+          f"-> ratio {out['throughput_ratio']:.3f} (target >= 0.9)")
+    print(f"(serial decoding alone costs {out['serial_decode_s_share_of_forward']:.2f} of the forward time)")
+    print("query latency (median of 10, ms): " + ", ".join(f"{k} {v:.1f}" for k, v in out["query_ms"].items()))
+    print(f"search over 10,000 references = {out['search_10k_over_forward']:.3f} of the forward pass "
+          f"(target <= 0.15); with decoding {out['search_plus_decode_over_forward']:.3f}")
+    (HERE / "results").mkdir(exist_ok=True)
+    (HERE / "results" / "indexing.json").write_text(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,166 @@
+"""The kiosk demo, driven offscreen with a replayed camera (the same query photo over and over)."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from PySide6.QtCore import QSettings, Qt
+
+from museum_search.core.capture import FileSequenceCamera, OpenCVCamera, list_cameras
+from museum_search.core.images import load_image
+from museum_search.gui import workers
+from museum_search.gui.demo_window import (
+    EXIT_KEYS_SETTING,
+    HINT,
+    NOT_IN_COLLECTION,
+    DemoWindow,
+)
+from museum_search.gui.state import Settings
+
+pytestmark = pytest.mark.gui
+
+SAMPLE = Path(__file__).resolve().parents[1] / "resources" / "sample"
+TIMEOUT = 120_000  # ms; describing a frame takes about a second, more on a loaded machine
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module")
+def data(sample_index) -> SimpleNamespace:
+    """A known query, an unknown one, and a threshold between their best cosine scores."""
+    from museum_search.core.backbones import extractor_for_meta
+    from museum_search.core.search import search
+
+    truth = [(SAMPLE / "queries" / r["query"], (r["instance"] or "").strip())
+             for r in _rows(SAMPLE / "queries" / "ground_truth.csv")]
+    catalogue = {r["instance"]: r for r in _rows(SAMPLE / "catalogue.csv")}
+    inside = [(p, i) for p, i in truth if i][:3]
+    outside = [p for p, i in truth if not i]
+    assert inside and outside
+    ext = extractor_for_meta(sample_index.meta)
+    paths = [p for p, _ in inside] + outside
+    desc = ext.describe_images([load_image(p, max_side=ext.max_side) for p in paths])
+    best = [r[0] for r in search(sample_index, desc, k=1)]
+    # the known query: the first one whose best match is right; the unknown one: the least similar
+    known = next((p, i, b.score) for (p, i), b in zip(inside, best) if b.instance == i)
+    out_best = best[len(inside):]
+    unknown, unknown_score = min(zip(outside, (b.score for b in out_best)), key=lambda t: t[1])
+    assert known[2] > unknown_score, "the sample's known query must score above its unknown one"
+    return SimpleNamespace(index=sample_index, known=known[0], instance=known[1],
+                           entry=catalogue[known[1]], unknown=unknown,
+                           threshold=(known[2] + unknown_score) / 2)
+
+
+@pytest.fixture
+def make_demo(qtbot, tmp_path):
+    """DemoWindows on throw-away settings; closed, with their workers finished, at the end."""
+    windows: list[DemoWindow] = []
+
+    def make(index, query: Path | None = None, camera_factory=None, exit_keys: str | None = None,
+             threshold: float = 0.5, camera: int = 3, **kwargs) -> DemoWindow:
+        settings = Settings(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat))
+        settings.threshold = threshold
+        settings.camera = camera
+        if exit_keys is not None:
+            settings.set_value(EXIT_KEYS_SETTING, exit_keys)
+        if camera_factory is None and query is not None:
+            def camera_factory(number: int) -> FileSequenceCamera:
+                assert number == camera  # the camera number from the settings
+                return FileSequenceCamera([query], fps=12, loop=True, max_side=960)
+        w = DemoWindow(index, settings, camera_factory, **kwargs)
+        qtbot.addWidget(w)
+        w.resize(1280, 720)
+        w.show()
+        qtbot.waitExposed(w)
+        windows.append(w)
+        return w
+
+    yield make
+    for w in windows:
+        w.shutdown()
+        qtbot.waitUntil(lambda w=w: not w.is_busy(), timeout=TIMEOUT)
+        assert not w.camera_view.is_running()
+    assert workers.wait_all(TIMEOUT)
+
+
+def _wait_mode(qtbot, w: DemoWindow, *modes: str) -> None:
+    qtbot.waitUntil(lambda: w.mode in modes, timeout=TIMEOUT)
+
+
+def test_steady_frames_show_the_object_card_then_live_again(qtbot, make_demo, data):
+    w = make_demo(data.index, data.known, threshold=data.threshold, steady_seconds=0.3, result_seconds=1.5)
+    assert w.mode in ("starting", "live")
+    _wait_mode(qtbot, w, "live", "recognizing", "result")
+    # nobody touches anything: the still picture is recognized by itself
+    _wait_mode(qtbot, w, "result")
+    assert w.recognitions == 1
+    assert w.last_results[0].instance == data.instance and w.last_results[0].score >= data.threshold
+    assert w.card_title_text() == data.entry["title"]
+    assert w.card_artist_text() == data.entry["artist"]
+    assert w.card_year_text() == data.entry["year"]
+    assert w.card_description_text() == data.entry["description"]
+    assert w.card_confidence_text().startswith("Confidence ")
+    assert w.card_has_photo()  # the reference photo of the match
+    w.grab().save("/tmp/demo_card.png")
+
+    # the card goes away by itself; the same still scene is not recognized again
+    _wait_mode(qtbot, w, "live")
+    assert w.hint_text() == HINT
+    qtbot.wait(900)  # three steady periods
+    assert w.mode == "live" and w.recognitions == 1
+
+    # a touch (click) anywhere recognizes the current picture; a touch on the card closes it
+    qtbot.mouseClick(w.camera_view.view, Qt.MouseButton.LeftButton)  # the camera picture forwards it
+    assert w.mode == "recognizing"
+    _wait_mode(qtbot, w, "result")
+    assert w.recognitions == 2 and w.card_title_text() == data.entry["title"]
+    qtbot.mouseClick(w.card_page.photo, Qt.MouseButton.LeftButton)
+    assert w.mode == "live"
+    qtbot.keyClick(w, Qt.Key.Key_Space)  # the keyboard does the same
+    assert w.mode == "recognizing"
+    _wait_mode(qtbot, w, "result")
+    assert w.recognitions == 3
+
+
+def test_object_outside_the_collection_gets_the_sorry_card(qtbot, make_demo, data):
+    w = make_demo(data.index, data.unknown, threshold=data.threshold, steady_seconds=0.3, result_seconds=60)
+    _wait_mode(qtbot, w, "unknown")
+    assert w.last_results and w.last_results[0].score < data.threshold
+    assert w.card_title_text() == NOT_IN_COLLECTION
+    assert w.card_artist_text() == "" or not w.card_page.artist.isVisible()
+    assert not w.card_page.confidence.isVisible()
+    w.grab().save("/tmp/demo_unknown.png")
+    qtbot.keyClick(w, Qt.Key.Key_Return)  # back to the camera
+    assert w.mode == "live"
+
+
+def test_escape_leaves_unless_an_exit_combination_is_set(qtbot, make_demo, data):
+    free = make_demo(data.index, data.known, steady_seconds=60)
+    qtbot.keyClick(free, Qt.Key.Key_Escape)
+    assert not free.isVisible() and not free.camera_view.is_running()
+
+    locked = make_demo(data.index, data.known, exit_keys="Ctrl+Shift+Q", steady_seconds=60)
+    qtbot.keyClick(locked, Qt.Key.Key_Escape)
+    qtbot.keyClick(locked, Qt.Key.Key_Q, Qt.KeyboardModifier.ControlModifier)
+    assert locked.isVisible()
+    qtbot.keyClick(locked, Qt.Key.Key_Q,
+                   Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
+    assert not locked.isVisible()
+
+
+def test_no_camera_shows_a_full_screen_message(qtbot, make_demo, data):
+    missing = 0 if not list_cameras(1) else 63
+    w = make_demo(data.index, camera=missing)  # the default factory: OpenCV webcams
+    assert w.camera_factory is OpenCVCamera
+    _wait_mode(qtbot, w, "error")
+    assert f"No camera found at number {missing}" in w.message_text()
+    assert w.message_page.isVisible()
+    qtbot.mouseClick(w, Qt.MouseButton.LeftButton)  # try again: still no camera, still no crash
+    _wait_mode(qtbot, w, "error")
+    assert "No camera found" in w.message_text()
