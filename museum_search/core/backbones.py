@@ -40,7 +40,7 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 
 DEFAULT_BACKBONE = "mobilenet_v2"
 DEFAULT_HEAD = "gem"
-DEFAULT_SIZE = 512
+DEFAULT_SIZE = 256
 
 
 @dataclass(frozen=True)

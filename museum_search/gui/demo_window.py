@@ -54,6 +54,7 @@ from PySide6.QtWidgets import (
 from ..core.capture import STEADY_THRESHOLD, CameraSource, OpenCVCamera, is_steady
 from ..core.errors import ImageError, MuseumSearchError
 from ..core.images import load_image
+from ..core.extract import describe_query_image
 from ..core.search import Result, in_collection, score_matrix, search
 from . import workers
 from .state import Settings
@@ -103,10 +104,10 @@ def _recognize(extractor, index, frame: np.ndarray, threshold: float, k: int) ->
     """
     t0 = time.perf_counter()
     try:
-        descriptor = extractor.describe_images([frame])[0]
+        descriptor = describe_query_image(frame, extractor)  # (R, D): best of the query regions
     except RuntimeError as exc:  # from torch: say what failed
         raise MuseumSearchError(f"the camera picture could not be described ({exc})") from exc
-    scores = score_matrix(index, descriptor)
+    scores = score_matrix(index, descriptor[None])
     results = search(index, descriptor[None], k=max(1, k), per_instance=True, scores=scores)[0]
     found = in_collection(results, threshold)
     photo, photo_error = None, None

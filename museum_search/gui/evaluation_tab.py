@@ -28,11 +28,11 @@ from typing import Any, Generator, Sequence
 import numpy as np
 from PySide6.QtCore import (
     QAbstractTableModel, QItemSelectionModel, QModelIndex, QPersistentModelIndex, QSortFilterProxyModel, Qt,
-    QThread, Signal,
+    QThread, QTimer, Signal,
 )
-from PySide6.QtGui import QColor, QIcon, QPixmap
+from PySide6.QtGui import QColor, QIcon, QPixmap, QResizeEvent
 from PySide6.QtWidgets import (
-    QAbstractItemView, QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QFrame, QGridLayout,
+    QAbstractItemView, QApplication, QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QFrame, QGridLayout,
     QGroupBox, QHBoxLayout, QHeaderView, QLabel, QLineEdit, QListWidget, QListWidgetItem, QProgressBar,
     QPushButton, QScrollArea, QSizePolicy, QSpinBox, QSplitter, QTableView, QTableWidget, QTableWidgetItem,
     QTabWidget, QVBoxLayout, QWidget,
@@ -65,8 +65,8 @@ LAYOUT_LABELS = {
 #: Re-rankers in the order they are applied (expansion first, then verification, then diffusion).
 RERANKER_ORDER = (("aqe", "αQE"), ("dba", "DBA"), ("spatial", "Spatial verification"), ("icfrr", "ICFRR"))
 SIGNIFICANCE = ((0.001, "***"), (0.01, "**"), (0.05, "*"))
-QUERY_THUMB = 220
-RESULT_THUMB = 120
+QUERY_THUMB = 180
+RESULT_THUMB = 104
 BATCH_SIZE = 8
 VALUE_ROLE = Qt.ItemDataRole.UserRole + 1  # numbers behind a comparison cell
 SORT_ROLE = Qt.ItemDataRole.UserRole + 2
@@ -153,7 +153,7 @@ def confidence_intervals(report: EvalReport, seed: int = 0) -> dict[str, tuple[f
 
 
 def _evaluation_job(index: Index, queryset: QuerySet, names: list[str], options: RerankOptions,
-                    batch_size: int = BATCH_SIZE) -> Generator[Any, None, _EvalResult]:
+                    batch_size: int = BATCH_SIZE, query_regions: bool = True) -> Generator[Any, None, _EvalResult]:
     """Background job: build the extractor and the pipeline, evaluate, then intervals and PR."""
     from ..core.backbones import extractor_for_meta
     from ..core.evaluation.runner import evaluate, precision_recall_curve
@@ -164,13 +164,15 @@ def _evaluation_job(index: Index, queryset: QuerySet, names: list[str], options:
     if "icfrr" in names and not index.has_gallery_ranks:
         yield "Ranking the collection against itself (ICFRR, once per index)…"
         index.gallery_ranks()
-    report = yield from evaluate(index, queryset, pipeline, extractor=extractor, batch_size=batch_size)
+    report = yield from evaluate(index, queryset, pipeline, extractor=extractor, batch_size=batch_size,
+                                 query_regions=query_regions)
     yield "Computing confidence intervals…"
     return _EvalResult(report, confidence_intervals(report), precision_recall_curve(report))
 
 
 def _sweep_job(index: Index, queryset: QuerySet, parameter: str, values: list[float],
-               options: RerankOptions, batch_size: int = BATCH_SIZE) -> Generator[Any, None, list[SweepPoint]]:
+               options: RerankOptions, batch_size: int = BATCH_SIZE,
+               query_regions: bool = True) -> Generator[Any, None, list[SweepPoint]]:
     from ..core.backbones import extractor_for_meta
     from ..core.evaluation.sweep import sweep
 
@@ -180,7 +182,7 @@ def _sweep_job(index: Index, queryset: QuerySet, parameter: str, values: list[fl
         yield "Ranking the collection against itself (ICFRR, once per index)…"
         index.gallery_ranks()
     return (yield from sweep(index, queryset, parameter, values, options, extractor=extractor,
-                             batch_size=batch_size))
+                             batch_size=batch_size, query_regions=query_regions))
 
 
 # --------------------------------------------------------------------------------------------
@@ -292,6 +294,8 @@ class EvaluationTab(QWidget):
         self._job_kind = ""
         self._job_token = 0
         self._job_started = 0.0
+        self._job_produced = False
+        self._sweep_label = ""
         self._next_key = 1
         self._selected_key: int | None = None
         self._tests: dict[tuple[int, int, str], Any] = {}
@@ -342,6 +346,11 @@ class EvaluationTab(QWidget):
         self.regex_edit.setToolTip("A regular expression with a group named 'instance', searched in the relative path")
         self.regex_edit.returnPressed.connect(self._reload_queryset)
         self.regex_edit.hide()
+        self.regions_check = QCheckBox("Describe query regions (best of 5 crops)")
+        self.regions_check.setObjectName("queryRegions")
+        self.regions_check.setChecked(True)
+        self.regions_check.setToolTip("As the Search tab does: a reference's score is its best over the whole "
+                                      "photo and four large crops. Untick for the papers' protocol (whole image).")
         self.detected_label = QLabel("No query set.")
         self.detected_label.setObjectName("detectedLabel")
         self.detected_label.setWordWrap(True)
@@ -353,6 +362,7 @@ class EvaluationTab(QWidget):
         ql.addWidget(self.layout_combo, 1, 1, 1, 2)
         ql.addWidget(self.regex_edit, 2, 0, 1, 3)
         ql.addWidget(self.detected_label, 3, 0, 1, 3)
+        ql.addWidget(self.regions_check, 4, 0, 1, 3)
         ql.setColumnStretch(1, 1)
 
         # re-ranking
@@ -590,12 +600,14 @@ class EvaluationTab(QWidget):
         self.sweep_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.sweep_table.verticalHeader().hide()
         self.sweep_table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
-        self.sweep_table.setMaximumWidth(320)
+        self.sweep_table.setMinimumWidth(260)
+        self.sweep_table.setMaximumWidth(360)
         sweep_page = QSplitter(Qt.Orientation.Horizontal)
         sweep_page.addWidget(self.sweep_plot)
         sweep_page.addWidget(self.sweep_table)
         sweep_page.setStretchFactor(0, 3)
         sweep_page.setStretchFactor(1, 1)
+        sweep_page.setSizes([700, 300])
 
         self.pages = QTabWidget()
         self.pages.setObjectName("evalPages")
@@ -796,8 +808,9 @@ class EvaluationTab(QWidget):
         self.plots.set_overlays(self._overlays(exclude=None), main_name="this run")
         self.progress.setRange(0, 0)
         self.progress.setFormat("%v / %m queries")
-        self._start("evaluation", _evaluation_job(index, queryset, names, options, self.batch_size),
-                    lambda res: self._evaluation_done(res, index, names, options, total))
+        regions = self.regions_check.isChecked()
+        self._start("evaluation", _evaluation_job(index, queryset, names, options, self.batch_size, regions),
+                    lambda res: self._evaluation_done(res, index, names, options, total, regions))
         self._set_status(f"Evaluating {total:,} queries with re-ranking: {describe_rerank(names, options)}")
         return True
 
@@ -818,14 +831,15 @@ class EvaluationTab(QWidget):
             workers.show_error(self, "ICFRR sweep", exc)
             return False
         label = PARAMETER_NAMES[parameter]
+        self._sweep_label = label
         self.sweep_points = []
-        self.sweep_plot.start(label)
+        self.sweep_plot.start(label, integer=parameter == "k")
         self.sweep_table.setRowCount(0)
         self.sweep_table.setHorizontalHeaderLabels([label, "MP@1", "MAP", "AMNRO"])
         self.pages.setCurrentIndex(2)
         self.progress.setRange(0, 0)
-        self._start("sweep", _sweep_job(self.index, self.queryset, parameter, vals, options, self.batch_size),
-                    self._sweep_done)
+        self._start("sweep", _sweep_job(self.index, self.queryset, parameter, vals, options, self.batch_size,
+                                        self.regions_check.isChecked()), self._sweep_done)
         self._set_status(f"ICFRR sweep of {label} over {len(vals)} value{'s' if len(vals) != 1 else ''}")
         return True
 
@@ -833,11 +847,12 @@ class EvaluationTab(QWidget):
         self._job_token += 1
         token = self._job_token
         self._job_kind = kind
+        self._job_produced = False
         self._job_started = time.perf_counter()
         self._job = workers.start(
             gen,
             on_progress=lambda item: self._on_progress(token, item),
-            on_result=lambda res: on_result(res) if token == self._job_token else None,
+            on_result=lambda res: self._on_result(token, on_result, res),
             on_error=lambda exc: self._on_error(token, exc),
             on_finished=lambda: self._on_finished(token),
         )
@@ -875,6 +890,11 @@ class EvaluationTab(QWidget):
             self.progress.setRange(0, item.total)
             self.progress.setValue(item.done)
 
+    def _on_result(self, token: int, handler, result: Any) -> None:
+        if token == self._job_token:
+            self._job_produced = True
+            handler(result)
+
     def _on_error(self, token: int, exc: BaseException) -> None:
         if token != self._job_token:
             return
@@ -892,17 +912,20 @@ class EvaluationTab(QWidget):
         if job is not None and job.cancelled:
             what = "Evaluation" if self._job_kind == "evaluation" else "Sweep"
             self._set_status(f"{what} cancelled after {self.progress.value():,} of {max(0, self.progress.maximum()):,}.")
+        if self._job_kind == "evaluation" and not self._job_produced and self.selected_run() is not None:
+            self.select_run(self.selected_run())  # back to the selected run's plots (partial curves dropped)
         if self.progress.maximum() == 0:
             self.progress.setRange(0, 1)
         self._update_buttons()
         self.job_finished.emit()
 
     def _evaluation_done(self, res: _EvalResult, index: Index, names: list[str], options: RerankOptions,
-                         total: int) -> None:
+                         total: int, regions: bool = True) -> None:
         self.plots.stop_live()
         key = self._next_key
         self._next_key += 1
-        name = f"{describe_rerank(names, options)} · {datetime.now():%H:%M:%S}"
+        whole = "" if regions else ", whole image"
+        name = f"{describe_rerank(names, options)}{whole} · {datetime.now():%H:%M:%S}"
         run = EvalRun(key, name, res.report, index, list(names), options, self.plots.buffer.copy(), res.pr,
                       res.cis, run_colour(key - 1), total)
         s = res.report.summary
@@ -918,8 +941,8 @@ class EvaluationTab(QWidget):
         self.sweep_points = list(points)
         if points:
             best = max(points, key=lambda p: (p.summary["map"] if math.isfinite(p.summary["map"]) else -1))
-            label = PARAMETER_NAMES[self.sweep_param_combo.currentData()]
-            self._set_status(f"Sweep done: best MAP {_fmt(best.summary['map'])} at {label} = {best.value:g}.")
+            self._set_status(f"Sweep done: best MAP {_fmt(best.summary['map'])} at {self._sweep_label} = "
+                             f"{best.value:g}.")
         self.sweep_finished.emit(self.sweep_points)
 
     def _add_sweep_row(self, value: float, summary: dict) -> None:
@@ -941,7 +964,8 @@ class EvaluationTab(QWidget):
         self.sweep_button.setEnabled(not busy and ready)
         self.cancel_button.setEnabled(busy)
         for w in (self.use_open_index_button, self.browse_index_button, self.browse_queryset_button,
-                  self.layout_combo, self.queryset_edit):
+                  self.layout_combo, self.queryset_edit, self.regions_check, self.sweep_param_combo,
+                  self.sweep_values_edit, self.regex_edit):
             w.setEnabled(not busy)
         has = self.selected_run() is not None
         for w in (self.export_json_button, self.export_csv_button, self.remove_run_button):
@@ -1160,6 +1184,9 @@ class EvaluationTab(QWidget):
         rows = rec.ranking[:k]
         results: list[Result] = results_for(run.index, rows, scores)
         self.result_grid.set_results(results, correct=[bool(c) for c in rec.relevance[:k]])
+        # ResultGrid counts its columns while its scroll area may still be hidden (first results):
+        # a resize event once the layout has settled makes it count them again.
+        QTimer.singleShot(0, self._refit_result_grid)
         self._query_path = rec.query
         self._show_query_image()
         hits = np.flatnonzero(rec.relevance)
@@ -1171,6 +1198,10 @@ class EvaluationTab(QWidget):
             + (f"{rec.n_relevant} relevant reference{'s' if rec.n_relevant != 1 else ''}, {first}<br>"
                f"P@1 {_fmt(m['p@1'])} · AP {_fmt(m['ap'])} · MNRO {_fmt(m['mnro'])}" if not rec.open_set else
                "Not averaged (open-set query)."))
+
+    def _refit_result_grid(self) -> None:
+        g = self.result_grid
+        QApplication.sendEvent(g, QResizeEvent(g.size(), g.size()))
 
     def _show_query_image(self) -> None:
         if not self._query_path:

@@ -60,6 +60,7 @@ from ..core.capture import CameraSource, OpenCVCamera, list_cameras
 from ..core.errors import ImageError, MuseumSearchError
 from ..core.images import SUPPORTED_EXTENSIONS, decode_image, is_image_file, load_image
 from ..core.rerank import RerankOptions, build_pipeline
+from ..core.extract import describe_query_image
 from ..core.search import Result, in_collection, results_for, score_matrix, top_k
 from . import workers
 from .state import AppState
@@ -121,8 +122,9 @@ def _search_job(query: Query, index, key: tuple, names: list[str], options: Rera
         if extractor is None or extractor.meta != index.meta:
             extractor = extractor_for_meta(index.meta)
         try:
-            descriptor = extractor.describe_images([query.image])[0]
-            cosine = score_matrix(index, descriptor)[0]
+            # (R, D): the query's regions, scored as the best region (core.extract.QUERY_REGIONS)
+            descriptor = describe_query_image(query.image, extractor)
+            cosine = score_matrix(index, descriptor[None])[0]
         except RuntimeError as exc:  # from torch: say what failed
             raise MuseumSearchError(f"the query could not be described ({exc})") from exc
         describe_seconds = time.perf_counter() - t0

