@@ -53,20 +53,18 @@ def test_query_table_and_per_instance(cli_index, sample_collection):
     assert len(set(instances)) == 5  # one result per instance
 
 
-def test_query_with_rerankers(cli_index, sample_collection):
+def test_query_with_rerankers(cli_index, sample_collection, capsys):
     q = sorted((sample_collection / "queries").glob("*.jpg"))[0]
-    for rr in ("icfrr", "aqe", "dba", "spatial", "spatial,icfrr"):
-        r = run_cli("query", cli_index, q, "-k", "3", "--json", "--rerank", rr)
-        assert r.returncode == 0, (rr, r.stderr)
-        assert len(json.loads(r.stdout)[0]["results"]) == 3
+    for rr in ("icfrr", "aqe", "dba", "spatial", "spatial,icfrr", "dba,icfrr"):
+        assert main(["query", str(cli_index), str(q), "-k", "3", "--json", "--rerank", rr]) == 0, rr
+        assert len(json.loads(capsys.readouterr().out)[0]["results"]) == 3
 
 
-def test_update_and_info(cli_index, tmp_path):
-    r = run_cli("update", cli_index)
-    assert r.returncode == 0, r.stderr
-    assert "0 added/changed, 0 removed" in r.stdout
-    r = run_cli("info", cli_index)
-    assert r.returncode == 0 and "42 references" in r.stdout
+def test_update_and_info(cli_index, capsys):
+    assert main(["update", str(cli_index)]) == 0
+    assert "0 added/changed, 0 removed" in capsys.readouterr().out
+    assert main(["info", str(cli_index)]) == 0
+    assert "42 references" in capsys.readouterr().out
 
 
 def test_exit_codes_and_one_line_errors(tmp_path, cli_index, capsys):

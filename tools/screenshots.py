@@ -71,11 +71,13 @@ def main() -> int:
 
     tab = win.evaluation_tab
     win.tabs.setCurrentWidget(tab)
-    tab.set_queryset(str(args.data / "queries" / args.query_set))
-    tab.start_run()
-    pump(900, until=lambda: not tab.is_running())
-    if tab.table.model().rowCount():
-        tab.table.selectRow(0)
+    tab.load_queryset_path(args.data / "queries" / args.query_set)
+    tab.run_evaluation()
+    pump(1800, until=lambda: not tab.is_running())
+    tab.set_rerank(["icfrr"])
+    tab.run_evaluation()
+    pump(1800, until=lambda: not tab.is_running())
+    tab.select_query_row(0)
     pump(4)
     shot("evaluation")
     workers.wait_all()

@@ -32,9 +32,9 @@ from PySide6.QtCore import (
 )
 from PySide6.QtGui import QColor, QIcon, QPixmap, QResizeEvent
 from PySide6.QtWidgets import (
-    QAbstractItemView, QApplication, QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QFrame, QGridLayout,
+    QAbstractItemView, QApplication, QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFrame, QGridLayout,
     QGroupBox, QHBoxLayout, QHeaderView, QLabel, QLineEdit, QListWidget, QListWidgetItem, QProgressBar,
-    QPushButton, QScrollArea, QSizePolicy, QSpinBox, QSplitter, QTableView, QTableWidget, QTableWidgetItem,
+    QPushButton, QScrollArea, QSpinBox, QSplitter, QTableView, QTableWidget, QTableWidgetItem,
     QTabWidget, QVBoxLayout, QWidget,
 )
 
@@ -48,7 +48,7 @@ from ..core.rerank import RerankOptions, build_pipeline
 from ..core.search import Result, results_for
 from . import workers
 from .state import AppState
-from .widgets.plots import METRIC_LABELS, EvaluationPlots, Overlay, RunningBuffer, SweepPlot, run_colour
+from .widgets.plots import EvaluationPlots, Overlay, RunningBuffer, SweepPlot, run_colour
 from .widgets.result_grid import ResultGrid
 from .widgets.thumbnails import ThumbnailCache
 
@@ -370,7 +370,7 @@ class EvaluationTab(QWidget):
         self.rerank_checks: dict[str, QCheckBox] = {}
         rr_box = QGroupBox("Re-ranking (none when nothing is ticked)")
         rl = QGridLayout(rr_box)
-        for i, (name, label) in enumerate(RERANKER_ORDER):
+        for name, label in RERANKER_ORDER:
             cb = QCheckBox(label)
             cb.setObjectName(f"rerank_{name}")
             cb.toggled.connect(self._update_param_enabled)
@@ -436,7 +436,7 @@ class EvaluationTab(QWidget):
         self.progress.setObjectName("evalProgress")
         self.progress.setRange(0, 1)
         self.progress.setValue(0)
-        self.progress.setFormat("%v / %m")
+        self.progress.setFormat("")  # idle
         self.status_label = QLabel("")
         self.status_label.setObjectName("evalStatus")
         self.status_label.setWordWrap(True)
@@ -911,7 +911,8 @@ class EvaluationTab(QWidget):
             self.plots.stop_live()
         if job is not None and job.cancelled:
             what = "Evaluation" if self._job_kind == "evaluation" else "Sweep"
-            self._set_status(f"{what} cancelled after {self.progress.value():,} of {max(0, self.progress.maximum()):,}.")
+            done, total = self.progress.value(), max(0, self.progress.maximum())
+            self._set_status(f"{what} cancelled after {done:,} of {total:,}.")
         if self._job_kind == "evaluation" and not self._job_produced and self.selected_run() is not None:
             self.select_run(self.selected_run())  # back to the selected run's plots (partial curves dropped)
         if self.progress.maximum() == 0:
@@ -1121,7 +1122,8 @@ class EvaluationTab(QWidget):
             row: dict[str, Any] = {"key": run.key, "name": run.name, "queries": run.report.summary["queries"],
                                    "baseline": base is not None and run.key == base.key, "ci": {}, "p": {},
                                    "stars": {}, "delta": {}}
-            name_item = QTableWidgetItem(self._colour_icon(run.colour), run.name + ("  (baseline)" if row["baseline"] else ""))
+            label = run.name + ("  (baseline)" if row["baseline"] else "")
+            name_item = QTableWidgetItem(self._colour_icon(run.colour), label)
             name_item.setData(VALUE_ROLE, run.key)
             self.summary_table.setItem(r, 0, name_item)
             self.summary_table.setItem(r, 1, self._cell(f"{row['queries']:,}", row["queries"]))

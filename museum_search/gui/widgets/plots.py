@@ -168,7 +168,7 @@ class EvaluationPlots(pg.GraphicsLayoutWidget):
         self.running_plot.setTitle("Running means", color=self._fg, size="10pt")
         self.running_plot.setLabel("bottom", "queries processed", color=self._fg)
         _style_plot(self.running_plot, self._fg)
-        self.running_plot.setYRange(0.0, 1.0, padding=0.02)
+        self.running_plot.setRange(xRange=(1, 10), yRange=(0.0, 1.0), padding=0.02)
         self.running_plot.enableAutoRange(axis="y", enable=False)
         self.running_plot.setMouseEnabled(x=True, y=False)
         self.running_plot.setDownsampling(mode="peak")
@@ -198,6 +198,7 @@ class EvaluationPlots(pg.GraphicsLayoutWidget):
         self.pr_curve = self.pr_plot.plot([], [], pen=pg.mkPen(RUN_COLOURS[0], width=2.5), symbol="o",
                                           symbolSize=5, symbolBrush=RUN_COLOURS[0], symbolPen=None)
         self.pr_overlays: dict[object, pg.PlotDataItem] = {}
+        self.pr_legend.setVisible(False)
 
         # histograms
         self.hist_plots: dict[str, pg.PlotItem] = {}
@@ -206,11 +207,13 @@ class EvaluationPlots(pg.GraphicsLayoutWidget):
             ("ap", "Per-query AP (higher is better)", METRIC_COLOURS["map"]),
             ("mnro", "Per-query MNRO (lower is better)", METRIC_COLOURS["amnro"]),
         )):
-            p = self.addPlot(row=1, col=col)
+            p = self.addPlot(row=1, col=col, axisItems={"left": IntegerAxis("left")})
             p.setTitle(title, color=self._fg, size="10pt")
             p.setLabel("left", "queries", color=self._fg)
             _style_plot(p, self._fg)
             p.setXRange(0, 1, padding=0.02)
+            p.setYRange(0, 1, padding=0)
+            p.enableAutoRange(enable=False)
             p.setMouseEnabled(x=False, y=False)
             c = QColor(colour)
             fill = QColor(c)
@@ -329,6 +332,7 @@ class EvaluationPlots(pg.GraphicsLayoutWidget):
                 c.setZValue(-1)
                 self.pr_overlays[ov.key] = c
                 self.pr_legend.addItem(c, ov.name)
+        self.pr_legend.setVisible(bool(self.pr_legend.items))
 
     def histogram_counts(self, key: str) -> np.ndarray:
         y = self.histograms[key].yData
