@@ -74,7 +74,7 @@ def main() -> int:
     tab.load_queryset_path(args.data / "queries" / args.query_set)
     tab.run_evaluation()
     pump(1800, until=lambda: not tab.is_running())
-    tab.set_rerank(["icfrr"])
+    tab.set_rerank(["spatial"])  # paintings: one photo per painting, where ICFRR has nothing to work with
     tab.run_evaluation()
     pump(1800, until=lambda: not tab.is_running())
     tab.select_query_row(0)

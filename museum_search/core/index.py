@@ -123,6 +123,11 @@ class Index:
             from .rerank.icfrr import gallery_ranks
 
             self._gallery_ranks = gallery_ranks(np.asarray(self.descriptors, dtype=np.float32))
+            if self.path is not None:  # keep them with the index so they are computed only once
+                try:
+                    self.save()
+                except OSError as exc:
+                    log.warning("gallery ranks not saved with the index %s: %s", self.path, exc)
         return self._gallery_ranks
 
     # ---- persistence ---------------------------------------------------------------------

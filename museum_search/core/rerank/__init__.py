@@ -12,6 +12,7 @@ they re-score from scratch and must come first).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -20,6 +21,7 @@ import numpy as np
 from ..errors import MuseumSearchError
 
 NAMES = ("icfrr", "aqe", "dba", "spatial")
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -146,12 +148,20 @@ class _ICFRRStage:
         self._params_cls = params_cls
         self._reranker_cls = reranker_cls
         self._rerankers: dict[tuple, Any] = {}
+        self._warned = False
 
     def params_for(self, labels) -> Any:
         from .icfrr import suggest_params
 
         o = self.options
         base = suggest_params(labels) if o.k_q is None or o.k_g is None else None
+        if base is not None and base.k_q < 2 and not self._warned:
+            # One photo per object: the top result gets no support from itself (r[i, i] = inf),
+            # so with K_q = 1 its nearest gallery neighbour overtakes it.
+            log.warning("ICFRR needs several reference photos per object; this collection has a "
+                        "median below 3, so ICFRR with K_q = K_g = 1 will likely make results worse "
+                        "(set K_q/K_g by hand, or use spatial verification)")
+            self._warned = True
         return self._params_cls(
             k_q=o.k_q if o.k_q is not None else base.k_q,
             k_g=o.k_g if o.k_g is not None else base.k_g,
