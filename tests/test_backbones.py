@@ -7,7 +7,7 @@ import torch
 from museum_search.core import pooling
 from museum_search.core.backbones import REGISTRY, BackboneConfig, BackboneMeta, build_extractor
 from museum_search.core.errors import MuseumSearchError, WeightsUnavailableError
-from museum_search.core.extract import extract, run
+from museum_search.core.extract import extract
 
 
 def test_pooling_functions_by_hand():

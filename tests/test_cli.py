@@ -1,7 +1,6 @@
 """The `museum-search` command line: index, update, query, info, exit codes."""
 
 import json
-import shutil
 import subprocess
 import sys
 

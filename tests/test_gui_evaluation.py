@@ -36,14 +36,6 @@ def _read_truth(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-def _sample_ready() -> bool:
-    gt = SAMPLE / "queries" / "ground_truth.csv"
-    if not (SAMPLE / "catalogue.csv").is_file() or not gt.is_file():
-        return False
-    rows = _read_truth(gt)
-    return bool(rows) and all((SAMPLE / "queries" / r["query"]).is_file() for r in rows)
-
-
 def _query_subset(src: Path, out: Path, n: int) -> Path:
     """The first ``n`` queries of ``src`` (with their ground truth rows) in ``out``."""
     rows = _read_truth(src / "ground_truth.csv")
@@ -58,46 +50,11 @@ def _query_subset(src: Path, out: Path, n: int) -> Path:
     return out
 
 
-def _small_paintings(shared: Path, out: Path, n_refs: int = 40, n_queries: int = 5):
-    """An index of ``n_refs`` paintings and ``n_queries`` queries of qsd1_w1 whose paintings are in it."""
-    from museum_search.core.extract import run
-    from museum_search.core.index import LabellingSpec, build_index
-
-    src_q = shared / "paintings" / "queries" / "qsd1_w1"
-    chosen = [r for r in _read_truth(src_q / "ground_truth.csv") if r["instance"]][:n_queries]
-    catalogue = _read_truth(shared / "paintings" / "catalogue.csv")
-    wanted = {r["instance"] for r in chosen}
-    refs = [r for r in catalogue if r["instance"] in wanted]
-    refs += [r for r in catalogue if r["instance"] not in wanted][: n_refs - len(refs)]
-    coll = out / "collection"
-    coll.mkdir(parents=True)
-    for r in refs:
-        shutil.copy(shared / "paintings" / "references" / r["file"], coll / r["file"])
-    with open(out / "catalogue.csv", "w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=list(catalogue[0].keys()))
-        w.writeheader()
-        w.writerows(refs)
-    qdir = out / "queries"
-    qdir.mkdir()
-    for r in chosen:
-        shutil.copy(src_q / r["query"], qdir / r["query"])
-    with open(qdir / "ground_truth.csv", "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow(["query", "instance"])
-        w.writerows([r["query"], r["instance"]] for r in chosen)
-    report = run(build_index(coll, out / "index", labelling=LabellingSpec("catalogue", str(out / "catalogue.csv"))))
-    return report.index, qdir
-
-
 @pytest.fixture(scope="module")
 def data(request, tmp_path_factory) -> SimpleNamespace:
     """An index and a folder of labelled queries (a subset of the sample's, open-set included)."""
-    if _sample_ready():
-        index = request.getfixturevalue("sample_index")
-        qdir = _query_subset(SAMPLE / "queries", tmp_path_factory.mktemp("eval-queries") / "queries", N_QUERIES)
-        return SimpleNamespace(index=index, queries=qdir)
-    shared = request.getfixturevalue("shared_data")
-    index, qdir = _small_paintings(shared, tmp_path_factory.mktemp("eval-data"))
+    index = request.getfixturevalue("sample_index")
+    qdir = _query_subset(SAMPLE / "queries", tmp_path_factory.mktemp("eval-queries") / "queries", N_QUERIES)
     return SimpleNamespace(index=index, queries=qdir)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -33,52 +32,17 @@ def _read_truth(path: Path) -> list[tuple[str, str]]:
         return [(r["query"], (r.get("instance") or "").strip()) for r in csv.DictReader(f)]
 
 
-def _sample_ready() -> bool:
-    gt = SAMPLE / "queries" / "ground_truth.csv"
-    if not (SAMPLE / "catalogue.csv").is_file() or not gt.is_file():
-        return False
-    rows = _read_truth(gt)
-    return bool(rows) and all((SAMPLE / "queries" / q).is_file() for q, _ in rows)
-
-
 @pytest.fixture(scope="module")
 def data(request, tmp_path_factory) -> SimpleNamespace:
     """An index, an easy in-collection query (path, instance) and an out-of-collection query.
 
-    The bundled sample collection when it is complete; otherwise a 12-painting index of the
-    shared photos (with a painting left out of it as the out-of-collection query).
+    From the bundled sample collection.
     """
-    if _sample_ready():
-        index = request.getfixturevalue("sample_index")
-        rows = _read_truth(SAMPLE / "queries" / "ground_truth.csv")
-        inside = [(SAMPLE / "queries" / q, inst) for q, inst in rows if inst]
-        outside = [SAMPLE / "queries" / q for q, inst in rows if not inst]
-        return SimpleNamespace(index=index, easy=inside[0], inside=inside, outside=outside[0])
-
-    shared = request.getfixturevalue("shared_data")
-    from museum_search.core.extract import run
-    from museum_search.core.index import LabellingSpec, build_index
-
-    paintings = shared / "paintings"
-    qdir = paintings / "queries" / "qsd1_w1"
-    truth = [(q, i) for q, i in _read_truth(qdir / "ground_truth.csv") if i][:8]
-    with open(paintings / "catalogue.csv", newline="", encoding="utf-8") as f:
-        catalogue = {r["instance"]: r for r in csv.DictReader(f)}
-    chosen = [i for _, i in truth] + ["bbdd_00010", "bbdd_00020", "bbdd_00030", "bbdd_00040"]
-    left_out = next(i for i in sorted(catalogue) if i not in chosen)
-    coll = tmp_path_factory.mktemp("search-collection")
-    with open(coll / "catalogue.csv", "w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, ["file", "instance", "artist", "title"])
-        w.writeheader()
-        for inst in chosen:
-            row = catalogue[inst]
-            shutil.copy(paintings / "references" / row["file"], coll / row["file"])
-            w.writerow({k: row[k] for k in ("file", "instance", "artist", "title")})
-    report = run(build_index(coll, coll.parent / "search-index",
-                             labelling=LabellingSpec("catalogue", str(coll / "catalogue.csv"))))
-    inside = [(qdir / q, i) for q, i in truth]
-    outside = paintings / "references" / catalogue[left_out]["file"]
-    return SimpleNamespace(index=report.index, easy=inside[1], inside=inside, outside=outside)
+    index = request.getfixturevalue("sample_index")
+    rows = _read_truth(SAMPLE / "queries" / "ground_truth.csv")
+    inside = [(SAMPLE / "queries" / q, inst) for q, inst in rows if inst]
+    outside = [SAMPLE / "queries" / q for q, inst in rows if not inst]
+    return SimpleNamespace(index=index, easy=inside[0], inside=inside, outside=outside[0])
 
 
 @pytest.fixture

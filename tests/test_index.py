@@ -200,7 +200,7 @@ def test_update_keeps_gallery_ranks_consistent(collection, tmp_path):
     from museum_search.core.rerank.icfrr import gallery_ranks
 
     out = tmp_path / "idx"
-    idx = _build(collection, out).index
+    _build(collection, out)
     assert not Index.load(out).has_gallery_ranks
     Index.load(out).gallery_ranks()  # computed once, then stored with the index
     assert Index.load(out).has_gallery_ranks

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import csv
 import math
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -20,46 +18,10 @@ from museum_search.core.rerank import RerankOptions, build_pipeline
 SAMPLE = Path(__file__).resolve().parents[1] / "resources" / "sample"
 
 
-def small_paintings_setup(shared: Path, out: Path, n_refs: int = 40, n_queries: int = 5):
-    """An index of ``n_refs`` paintings and ``n_queries`` queries of qsd1_w1 whose paintings are in it."""
-    from museum_search.core.index import LabellingSpec, build_index
-
-    src_q = shared / "paintings" / "queries" / "qsd1_w1"
-    with open(src_q / "ground_truth.csv", newline="", encoding="utf-8") as f:
-        truth = list(csv.DictReader(f))
-    chosen = [r for r in truth if r["instance"]][:n_queries]
-    with open(shared / "paintings" / "catalogue.csv", newline="", encoding="utf-8") as f:
-        catalogue = list(csv.DictReader(f))
-    wanted = {r["instance"] for r in chosen}
-    refs = [r for r in catalogue if r["instance"] in wanted]
-    refs += [r for r in catalogue if r["instance"] not in wanted][: n_refs - len(refs)]
-    coll = out / "collection"
-    coll.mkdir(parents=True)
-    for r in refs:
-        shutil.copy(shared / "paintings" / "references" / r["file"], coll / r["file"])
-    with open(out / "catalogue.csv", "w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=list(catalogue[0].keys()))
-        w.writeheader()
-        w.writerows(refs)
-    qdir = out / "queries"
-    qdir.mkdir()
-    for r in chosen:
-        shutil.copy(src_q / r["query"], qdir / r["query"])
-    with open(qdir / "ground_truth.csv", "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow(["query", "instance"])
-        w.writerows([r["query"], r["instance"]] for r in chosen)
-    report = run(build_index(coll, out / "index", labelling=LabellingSpec("catalogue", str(out / "catalogue.csv"))))
-    return report.index, qdir
-
-
 @pytest.fixture(scope="module")
-def eval_data(request, tmp_path_factory):
-    """(index, query folder): the bundled sample when it has queries, else a small set of ../shared/data."""
-    if (SAMPLE / "catalogue.csv").is_file() and (SAMPLE / "queries" / "ground_truth.csv").is_file():
-        return request.getfixturevalue("sample_index"), SAMPLE / "queries"
-    shared = request.getfixturevalue("shared_data")
-    return small_paintings_setup(shared, tmp_path_factory.mktemp("sweep-data"))
+def eval_data(sample_index, sample_collection):
+    """(index, query folder) of the bundled sample collection."""
+    return sample_index, sample_collection / "queries"
 
 
 def same_summary(a: dict, b: dict) -> None:

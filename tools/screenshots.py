@@ -29,7 +29,7 @@ def main() -> int:
 
     from PySide6.QtWidgets import QApplication
 
-    from museum_search.core.index import Index, build_index
+    from museum_search.core.index import build_index
     from museum_search.core.extract import run
     from museum_search.gui import workers
     from museum_search.gui.main_window import MainWindow
