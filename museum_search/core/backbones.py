@@ -27,6 +27,7 @@ from typing import Any, Callable
 import cv2
 import numpy as np
 import torch
+import torchvision.models as tvm  # imported here, once: a 1-3 s import that would stall a GUI if done later
 from torch import nn
 
 from .errors import MuseumSearchError, WeightsUnavailableError
@@ -131,8 +132,6 @@ class BackboneSpec:
 
 def _tv(name: str) -> Callable[[], nn.Module]:
     def build() -> nn.Module:
-        import torchvision.models as tvm
-
         return getattr(tvm, name)(weights=None)
 
     return build
@@ -239,8 +238,6 @@ def _load_state_dict(path: Path) -> dict[str, torch.Tensor]:
 
 
 def _torchvision_weights(spec: BackboneSpec):
-    import torchvision.models as tvm
-
     enum_name, member = spec.torchvision_weights.split(".")  # type: ignore[union-attr]
     return getattr(getattr(tvm, enum_name), member)
 
@@ -392,9 +389,12 @@ def build_extractor(config: BackboneConfig | None = None, *, download: bool = Tr
         return _CACHE[key]
     spec = REGISTRY[config.name]
     state = resolve_weights(spec, config.weights, download=download)
-    model = spec.build()
+    # Built on the meta device (no random initialisation, which the weights overwrite anyway),
+    # then the loaded tensors are assigned as the parameters.
+    with torch.device("meta"):
+        model = spec.build()
     try:
-        model.load_state_dict(state, strict=True)
+        model.load_state_dict(state, strict=True, assign=True)
     except RuntimeError as exc:
         first = str(exc).splitlines()[0]
         raise WeightsUnavailableError(

@@ -60,6 +60,7 @@ from ..core.capture import CameraSource, OpenCVCamera, list_cameras
 from ..core.errors import ImageError, MuseumSearchError
 from ..core.images import SUPPORTED_EXTENSIONS, decode_image, is_image_file, load_image
 from ..core.rerank import RerankOptions, build_pipeline
+from ..core.rerank import icfrr as _icfrr  # noqa: F401 - imports scipy.sparse at start-up, not on the GUI thread later
 from ..core.extract import describe_query_image
 from ..core.search import Result, in_collection, results_for, score_matrix, top_k
 from . import workers
