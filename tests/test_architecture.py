@@ -1,8 +1,12 @@
 """museum_search.core runs without Qt: importing every core module with Qt made unimportable works."""
 
 import pkgutil
+import shutil
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 import museum_search.core
 
@@ -21,3 +25,14 @@ def test_core_imports_without_qt():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("ok")
+
+
+def test_import_linter_contract():
+    """The `[tool.importlinter]` contract of pyproject.toml: core imports no Qt and no gui."""
+    exe = shutil.which("lint-imports")
+    if exe is None:
+        pytest.skip("import-linter is not installed (dev extra)")
+    r = subprocess.run([exe], capture_output=True, text=True, timeout=300,
+                       cwd=str(Path(__file__).resolve().parents[1]))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "core is free of Qt KEPT" in r.stdout
