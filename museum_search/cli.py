@@ -175,7 +175,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         doc["summary"]["baseline"] = reports.compare_with_baseline(doc, args.baseline, seed=args.seed)
     _print_summary(doc["summary"])
     if args.json:
-        reports._atomic_write(args.json, json.dumps(doc, ensure_ascii=False, indent=1))
+        reports.atomic_write(args.json, json.dumps(doc, ensure_ascii=False, indent=1))
     if args.csv:
         reports.write_csv(report, index, args.csv)
     if args.trec:

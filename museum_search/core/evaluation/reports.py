@@ -54,7 +54,8 @@ def report_dict(report: EvalReport, index, rankings: bool = False, ci: bool = Tr
             "skipped": [{"query": p, "reason": why} for p, why in report.skipped]}
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file, so a crash leaves the old file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
@@ -64,7 +65,7 @@ def _atomic_write(path: Path, text: str) -> None:
 
 def write_json(report: EvalReport, index, path: Path, rankings: bool = False, seed: int = 0) -> dict[str, Any]:
     doc = report_dict(report, index, rankings=rankings, seed=seed)
-    _atomic_write(path, json.dumps(doc, ensure_ascii=False, indent=1))
+    atomic_write(path, json.dumps(doc, ensure_ascii=False, indent=1))
     return doc
 
 
@@ -80,7 +81,7 @@ def write_csv(report: EvalReport, index, path: Path) -> None:
         w.writerow([r.query, ";".join(r.relevant), int(r.open_set),
                     *("" if math.isnan(r.metrics[k]) else f"{r.metrics[k]:.6f}" for k in keys),
                     top.instance, top.path, f"{float(r.scores[0]):.6f}"])
-    _atomic_write(path, buf.getvalue())
+    atomic_write(path, buf.getvalue())
 
 
 def write_trec(report: EvalReport, index, prefix: Path, run_name: str = "museum-search") -> tuple[Path, Path]:
@@ -98,8 +99,8 @@ def write_trec(report: EvalReport, index, prefix: Path, run_name: str = "museum-
         for row in np.flatnonzero(np.isin(labels, r.relevant)):
             qrel_lines.append(f"{qid} 0 {docnos[row]} 1")
     run_path, qrels_path = prefix.with_name(prefix.name + ".run"), prefix.with_name(prefix.name + ".qrels")
-    _atomic_write(run_path, "\n".join(run_lines) + "\n")
-    _atomic_write(qrels_path, "\n".join(qrel_lines) + "\n")
+    atomic_write(run_path, "\n".join(run_lines) + "\n")
+    atomic_write(qrels_path, "\n".join(qrel_lines) + "\n")
     return run_path, qrels_path
 
 

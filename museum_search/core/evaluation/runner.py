@@ -110,7 +110,8 @@ def evaluate(
     nrels: list[int] = []
     start = time.perf_counter()
     done = 0
-    running: dict[str, float] = {}
+    means = _RunningMeans()
+    running: dict[str, float] = means.current()
     for lo in range(0, total, batch_size):
         chunk = queries[lo : lo + batch_size]
         res = run(extract([q.path for q in chunk], extractor, batch_size=batch_size, query_regions=query_regions))
@@ -134,7 +135,7 @@ def evaluate(
                 records.append(rec)
                 rels.append(rec.relevance)
                 nrels.append(rec.n_relevant)
-                running = _running(records)
+                running = means.add(rec)
                 done += 1
                 yield EvalStep(done, total, rec, running, new_skips if j == 0 else [], time.perf_counter() - start)
         for _ in range(len(chunk) - len(ok)):
@@ -156,16 +157,24 @@ def evaluate(
                       pipeline.describe() if pipeline else "none", per_query)
 
 
-def _running(records: list[QueryRecord]) -> dict[str, float]:
-    ev = [r for r in records if not r.open_set]
-    if not ev:
-        return {"mp@1": float("nan"), "map": float("nan"), "amnro": float("nan"), "queries": 0}
-    return {
-        "mp@1": float(np.mean([r.metrics["p@1"] for r in ev])),
-        "map": float(np.mean([r.metrics["ap"] for r in ev])),
-        "amnro": float(np.mean([r.metrics["mnro"] for r in ev])),
-        "queries": len(ev),
-    }
+class _RunningMeans:
+    """Running MP@1, MAP and AMNRO over the evaluated (non open-set) queries seen so far."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.sums = {"mp@1": 0.0, "map": 0.0, "amnro": 0.0}
+
+    def add(self, rec: QueryRecord) -> dict[str, float]:
+        if not rec.open_set:
+            self.n += 1
+            for key, metric in (("mp@1", "p@1"), ("map", "ap"), ("amnro", "mnro")):
+                self.sums[key] += rec.metrics[metric]
+        return self.current()
+
+    def current(self) -> dict[str, float]:
+        out: dict[str, float] = {k: (v / self.n if self.n else float("nan")) for k, v in self.sums.items()}
+        out["queries"] = self.n
+        return out
 
 
 def precision_recall_curve(report: EvalReport, points: int = 11) -> tuple[np.ndarray, np.ndarray]:
