@@ -98,12 +98,7 @@ def evaluate(
     queries = qs.queries
     total = len(queries)
     labels = index.labels
-    # NMRR's GTM is the largest number of relevant references over the whole query set, so
-    # per-batch values must use the same one as the final summary.
-    counts: dict[str, int] = {}
-    for lab in labels:
-        counts[lab] = counts.get(lab, 0) + 1
-    gtm = max((sum(counts.get(i, 0) for i in q.relevant) for q in queries), default=0) or None
+    gtm = nmrr_gtm(labels, queries)
     records: list[QueryRecord] = []
     skipped: list[tuple[str, str]] = []
     rels: list[np.ndarray] = []
@@ -142,19 +137,34 @@ def evaluate(
             done += 1
             yield EvalStep(done, total, None, running, new_skips if not ok else [], time.perf_counter() - start)
             new_skips = []
-    if rels:
-        full = summarize(np.stack(rels), np.asarray(nrels), ks=(1, 5, 10), n_collection=len(index), gtm=gtm)
-    else:
-        full = summarize(np.zeros((0, len(index)), bool), np.zeros(0, np.int64), ks=(1, 5, 10))
-    per_query = full.pop("per_query")
-    summary = {"queries": full["queries"], "open_set_queries": full["open_set_queries"],
-               "skipped_queries": len(skipped), "references": len(index),
-               "instances": len(index.instances)}
-    for key in SUMMARY_KEYS + ("p@10",):
-        summary[key] = full[key]
+    summary, per_query = summary_of(index, rels, nrels, len(skipped), gtm)
     summary["query_regions"] = bool(query_regions)
     return EvalReport(summary, records, skipped, index.describe(), qs.describe(),
                       pipeline.describe() if pipeline else "none", per_query)
+
+
+def nmrr_gtm(labels, queries) -> int | None:
+    """NMRR's GTM: the largest number of relevant references of any query of the whole set, so
+    that per-batch values use the same one as the final summary."""
+    counts: dict[str, int] = {}
+    for lab in labels:
+        counts[lab] = counts.get(lab, 0) + 1
+    return max((sum(counts.get(i, 0) for i in q.relevant) for q in queries), default=0) or None
+
+
+def summary_of(index: Index, rels: list[np.ndarray], nrels: list, skipped: int, gtm: int | None):
+    """(summary dict, per-query arrays) of an evaluation from its relevance rows."""
+    if rels:
+        full = summarize(np.vstack(rels), np.hstack(nrels), ks=(1, 5, 10), n_collection=len(index), gtm=gtm)
+    else:
+        full = summarize(np.zeros((0, len(index)), bool), np.zeros(0, np.int64), ks=(1, 5, 10))
+    per_query = full.pop("per_query")
+    summary: dict[str, Any] = {"queries": full["queries"], "open_set_queries": full["open_set_queries"],
+                               "skipped_queries": skipped, "references": len(index),
+                               "instances": len(index.instances)}
+    for key in SUMMARY_KEYS + ("p@10",):
+        summary[key] = full[key]
+    return summary, per_query
 
 
 class _RunningMeans:

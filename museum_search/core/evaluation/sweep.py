@@ -37,9 +37,9 @@ from ..extract import ExtractResult, extract
 from ..index import Index
 from ..rerank import RerankOptions, build_pipeline
 from ..search import full_ranking, score_matrix
-from .metrics import relevance_matrix, summarize
+from .metrics import relevance_matrix
 from .querysets import QuerySet
-from .runner import SUMMARY_KEYS
+from .runner import nmrr_gtm, summary_of
 
 PARAMETERS = ("k", "beta")
 PARAMETER_NAMES = {"k": "K_q = K_g", "beta": "β"}
@@ -145,7 +145,7 @@ def sweep(
     qs = queryset.restricted_to(index.instances)
     queries = qs.queries
     labels = index.labels
-    gtm = _gtm(labels, queries)
+    gtm = nmrr_gtm(labels, queries)
     start = time.perf_counter()
 
     # 1. describe every query once
@@ -179,35 +179,11 @@ def sweep(
             rel, n_rel = relevance_matrix(full_ranking(scores), labels, [set(q.relevant) for q in ok])
             rels.append(np.asarray(rel, bool))
             nrels.append(np.asarray(n_rel))
-        summary, per_query = _summarize(index, rels, nrels, len(res.skipped), gtm)
+        summary, per_query = summary_of(index, rels, nrels, len(res.skipped), gtm)
         summary["query_regions"] = bool(query_regions)
         points.append(SweepPoint(value, pipeline.options, summary, per_query))
         yield SweepStep(value, summary, i + 1, len(values), "evaluating", time.perf_counter() - start)
     return points
-
-
-def _gtm(labels, queries) -> int | None:
-    """NMRR's GTM as runner.evaluate computes it: the most relevant references of any query."""
-    counts: dict[str, int] = {}
-    for lab in labels:
-        counts[lab] = counts.get(lab, 0) + 1
-    return max((sum(counts.get(i, 0) for i in q.relevant) for q in queries), default=0) or None
-
-
-def _summarize(index: Index, rels: list[np.ndarray], nrels: list[np.ndarray], skipped: int, gtm: int | None):
-    """The summary dict of runner.evaluate for these relevance rows."""
-    if rels:
-        full = summarize(np.concatenate(rels), np.concatenate(nrels), ks=(1, 5, 10), n_collection=len(index),
-                         gtm=gtm)
-    else:
-        full = summarize(np.zeros((0, len(index)), bool), np.zeros(0, np.int64), ks=(1, 5, 10))
-    per_query = full.pop("per_query")
-    summary: dict[str, Any] = {"queries": full["queries"], "open_set_queries": full["open_set_queries"],
-                               "skipped_queries": skipped, "references": len(index),
-                               "instances": len(index.instances)}
-    for key in SUMMARY_KEYS + ("p@10",):
-        summary[key] = full[key]
-    return summary, per_query
 
 
 __all__ = ["PARAMETERS", "PARAMETER_NAMES", "SweepPoint", "SweepStep", "options_at", "parse_values", "sweep"]
