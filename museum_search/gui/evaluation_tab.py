@@ -28,11 +28,11 @@ from typing import Any, Generator, Sequence
 import numpy as np
 from PySide6.QtCore import (
     QAbstractTableModel, QItemSelectionModel, QModelIndex, QPersistentModelIndex, QSortFilterProxyModel, Qt,
-    QThread, QTimer, Signal,
+    QThread, Signal,
 )
-from PySide6.QtGui import QColor, QIcon, QPixmap, QResizeEvent
+from PySide6.QtGui import QColor, QIcon, QPixmap
 from PySide6.QtWidgets import (
-    QAbstractItemView, QApplication, QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFrame, QGridLayout,
+    QAbstractItemView, QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFrame, QGridLayout,
     QGroupBox, QHBoxLayout, QHeaderView, QLabel, QLineEdit, QListWidget, QListWidgetItem, QProgressBar,
     QPushButton, QScrollArea, QSpinBox, QSplitter, QTableView, QTableWidget, QTableWidgetItem,
     QTabWidget, QVBoxLayout, QWidget,
@@ -1186,9 +1186,6 @@ class EvaluationTab(QWidget):
         rows = rec.ranking[:k]
         results: list[Result] = results_for(run.index, rows, scores)
         self.result_grid.set_results(results, correct=[bool(c) for c in rec.relevance[:k]])
-        # ResultGrid counts its columns while its scroll area may still be hidden (first results):
-        # a resize event once the layout has settled makes it count them again.
-        QTimer.singleShot(0, self._refit_result_grid)
         self._query_path = rec.query
         self._show_query_image()
         hits = np.flatnonzero(rec.relevance)
@@ -1200,10 +1197,6 @@ class EvaluationTab(QWidget):
             + (f"{rec.n_relevant} relevant reference{'s' if rec.n_relevant != 1 else ''}, {first}<br>"
                f"P@1 {_fmt(m['p@1'])} · AP {_fmt(m['ap'])} · MNRO {_fmt(m['mnro'])}" if not rec.open_set else
                "Not averaged (open-set query)."))
-
-    def _refit_result_grid(self) -> None:
-        g = self.result_grid
-        QApplication.sendEvent(g, QResizeEvent(g.size(), g.size()))
 
     def _show_query_image(self) -> None:
         if not self._query_path:

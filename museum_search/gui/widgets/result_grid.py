@@ -16,7 +16,7 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
-from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtCore import QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QFontMetrics, QPixmap
 from PySide6.QtWidgets import (
     QFrame,
@@ -215,9 +215,11 @@ class ResultGrid(QWidget):
             if pm is not None:
                 card.set_thumbnail(pm)
         self._columns = 0
-        self._relayout()
         self.scroll.setVisible(bool(results))
         self.placeholder.setVisible(not results)
+        self._relayout()
+        # the viewport has its real width only once the shown scroll area is laid out
+        QTimer.singleShot(0, self, self._relayout)
         self.scroll.verticalScrollBar().setValue(0)
 
     def clear(self, placeholder: str | None = None) -> None:
