@@ -7,13 +7,14 @@ from pathlib import Path
 from PySide6.QtCore import QByteArray
 from PySide6.QtGui import QAction, QIcon, QKeySequence
 from PySide6.QtWidgets import (
-    QDoubleSpinBox, QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QLabel, QMainWindow,
-    QMessageBox, QSpinBox, QTabWidget, QWidget,
+    QDoubleSpinBox, QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QKeySequenceEdit, QLabel,
+    QMainWindow, QMessageBox, QSpinBox, QTabWidget, QWidget,
 )
 
 from .. import __version__
 from ..core.index import Index
 from ..core.paths import resource
+from .demo_window import EXIT_KEYS_SETTING
 from .state import AppState
 from .workers import show_error
 
@@ -40,6 +41,11 @@ class SettingsDialog(QDialog):
         self.camera = QSpinBox(minimum=0, maximum=16)
         self.camera.setValue(state.settings.camera)
         form.addRow("Camera number:", self.camera)
+        self.exit_keys = QKeySequenceEdit(QKeySequence(str(state.settings.value(EXIT_KEYS_SETTING, "") or "")))
+        self.exit_keys.setClearButtonEnabled(True)
+        self.exit_keys.setToolTip("Demo mode: the only key combination that leaves it (e.g. Ctrl+Shift+Q), so "
+                                  "visitors cannot quit. Empty: Esc leaves.")
+        form.addRow("Demo exit keys:", self.exit_keys)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
@@ -48,6 +54,7 @@ class SettingsDialog(QDialog):
     def accept(self) -> None:
         self.state.settings.threshold = self.threshold.value()
         self.state.settings.camera = self.camera.value()
+        self.state.settings.set_value(EXIT_KEYS_SETTING, self.exit_keys.keySequence().toString())
         super().accept()
 
 

@@ -1,0 +1,58 @@
+"""The main window: tabs, menu, settings dialog, opening indexes (good and broken)."""
+
+import pytest
+from PySide6.QtCore import QSettings
+from PySide6.QtGui import QKeySequence
+
+from museum_search.gui import workers
+from museum_search.gui.main_window import MainWindow, SettingsDialog
+from museum_search.gui.state import DEFAULT_THRESHOLD, AppState, Settings
+
+pytestmark = pytest.mark.gui
+
+
+@pytest.fixture
+def window(qtbot, tmp_path):
+    state = AppState(Settings(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)))
+    w = MainWindow(state)
+    qtbot.addWidget(w)
+    w.show()
+    yield w
+    w.close()
+    assert workers.wait_all(60_000)
+
+
+def test_tabs_menu_and_recent(window, sample_index):
+    assert [window.tabs.tabText(i).replace("&", "") for i in range(3)] == ["Collection", "Search", "Evaluation"]
+    menus = [a.text().replace("&", "") for a in window.menuBar().actions()]
+    assert menus == ["File", "View", "Help"]
+    assert window.open_index(sample_index.path)
+    assert window.state.index is not None and len(window.state.index) == 42
+    assert str(sample_index.path) in window.state.settings.recent_indexes()
+    assert str(sample_index.path) in window.windowTitle()
+
+
+def test_broken_index_shows_error_and_keeps_current(window, sample_index, tmp_path, qtbot):
+    from PySide6.QtWidgets import QApplication, QMessageBox
+
+    assert window.open_index(sample_index.path)
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "manifest.json").write_text("{oops")
+    assert not window.open_index(tmp_path / "broken")
+    assert window.state.index is not None and len(window.state.index) == 42  # nothing changed
+    boxes = [w for w in QApplication.topLevelWidgets() if isinstance(w, QMessageBox) and w.objectName() == "errorDialog"]
+    assert boxes and "damaged" in boxes[-1].text()
+    for b in boxes:
+        b.close()
+
+
+def test_settings_dialog_saves_threshold_camera_and_exit_keys(window):
+    s = window.state.settings
+    assert s.threshold == DEFAULT_THRESHOLD
+    d = SettingsDialog(window.state, window)
+    d.threshold.setValue(0.85)
+    d.camera.setValue(2)
+    d.exit_keys.setKeySequence(QKeySequence("Ctrl+Shift+Q"))
+    d.accept()
+    assert s.threshold == pytest.approx(0.85) and s.camera == 2
+    assert s.value("demo/exit_keys") == "Ctrl+Shift+Q"
