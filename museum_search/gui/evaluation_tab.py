@@ -44,7 +44,7 @@ from ..core.evaluation.reports import COMPARED
 from ..core.evaluation.runner import EvalReport, EvalStep, QueryRecord
 from ..core.evaluation.sweep import PARAMETER_NAMES, SweepPoint, SweepStep, parse_values
 from ..core.index import Index
-from ..core.rerank import RerankOptions, build_pipeline
+from ..core.rerank import RerankOptions, build_pipeline, icfrr_advice
 from ..core.search import Result, results_for
 from . import workers
 from .state import AppState
@@ -811,7 +811,9 @@ class EvaluationTab(QWidget):
         regions = self.regions_check.isChecked()
         self._start("evaluation", _evaluation_job(index, queryset, names, options, self.batch_size, regions),
                     lambda res: self._evaluation_done(res, index, names, options, total, regions))
-        self._set_status(f"Evaluating {total:,} queries with re-ranking: {describe_rerank(names, options)}")
+        status = f"Evaluating {total:,} queries with re-ranking: {describe_rerank(names, options)}"
+        advice = icfrr_advice(index.labels) if "icfrr" in names and options.k_q is None else None
+        self._set_status(f"{status}. {advice}" if advice else status)
         return True
 
     def run_sweep(self, parameter: str | None = None, values: Sequence[float] | str | None = None) -> bool:

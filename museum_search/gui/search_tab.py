@@ -59,7 +59,7 @@ from PySide6.QtWidgets import (
 from ..core.capture import CameraSource, OpenCVCamera, list_cameras
 from ..core.errors import ImageError, MuseumSearchError
 from ..core.images import SUPPORTED_EXTENSIONS, decode_image, is_image_file, load_image
-from ..core.rerank import RerankOptions, build_pipeline
+from ..core.rerank import RerankOptions, build_pipeline, icfrr_advice
 from ..core.rerank import icfrr as _icfrr  # noqa: F401 - imports scipy.sparse at start-up, not on the GUI thread later
 from ..core.extract import describe_query_image
 from ..core.search import Result, in_collection, results_for, score_matrix, top_k
@@ -82,6 +82,7 @@ _BANNER_STYLE = {
 }
 _MESSAGE_STYLE = {
     "error": "background:#fff4e5; color:#6b3d00; border:1px solid #e0a040;",
+    "warning": "background:#fff4e5; color:#6b3d00; border:1px solid #e0a040;",
     "info": "background:palette(alternate-base); border:1px solid palette(mid);",
 }
 
@@ -683,6 +684,9 @@ class SearchTab(QWidget):
     def _rerank_changed(self, _i: int) -> None:
         name = self.reranker()
         self.param_stack.setCurrentWidget(self._pages["qe" if name in ("aqe", "dba") else name])
+        advice = icfrr_advice(self.state.index.labels) if name == "icfrr" and self.state.index is not None else None
+        if advice:
+            self.show_message(advice, "warning")
         self._rerank_timer.stop()
         self._reconcile()
 

@@ -134,6 +134,21 @@ def build_pipeline(spec: str | Sequence[str] | None, options: RerankOptions | No
     return Pipeline(names, options, stages)
 
 
+def icfrr_advice(labels) -> str | None:
+    """A warning when ICFRR's suggested parameters cannot help this collection, else None.
+
+    With one or two photos per object the suggestion is K_q = K_g = 1, and then the top result,
+    which gets no support from itself (r[i, i] = inf), is overtaken by its nearest gallery neighbour.
+    """
+    from .icfrr import suggest_params
+
+    if len(labels) == 0 or suggest_params(labels).k_q >= 2:
+        return None
+    return ("ICFRR needs several reference photos per object; this collection has fewer than 3 per "
+            "object, so ICFRR with the suggested K_q = K_g = 1 will likely make results worse "
+            "(set K_q/K_g by hand, or use spatial verification).")
+
+
 class _ICFRRStage:
     """ICFRR with K_q/K_g suggested from the collection when not given.
 
@@ -155,12 +170,9 @@ class _ICFRRStage:
 
         o = self.options
         base = suggest_params(labels) if o.k_q is None or o.k_g is None else None
-        if base is not None and base.k_q < 2 and not self._warned:
-            # One photo per object: the top result gets no support from itself (r[i, i] = inf),
-            # so with K_q = 1 its nearest gallery neighbour overtakes it.
-            log.warning("ICFRR needs several reference photos per object; this collection has a "
-                        "median below 3, so ICFRR with K_q = K_g = 1 will likely make results worse "
-                        "(set K_q/K_g by hand, or use spatial verification)")
+        advice = icfrr_advice(labels) if base is not None else None
+        if advice and not self._warned:
+            log.warning("%s", advice)
             self._warned = True
         return self._params_cls(
             k_q=o.k_q if o.k_q is not None else base.k_q,
