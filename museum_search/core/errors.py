@@ -24,7 +24,3 @@ class IndexFormatError(MuseumSearchError):
 
 class LabelError(MuseumSearchError):
     """A collection or query set could not be labelled with the requested rule."""
-
-
-class CancelledError(MuseumSearchError):
-    """Long work was cancelled by the user; nothing was changed."""

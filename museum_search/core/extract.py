@@ -19,7 +19,7 @@ from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Generator, Iterable, Sequence, TypeVar
+from typing import Callable, Generator, Sequence, TypeVar
 
 import numpy as np
 
@@ -165,11 +165,6 @@ def run(gen: Generator[T, None, R], on_progress: Callable[[T], object] | None = 
             return stop.value
         if on_progress is not None:
             on_progress(item)
-
-
-def describe_paths(paths: Iterable[str | os.PathLike], extractor: Extractor) -> ExtractResult:
-    """Extraction without progress (for small sets such as a handful of query images)."""
-    return run(extract(list(paths), extractor))
 
 
 def describe_file(path: str | Path, extractor: Extractor, regions: bool = False) -> np.ndarray:

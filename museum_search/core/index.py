@@ -24,7 +24,7 @@ import secrets
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Generator
+from typing import Generator
 
 import numpy as np
 
@@ -440,7 +440,3 @@ def _fsync_dir(path: Path) -> None:
         pass
     finally:
         os.close(fd)
-
-
-def load_index(path: str | Path, **kw: Any) -> Index:
-    return Index.load(path, **kw)

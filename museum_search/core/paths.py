@@ -35,11 +35,3 @@ def sample_collection() -> Path:
 def data_dir() -> Path:
     """Per-user data (e.g. the index of the bundled sample collection)."""
     return Path(_dirs.user_data_dir)
-
-
-def cache_dir() -> Path:
-    return Path(_dirs.user_cache_dir)
-
-
-def config_dir() -> Path:
-    return Path(_dirs.user_config_dir)

@@ -20,7 +20,7 @@ from PySide6.QtCore import QObject, QThreadPool, Signal
 from PySide6.QtWidgets import QMessageBox, QWidget
 from superqt.utils import GeneratorWorker, FunctionWorker
 
-from ..core.errors import CancelledError, MuseumSearchError
+from ..core.errors import MuseumSearchError
 
 log = logging.getLogger(__name__)
 
@@ -112,8 +112,6 @@ def start(
         worker.returned.connect(lambda value: None if job.cancelled else on_result(value))
 
     def errored(exc: BaseException) -> None:
-        if isinstance(exc, CancelledError):
-            return
         log.debug("background job failed", exc_info=exc)
         if on_error is not None:
             on_error(exc)

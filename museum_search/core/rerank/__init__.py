@@ -13,6 +13,7 @@ they re-score from scratch and must come first).
 from __future__ import annotations
 
 import logging
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -78,18 +79,20 @@ class Pipeline:
         return scores
 
 
-_DBA_CACHE: dict[tuple[int, int, int, float], np.ndarray] = {}
+#: DBA-augmented gallery per index (dropped with the index), for the last (n, alpha) used.
+_DBA_CACHE: "weakref.WeakKeyDictionary[Any, tuple[tuple[int, float], np.ndarray]]" = weakref.WeakKeyDictionary()
 
 
 def _dba_gallery(index, desc: np.ndarray, opts: RerankOptions) -> np.ndarray:
-    """DBA-augmented gallery, computed once per index and parameters (the last one is kept)."""
+    """DBA-augmented gallery, computed once per index and parameters."""
     from .expansion import dba
 
-    key = (id(index), len(index), opts.qe_n, opts.qe_alpha)
-    if key not in _DBA_CACHE:
-        _DBA_CACHE.clear()
-        _DBA_CACHE[key] = dba(desc, n=opts.qe_n, alpha=opts.qe_alpha)
-    return _DBA_CACHE[key]
+    params = (opts.qe_n, opts.qe_alpha)
+    cached = _DBA_CACHE.get(index)
+    if cached is None or cached[0] != params:
+        cached = (params, dba(desc, n=opts.qe_n, alpha=opts.qe_alpha))
+        _DBA_CACHE[index] = cached
+    return cached[1]
 
 
 def parse_names(spec: str | Sequence[str] | None) -> list[str]:
