@@ -51,7 +51,7 @@ def _print_skips(skipped: Sequence[tuple[str, str]], ignored: Sequence[tuple[str
         for path, reason in skipped:
             print(f"  {path}: {reason}", file=sys.stderr)
     if ignored:
-        print(f"{len(ignored)} file(s) ignored by the labelling rule (first 10):", file=sys.stderr)
+        print(f"{len(ignored)} file(s) left out by the labelling (first 10):", file=sys.stderr)
         for path, reason in list(ignored)[:10]:
             print(f"  {path}: {reason}", file=sys.stderr)
 
@@ -61,8 +61,12 @@ def _print_skips(skipped: Sequence[tuple[str, str]], ignored: Sequence[tuple[str
 
 def cmd_index(args: argparse.Namespace) -> int:
     from .core.backbones import BackboneConfig, build_extractor
-    from .core.index import LabellingSpec, build_index
+    from .core.errors import MuseumSearchError
+    from .core.index import LabellingSpec, build_index, check_output_folder
 
+    if not args.collection.is_dir():
+        raise MuseumSearchError(f"collection folder not found: {args.collection}")
+    check_output_folder(args.output, args.collection)  # before the network is even loaded
     config = BackboneConfig(args.backbone, args.head, args.size, tuple(args.scales), args.gem_p, args.weights)
     extractor = build_extractor(config)
     print(f"backbone: {extractor.meta.describe()}", file=sys.stderr)
@@ -79,8 +83,9 @@ def cmd_update(args: argparse.Namespace) -> int:
     from .core.index import Index, update_index
 
     index = Index.load(args.index)
-    report = _drive(update_index(index, weights=args.weights, batch_size=args.batch_size), "updating")
-    _print_skips(report.skipped)
+    report = _drive(update_index(index, weights=args.weights, batch_size=args.batch_size,
+                                 checksum=args.checksum), "updating")
+    _print_skips(report.skipped, report.labelling.ignored)
     print(f"index {args.index} updated: {report.summary()}")
     return 0
 
@@ -272,6 +277,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("update", help="re-index new/changed files of an index's collection, drop deleted ones")
     s.add_argument("index", type=Path)
+    s.add_argument("--checksum", action="store_true",
+                   help="compare file contents (SHA-256), not only size and time: finds a photo replaced "
+                        "by another of the same size and time (reads every file)")
     s.add_argument("--weights", default=None)
     s.add_argument("--batch-size", type=int, default=8)
     s.set_defaults(func=cmd_update)
@@ -322,6 +330,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; Ctrl-C at any moment (even while the libraries load) exits 130 with one line."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        try:
+            print(f"{PROG}: cancelled; nothing was changed", file=sys.stderr)
+        except KeyboardInterrupt:
+            pass
+        return 130
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
@@ -330,9 +350,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        print(f"{PROG}: cancelled; nothing was changed", file=sys.stderr)
-        return 130
     except MuseumSearchError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 1

@@ -8,7 +8,7 @@
 #
 # PyInstaller is pip-installed; the project and its dependencies, when missing, by tools/install.sh.
 #
-# Environment: PYTHON (default python3), PYINSTALLER_REQ (default "pyinstaller>=6.10"),
+# Environment: PYTHON (default .venv/bin/python, made by tools/install.sh if missing), PYINSTALLER_REQ (default "pyinstaller>=6.10"),
 # MUSEUM_SEARCH_CUDA=slim|full (see museum-search.spec), GUI_SECONDS (default 20): how long the GUI
 # must stay up in the offscreen start test.
 #
@@ -18,7 +18,11 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
-PYTHON=${PYTHON:-python3}
+# The project's environment (tools/install.sh makes .venv); another with PYTHON=.
+if [ -z "${PYTHON:-}" ]; then
+    [ -x "$ROOT/.venv/bin/python" ] || bash "$ROOT/tools/install.sh"
+    PYTHON="$ROOT/.venv/bin/python"
+fi
 PYINSTALLER_REQ=${PYINSTALLER_REQ:-"pyinstaller>=6.10"}
 GUI_SECONDS=${GUI_SECONDS:-20}
 CLEAN=() SMOKE_ONLY=0 INSTALL=1

@@ -42,3 +42,21 @@ def sample_index(tmp_path_factory, sample_collection):
     report = run(build_index(sample_collection / "collection", out,
                              labelling=LabellingSpec("catalogue", str(sample_collection / "catalogue.csv"))))
     return report.index
+
+
+@pytest.fixture()
+def collection(tmp_path, sample_collection):
+    """A copy of 3 objects of the sample collection (so tests can change files)."""
+    import shutil
+
+    dst = tmp_path / "coll"
+    dst.mkdir()
+    files = sorted((sample_collection / "collection").glob("*.jpg"))
+    instances = sorted({f.stem.rsplit("-", 1)[0] for f in files})[:3]
+    keep = [f for f in files if f.stem.rsplit("-", 1)[0] in instances]
+    for f in keep:
+        shutil.copy2(f, dst / f.name)
+    lines = (sample_collection / "catalogue.csv").read_text(encoding="utf-8").splitlines()
+    rows = [lines[0]] + [line for line in lines[1:] if line.split(",")[0] in {f.name for f in keep}]
+    (dst / "catalogue.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return dst

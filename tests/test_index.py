@@ -16,25 +16,9 @@ import pytest
 from museum_search.core.backbones import BackboneConfig
 from museum_search.core.errors import IndexFormatError, MuseumSearchError
 from museum_search.core.extract import run
-from museum_search.core.index import MANIFEST, Index, LabellingSpec, build_index, update_index
+from museum_search.core.index import JOURNAL, LOCK, MANIFEST, Index, LabellingSpec, build_index, update_index
 
 SMALL = BackboneConfig(size=96)
-
-
-@pytest.fixture()
-def collection(tmp_path, sample_collection):
-    """A copy of 3 objects of the sample collection (so tests can change files)."""
-    dst = tmp_path / "coll"
-    dst.mkdir()
-    files = sorted((sample_collection / "collection").glob("*.jpg"))
-    instances = sorted({f.stem.rsplit("-", 1)[0] for f in files})[:3]
-    keep = [f for f in files if f.stem.rsplit("-", 1)[0] in instances]
-    for f in keep:
-        shutil.copy2(f, dst / f.name)
-    lines = (sample_collection / "catalogue.csv").read_text(encoding="utf-8").splitlines()
-    rows = [lines[0]] + [line for line in lines[1:] if line.split(",")[0] in {f.name for f in keep}]
-    (dst / "catalogue.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
-    return dst
 
 
 def _build(collection, out, config=SMALL):
@@ -123,12 +107,16 @@ def test_killed_process_mid_save_leaves_old_index(collection, tmp_path):
     again = Index.load(out)
     np.testing.assert_array_equal(np.asarray(again.descriptors), old.descriptors)
     manifest = json.loads((out / MANIFEST).read_text())
-    strays = {p.name for p in out.iterdir()} - set(manifest["files"].values()) - {MANIFEST}
+    strays = {p.name for p in out.iterdir()} - set(manifest["files"].values()) - {MANIFEST, LOCK, JOURNAL}
     assert strays and all(name.startswith("descriptors-") for name in strays)
-    # the next save removes the stray files of the killed process
+    assert (out / JOURNAL).is_file()  # the killed save's journal names its files
+    # a file of the user's with a generation-like name, named in no manifest or journal, is kept
+    (out / "descriptors-20200101T000000-abcdef.npy").write_bytes(b"mine")
+    # the next save removes the stray files of the killed process, and nothing else
     again.save()
     manifest = json.loads((out / MANIFEST).read_text())
-    assert {p.name for p in out.iterdir()} == set(manifest["files"].values()) | {MANIFEST}
+    assert {p.name for p in out.iterdir()} == set(manifest["files"].values()) | {
+        MANIFEST, LOCK, "descriptors-20200101T000000-abcdef.npy"}
 
 
 @pytest.mark.parametrize("damage", ["no_manifest", "bad_json", "other_format", "future_version",
@@ -157,8 +145,11 @@ def test_damaged_index_is_refused(collection, tmp_path, damage):
         desc.write_bytes(bytes(data))
     elif damage == "missing_items":
         (out / manifest["files"]["items"]).unlink()
-    elif damage == "shape":
+    elif damage == "shape":  # a consistent manifest (checksum recomputed) that does not fit its data
+        from museum_search.core.index import _manifest_digest
+
         manifest["count"] = manifest["count"] + 1
+        manifest["manifest_sha256"] = _manifest_digest(manifest)
         (out / MANIFEST).write_text(json.dumps(manifest))
     with pytest.raises(IndexFormatError) as err:
         Index.load(out)

@@ -24,3 +24,11 @@ class IndexFormatError(MuseumSearchError):
 
 class LabelError(MuseumSearchError):
     """A collection or query set could not be labelled with the requested rule."""
+
+
+class OutputFolderError(MuseumSearchError):
+    """An index cannot be written to the folder given (it is the collection, holds other files...)."""
+
+
+class IndexLockedError(MuseumSearchError):
+    """Another process is writing the same index."""

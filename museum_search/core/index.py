@@ -12,16 +12,35 @@ Format (a folder, no pickle anywhere)::
 Saving is atomic: the data files of a new generation are written and fsynced under new names,
 then ``manifest.json`` is replaced in one ``os.replace``; only then are the old generation's files
 removed. A process killed at any point leaves either the old or the new index complete.
+
+The writer never deletes or overwrites a file it did not create:
+
+* an index is only written to a new folder, an empty one, or an existing museum-search index, never
+  to the collection itself or a folder that contains it (:func:`check_output_folder`);
+* the only files it removes are the ones named in the previous manifest of that index, and the ones
+  named in its own journal of a save that was interrupted (``.museum-search-pending.json``); new
+  files are created exclusively (``O_EXCL``), so an existing file is never overwritten;
+* one writer at a time: ``.museum-search.lock`` in the index folder is locked with ``flock`` for the
+  whole of a build, update or save; a second writer fails at once ("being written by process N").
+  Readers never take the lock.
+
+The manifest carries a SHA-256 of its own content (``manifest_sha256``), so a hand-edited backbone
+setting is refused instead of silently changing scores, and its data-file names must be plain names
+of this index's own generations, inside the index folder.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
 import os
+import re
 import secrets
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Generator
@@ -29,15 +48,20 @@ from typing import Generator
 import numpy as np
 
 from .backbones import BackboneConfig, BackboneMeta, Extractor, build_extractor
-from .errors import IndexFormatError, MuseumSearchError
+from .errors import IndexFormatError, IndexLockedError, MuseumSearchError, OutputFolderError
 from .extract import ExtractProgress, extract
 from .labels import Labelling, label_collection
 
 log = logging.getLogger(__name__)
 
 FORMAT = "museum-search-index"
-VERSION = 1
+VERSION = 2  # 2: manifest checksum, plain data-file names, item content hashes
 MANIFEST = "manifest.json"
+LOCK = ".museum-search.lock"
+JOURNAL = ".museum-search-pending.json"
+#: The data files of one generation: ``<kind>-<YYYYmmddTHHMMSS>-<6 hex>.<ext>``.
+DATA_FILE = re.compile(r"^[a-z_]+-\d{8}T\d{6}-[0-9a-f]{6}\.(npy|json|npz|bin)$")
+_OWN_FILES = (MANIFEST, LOCK, JOURNAL)
 
 
 @dataclass
@@ -47,6 +71,7 @@ class Item:
     mtime: float
     instance: str
     metadata: dict[str, str] = field(default_factory=dict)
+    sha256: str = ""  # content hash of the file when it was described ("" if unknown)
 
 
 @dataclass
@@ -126,36 +151,52 @@ class Index:
             if self.path is not None:  # keep them with the index so they are computed only once
                 try:
                     self.save()
-                except OSError as exc:
+                except (OSError, MuseumSearchError) as exc:
                     log.warning("gallery ranks not saved with the index %s: %s", self.path, exc)
         return self._gallery_ranks
 
     # ---- persistence ---------------------------------------------------------------------
     def save(self, path: str | Path | None = None, dtype: str | None = None) -> Path:
-        """Write atomically to ``path`` (default: where it was loaded from)."""
+        """Write atomically to ``path`` (default: where it was loaded from).
+
+        Refuses a folder that is not a new, empty or museum-search index folder, or that is or holds
+        the collection (:class:`OutputFolderError`), and one another process is writing
+        (:class:`IndexLockedError`). On any failure (disk full included) the files of the new
+        generation are removed and the previous index is left as it was.
+        """
         target = Path(path) if path else self.path
         if target is None:
             raise MuseumSearchError("no path given to save the index to")
         dtype = dtype or str(np.asarray(self.descriptors[:0]).dtype)
         if dtype not in ("float32", "float16"):
             raise MuseumSearchError(f"descriptor dtype must be float32 or float16, not {dtype}")
-        target.mkdir(parents=True, exist_ok=True)
+        with writer_lock(target, collection=self.root):
+            self._save_locked(target, dtype)
+        return target
+
+    def _save_locked(self, target: Path, dtype: str) -> None:
+        _clean_journal(target)
         old_files = _manifest_files(target)
         gen = f"{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}"
         files = {"descriptors": f"descriptors-{gen}.npy", "items": f"items-{gen}.json"}
         if self._gallery_ranks is not None:
             files["gallery_ranks"] = f"gallery_ranks-{gen}.npy"
-        written: list[Path] = []
+        tmp_name = f"{MANIFEST}.{gen}.tmp"
+        # The journal names every file this save may create, before any is created: if the process
+        # dies, the next save knows exactly which files are its own leftovers.
+        _write_journal(target, [*files.values(), tmp_name])
+        created: list[Path] = []
         try:
             digests = {}
-            digests["descriptors"] = _write_npy(target / files["descriptors"], np.asarray(self.descriptors, dtype=dtype))
-            written.append(target / files["descriptors"])
+            descriptors = np.asarray(self.descriptors, dtype=dtype)
+            created.append(target / files["descriptors"])
+            digests["descriptors"] = _write_npy(target / files["descriptors"], descriptors)
             items_blob = json.dumps([asdict(it) for it in self.items], ensure_ascii=False, indent=0).encode("utf-8")
+            created.append(target / files["items"])
             digests["items"] = _write_bytes(target / files["items"], items_blob)
-            written.append(target / files["items"])
             if "gallery_ranks" in files:
+                created.append(target / files["gallery_ranks"])
                 digests["gallery_ranks"] = _write_npy(target / files["gallery_ranks"], np.asarray(self._gallery_ranks))
-                written.append(target / files["gallery_ranks"])
             manifest = {
                 "format": FORMAT,
                 "version": VERSION,
@@ -174,24 +215,42 @@ class Index:
                 "files": files,
                 "sha256": digests,
             }
-            tmp = target / f"{MANIFEST}.{gen}.tmp"
-            _write_bytes(tmp, json.dumps(manifest, ensure_ascii=False, indent=2).encode("utf-8"))
-            os.replace(tmp, target / MANIFEST)  # the commit point
+            manifest["manifest_sha256"] = _manifest_digest(manifest)
+            created.append(target / tmp_name)
+            _write_bytes(target / tmp_name, json.dumps(manifest, ensure_ascii=False, indent=2).encode("utf-8"))
+            os.replace(target / tmp_name, target / MANIFEST)  # the commit point
+            created.pop()
             _fsync_dir(target)
-        except BaseException:
-            for p in written:
+        except BaseException as exc:
+            for p in created:
                 p.unlink(missing_ok=True)
-            (target / f"{MANIFEST}.{gen}.tmp").unlink(missing_ok=True)
+            (target / JOURNAL).unlink(missing_ok=True)
+            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise MuseumSearchError(
+                    f"the disk is full: the index could not be written to {target} ({exc.strerror}); "
+                    f"free some space (this index needs about {_size_text(self._nbytes(dtype))}) and "
+                    "try again; the previous index, if any, is unchanged"
+                ) from None
+            if isinstance(exc, OSError):
+                raise MuseumSearchError(
+                    f"the index could not be written to {target} ({exc.strerror or exc}); the previous "
+                    "index, if any, is unchanged"
+                ) from None
             raise
-        # Remove the previous generation, and stray files of a save that was killed earlier.
+        # Remove the previous generation: only files that the previous manifest named.
         keep = set(files.values())
-        for f in target.iterdir():
-            stray = f.name.startswith(("descriptors-", "items-", "gallery_ranks-", f"{MANIFEST}."))
-            if (f.name in old_files or stray) and f.name not in keep and f.is_file():
-                f.unlink(missing_ok=True)
+        for name in old_files:
+            if name not in keep and DATA_FILE.match(name):
+                (target / name).unlink(missing_ok=True)
+        (target / JOURNAL).unlink(missing_ok=True)
         self.path = target
         self.updated = manifest["updated"]
-        return target
+
+    def _nbytes(self, dtype: str) -> int:
+        n = len(self.items) * self.meta.dim * np.dtype(dtype).itemsize + 300 * len(self.items)
+        if self._gallery_ranks is not None:
+            n += int(np.asarray(self._gallery_ranks).nbytes)
+        return n
 
     @classmethod
     def load(cls, path: str | Path, mmap: bool = True, verify: bool = True) -> "Index":
@@ -208,15 +267,28 @@ class Index:
         if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
             raise IndexFormatError(f"{path} is not a museum-search index; {hint}")
         if manifest.get("version") != VERSION:
+            older = isinstance(manifest.get("version"), int) and manifest["version"] < VERSION
             raise IndexFormatError(
                 f"index {path} has format version {manifest.get('version')}, this program reads "
-                f"version {VERSION}; {hint}"
+                f"version {VERSION}" + (" (it was written by an older museum-search)" if older else "")
+                + f"; {hint}"
+            )
+        if manifest.get("manifest_sha256") != _manifest_digest(manifest):
+            raise IndexFormatError(
+                f"index manifest {mpath} has been edited or damaged (its checksum does not match its "
+                f"content, e.g. the backbone settings); {hint}"
             )
         try:
             meta = BackboneMeta.from_dict(manifest["backbone"])
             files = manifest["files"]
             digests = manifest.get("sha256", {})
             count, dim = int(manifest["count"]), int(manifest["dim"])
+            for key, name in files.items():
+                if not isinstance(name, str) or not DATA_FILE.match(name):
+                    raise IndexFormatError(
+                        f"index {path} names a data file outside its folder or of an unknown form "
+                        f"({name!r} for {key}); {hint}"
+                    )
             for key in ("descriptors", "items"):
                 f = path / files[key]
                 if not f.is_file():
@@ -226,7 +298,8 @@ class Index:
             desc = np.load(path / files["descriptors"], mmap_mode="r" if mmap else None, allow_pickle=False)
             raw_items = json.loads((path / files["items"]).read_text(encoding="utf-8"))
             items = [Item(str(d["path"]), int(d["size"]), float(d["mtime"]), str(d["instance"]),
-                          {str(k): str(v) for k, v in (d.get("metadata") or {}).items()}) for d in raw_items]
+                          {str(k): str(v) for k, v in (d.get("metadata") or {}).items()},
+                          str(d.get("sha256") or "")) for d in raw_items]
             ranks = None
             if "gallery_ranks" in files and (path / files["gallery_ranks"]).is_file():
                 f = path / files["gallery_ranks"]
@@ -260,11 +333,179 @@ class Index:
     def check_compatible(self, meta: BackboneMeta) -> None:
         """Refuse descriptors made with other settings than this index's."""
         if meta != self.meta:
+            mine, theirs = self.meta.to_dict(), meta.to_dict()
+            diff = ", ".join(f"{k}: index {mine.get(k)!r}, query {theirs.get(k)!r}"
+                             for k in sorted(set(mine) | set(theirs)) if mine.get(k) != theirs.get(k))
             raise MuseumSearchError(
-                f"query descriptors ({meta.describe()}, weights {meta.weights_id}) do not match the "
-                f"index ({self.meta.describe()}, weights {self.meta.weights_id}); describe queries with "
-                f"the index's own settings"
+                f"query descriptors do not match the index ({diff}); describe queries with the "
+                f"index's own settings"
             )
+
+
+# ---- where an index may be written, and by whom ---------------------------------------------
+
+
+def is_index_folder(path: str | Path) -> bool:
+    """True when ``path`` holds a museum-search index (a manifest of this format, even damaged,
+    among nothing but the index's own files)."""
+    path = Path(path)
+    mpath = path / MANIFEST
+    if not mpath.is_file():
+        return False
+    try:
+        manifest = json.loads(mpath.read_text(encoding="utf-8"))
+        if isinstance(manifest, dict) and manifest.get("format") == FORMAT:
+            return True
+    except (OSError, UnicodeDecodeError, ValueError):
+        pass
+    # A damaged manifest: still an index if every file in the folder is one of an index's own.
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return False
+    return all(n in _OWN_FILES or DATA_FILE.match(n) or n.startswith(f"{MANIFEST}.") for n in names)
+
+
+def default_index_folder(collection: str | Path) -> Path:
+    """A new folder for the index of ``collection``: ``<collection>-index`` beside it (``-index-2``,
+    ``-index-3``... if that name holds anything but an index of this same collection)."""
+    root = Path(collection).resolve()
+    for n in range(1, 1000):
+        cand = root.parent / (f"{root.name}-index" + (f"-{n}" if n > 1 else ""))
+        if not cand.exists() or (cand.is_dir() and not os.listdir(cand)):
+            return cand
+        if is_index_folder(cand) and _indexed_collection(cand) == root:
+            return cand
+    raise OutputFolderError(f"no free folder name for the index of {root}; choose one with -o")
+
+
+def _indexed_collection(path: Path) -> Path | None:
+    try:
+        root = json.loads((path / MANIFEST).read_text(encoding="utf-8"))["collection"]["root"]
+        return Path(root).resolve()
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def check_output_folder(out: str | Path, collection: str | Path | None = None) -> None:
+    """Refuse a folder the index must not be written to, before any work starts.
+
+    Allowed: a folder that does not exist yet, an empty folder, or an existing museum-search index
+    (which is then replaced). Refused: a file; the collection itself or a folder containing it; a
+    non-empty folder that is not an index. Nothing is created or changed here.
+    """
+    out = Path(out)
+    hint = ""
+    if collection is not None:
+        hint = f"; choose a new folder for the index, for example {default_index_folder(collection)}"
+    else:
+        hint = "; choose a new or empty folder for the index"
+    if out.exists() and not out.is_dir():
+        raise OutputFolderError(f"{out} is a file, not a folder{hint}")
+    if collection is not None:
+        coll, target = Path(collection).resolve(), out.resolve()
+        if target == coll:
+            raise OutputFolderError(f"the index folder {out} is the collection folder itself; the index "
+                                    f"must go in a folder of its own{hint}")
+        if coll.is_relative_to(target):
+            raise OutputFolderError(f"the index folder {out} contains the collection {collection}; the "
+                                    f"index must go in a folder of its own{hint}")
+    if out.is_dir() and not is_index_folder(out):
+        try:
+            names = sorted(n for n in os.listdir(out) if n not in (LOCK, JOURNAL))
+        except OSError as exc:
+            raise OutputFolderError(f"cannot read the folder {out} ({exc.strerror}){hint}") from None
+        if names:
+            raise OutputFolderError(
+                f"{out} is not empty and is not a museum-search index ({len(names)} item(s), e.g. "
+                f"{names[0]!r}); nothing was written{hint}"
+            )
+
+
+_held: dict[str, tuple[int, int, int]] = {}  # resolved folder -> (fd, owning thread, depth)
+_held_guard = threading.Lock()
+
+
+@contextmanager
+def writer_lock(folder: str | Path, collection: str | Path | None = None):
+    """Hold the index's exclusive writer lock (``flock`` on ``.museum-search.lock``) for the block.
+
+    Checks the folder first (:func:`check_output_folder`), creates it if needed and checks that it
+    can be written, all before the caller does any work. Re-entrant in the thread that holds it.
+    A folder this call created is removed again if the block leaves no index in it.
+    """
+    folder = Path(folder)
+    key = str(folder.resolve())
+    me = threading.get_ident()
+    with _held_guard:
+        held = _held.get(key)
+        if held is not None and held[1] == me:
+            _held[key] = (held[0], me, held[2] + 1)
+            nested = True
+        elif held is not None:
+            raise IndexLockedError(f"the index {folder} is being written by another job of this program "
+                                   f"(process {os.getpid()}); wait for it to finish")
+        else:
+            nested = False
+    if nested:
+        try:
+            yield folder
+        finally:
+            with _held_guard:
+                fd, owner, depth = _held[key]
+                _held[key] = (fd, owner, depth - 1)
+        return
+    check_output_folder(folder, collection)
+    created = not folder.exists()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise OutputFolderError(f"cannot write to the index folder {folder} ({exc.strerror}); choose a "
+                                "folder you can write to") from None
+    try:
+        _flock(fd, folder)
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        except OSError as exc:
+            raise OutputFolderError(f"cannot write to the index folder {folder} ({exc.strerror}); choose "
+                                    "a folder you can write to") from None
+        with _held_guard:
+            _held[key] = (fd, me, 1)
+        try:
+            yield folder
+        finally:
+            with _held_guard:
+                _held.pop(key, None)
+            if created and not (folder / MANIFEST).exists():
+                # Nothing was committed to a folder this call made: leave no trace.
+                for name in (LOCK, JOURNAL):
+                    (folder / name).unlink(missing_ok=True)
+                try:
+                    folder.rmdir()
+                except OSError:
+                    pass
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _flock(fd: int, folder: Path) -> None:
+    try:
+        import fcntl
+    except ImportError:  # Windows: no advisory locks; one writer is the user's responsibility there
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        try:
+            pid = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
+        except OSError:
+            pid = "?"
+        raise IndexLockedError(
+            f"the index {folder} is being written by process {pid}; wait for it to finish (or stop "
+            "it), then try again"
+        ) from None
 
 
 # ---- building and updating -----------------------------------------------------------------
@@ -296,6 +537,21 @@ def _stat(root: Path, rel: str) -> tuple[int, float]:
     return st.st_size, st.st_mtime
 
 
+def _file_record(root: Path, rel: str) -> tuple[int, float, str]:
+    """(size, mtime, sha256) of a described file; OSError if it vanished meanwhile."""
+    size, mtime = _stat(root, rel)
+    return size, mtime, _sha256(root / rel)
+
+
+def _unusable_name(rel: str) -> str | None:
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = os.fsencode(rel).decode("utf-8", "backslashreplace")
+        return f"file name is not valid UTF-8 ({shown}); rename the file"
+    return None
+
+
 def build_index(
     collection: str | Path,
     out: str | Path | None,
@@ -308,30 +564,52 @@ def build_index(
 ) -> Generator[ExtractProgress, None, BuildReport]:
     """Index every labelled image of ``collection``; saves atomically to ``out`` (if given) at the end.
 
-    Cancelling (closing the generator) before the end leaves any index at ``out`` untouched.
+    ``out`` is checked (:func:`check_output_folder`) and its writer lock taken before any work
+    starts. Cancelling (closing the generator) before the end leaves any index at ``out`` untouched.
     """
     root = Path(collection)
     if not root.is_dir():
         raise MuseumSearchError(f"collection folder not found: {root}")
+    if out is None:
+        return (yield from _build(root, None, config, labelling, extractor, batch_size, dtype))
+    with writer_lock(out, collection=root):
+        return (yield from _build(root, Path(out), config, labelling, extractor, batch_size, dtype))
+
+
+def _build(root, out, config, labelling, extractor, batch_size, dtype):
     labelling = labelling or LabellingSpec()
     lab = label_collection(root, rule=labelling.rule, catalogue=labelling.catalogue, regex=labelling.regex)
-    if not lab.references:
+    skipped: list[tuple[str, str]] = []
+    refs = []
+    for r in lab.references:
+        reason = _unusable_name(r.path)
+        if reason:
+            skipped.append((str(root / r.path), reason))
+        else:
+            refs.append(r)
+    if not refs:
         raise MuseumSearchError(f"no images to index in {root} (supported: JPEG, PNG, TIFF, WebP, BMP)")
     extractor = extractor or build_extractor(config)
-    refs = lab.references
     res = yield from extract([root / r.path for r in refs], extractor, batch_size=batch_size)
-    items = []
-    for i in res.ok:
-        size, mtime = _stat(root, refs[i].path)
-        items.append(Item(refs[i].path, size, mtime, refs[i].instance, dict(refs[i].metadata)))
+    skipped += res.skipped
+    items, rows = [], []
+    for row, i in enumerate(res.ok):
+        try:
+            size, mtime, digest = _file_record(root, refs[i].path)
+        except OSError as exc:
+            skipped.append((str(root / refs[i].path), f"the file changed or vanished while indexing ({exc.strerror})"))
+            continue
+        items.append(Item(refs[i].path, size, mtime, refs[i].instance, dict(refs[i].metadata), digest))
+        rows.append(row)
     if not items:
         raise MuseumSearchError(f"none of the {len(refs)} images in {root} could be read")
     catalogue = str(Path(labelling.catalogue).resolve()) if labelling.catalogue else None
     spec = LabellingSpec(lab.rule if labelling.rule == "auto" else labelling.rule, catalogue, labelling.regex)
-    index = Index(root, extractor.meta, items, res.descriptors.astype(dtype), spec)
+    desc = res.descriptors if len(rows) == len(res.ok) else res.descriptors[rows]
+    index = Index(root, extractor.meta, items, desc.astype(dtype), spec)
     if out is not None:
         index.save(out, dtype=dtype)
-    return BuildReport(index, lab, res.skipped, added=len(items))
+    return BuildReport(index, lab, skipped, added=len(items))
 
 
 def update_index(
@@ -340,42 +618,77 @@ def update_index(
     extractor: Extractor | None = None,
     weights: str | None = None,
     batch_size: int = 8,
+    checksum: bool = False,
 ) -> Generator[ExtractProgress, None, BuildReport]:
-    """Re-index new and changed files, drop deleted ones, refresh labels; saves atomically."""
-    from .backbones import extractor_for_meta
+    """Re-index new and changed files, drop deleted ones, refresh labels; saves atomically.
 
+    A file counts as changed when its size or modification time differs, or, with ``checksum``,
+    when its content hash differs (a file replaced by another of the same size and time).
+    The index's writer lock is held from the start.
+    """
     root = index.root
     if not root.is_dir():
         raise MuseumSearchError(f"the collection folder of this index is gone: {root}")
+    if index.path is None:
+        return (yield from _update(index, extractor, weights, batch_size, checksum))
+    with writer_lock(index.path, collection=root):
+        return (yield from _update(index, extractor, weights, batch_size, checksum))
+
+
+def _update(index, extractor, weights, batch_size, checksum):
+    from .backbones import extractor_for_meta
+
+    root = index.root
     spec = index.labelling
     lab = label_collection(root, rule=spec.rule, catalogue=spec.catalogue, regex=spec.regex)
     # Unchanged items keep their row order (so stored gallery ranks stay valid); new and changed
     # files are appended.
+    skipped: list[tuple[str, str]] = []
     current = {}
     for ref in lab.references:
-        current[ref.path] = (ref, *_stat(root, ref.path))
+        reason = _unusable_name(ref.path)
+        try:
+            if reason is None:
+                current[ref.path] = (ref, *_stat(root, ref.path))
+        except OSError as exc:
+            reason = f"the file cannot be read ({exc.strerror}); check the file or the link"
+        if reason:
+            skipped.append((str(root / ref.path), reason))
     keep_pos: list[int] = []
     keep_items: list[Item] = []
     for i, it in enumerate(index.items):
         cur = current.get(it.path)
         if cur is not None and cur[1] == it.size and cur[2] == it.mtime:
+            if checksum:
+                try:
+                    same = bool(it.sha256) and _sha256(root / it.path) == it.sha256
+                except OSError:
+                    same = False
+                if not same:
+                    continue
             ref = cur[0]
             keep_pos.append(i)
-            keep_items.append(Item(ref.path, it.size, it.mtime, ref.instance, dict(ref.metadata)))
+            keep_items.append(Item(ref.path, it.size, it.mtime, ref.instance, dict(ref.metadata), it.sha256))
     kept_paths = {it.path for it in keep_items}
     todo = [v for p, v in current.items() if p not in kept_paths]
-    skipped: list[tuple[str, str]] = []
     new_desc = np.empty((0, index.meta.dim), np.float32)
     new_items: list[Item] = []
     if todo:
         extractor = extractor or extractor_for_meta(index.meta, weights)
         index.check_compatible(extractor.meta)
         res = yield from extract([root / r.path for r, _, _ in todo], extractor, batch_size=batch_size)
-        skipped = res.skipped
-        new_desc = res.descriptors
-        for i in res.ok:
-            ref, size, mtime = todo[i]
-            new_items.append(Item(ref.path, size, mtime, ref.instance, dict(ref.metadata)))
+        skipped += res.skipped
+        rows = []
+        for row, i in enumerate(res.ok):
+            ref = todo[i][0]
+            try:
+                size, mtime, digest = _file_record(root, ref.path)
+            except OSError as exc:
+                skipped.append((str(root / ref.path), f"the file changed or vanished while indexing ({exc.strerror})"))
+                continue
+            new_items.append(Item(ref.path, size, mtime, ref.instance, dict(ref.metadata), digest))
+            rows.append(row)
+        new_desc = res.descriptors[rows]
     dtype = np.asarray(index.descriptors[:0]).dtype
     kept_desc = np.asarray(index.descriptors[keep_pos], dtype=np.float32)
     desc = np.concatenate([kept_desc, new_desc]).astype(dtype)
@@ -399,10 +712,53 @@ def update_index(
 
 
 def _manifest_files(path: Path) -> list[str]:
+    """The data-file names the current manifest of ``path`` lists (plain generation names only)."""
     try:
-        return list(json.loads((path / MANIFEST).read_text(encoding="utf-8"))["files"].values())
+        names = json.loads((path / MANIFEST).read_text(encoding="utf-8"))["files"].values()
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return []
+    return [n for n in names if isinstance(n, str) and DATA_FILE.match(n)]
+
+
+def _manifest_digest(manifest: dict) -> str:
+    """SHA-256 of the manifest's content without its own checksum (canonical JSON)."""
+    body = {k: v for k, v in manifest.items() if k != "manifest_sha256"}
+    blob = json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _size_text(n: float) -> str:
+    for unit in ("bytes", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} GB"
+
+
+def _write_journal(path: Path, names: list[str]) -> None:
+    with open(path / JOURNAL, "w", encoding="utf-8") as f:  # our own file (a damaged one is ignored)
+        json.dump({"pid": os.getpid(), "files": names}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    _fsync_dir(path)
+
+
+def _clean_journal(path: Path) -> None:
+    """Remove the files an interrupted save of this index created (named in its journal)."""
+    journal = path / JOURNAL
+    try:
+        names = json.loads(journal.read_text(encoding="utf-8"))["files"]
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError, KeyError, TypeError):
+        names = []
+    current = set(_manifest_files(path))
+    for name in names if isinstance(names, list) else []:
+        if not isinstance(name, str) or name in current:
+            continue
+        if DATA_FILE.match(name) or (name.startswith(f"{MANIFEST}.") and name.endswith(".tmp") and "/" not in name):
+            (path / name).unlink(missing_ok=True)
+    journal.unlink(missing_ok=True)
 
 
 def _sha256(path: Path) -> str:
@@ -414,7 +770,7 @@ def _sha256(path: Path) -> str:
 
 
 def _write_bytes(path: Path, data: bytes) -> str:
-    with open(path, "wb") as f:
+    with open(path, "xb") as f:  # never overwrite a file
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
@@ -422,11 +778,20 @@ def _write_bytes(path: Path, data: bytes) -> str:
 
 
 def _write_npy(path: Path, array: np.ndarray) -> str:
-    with open(path, "wb") as f:
-        np.save(f, np.ascontiguousarray(array), allow_pickle=False)
+    with open(path, "xb") as f:  # never overwrite a file
+        _write_array(f, np.ascontiguousarray(array))
         f.flush()
         os.fsync(f.fileno())
     return _sha256(path)
+
+
+def _write_array(f, array: np.ndarray) -> None:
+    """``.npy`` header and data through ``f.write``, so a full disk raises ``ENOSPC`` (``np.save``
+    on a real file goes through ``tofile``, which reports a short write without an errno)."""
+    if array.dtype.hasobject:
+        raise ValueError("object arrays are never written to an index")
+    np.lib.format.write_array_header_1_0(f, np.lib.format.header_data_from_array_1_0(array))
+    f.write(memoryview(array.reshape(-1)).cast("B"))
 
 
 def _fsync_dir(path: Path) -> None:
