@@ -90,43 +90,50 @@ def cmd_update(args: argparse.Namespace) -> int:
     return 0
 
 
-def _rerank_from_args(args: argparse.Namespace):
-    from .core.rerank import RerankOptions, build_pipeline
+def query_settings(args: argparse.Namespace):
+    """The query pipeline's settings from the command line (``query`` and ``evaluate``)."""
+    from .core.query import QuerySettings
+    from .core.rerank import RerankOptions
 
     opts = RerankOptions(
         k_q=args.kq, k_g=args.kg, beta=args.beta, iterations=args.iterations, icfrr_mode=args.icfrr_mode,
-        qe_n=args.qe_n, qe_alpha=args.qe_alpha, spatial_top=args.spatial_top,
+        qe_n=args.qe_n, qe_alpha=args.qe_alpha, spatial_top=args.verify_top,
     )
-    return build_pipeline(args.rerank, opts)
+    return QuerySettings(k=getattr(args, "k", 5), per_instance=getattr(args, "per_instance", False),
+                         regions=not args.whole_image, rerank=args.rerank, options=opts,
+                         verify=not args.no_verify, verify_top=args.verify_top)
+
+
+def _verdict_override(args: argparse.Namespace, pipe) -> None:
+    from dataclasses import replace
+
+    if args.min_inliers is not None:
+        pipe.verdict = replace(pipe.verdict, min_inliers=args.min_inliers, source="--min-inliers")
+    if args.threshold is not None:
+        pipe.verdict = replace(pipe.verdict, min_cosine=args.threshold, source="--threshold")
 
 
 def cmd_query(args: argparse.Namespace) -> int:
-    from .core.backbones import extractor_for_meta
     from .core.errors import ImageError, MuseumSearchError
-    from .core.extract import describe_file
     from .core.index import Index
-    from .core.search import in_collection, score_matrix, search
+    from .core.query import QueryPipeline, load_query
 
     index = Index.load(args.index)
-    extractor = extractor_for_meta(index.meta, args.weights)
-    pipeline = _rerank_from_args(args)
+    pipe = QueryPipeline(index, query_settings(args), weights=args.weights)
+    _verdict_override(args, pipe)
     out: list[dict[str, Any]] = []
     failures = 0
     for path in args.images:
         try:
-            q = describe_file(path, extractor, regions=not args.whole_image)[None]
+            query = load_query(path)
         except ImageError as exc:
             print(f"{PROG}: skipped {exc}", file=sys.stderr)
             failures += 1
             continue
-        scores = score_matrix(index, q)
-        if pipeline:
-            scores = pipeline.apply(index, scores, q, query_paths=[str(path)])
-        results = search(index, q, k=args.k, per_instance=args.per_instance, scores=scores)[0]
-        known = in_collection(results, args.threshold)
-        out.append({"query": str(path), "in_collection": known, "results": [r.to_dict() for r in results]})
+        (answer,) = pipe.answer([query])
+        out.append(answer.to_dict())
         if not args.json:
-            _print_results(str(path), results, known)
+            _print_answer(answer)
     if args.json:
         json.dump(out, sys.stdout, ensure_ascii=False, indent=2)
         print()
@@ -135,12 +142,14 @@ def cmd_query(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_results(query: str, results, known: bool) -> None:
-    print(f"query: {query}" + ("" if known else "  → not in the collection (best score below threshold)"))
-    print(f"  {'rank':>4}  {'score':>7}  {'instance':<20}  {'title / artist':<40}  path")
-    for r in results:
+def _print_answer(answer) -> None:
+    verdict = "in the collection" if answer.in_collection else "NOT in this collection"
+    print(f"query: {answer.query}  → {verdict} ({answer.reason})")
+    print(f"  {'rank':>4}  {'cosine':>6}  {'inliers':>7}  {'instance':<20}  {'title / artist':<40}  path")
+    for r in answer.results:
         meta = " / ".join(v for v in (r.metadata.get("title", ""), r.metadata.get("artist", "")) if v)
-        print(f"  {r.rank:>4}  {r.score:>7.4f}  {r.instance[:20]:<20}  {meta[:40]:<40}  {r.path}")
+        inl = "-" if r.inliers is None else str(r.inliers)
+        print(f"  {r.rank:>4}  {r.cosine:>6.3f}  {inl:>7}  {r.instance[:20]:<20}  {meta[:40]:<40}  {r.path}")
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -161,19 +170,18 @@ def cmd_backbones(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from .core.backbones import extractor_for_meta
     from .core.evaluation import reports
     from .core.evaluation.querysets import load_queryset
     from .core.evaluation.runner import evaluate
     from .core.index import Index
+    from .core.query import QueryPipeline
 
     index = Index.load(args.index)
     queryset = load_queryset(args.queries, layout=args.layout, regex=args.regex)
     print(f"queries: {queryset.describe()}", file=sys.stderr)
-    pipeline = _rerank_from_args(args)
-    extractor = extractor_for_meta(index.meta, args.weights)
-    report = _drive(evaluate(index, queryset, pipeline, extractor=extractor, batch_size=args.batch_size,
-                             query_regions=not args.whole_image), "evaluating")
+    pipe = QueryPipeline(index, query_settings(args), weights=args.weights)
+    _verdict_override(args, pipe)
+    report = _drive(evaluate(index, queryset, pipeline=pipe, batch_size=args.batch_size), "evaluating")
     _print_skips(report.skipped)
     doc = reports.report_dict(report, index, rankings=args.rankings, seed=args.seed)
     if args.baseline:
@@ -185,7 +193,32 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         reports.write_csv(report, index, args.csv)
     if args.trec:
         reports.write_trec(report, index, args.trec)
+    if args.calibrate_verdict is not None:
+        _recalibrate(index, report, args.calibrate_verdict, verified=pipe.settings.verify)
     return 0
+
+
+def _recalibrate(index, report, max_known_rejected: float, verified: bool) -> None:
+    """Store the verdict's operating point chosen on this labelled query set in the index."""
+    from .core.errors import MuseumSearchError
+    from .core.verdict import open_set_figures, recalibrated
+
+    if not 0 <= max_known_rejected < 1:
+        raise MuseumSearchError("--calibrate-verdict takes the share of known objects that may be rejected, "
+                                "e.g. 0.03")
+    evidence = report.evidence
+    if not any(e.known for e in evidence) or all(e.known for e in evidence):
+        raise MuseumSearchError("re-calibrating the verdict needs queries of objects in the collection and "
+                                "queries of objects that are not (empty instance in the ground truth)")
+    new = recalibrated(evidence, report.verdict, max_known_rejected, verified=verified)
+    f = open_set_figures(evidence if verified else [type(e)(e.cosine, None, e.known, e.correct) for e in evidence],
+                         new)
+    index.verdict = new.to_dict()
+    index.save()
+    what = f"at least {new.min_inliers} matching points" if verified else f"cosine at least {new.min_cosine:.3f}"
+    print(f"verdict re-calibrated and stored in {index.path}: {what}; on these queries it rejects "
+          f"{100 * f['unknown_rejected']:.1f} % of the unknown objects and wrongly rejects "
+          f"{100 * f['known_rejected']:.1f} % of the known ones")
 
 
 def _print_summary(s: dict[str, Any]) -> None:
@@ -196,7 +229,23 @@ def _print_summary(s: dict[str, Any]) -> None:
     print(f"queries:   {s['query_set']}")
     print(f"re-ranker: {s['rerank']}")
     print(f"evaluated {s['queries']} queries; {s['open_set_queries']} open-set queries excluded; "
+          f"{s.get('unknown_instance_queries', 0)} naming only instances not in the index excluded; "
           f"{s['skipped_queries']} unreadable")
+    from .core.evaluation.reports import unknown_instances_warning
+
+    warning = unknown_instances_warning(s)
+    if warning:
+        print(f"warning: {warning}")
+    v = s.get("verdict") or {}
+    if v.get("known_queries") or v.get("unknown_queries"):
+        def share(x):
+            return "n/a" if x is None else f"{100 * x:.1f} %"
+
+        rule = (f"at least {v['min_inliers']} matching points" if v.get("min_inliers") is not None
+                else f"cosine at least {v.get('min_cosine')}")
+        print(f"verdict ({rule}): unknown objects rejected {share(v['unknown_rejected'])} of "
+              f"{v['unknown_queries']}; known objects wrongly rejected {share(v['known_rejected'])} of "
+              f"{v['known_queries']}; accuracy (right answer or right rejection) {share(v['accuracy'])}")
     ci = s.get("ci95", {})
     print(f"  {'metric':<8} {'value %':>8}   95% CI")
     for key, label in (("mp@1", "MP@1"), ("map", "MAP"), ("amnro", "AMNRO"), ("anmrr", "ANMRR"), ("p@5", "P@5")):
@@ -235,8 +284,8 @@ def _add_rerank_options(p: argparse.ArgumentParser) -> None:
                         "default best of 5 regions (whole, left/right/top/bottom 60%%)")
     g = p.add_argument_group("re-ranking")
     g.add_argument("--rerank", default="", metavar="LIST",
-                   help="comma-separated re-rankers applied in order: icfrr, aqe, dba, spatial "
-                        "(e.g. spatial,icfrr)")
+                   help="comma-separated global re-rankers applied in order before verification: icfrr, "
+                        "aqe, dba (e.g. aqe,icfrr)")
     g.add_argument("--kq", type=int, default=None, help="ICFRR K_q (default: from the collection)")
     g.add_argument("--kg", type=int, default=None, help="ICFRR K_g (default: from the collection)")
     g.add_argument("--beta", type=float, default=0.5, help="ICFRR beta (default 0.5)")
@@ -245,7 +294,17 @@ def _add_rerank_options(p: argparse.ArgumentParser) -> None:
                    help="paper: s_t+1 = s_t + beta*Delta (default); reference: the public code's rule")
     g.add_argument("--qe-n", type=int, default=2, help="aQE/DBA neighbours (default 2)")
     g.add_argument("--qe-alpha", type=float, default=3.0, help="aQE/DBA weight exponent (default 3)")
-    g.add_argument("--spatial-top", type=int, default=20, help="spatial verification of the top N (default 20)")
+    v = p.add_argument_group("verification and verdict")
+    v.add_argument("--no-verify", action="store_true",
+                   help="no geometric verification of the shortlist (faster; the verdict then uses the cosine)")
+    v.add_argument("--verify-top", "--spatial-top", type=int, default=20, dest="verify_top",
+                   help="how many of the best references are verified (default 20)")
+    v.add_argument("--min-inliers", type=int, default=None,
+                   help="'in the collection' needs at least this many matching points (default: the "
+                        "index's calibration)")
+    v.add_argument("--threshold", type=float, default=None,
+                   help="with --no-verify: 'in the collection' needs at least this cosine (default: the "
+                        "index's calibration)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -290,7 +349,6 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-k", type=int, default=5, help="number of results (default 5)")
     s.add_argument("--per-instance", action="store_true", help="one result per instance")
     s.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    s.add_argument("--threshold", type=float, default=None, help="'not in the collection' below this score")
     s.add_argument("--weights", default=None)
     _add_rerank_options(s)
     s.set_defaults(func=cmd_query)
@@ -308,6 +366,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     s.add_argument("--batch-size", type=int, default=8)
     s.add_argument("--weights", default=None)
+    s.add_argument("--calibrate-verdict", type=float, default=None, metavar="SHARE",
+                   help="choose the 'in the collection' threshold on these labelled queries so that at most "
+                        "SHARE of the known objects are rejected (e.g. 0.03), and store it in the index")
     _add_rerank_options(s)
     s.set_defaults(func=cmd_evaluate)
 

@@ -33,13 +33,29 @@ def test_query_json(cli_index, sample_collection):
     doc = json.loads(r.stdout)
     assert [d["query"] for d in doc] == [str(queries / q) for q in known]
     for d in doc:
+        assert set(d) == {"query", "in_collection", "reason", "results"}
+        assert isinstance(d["in_collection"], bool) and d["reason"]
         assert len(d["results"]) == 3
         assert [x["rank"] for x in d["results"]] == [1, 2, 3]
-        assert set(d["results"][0]) == {"rank", "score", "path", "instance", "metadata"}
+        assert set(d["results"][0]) == {"rank", "score", "cosine", "inliers", "path", "instance", "metadata"}
+        assert all(isinstance(x["inliers"], int) for x in d["results"])  # verified by default
         scores = [x["score"] for x in d["results"]]
         assert scores == sorted(scores, reverse=True)
     hits = sum(d["results"][0]["instance"] == truth[d["query"].split("/")[-1]].strip() for d in doc)
     assert hits >= 2
+    # the CLI gives exactly what the core pipeline computes
+    from museum_search.core.index import Index
+    from museum_search.core.query import QueryPipeline, load_query
+
+    answer = QueryPipeline(Index.load(cli_index)).answer([load_query(queries / known[0])])[0]
+    assert doc[0]["in_collection"] == answer.in_collection and doc[0]["reason"] == answer.reason
+    assert [x["instance"] for x in doc[0]["results"]] == [r.instance for r in answer.results[:3]]
+    assert doc[0]["results"][0]["cosine"] == pytest.approx(answer.results[0].cosine, abs=1e-6)
+    assert doc[0]["results"][0]["inliers"] == answer.results[0].inliers
+    # --no-verify: no inliers, the verdict from the cosine
+    r = run_cli("query", cli_index, queries / known[0], "--json", "--no-verify")
+    d = json.loads(r.stdout)[0]
+    assert all(x["inliers"] is None for x in d["results"]) and "not verified" in d["reason"]
 
 
 def test_query_table_and_per_instance(cli_index, sample_collection):
@@ -48,7 +64,7 @@ def test_query_table_and_per_instance(cli_index, sample_collection):
     assert r.returncode == 0, r.stderr
     rows = [line for line in r.stdout.splitlines() if line.strip()[:1].isdigit()]
     assert len(rows) == 5
-    instances = [row.split()[2] for row in rows]
+    instances = [row.split()[3] for row in rows]
     assert len(set(instances)) == 5  # one result per instance
 
 

@@ -14,7 +14,8 @@ from museum_search.core.evaluation.runner import run_evaluation
 from museum_search.core.extract import run
 from museum_search.core.index import LabellingSpec, build_index
 from museum_search.core.labels import COIL100_REGEX
-from museum_search.core.rerank import RerankOptions, build_pipeline
+from museum_search.core.query import QuerySettings
+from museum_search.core.rerank import RerankOptions
 from museum_search.core.rerank.icfrr import suggest_params
 
 pytestmark = [pytest.mark.data, pytest.mark.slow]
@@ -45,15 +46,29 @@ def test_protocol_counts(coil):
 
 def test_icfrr_raises_map(coil):
     index, qs = coil
-    base = run_evaluation(index, qs, query_regions=False)
+    plain = QuerySettings(regions=False, verify=False)  # the papers' protocol: plain search
+    base = run_evaluation(index, qs, plain)
     params = suggest_params(index.labels)
-    icfrr = run_evaluation(index, qs, build_pipeline("icfrr", RerankOptions()), query_regions=False)
+    icfrr = run_evaluation(index, qs, QuerySettings(regions=False, verify=False, rerank="icfrr"))
     print(f"COIL-100 MAP {base.summary['map']:.4f} -> ICFRR {icfrr.summary['map']:.4f} "
           f"(K_q={params.k_q}, K_g={params.k_g}, beta={params.beta}); MP@1 {base.summary['mp@1']:.4f} -> "
           f"{icfrr.summary['mp@1']:.4f}")
     assert icfrr.summary["map"] > base.summary["map"] + 0.01
     # the reference mode of the public code agrees with the paper after one iteration only
-    one_paper = run_evaluation(index, qs, build_pipeline("icfrr", RerankOptions(iterations=1)), query_regions=False)
-    one_ref = run_evaluation(index, qs, build_pipeline("icfrr", RerankOptions(iterations=1, icfrr_mode="reference")),
-                             query_regions=False)
+    one_paper = run_evaluation(index, qs, QuerySettings(regions=False, verify=False, rerank="icfrr",
+                                                        options=RerankOptions(iterations=1)))
+    one_ref = run_evaluation(index, qs, QuerySettings(regions=False, verify=False, rerank="icfrr",
+                                                      options=RerankOptions(iterations=1, icfrr_mode="reference")))
     assert one_paper.summary["map"] == pytest.approx(one_ref.summary["map"], abs=1e-12)
+
+
+def test_verification_does_not_hurt_3d_objects(coil):
+    """A homography does not hold between views of a 3D object 20° apart: verification must leave
+    the results as they are (or better), with the default pipeline and without it."""
+    index, qs = coil
+    default = run_evaluation(index, qs)  # no flags: regions, verification, calibrated verdict
+    unverified = run_evaluation(index, qs, QuerySettings(verify=False))
+    d, u = default.summary, unverified.summary
+    print(f"COIL-100 default pipeline MAP {d['map']:.4f} MP@1 {d['mp@1']:.4f}; verification off MAP "
+          f"{u['map']:.4f} MP@1 {u['mp@1']:.4f}; verdict {d['verdict']}")
+    assert d["map"] >= u["map"] - 0.002 and d["mp@1"] >= u["mp@1"] - 0.004

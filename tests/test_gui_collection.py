@@ -116,9 +116,9 @@ def test_build_progress_browser_filter_thumbnails(tab, qtbot, small_collection, 
     tab.progress_bar.valueChanged.connect(values.append)
     assert _build(tab, qtbot) is True
 
-    # progress went through the bar up to the total
-    assert tab.progress_bar.maximum() == N_IMAGES
-    assert tab.progress_bar.value() == N_IMAGES
+    # progress went through the bar up to the total (the describing stage, then any later stage)
+    assert tab.progress_bar.value() == tab.progress_bar.maximum() >= N_IMAGES
+    assert tab.progress_label.text().startswith(f"{N_IMAGES} / {N_IMAGES} described in")
     assert 0 < min(v for v in values if v > 0) < N_IMAGES and N_IMAGES in values
     # saved, opened, reported
     index = tab.state.index
@@ -321,3 +321,271 @@ def test_numpy_to_qimage_copies_pixels():
     assert grey.pixelColor(0, 0).red() == 77
     with pytest.raises(ValueError):
         numpy_to_qimage(np.zeros((3, 4, 3), np.float32))
+
+
+# ---- where a new index goes ("never lose a user's file") -----------------------------------------
+
+TINY = 64  # backbone image size for the index-folder tests: they are about files, not descriptors
+
+
+def _museum(tmp_path: Path, name: str, n: int = 3) -> Path:
+    """``tmp_path/name/collection`` with ``n`` catalogued sample photos (catalogue.csv beside it).
+    Every such collection is called "collection": the folder name alone must not decide where an
+    index goes."""
+    return _copy_subset(SAMPLE / "catalogue.csv", [SAMPLE, SAMPLE / "collection"], tmp_path / name, n)
+
+
+def _core_index(collection: Path, out: Path):
+    from museum_search.core.backbones import BackboneConfig
+    from museum_search.core.extract import run
+    from museum_search.core.index import LabellingSpec, build_index
+
+    run(build_index(collection, out, BackboneConfig(size=TINY),
+                    LabellingSpec("catalogue", str(collection.parent / "catalogue.csv"))))
+    return out
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): (p.read_bytes() if p.is_file() else b"<dir>")
+            for p in sorted(folder.rglob("*"))}
+
+
+def _dialogs(name: str):
+    from PySide6.QtWidgets import QApplication, QMessageBox
+
+    return [w for w in QApplication.topLevelWidgets()
+            if isinstance(w, QMessageBox) and w.objectName() == name and w.isVisible()]
+
+
+def _close_error_dialogs() -> None:
+    for box in _error_dialogs():
+        box.close()
+
+
+def test_new_collection_gets_its_own_folder_not_the_open_index(tab, qtbot, tmp_path, monkeypatch):
+    """The bug: with the index of A open, choosing B and building replaced A's index."""
+    from PySide6.QtWidgets import QFileDialog
+
+    from museum_search.core.index import Index, default_index_folder
+
+    a, b = _museum(tmp_path, "museum-a"), _museum(tmp_path, "museum-b", 4)
+    a_index = _core_index(a, tmp_path / "a-index")
+    a_files = _snapshot(a_index)
+    tab.state.set_index(Index.load(a_index))
+    assert tab.index_edit.text() == str(a_index)
+
+    # File → Open collection folder… / Browse…: the index field follows the new collection
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: str(b))
+    qtbot.mouseClick(tab.browse_button, _left())
+    assert tab.collection_edit.text() == str(b)
+    expected = default_index_folder(b)
+    assert expected == b.parent / "collection-index"
+    assert tab.index_edit.text() == str(expected) != str(a_index)
+    assert not tab.update_button.isEnabled()
+    assert tab.index_hint.text() == "A new folder will be created for the index."
+
+    tab.size_spin.setValue(TINY)
+    assert _build(tab, qtbot) is True
+    assert not _dialogs("replaceIndexDialog") and not _error_dialogs()
+    built = Index.load(expected)
+    assert built.root == b.resolve() and len(built) == 4
+    assert tab.state.index.path == expected
+    assert _snapshot(a_index) == a_files  # A's index: same files, same manifest bytes
+    assert Index.load(a_index).root == a.resolve()
+
+    # choosing A again: its existing index is offered (same collection), not a new folder
+    tab.set_collection(a)
+    assert tab.index_edit.text() == str(default_index_folder(a)) == str(a.parent / "collection-index")
+    tab.set_collection(b)
+    assert tab.index_edit.text() == str(expected)
+    assert "this collection" in tab.index_hint.text() and tab.update_button.isEnabled()
+
+
+def test_building_into_another_collections_index_asks_first(tab, qtbot, tmp_path):
+    from museum_search.core.index import Index, default_index_folder
+
+    a, b = _museum(tmp_path, "museum-a"), _museum(tmp_path, "museum-b")
+    a_index = _core_index(a, tmp_path / "a-index")
+    a_files = _snapshot(a_index)
+    tab.state.set_index(Index.load(a_index))
+    tab.set_collection(b)
+    tab.size_spin.setValue(TINY)
+    # the technician types the open index's folder back in by hand
+    tab.index_edit.clear()
+    qtbot.keyClicks(tab.index_edit, str(a_index))
+    qtbot.waitUntil(lambda: "another collection" in tab.index_hint.text(), timeout=5000)
+    assert str(a.resolve()) in tab.index_hint.text()
+
+    # Build asks; Cancel (and Esc) writes nothing
+    qtbot.mouseClick(tab.build_button, _left())
+    qtbot.waitUntil(lambda: len(_dialogs("replaceIndexDialog")) == 1, timeout=5000)
+    box = _dialogs("replaceIndexDialog")[0]
+    assert f"Replace the index of the collection {a.resolve()}?" == box.text()
+    assert str(default_index_folder(b)) in box.informativeText()
+    assert box.defaultButton() is box.new_folder_button  # the default never replaces anything
+    assert not tab.running
+    box.reject()
+    qtbot.waitUntil(lambda: not _dialogs("replaceIndexDialog"), timeout=5000)
+    assert not tab.running and "Nothing was built" in tab.status_label.text()
+    assert _snapshot(a_index) == a_files
+
+    # the default answer: build in B's own new folder
+    qtbot.mouseClick(tab.build_button, _left())
+    qtbot.waitUntil(lambda: len(_dialogs("replaceIndexDialog")) == 1, timeout=5000)
+    with qtbot.waitSignal(tab.job_done, timeout=90_000) as blocker:
+        qtbot.mouseClick(_dialogs("replaceIndexDialog")[0].new_folder_button, _left())
+    assert blocker.args == [True]
+    assert tab.state.index.path == default_index_folder(b) == b.parent / "collection-index"
+    assert Index.load(default_index_folder(b)).root == b.resolve()
+    assert _snapshot(a_index) == a_files
+
+    # "Replace that index", chosen on purpose, does replace it
+    tab.index_edit.setText(str(a_index))
+    qtbot.mouseClick(tab.build_button, _left())
+    qtbot.waitUntil(lambda: len(_dialogs("replaceIndexDialog")) == 1, timeout=5000)
+    with qtbot.waitSignal(tab.job_done, timeout=90_000) as blocker:
+        qtbot.mouseClick(_dialogs("replaceIndexDialog")[0].replace_button, _left())
+    assert blocker.args == [True]
+    assert Index.load(a_index).root == b.resolve()
+
+
+def test_folder_that_is_not_an_index_is_refused_and_left_alone(tab, qtbot, tmp_path, monkeypatch):
+    from PySide6.QtWidgets import QFileDialog
+
+    b = _museum(tmp_path, "museum-b")
+    docs = tmp_path / "Documents"
+    (docs / "letters").mkdir(parents=True)
+    (docs / "inventory.xlsx").write_bytes(b"PK\x03\x04 not really a spreadsheet")
+    (docs / "letters" / "2019.txt").write_text("dear curator", encoding="utf-8")
+    before = _snapshot(docs)
+    coll_before = _snapshot(b)
+    tab.set_collection(b)
+    tab.size_spin.setValue(TINY)
+
+    for folder, words in ((docs, "is not empty and is not a museum-search index"),
+                          (b, "collection folder itself"),
+                          (b.parent, "contains the collection")):
+        tab.index_edit.setText(str(folder))
+        qtbot.waitUntil(lambda: words in tab.index_hint.text(), timeout=5000)  # said as soon as typed
+        assert tab.index_hint.text().startswith("⚠")
+        qtbot.mouseClick(tab.build_button, _left())
+        qtbot.waitUntil(lambda: len(_error_dialogs()) == 1, timeout=5000)
+        box = _error_dialogs()[0]
+        assert words in box.text() and "Traceback" not in box.text()
+        assert str(b.parent / "collection-index") in box.text()  # says what to do instead
+        assert words in tab.status_label.text()
+        assert not tab.running and tab.build_button.isEnabled()
+        box.close()
+        qtbot.waitUntil(lambda: not _error_dialogs(), timeout=5000)
+    assert _snapshot(docs) == before  # not a file added, changed or removed
+    assert _snapshot(b) == coll_before
+    assert not (b.parent / "collection-index").exists()
+
+    # Choose…: picking the full "Documents" folder means "put it in there": a new folder inside
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: str(docs))
+    qtbot.mouseClick(tab.index_button, _left())
+    assert tab.index_edit.text() == str(docs / "collection-index")
+    assert tab.index_hint.text() == "A new folder will be created for the index."
+    assert _snapshot(docs) == before
+
+
+LOCK_HOLDER = """
+import sys
+from museum_search.core.index import writer_lock
+with writer_lock(sys.argv[1]):
+    print("locked", flush=True)
+    sys.stdin.read()  # until the test closes our stdin
+"""
+
+
+def test_index_being_written_by_another_process_is_reported(tab, qtbot, tmp_path):
+    """E.g. a scheduled ``museum-search update`` is writing B's index when the technician rebuilds it."""
+    import subprocess
+    import sys
+
+    from museum_search.core.index import Index, default_index_folder
+
+    b = _museum(tmp_path, "museum-b")
+    out = _core_index(b, default_index_folder(b))
+    files = _snapshot(out)
+    holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(out)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        tab.set_collection(b)
+        assert tab.index_edit.text() == str(out)  # B's own index: Build replaces it, no question
+        tab.size_spin.setValue(TINY + 32)
+        assert _build(tab, qtbot, timeout=60_000) is False
+        qtbot.waitUntil(lambda: len(_error_dialogs()) == 1, timeout=10_000)
+        box = _error_dialogs()[0]
+        assert box.windowTitle() == "Cannot build the index"
+        assert f"being written by process {holder.pid}" in box.text()
+        assert "Traceback" not in box.text()
+        assert "being written by process" in tab.status_label.text()
+        # back to idle
+        assert not tab.running and tab.build_button.isEnabled() and not tab.cancel_button.isEnabled()
+        assert tab.collection_edit.isEnabled() and tab.index_edit.isEnabled() and tab.update_button.isEnabled()
+        assert tab.progress_label.text() == "" and tab.progress_bar.maximum() >= 1
+        assert not _dialogs("replaceIndexDialog")
+        box.close()
+    finally:
+        holder.stdin.close()
+        holder.wait(30)
+    assert {k: v for k, v in _snapshot(out).items() if k != ".museum-search.lock"} == \
+        {k: v for k, v in files.items() if k != ".museum-search.lock"}  # untouched by either
+
+    # once the other writer is done, the same Build works
+    assert _build(tab, qtbot) is True
+    assert Index.load(out).meta.size == TINY + 32
+
+
+def test_sample_index_of_an_old_format_is_rebuilt_in_place(tab, qtbot, tmp_path, monkeypatch):
+    import json
+
+    from museum_search.core import paths
+    from museum_search.core.index import Index
+    from museum_search.gui import collection_tab
+
+    sample = _museum(tmp_path, "installed-sample").parent
+    monkeypatch.setattr(paths, "sample_collection", lambda: sample)
+    monkeypatch.setattr(paths, "data_dir", lambda: tmp_path / "user-data")
+    monkeypatch.setattr(collection_tab, "DEFAULT_SIZE", TINY)
+    out = collection_tab.sample_index_dir()
+    assert out == tmp_path / "user-data" / "indexes" / "sample"
+
+    # an index written by the previous version (format 1) of this same sample
+    _core_index(sample / "collection", out)
+    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    manifest["version"] = 1
+    manifest.pop("manifest_sha256", None)
+    (out / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+
+    with qtbot.waitSignal(tab.job_done, timeout=90_000) as blocker:
+        tab.open_sample_collection()
+    assert blocker.args == [True]
+    assert not _dialogs("replaceIndexDialog") and not _error_dialogs()
+    rebuilt = Index.load(out)  # the current format, in the same per-user folder
+    assert rebuilt.root == (sample / "collection").resolve() and rebuilt.meta.size == TINY
+    assert tab.state.index.path == out
+    assert sorted(p.name for p in out.parent.iterdir()) == ["sample"]
+    assert sorted(p.name for p in sample.iterdir()) == ["catalogue.csv", "collection"]  # no index beside it
+
+    # next start: opened as it is, nothing built
+    tab.state.set_index(None)
+    tab.open_sample_collection()
+    assert not tab.running and tab.state.index is not None and tab.state.index.path == out
+    assert tab.status_label.text() == "Sample collection: 3 references."
+
+    # a sample index from another installation (another root) is our own folder too: rebuilt, no question
+    elsewhere = _museum(tmp_path, "old-install")
+    out_files = _snapshot(out)
+    import shutil
+
+    shutil.rmtree(out)
+    _core_index(elsewhere, out)
+    assert Index.load(out).root == elsewhere.resolve()
+    with qtbot.waitSignal(tab.job_done, timeout=90_000) as blocker:
+        tab.open_sample_collection()
+    assert blocker.args == [True] and not _dialogs("replaceIndexDialog")
+    assert Index.load(out).root == (sample / "collection").resolve()
+    assert set(_snapshot(out)) != set(out_files)  # a new generation

@@ -11,6 +11,7 @@ from PySide6.QtCore import QSettings, Qt
 
 from museum_search.core.capture import FileSequenceCamera, OpenCVCamera, list_cameras
 from museum_search.core.images import load_image
+from museum_search.core.query import QueryPipeline, QuerySettings, query_from_array
 from museum_search.gui import workers
 from museum_search.gui.demo_window import (
     EXIT_KEYS_SETTING,
@@ -24,6 +25,7 @@ pytestmark = pytest.mark.gui
 
 SAMPLE = Path(__file__).resolve().parents[1] / "resources" / "sample"
 TIMEOUT = 120_000  # ms; describing a frame takes about a second, more on a loaded machine
+CAMERA_SIDE = 960  # the replayed camera's frames
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
@@ -33,28 +35,22 @@ def _rows(path: Path) -> list[dict[str, str]]:
 
 @pytest.fixture(scope="module")
 def data(sample_index) -> SimpleNamespace:
-    """A known query, an unknown one, and a threshold between their best cosine scores."""
-    from museum_search.core.backbones import extractor_for_meta
-    from museum_search.core.search import search
-
+    """A known query (in the collection, right answer) and an unknown one (empty instance in
+    ground_truth.csv), with the query pipeline's own answers about the camera's frames of them."""
     truth = [(SAMPLE / "queries" / r["query"], (r["instance"] or "").strip())
              for r in _rows(SAMPLE / "queries" / "ground_truth.csv")]
     catalogue = {r["instance"]: r for r in _rows(SAMPLE / "catalogue.csv")}
-    inside = [(p, i) for p, i in truth if i][:3]
-    outside = [p for p, i in truth if not i]
-    assert inside and outside
-    ext = extractor_for_meta(sample_index.meta)
-    paths = [p for p, _ in inside] + outside
-    desc = ext.describe_images([load_image(p, max_side=ext.max_side) for p in paths])
-    best = [r[0] for r in search(sample_index, desc, k=1)]
-    # the known query: the first one whose best match is right; the unknown one: the least similar
-    known = next((p, i, b.score) for (p, i), b in zip(inside, best) if b.instance == i)
-    out_best = best[len(inside):]
-    unknown, unknown_score = min(zip(outside, (b.score for b in out_best)), key=lambda t: t[1])
-    assert known[2] > unknown_score, "the sample's known query must score above its unknown one"
-    return SimpleNamespace(index=sample_index, known=known[0], instance=known[1],
-                           entry=catalogue[known[1]], unknown=unknown,
-                           threshold=(known[2] + unknown_score) / 2)
+    pipe = QueryPipeline(sample_index, QuerySettings(k=8, per_instance=True))
+
+    def answer(path: Path):
+        (a,) = pipe.answer([query_from_array(load_image(path, max_side=CAMERA_SIDE), "camera")])
+        return a
+
+    known = next((p, i, a) for p, i in truth if i for a in [answer(p)] if a.in_collection and a.top.instance == i)
+    unknown = next((p, a) for p, i in truth if not i for a in [answer(p)])
+    assert not unknown[1].in_collection, f"{unknown[0].name}, not in the sample, must be rejected: {unknown[1].reason}"
+    return SimpleNamespace(index=sample_index, known=known[0], instance=known[1], known_answer=known[2],
+                           entry=catalogue[known[1]], unknown=unknown[0], unknown_answer=unknown[1])
 
 
 @pytest.fixture
@@ -63,16 +59,15 @@ def make_demo(qtbot, tmp_path):
     windows: list[DemoWindow] = []
 
     def make(index, query: Path | None = None, camera_factory=None, exit_keys: str | None = None,
-             threshold: float = 0.5, camera: int = 3, **kwargs) -> DemoWindow:
+             camera: int = 3, **kwargs) -> DemoWindow:
         settings = Settings(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat))
-        settings.threshold = threshold
         settings.camera = camera
         if exit_keys is not None:
             settings.set_value(EXIT_KEYS_SETTING, exit_keys)
         if camera_factory is None and query is not None:
             def camera_factory(number: int) -> FileSequenceCamera:
                 assert number == camera  # the camera number from the settings
-                return FileSequenceCamera([query], fps=12, loop=True, max_side=960)
+                return FileSequenceCamera([query], fps=12, loop=True, max_side=CAMERA_SIDE)
         w = DemoWindow(index, settings, camera_factory, **kwargs)
         qtbot.addWidget(w)
         w.resize(1280, 720)
@@ -94,18 +89,21 @@ def _wait_mode(qtbot, w: DemoWindow, *modes: str) -> None:
 
 
 def test_steady_frames_show_the_object_card_then_live_again(qtbot, make_demo, data):
-    w = make_demo(data.index, data.known, threshold=data.threshold, steady_seconds=0.3, result_seconds=1.5)
+    w = make_demo(data.index, data.known, steady_seconds=0.3, result_seconds=1.5)
     assert w.mode in ("starting", "live")
     _wait_mode(qtbot, w, "live", "recognizing", "result")
     # nobody touches anything: the still picture is recognized by itself
     _wait_mode(qtbot, w, "result")
     assert w.recognitions == 1
-    assert w.last_results[0].instance == data.instance and w.last_results[0].score >= data.threshold
+    answer = w.last_answer  # the pipeline's answer, as the Search tab and the CLI give it
+    assert answer.in_collection and answer.reason == data.known_answer.reason
+    assert w.last_results == answer.results and answer.top.instance == data.instance
     assert w.card_title_text() == data.entry["title"]
     assert w.card_artist_text() == data.entry["artist"]
     assert w.card_year_text() == data.entry["year"]
     assert w.card_description_text() == data.entry["description"]
-    assert w.card_confidence_text().startswith("Confidence ")
+    assert w.card_confidence_text() == f"Verified: {answer.top.inliers} matching points"
+    assert w.card_title_text() != NOT_IN_COLLECTION
     assert w.card_has_photo()  # the reference photo of the match
     w.grab().save("/tmp/demo_card.png")
 
@@ -129,9 +127,11 @@ def test_steady_frames_show_the_object_card_then_live_again(qtbot, make_demo, da
 
 
 def test_object_outside_the_collection_gets_the_sorry_card(qtbot, make_demo, data):
-    w = make_demo(data.index, data.unknown, threshold=data.threshold, steady_seconds=0.3, result_seconds=60)
-    _wait_mode(qtbot, w, "unknown")
-    assert w.last_results and w.last_results[0].score < data.threshold
+    w = make_demo(data.index, data.unknown, steady_seconds=0.3, result_seconds=60)
+    _wait_mode(qtbot, w, "unknown", "result")
+    assert w.mode == "unknown"  # exactly when the pipeline says "not in this collection"
+    assert w.last_results and w.last_answer.in_collection is False
+    assert w.last_answer.reason == data.unknown_answer.reason
     assert w.card_title_text() == NOT_IN_COLLECTION
     assert w.card_artist_text() == "" or not w.card_page.artist.isVisible()
     assert not w.card_page.confidence.isVisible()

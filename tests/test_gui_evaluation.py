@@ -1,4 +1,5 @@
-"""The Evaluation tab, driven offscreen: a run end to end, a second run compared, a sweep, cancel."""
+"""The Evaluation tab, driven offscreen: a run end to end, a second run compared, a sweep, cancel,
+the verdict's figures and its re-calibration stored in the index."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import csv
 import html
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -15,13 +17,15 @@ from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QMessageBox
 
 from museum_search.core.evaluation.querysets import load_queryset
-from museum_search.core.evaluation.runner import precision_recall_curve
+from museum_search.core.evaluation.runner import precision_recall_curve, run_evaluation
 from museum_search.core.evaluation.stats import paired_bootstrap_test
+from museum_search.core.index import Index, writer_lock
 from museum_search.core.rerank import RerankOptions
+from museum_search.core.verdict import Verdict, operating_points, recalibrated
 from museum_search.gui import workers
-from museum_search.gui.evaluation_tab import SORT_ROLE, VALUE_ROLE, EvaluationTab, stars
+from museum_search.gui.evaluation_tab import SORT_ROLE, VALUE_ROLE, VERDICT_FIGURES, EvaluationTab, stars
 from museum_search.gui.state import AppState, Settings
-from museum_search.gui.widgets.plots import HIST_BINS, RunningBuffer
+from museum_search.gui.widgets.plots import HIST_BINS, VERDICT_CURVES, RunningBuffer
 
 pytestmark = pytest.mark.gui
 
@@ -29,6 +33,8 @@ SAMPLE = Path(__file__).resolve().parents[1] / "resources" / "sample"
 TIMEOUT = 300_000  # ms: describing the queries takes a few seconds, much more on a loaded machine
 N_QUERIES = 8  # queries of the subset evaluated (keeps the test lean)
 SCREENSHOT = Path("/tmp/evaluation_tab.png")
+VERDICT_SCREENSHOT = Path("/tmp/eval_tab.png")
+P_MAP = 9  # column of the paired test of MAP in the comparison table
 
 
 def _read_truth(path: Path) -> list[dict[str, str]]:
@@ -101,10 +107,13 @@ def test_evaluate_compare_and_export(qtbot, tab, data, tmp_path):
     assert html.escape(qs.describe()) in tab.detected_label.text()
     n = len(qs.queries)
 
-    # ---- first run: no re-ranking ----------------------------------------------------------
+    # ---- first run: no re-ranking, verified (the defaults) -----------------------------------
+    assert tab.verify_check.isChecked() and tab.rerank_names() == []
+    assert "spatial" not in tab.rerank_checks
     run1 = _evaluate(qtbot, tab)
     report = run1.report
     summary = report.summary
+    assert summary["verified"] and summary["query_regions"] and report.rerank == run1.settings.describe()
     assert tab.progress.maximum() == n and tab.progress.value() == n
     assert not tab.plots.timer.isActive()
     assert len(report.records) == n  # nothing skipped
@@ -146,11 +155,15 @@ def test_evaluate_compare_and_export(qtbot, tab, data, tmp_path):
     assert [c.mark for c in tab.result_grid.cards()] == ["correct" if c else "incorrect" for c in rec.relevance[:k]]
     assert Path(rec.query).name in tab.query_info.text()
 
-    # ---- second run: ICFRR, compared with the first ------------------------------------------
-    tab.set_rerank(["icfrr"], RerankOptions(k_q=2, k_g=2, beta=0.5, iterations=5))
-    assert tab.rerank_names() == ["icfrr"]
+    # ---- second run: ICFRR, not verified, compared with the first ----------------------------
+    tab.set_rerank(["icfrr"], RerankOptions(k_q=2, k_g=2, beta=0.5, iterations=5), verify=False)
+    assert tab.rerank_names() == ["icfrr"] and not tab.verify_top_spin.isEnabled()
+    settings = tab.query_settings()
+    assert (settings.rerank, settings.verify, settings.options.k_q) == ("icfrr", False, 2)
     run2 = _evaluate(qtbot, tab)
-    assert run2.name.startswith("icfrr") and run1.name.startswith("none")
+    assert run2.name.startswith("icfrr, not verified (K 2/2") and run1.name.startswith("no re-ranking, verified")
+    assert not run2.report.summary["verified"] and run2.report.summary["verdict"]["min_inliers"] is None
+    assert all(r.top_inliers is None for r in run2.report.records)
     assert [r.key for r in tab.compared_runs()] == [run1.key, run2.key]
     assert tab.selected_run() is run2
     # the other ticked run is overlaid
@@ -165,7 +178,8 @@ def test_evaluate_compare_and_export(qtbot, tab, data, tmp_path):
         for metric in ("mp@1", "map", "amnro"):
             mean, lo, hi = row["ci"][metric]
             assert mean == pytest.approx(run.report.summary[metric])
-            assert lo - 1e-12 <= mean <= hi + 1e-12
+            assert lo - 1e-6 <= mean <= hi + 1e-6  # the JSON report's intervals (6 decimals)
+        assert row["verdict"] == {k: run.report.summary["verdict"][k] for k in VERDICT_FIGURES}
     base_row, other = tab.comparison
     assert base_row["baseline"] and all(p is None for p in base_row["p"].values())
     for metric, key, higher in (("mp@1", "p@1", True), ("map", "ap", True), ("amnro", "mnro", False)):
@@ -175,8 +189,8 @@ def test_evaluate_compare_and_export(qtbot, tab, data, tmp_path):
         direct = paired_bootstrap_test(run2.report.per_query_values(key), run1.report.per_query_values(key),
                                        higher_is_better=higher)
         assert p == pytest.approx(direct.p_value)
-    assert tab.summary_table.item(1, 6).data(VALUE_ROLE) == other["p"]["map"]
-    assert tab.summary_table.item(0, 6).text() == "baseline"
+    assert tab.summary_table.item(1, P_MAP).data(VALUE_ROLE) == other["p"]["map"]
+    assert tab.summary_table.item(0, P_MAP).text() == "baseline"
 
     # the baseline can be changed; an unticked run leaves the comparison
     tab.set_baseline(run2)
@@ -192,7 +206,7 @@ def test_evaluate_compare_and_export(qtbot, tab, data, tmp_path):
     cpath = tab.export_csv(tmp_path / "run.csv")
     doc = json.loads(Path(jpath).read_text(encoding="utf-8"))
     assert doc["summary"]["map"] == pytest.approx(run2.report.summary["map"], abs=1e-6)
-    assert doc["summary"]["rerank"] == "icfrr" and len(doc["queries"]) == n
+    assert doc["summary"]["rerank"] == "icfrr, not verified" and len(doc["queries"]) == n
     with open(cpath, newline="", encoding="utf-8") as f:
         assert len(list(csv.DictReader(f))) == n
 
@@ -209,13 +223,15 @@ def test_evaluate_compare_and_export(qtbot, tab, data, tmp_path):
 
 def test_sweep_plots_one_point_per_value(qtbot, tab, data):
     assert tab.load_queryset_path(data.queries)
-    tab.set_rerank([], RerankOptions(beta=0.5, iterations=5))
+    tab.set_rerank([], RerankOptions(beta=0.5, iterations=5), verify=False)
+    tab.regions_check.setChecked(False)
     with qtbot.waitSignal(tab.sweep_finished, timeout=TIMEOUT) as blocker:
         assert tab.run_sweep("k", [1, 2])
     qtbot.waitUntil(lambda: not tab.is_running(), timeout=TIMEOUT)
     points = blocker.args[0]
     assert [p.value for p in points] == [1.0, 2.0] and tab.sweep_points == points
     assert [(p.options.k_q, p.options.k_g, p.options.beta) for p in points] == [(1, 1, 0.5), (2, 2, 0.5)]
+    assert all(p.summary["query_regions"] is False for p in points)  # the tab's settings reach the sweep
     for metric in ("map", "mp@1"):
         x, y = tab.sweep_plot.sweep_curves[metric].getData()
         np.testing.assert_array_equal(x, [1.0, 2.0])
@@ -260,6 +276,123 @@ def test_index_choice_and_errors_are_dialogs(qtbot, tab, data, tmp_path):
     assert tab.export_json(tmp_path / "x.json") is None  # nothing to export
     assert not tab.run_sweep("k", "0")  # no query set: refused before any work
     assert len(_error_dialogs(tab)) == 5 and not tab.is_running()
+
+
+def test_unknown_instances_are_shown_apart_from_open_set(qtbot, tab, data, tmp_path):
+    """A ground-truth typo is not silently an open-set query: the tab says which names are missing."""
+    rows = _read_truth(data.queries / "ground_truth.csv")
+    typo_query = next(r["query"] for r in rows if r["instance"])
+    qdir = tmp_path / "typo"
+    qdir.mkdir()
+    with open(qdir / "ground_truth.csv", "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["query", "instance"])
+        for r in rows:
+            shutil.copy(data.queries / r["query"], qdir / r["query"])
+            w.writerow([r["query"], "harbor_lightz" if r["query"] == typo_query else r["instance"]])
+    n_open = sum(1 for r in rows if not r["instance"])
+    warning = ("1 query names 1 instance not in this index: harbor_lightz — check the ground truth or the index "
+               "(not averaged: 1 query)")
+
+    assert tab.load_queryset_path(qdir)
+    tab.set_rerank([], verify=False)  # what is checked here does not depend on verification
+    assert html.escape(warning) in tab.detected_label.text()  # before the run
+    assert "open-set queries" not in tab.detected_label.text()
+    run = _evaluate(qtbot, tab)
+    s = run.report.summary
+    assert s["unknown_instance_queries"] == 1 and s["unknown_instances"] == ["harbor_lightz"]
+    assert s["open_set_queries"] == n_open
+    assert s["queries"] == len(rows) - n_open - 1
+    assert warning in tab.status_label.text()  # after the run
+    assert warning in tab.runs_list.item(0).toolTip()
+
+    row = next(r for r in range(tab.proxy.rowCount()) if tab.proxy.index(r, 0).data() == typo_query)
+    assert tab.proxy.index(row, 1).data() == "not in index: harbor_lightz"
+    assert "check the ground truth" in tab.proxy.index(row, 1).data(Qt.ItemDataRole.ToolTipRole)
+    tab.select_query_row(row)
+    assert "not in this index: harbor_lightz" in tab.query_info.text()
+    assert "open-set" not in tab.query_info.text()
+    assert not _error_dialogs(tab)
+
+
+def test_verdict_figures_operating_points_and_recalibration(qtbot, tab, data, tmp_path):
+    """The tab shows the runner's verdict figures, plots them against the threshold, and stores a
+    verdict re-calibrated on the labelled queries in the index (a copy of the session's)."""
+    shutil.copytree(data.index.path, tmp_path / "index")
+    index = Index.load(tmp_path / "index")
+    tab.state.set_index(index)
+    assert tab.index is index
+    queryset = load_queryset(SAMPLE / "queries")
+    assert sum(1 for q in queryset.queries if not q.relevant) == 3  # unknown objects
+    assert tab.load_queryset_path(SAMPLE / "queries")
+    run = _evaluate(qtbot, tab)
+    report = run.report
+
+    # the figures are the runner's, with the same (default) settings
+    expected = run_evaluation(data.index, queryset).summary["verdict"]
+    assert expected["unknown_queries"] == 3
+    assert run.verdict_figures == expected
+    assert tab.comparison[0]["verdict"] == {k: expected[k] for k in VERDICT_FIGURES}
+    for c, key in enumerate(VERDICT_FIGURES, start=5):
+        assert tab.summary_table.item(0, c).data(VALUE_ROLE) == expected[key]
+        assert tab.summary_table.item(0, c).text() == f"{100 * expected[key]:.1f} %"
+    assert f"{100 * expected['unknown_rejected']:.1f} %" in tab.verdict_label.text()
+    assert f"Verdict: unknown rejected {100 * expected['unknown_rejected']:.1f} %" in tab.status_label.text()
+
+    # the operating points: three curves, one point per threshold, a line at the threshold in use
+    pts = operating_points(report.evidence, verified=True)
+    assert set(tab.verdict_plot.verdict_curves) == set(VERDICT_CURVES) == {"unknown_rejected", "known_rejected",
+                                                                          "accuracy"}
+    for key, curve in tab.verdict_plot.verdict_curves.items():
+        x, y = curve.getData()
+        assert len(x) == len(y) == len(pts["threshold"])
+        np.testing.assert_array_equal(x, pts["threshold"])
+        np.testing.assert_allclose(y, pts[key])
+    assert tab.verdict_plot.threshold_line.isVisible()
+    assert tab.verdict_plot.threshold_line.value() == report.verdict.min_inliers == expected["min_inliers"]
+
+    # the operating point chosen: at most 10 % of the known objects rejected
+    before = dict(index.verdict)
+    want = recalibrated(report.evidence, report.verdict, 0.10, verified=True)
+    tab.max_known_spin.setValue(10.0)
+    assert tab.verdict_plot.candidate_line.value() == want.min_inliers
+    assert f"at least {want.min_inliers} matching points" in tab.candidate_label.text()
+    assert tab.store_verdict_button.isEnabled()
+
+    # another writer holds the index: the message is shown, nothing changes
+    with writer_lock(index.path):
+        with qtbot.waitSignal(tab.job_finished, timeout=TIMEOUT):
+            assert tab.store_verdict()
+    dialogs = _error_dialogs(tab)
+    assert len(dialogs) == 1 and "being written" in dialogs[0].text()
+    dialogs[0].close()
+    assert index.verdict == before and Index.load(index.path).verdict == before
+
+    # stored; the application's views get the index again (the Search tab rebuilds its pipelines)
+    changed = []
+    tab.state.index_changed.connect(changed.append)
+    with qtbot.waitSignal(tab.verdict_stored, timeout=TIMEOUT) as blocker:
+        assert tab.store_verdict()
+    qtbot.waitUntil(lambda: not tab.is_running(), timeout=TIMEOUT)
+    assert blocker.args[0] == want and want.source.startswith("labelled queries (21)")
+    assert Verdict.from_dict(Index.load(index.path).verdict) == want
+    assert index.verdict == want.to_dict() and changed == [index]
+    assert Verdict.from_dict(data.index.verdict) == report.verdict  # the session's index is untouched
+    assert "Verdict stored in" in tab.status_label.text()
+
+    # a run without unknown queries cannot re-calibrate: the button is off, the figure is n/a
+    s = report.summary
+    no_unknown = replace(report, summary={**s, "verdict": {**s["verdict"], "unknown_queries": 0,
+                                                             "unknown_rejected": None}})
+    tab.add_run(replace(run, key=99, name="no unknown queries", report=no_unknown))
+    assert tab.selected_run().key == 99 and not tab.store_verdict_button.isEnabled()
+    assert tab.summary_table.item(1, 5).text() == "n/a"
+    assert not tab.store_verdict() and len(_error_dialogs(tab)) == 1
+
+    tab.select_run(run)
+    tab.pages.setCurrentWidget(tab.verdict_plot.parentWidget())
+    qtbot.wait(200)
+    assert tab.grab().save(str(VERDICT_SCREENSHOT))
 
 
 def test_live_plots_redraw_on_the_timer_not_per_record(qtbot):

@@ -1,8 +1,10 @@
-"""The Search tab, driven offscreen: file queries, controls, re-ranking, a replayed camera, verdicts."""
+"""The Search tab, driven offscreen: a view over the core query pipeline (the same answer as the CLI),
+controls, re-ranking, verification, the evidence dialog, a replayed camera, verdicts."""
 
 from __future__ import annotations
 
 import csv
+import html
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -11,14 +13,11 @@ import pytest
 from PySide6.QtCore import QMimeData, QSettings, Qt
 
 from museum_search.core.capture import FileSequenceCamera, OpenCVCamera, list_cameras
+from museum_search.core.query import QueryPipeline, QuerySettings, load_query, query_from_array
 from museum_search.gui import workers
-from museum_search.gui.search_tab import (
-    NO_INDEX,
-    ResultDialog,
-    SearchTab,
-    qimage_to_rgb,
-)
+from museum_search.gui.search_tab import NO_INDEX, ResultDialog, SearchTab
 from museum_search.gui.state import AppState, Settings
+from museum_search.gui.widgets.evidence_view import NO_MATCH
 from museum_search.gui.widgets.thumbnails import ThumbnailCache, numpy_to_qimage
 
 pytestmark = pytest.mark.gui
@@ -33,11 +32,9 @@ def _read_truth(path: Path) -> list[tuple[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def data(request, tmp_path_factory) -> SimpleNamespace:
-    """An index, an easy in-collection query (path, instance) and an out-of-collection query.
-
-    From the bundled sample collection.
-    """
+def data(request) -> SimpleNamespace:
+    """The sample index (verified, calibrated), an in-collection query (path, instance) and an
+    out-of-collection one (empty instance in ground_truth.csv)."""
     index = request.getfixturevalue("sample_index")
     rows = _read_truth(SAMPLE / "queries" / "ground_truth.csv")
     inside = [(SAMPLE / "queries" / q, inst) for q, inst in rows if inst]
@@ -74,62 +71,91 @@ def make_tab(qtbot, tmp_path):
 
 
 def _search(qtbot, tab: SearchTab, path) -> None:
-    tab.search_file(path)
-    qtbot.waitUntil(lambda: bool(tab.results()) and not tab.is_busy(), timeout=TIMEOUT)
+    assert tab.search_file(path)
+    _settle(qtbot, tab)
 
 
-def test_search_from_file_controls_and_rerankers(qtbot, make_tab, data):
+def _settle(qtbot, tab: SearchTab) -> None:
+    """Wait until the answer shown is the one for the current query and controls."""
+    qtbot.waitUntil(tab.is_up_to_date, timeout=TIMEOUT)
+
+
+def _same_answer(a, b) -> None:
+    assert a.in_collection == b.in_collection and a.reason == b.reason
+    assert [(r.row, r.instance, r.inliers) for r in a.results] == [(r.row, r.instance, r.inliers) for r in b.results]
+    assert np.allclose([r.cosine for r in a.results], [r.cosine for r in b.results], rtol=0, atol=1e-6)
+
+
+def test_search_tab_gives_the_cli_answer_and_describes_once(qtbot, make_tab, data):
     tab = make_tab(data.index, top_k=5)
-    assert tab.k_spin.value() == 5
+    assert tab.verify.isChecked() and "slower" in tab.verify.toolTip().lower()
+    assert tab.rerank_combo.findData("spatial") < 0  # verification is its own toggle
     path, instance = data.easy
     _search(qtbot, tab, path)
-    results = tab.results()
-    assert [r.rank for r in results] == [1, 2, 3, 4, 5]
-    assert results[0].instance == instance
-    assert tab.grid.count() == 5 and tab.grid.results() == results
-    assert [r.score for r in results] == sorted((r.score for r in results), reverse=True)
-    assert tab.verdict() is not None and tab.message.isHidden()
-    qtbot.waitUntil(lambda: tab.grid.cards()[0].has_thumbnail(), timeout=TIMEOUT)
-    descriptor = tab._desc
 
-    # k and per-instance: the cached scores are re-ranked on the spot, nothing is re-described
+    # the same answer as `museum-search query INDEX FILE` (default settings, k = 5)
+    (cli,) = QueryPipeline(data.index, QuerySettings()).answer([load_query(path)])
+    answer = tab.answer()
+    _same_answer(answer, cli)
+    assert answer.results[0].instance == instance and answer.in_collection and tab.verdict() is True
+    assert [r.rank for r in tab.results()] == [1, 2, 3, 4, 5] and tab.grid.results() == tab.results()
+    assert "In the collection" in tab.banner.text() and html.escape(cli.reason) in tab.banner.text()
+    top = answer.results[0]
+    assert top.inliers is not None and top.inliers >= tab._shown_pipeline.verdict.min_inliers
+    card = tab.grid.cards()[0].evidence_label.text()
+    assert f"cosine {top.cosine:.2f} · {top.inliers} inliers" in card and "score" not in card
+    assert tab.message.isHidden()
+    qtbot.waitUntil(lambda: tab.grid.cards()[0].has_thumbnail(), timeout=TIMEOUT)
+    descriptors = tab._descriptors[1]
+
+    # k, one-per-instance, re-rankers and verification answer again from the kept description
     tab.k_spin.setValue(3)
+    _settle(qtbot, tab)
     assert [r.rank for r in tab.results()] == [1, 2, 3] and tab.grid.count() == 3
     tab.k_spin.setValue(len(data.index))
-    assert len(tab.results()) == len(data.index)
     tab.per_instance.setChecked(True)
+    _settle(qtbot, tab)
     shown = [r.instance for r in tab.results()]
-    assert len(shown) == len(set(shown)) == len(data.index.instances)
-    assert shown[0] == instance
+    assert len(shown) == len(set(shown)) == len(data.index.instances) and shown[0] == instance
     tab.per_instance.setChecked(False)
     tab.k_spin.setValue(5)
-
-    # a re-ranker re-runs from the kept descriptor
     for name in ("aqe", "icfrr"):
         tab.set_reranker(name)
-        qtbot.waitUntil(lambda name=name: tab._final_for is not None and tab._final_for[2][:1] == (name,)
-                        and not tab.is_busy(), timeout=TIMEOUT)
-        assert tab._desc is descriptor  # not described again
-        assert [r.rank for r in tab.results()] == [1, 2, 3, 4, 5] and tab.grid.count() == 5
-        assert tab._final.shape == tab._cos.shape and not np.array_equal(tab._final, tab._cos)
-        assert [r.score for r in tab.results()] == sorted((r.score for r in tab.results()), reverse=True)
-        assert "re-ranked with" in tab.status.text()
+        _settle(qtbot, tab)
+        assert tab._shown_pipeline.settings.rerank == name and tab.grid.count() == 5
+        assert f"{name}, verified" in tab.status.text()
     assert tab.icfrr_kq.value() >= 1  # suggested from the collection
-    tab.icfrr_beta.setValue(0.25)  # a parameter change re-ranks again (after a short pause)
-    qtbot.waitUntil(lambda: tab._final_for[2] == ("icfrr", tab.icfrr_kq.value(), tab.icfrr_kg.value(), 0.25,
-                                                  tab.icfrr_iter.value()) and not tab.is_busy(), timeout=TIMEOUT)
-    assert tab._desc is descriptor
+    tab.icfrr_beta.setValue(0.25)  # a parameter change answers again (after a short pause)
+    qtbot.waitUntil(lambda: tab.is_up_to_date() and tab._shown_pipeline.settings.options.beta == 0.25,
+                    timeout=TIMEOUT)
     tab.set_reranker("")
-    qtbot.waitUntil(lambda: tab._final_for[2] == (), timeout=TIMEOUT)
-    assert tab.results()[0].instance == instance
+    _settle(qtbot, tab)
+    _same_answer(tab.answer(), cli)  # back to the default settings: the CLI's answer again
 
-    # double-click → the query and the reference side by side
+    tab.verify.setChecked(False)  # not verified: cosine only, no inliers on the cards
+    _settle(qtbot, tab)
+    assert all(r.inliers is None for r in tab.results())
+    assert all("not verified" in c.evidence_label.text() for c in tab.grid.cards())
+    assert "not verified" in tab.answer().reason
+    (unverified,) = QueryPipeline(data.index, QuerySettings(verify=False)).answer([load_query(path)])
+    _same_answer(tab.answer(), unverified)
+    tab.verify.setChecked(True)
+    _settle(qtbot, tab)
+    assert tab._descriptors[1] is descriptors  # never described again
+    assert "described" not in tab.status.text()
+    tab.grab().save("/tmp/search_tab.png")
+
+    # double-click → the query and the reference side by side, with the evidence drawn
     with qtbot.waitSignal(tab.grid.activated, timeout=5000):
         qtbot.mouseDClick(tab.grid.cards()[0], Qt.MouseButton.LeftButton)
     dialog = tab._dialog
-    assert isinstance(dialog, ResultDialog) and dialog.isVisible()
-    assert dialog.result.instance == instance
-    assert dialog.query_view.has_image() and dialog.reference_view.has_image()
+    assert isinstance(dialog, ResultDialog) and dialog.isVisible() and dialog.result.instance == instance
+    qtbot.waitUntil(lambda: not dialog.is_busy(), timeout=TIMEOUT)
+    evidence = dialog.evidence_view.evidence()
+    assert evidence is not None and evidence.outline is not None and evidence.outline.shape == (4, 2)
+    assert evidence.inliers > 12 and len(evidence.query_points) == evidence.inliers
+    assert dialog.evidence_view.caption() == f"{evidence.inliers} matching points"
+    dialog.grab().save("/tmp/evidence_dialog.png")
     dialog.close()
 
 
@@ -154,9 +180,9 @@ def test_camera_preview_and_capture(qtbot, make_tab, data):
     qtbot.waitUntil(tab.isActiveWindow, timeout=5000)
     qtbot.keyClick(tab, Qt.Key.Key_Space)  # Capture
     assert tab.query() is not None and tab.query().name.startswith("camera capture")
-    assert tab.query().image.shape == frame.shape
-    qtbot.waitUntil(lambda: bool(tab.results()) and not tab.is_busy(), timeout=TIMEOUT)
-    assert tab.results()[0].instance == instance
+    assert tab.query().image.shape == query_from_array(frame).image.shape  # through core, ≤ 640 px
+    _settle(qtbot, tab)
+    assert tab.results()[0].instance == instance and tab.verdict() is True
     assert tab.query_view.has_image()
     assert tab.camera_view.is_running()  # the preview goes on after a capture
 
@@ -185,6 +211,7 @@ def test_messages_without_index_and_for_bad_images(qtbot, make_tab, data, tmp_pa
     tab.search_file(path)
     assert tab.message.text() == NO_INDEX and not tab.message.isHidden()
     assert tab.query_view.has_image() and not tab.is_busy() and tab.results() == []
+    assert np.array_equal(tab.query().image, load_query(path).image)  # what the CLI decodes
 
     bad = tmp_path / "broken.jpg"
     bad.write_bytes(b"\xff\xd8\xff\xe0 this is not really a JPEG")
@@ -199,7 +226,6 @@ def test_messages_without_index_and_for_bad_images(qtbot, make_tab, data, tmp_pa
     assert tab.search_mime(mime, "pasted image")
     assert tab.query().name == "pasted image"
     assert np.array_equal(tab.query().image, rgb)
-    assert np.array_equal(qimage_to_rgb(numpy_to_qimage(rgb)), rgb)
     mime = QMimeData()
     from PySide6.QtCore import QUrl
 
@@ -210,30 +236,36 @@ def test_messages_without_index_and_for_bad_images(qtbot, make_tab, data, tmp_pa
     assert not tab.search_mime(empty) and "No image found" in tab.message.text()
 
 
-def test_not_in_collection_banner(qtbot, make_tab, data):
-    tab = make_tab(data.index)
-    path, instance = data.easy
-    _search(qtbot, tab, path)
-    best_in = float(np.max(tab._cos))
+def test_not_in_collection_banner_and_no_geometric_match(qtbot, make_tab, data):
+    tab = make_tab(data.index, top_k=4)
     _search(qtbot, tab, data.outside)
-    best_out = float(np.max(tab._cos))
-    assert best_out < best_in
-    threshold = (best_in + best_out) / 2
-    tab.state.settings.threshold = threshold
-    tab.k_spin.setValue(tab.k_spin.value() + 1)  # results are shown again with the new threshold
-    assert tab.verdict() is False
-    assert not tab.banner.isHidden() and "Not in the collection" in tab.banner.text()
-    assert f"{threshold:.2f}" in tab.banner.text()
-    assert tab.grid.count() == tab.k_spin.value()  # the closest references are still listed
+    (cli,) = QueryPipeline(data.index, QuerySettings(k=4)).answer([load_query(data.outside)])
+    _same_answer(tab.answer(), cli)
+    assert tab.verdict() is False and not tab.answer().in_collection
+    text = tab.banner.text()
+    assert not tab.banner.isHidden() and "Not in this collection" in text and html.escape(cli.reason) in text
+    assert "matching points" in text and tab.banner.property("verdict") == "out"
+    assert tab.grid.count() == 4  # the closest references are still listed
 
-    tab.set_reranker("aqe")  # the verdict uses the cosine scores, whatever the re-ranking
-    qtbot.waitUntil(lambda: tab._final_for[2][:1] == ("aqe",) and not tab.is_busy(), timeout=TIMEOUT)
+    tab.set_reranker("aqe")  # the verdict stays the pipeline's, whatever the re-ranking
+    _settle(qtbot, tab)
     assert tab.verdict() is False
     tab.set_reranker("")
+    _settle(qtbot, tab)
 
+    # no homography with a (wrong) reference: the two photos, "no geometric match"
+    dialog = tab.show_result_dialog(next(r for r in tab.results() if r.inliers == 0))
+    qtbot.waitUntil(lambda: not dialog.is_busy(), timeout=TIMEOUT)
+    assert dialog.evidence_view.caption() == NO_MATCH
+    assert dialog.evidence_view.evidence().outline is None
+    assert all(dialog.evidence_view._images)  # both photos shown
+    dialog.grab().save("/tmp/evidence_no_match.png")
+    dialog.close()
+
+    path, instance = data.easy
     _search(qtbot, tab, path)
     assert tab.verdict() is True and tab.results()[0].instance == instance
-    assert "Not in the collection" not in tab.banner.text()
+    assert "Not in this collection" not in tab.banner.text()
 
 
 def test_result_grid_marks_correct_results(qtbot, data):
@@ -257,6 +289,7 @@ def test_result_grid_marks_correct_results(qtbot, data):
     with qtbot.waitSignal(grid.activated, timeout=5000) as sig:
         qtbot.mouseDClick(grid.cards()[1], Qt.MouseButton.LeftButton)
     assert sig.args[0] is results[1]
+    assert grid.cards()[0].evidence_label.text().endswith("score 0.900")  # a bare ranking: its score
     grid.set_results(results)  # the Search tab's use: no marks
     assert all(c.mark == "" for c in grid.cards())
     grid.clear("Nothing here")

@@ -23,7 +23,6 @@ from museum_search.core.backbones import BackboneConfig
 from museum_search.core.errors import IndexFormatError, IndexLockedError, MuseumSearchError, OutputFolderError
 from museum_search.core.extract import run
 from museum_search.core.index import (
-    JOURNAL,
     LOCK,
     MANIFEST,
     Index,

@@ -2,6 +2,7 @@
 
 import csv
 import io
+import os
 import re
 import statistics
 from collections import Counter
@@ -12,7 +13,11 @@ from PIL import Image
 
 from museum_search.core.errors import LabelError, MuseumSearchError
 from museum_search.core.labels import (
+    BROKEN_LINK_REASON,
     COIL100_REGEX,
+    LOOPING_LINK_REASON,
+    NON_UTF8_FILE_REASON,
+    NON_UTF8_FOLDER_REASON,
     RULES,
     WALL_REASON,
     Reference,
@@ -304,3 +309,175 @@ def test_reference_is_hashable_and_frozen():
     assert len({ref, Reference("a.jpg", "a", {"title": "A"})}) == 1
     with pytest.raises(AttributeError):
         ref.instance = "b"
+
+
+# --------------------------------------------------------------------------- bad inputs survive
+
+
+def test_catalogue_keeps_quoted_multiline_fields(tmp_path):
+    # as a spreadsheet saves it: BOM, ';' separated, CRLF rows, cells on several lines (LF and CRLF)
+    write_images(tmp_path / "photos", ["a.jpg", "b.jpg", "c.jpg"])
+    (tmp_path / "photos" / "catalogue.csv").write_bytes(
+        (
+            "\ufefffile;instance;title;artist\r\n"
+            'a.jpg;mona;"La Joconde\r\n(Mona Lisa)";Leonardo\r\n'
+            'b.jpg;guernica;"Guernica; 1937\nmural";Picasso\r\n'
+            "c.jpg;scream;Skrik;Munch\r\n"
+        ).encode("utf-8")
+    )
+    lab = label_collection(tmp_path / "photos")
+    assert lab.rule == "catalogue"
+    assert lab.ignored == []
+    assert [(r.path, r.instance, r.metadata) for r in lab.references] == [
+        ("a.jpg", "mona", {"title": "La Joconde\n(Mona Lisa)", "artist": "Leonardo"}),
+        ("b.jpg", "guernica", {"title": "Guernica; 1937\nmural", "artist": "Picasso"}),
+        ("c.jpg", "scream", {"title": "Skrik", "artist": "Munch"}),
+    ]
+
+
+def test_catalogue_errors_give_the_physical_line(tmp_path):
+    write_images(tmp_path / "photos", ["a.jpg", "b.jpg"])
+    (tmp_path / "photos" / "catalogue.csv").write_text(
+        'file,instance,title\na.jpg,1,"two\nlines"\nb.jpg,2,B\na.jpg,3,again\n', encoding="utf-8"
+    )
+    with pytest.raises(LabelError, match="line 5: a.jpg is listed twice"):
+        label_collection(tmp_path / "photos")
+
+
+@pytest.mark.data
+def test_paintings_catalogue_with_multiline_titles(shared_data, tmp_path):
+    rows = _catalogue_rows(shared_data)
+    for row in rows:
+        if row["file"] == "bbdd_00003.jpg":
+            row["title"] = "Youth\n(Puberty)"
+        if row["file"] == "bbdd_00015.jpg":
+            row["title"] = "Guitarra\r\nvermella"
+    cat = tmp_path / "catalogue.csv"
+    with open(cat, "w", newline="", encoding="utf-8") as f:  # csv quotes the cells with newlines
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    lab = label_collection(shared_data / "paintings" / "references", catalogue=cat)
+    assert len(lab.references) == 287 and lab.ignored == []
+    by_path = {r.path: r for r in lab.references}
+    assert by_path["bbdd_00003.jpg"].metadata == {"artist": "Edvard Munch", "title": "Youth\n(Puberty)"}
+    assert by_path["bbdd_00015.jpg"].metadata["title"] == "Guitarra\nvermella"
+
+
+def _write_raw_name(folder: Path, name: bytes, data: bytes | None = None) -> None:
+    """A file (or, with ``data=None``, a folder) whose name is raw bytes, as a camera or a zip may leave."""
+    path = os.path.join(os.fsencode(folder), name)
+    try:
+        if data is None:
+            os.mkdir(path)
+        else:
+            with open(path, "wb") as f:
+                f.write(data)
+    except OSError as exc:  # e.g. macOS or Windows file systems refuse names that are not UTF-8
+        pytest.skip(f"this file system refuses non-UTF-8 names: {exc}")
+
+
+def test_non_utf8_file_names_are_ignored_with_a_reason(tmp_path):
+    write_images(tmp_path, ["mona/1.jpg", "mona/2.jpg", "guernica/1.jpg"])
+    _write_raw_name(tmp_path / "mona", b"bad\xff.jpg", TINY_JPEG)
+    _write_raw_name(tmp_path, b"caf\xe9")
+    _write_raw_name(tmp_path / os.fsdecode(b"caf\xe9"), b"x.jpg", TINY_JPEG)
+    lab = label_collection(tmp_path)
+    assert lab.rule == "folder"
+    assert [r.path for r in lab.references] == ["guernica/1.jpg", "mona/1.jpg", "mona/2.jpg"]
+    assert lab.ignored == [
+        ("caf\\xe9/x.jpg", NON_UTF8_FOLDER_REASON),
+        ("mona/bad\\xff.jpg", NON_UTF8_FILE_REASON),
+    ]
+    assert "rename the file" in NON_UTF8_FILE_REASON and "rename the folder" in NON_UTF8_FOLDER_REASON
+    for path, _ in lab.ignored:
+        path.encode("utf-8")  # printable: can be shown, logged and written to JSON
+    assert "2 ignored" not in describe(lab) and "not valid UTF-8" in describe(lab)
+    assert [r.path for r in label_collection(tmp_path, rule="none").references] == [
+        "guernica/1.jpg", "mona/1.jpg", "mona/2.jpg"]
+
+
+def _symlinks(root: Path) -> None:
+    """A link to a real image, a dangling link and a loop (a -> b -> a)."""
+    try:
+        (root / "mona" / "link.jpg").symlink_to(root / "mona" / "1.jpg")
+    except (OSError, NotImplementedError) as exc:
+        pytest.skip(f"no symbolic links here: {exc}")
+    (root / "mona" / "gone.jpg").symlink_to(root / "mona" / "deleted.jpg")
+    (root / "guernica" / "a.jpg").symlink_to("b.jpg")
+    (root / "guernica" / "b.jpg").symlink_to("a.jpg")
+
+
+def test_broken_and_looping_symlinks_are_ignored_with_a_reason(tmp_path):
+    write_images(tmp_path, ["mona/1.jpg", "guernica/1.jpg"])
+    _symlinks(tmp_path)
+    lab = label_collection(tmp_path)
+    assert lab.rule == "folder"
+    assert [r.path for r in lab.references] == ["guernica/1.jpg", "mona/1.jpg", "mona/link.jpg"]
+    assert lab.ignored == [
+        ("guernica/a.jpg", LOOPING_LINK_REASON),
+        ("guernica/b.jpg", LOOPING_LINK_REASON),
+        ("mona/gone.jpg", BROKEN_LINK_REASON),
+    ]
+    assert all(reason.startswith("broken symbolic link") for _, reason in lab.ignored)
+    for ref in lab.references:
+        (tmp_path / ref.path).stat()  # every reference can be stat'ed
+    # the same when the files are given (and a catalogue lists a broken link: reported once)
+    (tmp_path / "catalogue.csv").write_text(
+        "file,instance\nmona/1.jpg,m\nmona/link.jpg,m\nmona/gone.jpg,m\nguernica/1.jpg,g\n", encoding="utf-8")
+    lab = label_collection(tmp_path)
+    assert lab.rule == "catalogue"
+    assert [r.path for r in lab.references] == ["guernica/1.jpg", "mona/1.jpg", "mona/link.jpg"]
+    assert dict(lab.ignored) == {"guernica/a.jpg": LOOPING_LINK_REASON, "guernica/b.jpg": LOOPING_LINK_REASON,
+                                 "mona/gone.jpg": BROKEN_LINK_REASON}
+
+
+def test_a_collection_of_only_unusable_files_says_why(tmp_path):
+    (tmp_path / "coll").mkdir()
+    (tmp_path / "coll" / "gone.jpg").symlink_to(tmp_path / "nowhere.jpg")
+    with pytest.raises(LabelError, match=r"No images found .*gone\.jpg: broken symbolic link"):
+        label_collection(tmp_path / "coll")
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root reads any folder")
+def test_unreadable_subfolder_is_reported(tmp_path):
+    write_images(tmp_path, ["mona/1.jpg", "guernica/1.jpg", "locked/x.jpg"])
+    (tmp_path / "locked").chmod(0)
+    try:
+        lab = label_collection(tmp_path, rule="none")
+    finally:
+        (tmp_path / "locked").chmod(0o755)
+    assert [r.path for r in lab.references] == ["guernica/1.jpg", "mona/1.jpg"]
+    assert len(lab.ignored) == 1 and lab.ignored[0][0] == "locked"
+    assert lab.ignored[0][1].startswith("folder cannot be read")
+
+
+def test_build_and_update_survive_bad_names_and_links(tmp_path, sample_collection):
+    """End to end: the index is written (its JSON is UTF-8) and updated; bad files are reported."""
+    from museum_search.core.backbones import BackboneConfig
+    from museum_search.core.extract import run
+    from museum_search.core.index import Index, LabellingSpec, build_index, update_index
+
+    coll = tmp_path / "coll"
+    for f in sorted((sample_collection / "collection").glob("*.jpg"))[:4]:
+        dst = coll / f.stem.rsplit("-", 1)[0] / f.name
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        dst.write_bytes(f.read_bytes())
+    first = sorted(coll.glob("*/*.jpg"))[0]
+    _write_raw_name(first.parent, b"copie\xe9.jpg", first.read_bytes())
+    (first.parent / "link.jpg").symlink_to(first)
+    (first.parent / "gone.jpg").symlink_to(first.parent / "deleted.jpg")
+    (first.parent / "loop.jpg").symlink_to("loop.jpg")
+    report = run(build_index(coll, tmp_path / "idx", BackboneConfig(size=64), LabellingSpec("folder")))
+    folder = first.parent.name
+    assert dict(report.labelling.ignored) == {
+        f"{folder}/copie\\xe9.jpg": NON_UTF8_FILE_REASON,
+        f"{folder}/gone.jpg": BROKEN_LINK_REASON,
+        f"{folder}/loop.jpg": LOOPING_LINK_REASON,
+    }
+    idx = Index.load(tmp_path / "idx")
+    assert len(idx) == 5 and f"{folder}/link.jpg" in [it.path for it in idx.items]
+    first.unlink()  # link.jpg now dangles too: update drops it with a reason instead of failing
+    up = run(update_index(idx))
+    assert (up.removed, len(up.index)) == (2, 3)
+    assert dict(up.labelling.ignored)[f"{folder}/link.jpg"] == BROKEN_LINK_REASON

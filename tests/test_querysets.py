@@ -11,7 +11,7 @@ from PIL import Image
 
 from museum_search.core.errors import LabelError
 from museum_search.core.evaluation.querysets import LAYOUTS, Query, QuerySet, load_queryset
-from museum_search.core.labels import COIL100_REGEX, WALL_REASON, label_collection
+from museum_search.core.labels import COIL100_REGEX, WALL_REASON, label_collection, read_csv_rows
 
 _buf = io.BytesIO()
 Image.new("RGB", (8, 8), (40, 80, 120)).save(_buf, "JPEG")
@@ -261,3 +261,119 @@ def test_queryset_counts_and_restriction_keep_grades():
     assert [(set(q.relevant), q.grades) for q in r.queries] == [({"a"}, {"a": 3}), (set(), {}), (set(), {})]
     assert r.n_open_set == 2
     assert len({q for q in qs.queries}) == 3  # hashable
+
+
+# --------------------------------------------------------------------------- bad inputs survive
+
+
+def test_ground_truth_keeps_quoted_multiline_cells(tmp_path):
+    write_images(tmp_path, ["q1.jpg", "q2.jpg", "q3.jpg"])
+    (tmp_path / "ground_truth.csv").write_bytes(
+        (
+            "\ufeffquery;instance;note\r\n"
+            'q1.jpg;mona;"seen from the left;\r\nq2.jpg;guernica;glare"\r\n'  # a note, not a row
+            "q2.jpg;;reflection\u2028on the glass\r\n"  # U+2028 (pasted from a word processor) is no row end
+            'q3.jpg;mona;"two\nlines"\r\n'
+            "q3.jpg;scream;\r\n"
+        ).encode("utf-8")
+    )
+    qs = load_queryset(tmp_path)
+    assert qs.ignored == []
+    got = {Path(q.path).name: set(q.relevant) for q in qs.queries}
+    assert got == {"q1.jpg": {"mona"}, "q2.jpg": set(), "q3.jpg": {"mona", "scream"}}
+    header, rows = read_csv_rows(tmp_path / "ground_truth.csv")
+    assert header == ["query", "instance", "note"]
+    assert [r["note"] for r in rows] == [
+        "seen from the left;\nq2.jpg;guernica;glare", "reflection\u2028on the glass", "two\nlines", ""]
+
+
+def test_ground_truth_errors_give_the_physical_line(tmp_path):
+    write_images(tmp_path, ["q1.jpg", "q2.jpg"])
+    (tmp_path / "ground_truth.csv").write_text(
+        'query,instance,grade,note\nq1.jpg,mona,1,"a\nlong\nnote"\nq2.jpg,mona,9,\n', encoding="utf-8")
+    with pytest.raises(LabelError, match="line 5: grade '9'"):
+        load_queryset(tmp_path)
+
+
+@pytest.mark.data
+def test_paintings_ground_truth_with_multiline_notes(shared_data, tmp_path):
+    src = shared_data / "paintings" / "queries" / "qsd2_w3"
+    with open(src / "ground_truth.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    dst = tmp_path / "qsd2_w3"
+    dst.mkdir()
+    for name in {r["query"] for r in rows}:
+        (dst / name).symlink_to(src / name)  # the real photos, through links
+    with open(dst / "ground_truth.csv", "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["query", "instance", "note"])
+        for r in rows:
+            # a quoted note on two lines; an unquoted one with a U+2028 line separator
+            w.writerow([r["query"], r["instance"], f"checked by hand,\nrow of {r['query']}"])
+            w.writerow([r["query"], r["instance"], "glare\u2028on the varnish"])
+    qs = load_queryset(dst)
+    assert qs.ignored == []
+    assert {Path(q.path).name: q.relevant for q in qs.queries} == {
+        Path(q.path).name: q.relevant for q in load_queryset(src).queries}
+    assert qs.n_multi == 9
+
+
+def test_query_files_with_bad_names_and_broken_links_are_ignored(tmp_path):
+    from museum_search.core.labels import (
+        BROKEN_LINK_REASON,
+        LOOPING_LINK_REASON,
+        NON_UTF8_FILE_REASON,
+    )
+
+    write_images(tmp_path, ["mona/a.jpg", "guernica/c.jpg"])
+    try:
+        with open(os.path.join(os.fsencode(tmp_path / "mona"), b"b\xe9.jpg"), "wb") as f:
+            f.write(TINY_JPEG)
+    except OSError as exc:
+        pytest.skip(f"this file system refuses non-UTF-8 names: {exc}")
+    (tmp_path / "mona" / "link.jpg").symlink_to(tmp_path / "mona" / "a.jpg")
+    (tmp_path / "mona" / "gone.jpg").symlink_to(tmp_path / "mona" / "deleted.jpg")
+    (tmp_path / "guernica" / "x.jpg").symlink_to("y.jpg")
+    (tmp_path / "guernica" / "y.jpg").symlink_to("x.jpg")
+    qs = load_queryset(tmp_path)
+    assert qs.layout == "folder"
+    assert [os.path.relpath(q.path, tmp_path) for q in qs.queries] == [
+        os.path.join("guernica", "c.jpg"), os.path.join("mona", "a.jpg"), os.path.join("mona", "link.jpg")]
+    assert qs.ignored == [
+        ("guernica/x.jpg", LOOPING_LINK_REASON),
+        ("guernica/y.jpg", LOOPING_LINK_REASON),
+        ("mona/b\\xe9.jpg", NON_UTF8_FILE_REASON),
+        ("mona/gone.jpg", BROKEN_LINK_REASON),
+    ]
+    assert all(os.path.isfile(q.path) for q in qs.queries)
+    # a ground truth that lists a broken link reports it once, with the real reason
+    (tmp_path / "ground_truth.csv").write_text(
+        "query,instance\nmona/a.jpg,mona\nmona/link.jpg,mona\nmona/gone.jpg,mona\nguernica/c.jpg,guernica\n"
+        "guernica/x.jpg,guernica\nguernica/y.jpg,guernica\n", encoding="utf-8")
+    qs = load_queryset(tmp_path)
+    assert qs.layout == "csv" and len(qs.queries) == 3
+    assert dict(qs.ignored) == {"guernica/x.jpg": LOOPING_LINK_REASON, "guernica/y.jpg": LOOPING_LINK_REASON,
+                                "mona/b\\xe9.jpg": NON_UTF8_FILE_REASON, "mona/gone.jpg": BROKEN_LINK_REASON}
+    # only unusable files: the error says why
+    (tmp_path / "only").mkdir()
+    (tmp_path / "only" / "gone.jpg").symlink_to(tmp_path / "nowhere.jpg")
+    with pytest.raises(LabelError, match=r"No query images found .*gone\.jpg: broken symbolic link"):
+        load_queryset(tmp_path / "only", layout="folder")
+
+
+def test_unknown_instances_are_not_open_set():
+    qs = QuerySet(
+        "csv",
+        "/q",
+        [
+            Query("/q/1.jpg", frozenset({"mona", "guernica"}), {"mona": 1, "guernica": 1}),
+            Query("/q/2.jpg", frozenset({"monna"}), {"monna": 1}),  # a typo
+            Query("/q/3.jpg", frozenset(), {}),  # open set by design
+            Query("/q/4.jpg", frozenset({"scream", "guernica"}), {"scream": 1, "guernica": 1}),
+        ],
+        [],
+    )
+    index_instances = {"mona", "scream", "nighthawks"}
+    assert qs.unknown_instances(index_instances) == ["guernica", "monna"]
+    assert qs.n_unknown_queries(index_instances) == 3
+    assert qs.n_open_set == 1

@@ -8,8 +8,13 @@ import pytest
 
 from museum_search.core.evaluation import reports
 from museum_search.core.evaluation.querysets import load_queryset
-from museum_search.core.evaluation.runner import evaluate, precision_recall_curve, run_evaluation
-from museum_search.core.rerank import RerankOptions, build_pipeline
+from museum_search.core.evaluation.runner import (
+    evaluate,
+    precision_recall_curve,
+    run_evaluation,
+)
+from museum_search.core.query import QuerySettings
+from museum_search.core.rerank import RerankOptions
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +92,7 @@ def test_baseline_comparison_and_pr_curve(sample_run, sample_index, sample_colle
     cmp_same = reports.compare_with_baseline(base, tmp_path / "base.json")
     assert cmp_same["paired_queries"] == report.summary["queries"]
     assert cmp_same["map"]["delta"] == 0 and not any(cmp_same["map"]["significant"].values())
-    icfrr = run_evaluation(sample_index, qs, build_pipeline("icfrr", RerankOptions()))
+    icfrr = run_evaluation(sample_index, qs, QuerySettings(rerank="icfrr", options=RerankOptions()))
     doc = reports.report_dict(icfrr, sample_index)
     cmp = reports.compare_with_baseline(doc, tmp_path / "base.json")
     assert cmp["map"]["delta"] == pytest.approx(icfrr.summary["map"] - report.summary["map"], abs=1e-5)
@@ -95,3 +100,80 @@ def test_baseline_comparison_and_pr_curve(sample_run, sample_index, sample_colle
     assert recall[0] == 0 and recall[-1] == 1
     assert np.all(np.diff(precision) <= 1e-12)  # interpolated precision never increases
     assert precision[0] == pytest.approx(1.0) or precision[0] >= report.summary["mp@1"]
+
+
+# ---------------------------------------------------------------------------------------------
+# ground truth naming instances the index does not have
+
+
+def _typo_queries(sample_collection, out):
+    """Queries q01–q11 of the sample: 2 explicit open-set (q08, q11), 2 naming only instances the
+    index does not have (typos), 1 naming a missing instance besides its real one."""
+    src = sample_collection / "queries"
+    with open(src / "ground_truth.csv", newline="", encoding="utf-8") as f:
+        rows = [r for r in csv.DictReader(f) if r["query"] <= "q11.jpg"]
+    typos = {"q02.jpg": "harbor_lights", "q05.jpg": "turbulent_nite"}
+    out.mkdir()
+    with open(out / "ground_truth.csv", "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["query", "instance"])
+        for r in rows:
+            (out / r["query"]).write_bytes((src / r["query"]).read_bytes())
+            w.writerow([r["query"], typos.get(r["query"], r["instance"])])
+        w.writerow(["q10.jpg", "valley_at_dawn"])  # q10 also names a second painting, not in the index
+    return out
+
+
+def test_unknown_instances_are_reported_apart_from_open_set(sample_index, sample_collection, tmp_path):
+    qs = load_queryset(_typo_queries(sample_collection, tmp_path / "queries"))
+    assert len(qs.queries) == 11 and qs.n_open_set == 2
+    report = run_evaluation(sample_index, qs)
+    s = report.summary
+    assert s["open_set_queries"] == 2  # q08, q11: the ground truth says "not in the collection"
+    assert s["unknown_instance_queries"] == 2  # q02, q05: typos, not open-set queries
+    assert s["partly_unknown_queries"] == 1  # q10: evaluated on valley_at_dusk
+    assert s["unknown_instances"] == ["harbor_lights", "turbulent_nite", "valley_at_dawn"]
+    assert s["queries"] == 11 - 2 - 2
+    by_name = {r.query.replace("\\", "/").rsplit("/", 1)[-1]: r for r in report.records}
+    assert by_name["q02.jpg"].unknown == ["harbor_lights"] and by_name["q02.jpg"].unknown_only
+    assert by_name["q08.jpg"].open_set and not by_name["q08.jpg"].unknown_only
+    assert by_name["q10.jpg"].relevant == ["valley_at_dusk"] and by_name["q10.jpg"].unknown == ["valley_at_dawn"]
+    assert not by_name["q10.jpg"].open_set
+    # the means are over the evaluated queries only, as before
+    evaluated = [r for r in report.records if not r.open_set]
+    assert len(evaluated) == s["queries"]
+    assert s["map"] == pytest.approx(np.mean([r.metrics["ap"] for r in evaluated]))
+    assert "open-set" in report.queryset_description and "2 open-set" in report.queryset_description
+
+    doc = reports.write_json(report, sample_index, tmp_path / "run.json")
+    again = json.loads((tmp_path / "run.json").read_text(encoding="utf-8"))
+    for key in ("open_set_queries", "unknown_instance_queries", "partly_unknown_queries", "unknown_instances"):
+        assert again["summary"][key] == s[key] == doc["summary"][key]
+    unknown = {q["query"].replace("\\", "/").rsplit("/", 1)[-1]: q["unknown"] for q in again["queries"] if q["unknown"]}
+    assert unknown == {"q02.jpg": ["harbor_lights"], "q05.jpg": ["turbulent_nite"], "q10.jpg": ["valley_at_dawn"]}
+    assert reports.unknown_instances_warning(again["summary"]) == (
+        "3 queries name 3 instances not in this index: harbor_lights, turbulent_nite, valley_at_dawn "
+        "— check the ground truth or the index (not averaged: 2 queries)")
+
+    reports.write_csv(report, sample_index, tmp_path / "run.csv")
+    with (tmp_path / "run.csv").open(encoding="utf-8", newline="") as f:
+        rows = {r["query"].replace("\\", "/").rsplit("/", 1)[-1]: r for r in csv.DictReader(f)}
+    assert sorted(n for n, r in rows.items() if r["open_set"] == "1") == ["q08.jpg", "q11.jpg"]
+    assert rows["q02.jpg"]["unknown_instances"] == "harbor_lights" and rows["q02.jpg"]["ap"] == ""
+    assert rows["q10.jpg"]["unknown_instances"] == "valley_at_dawn" and rows["q10.jpg"]["ap"] != ""
+
+
+def test_sample_run_has_no_unknown_instances(sample_run):
+    report, _ = sample_run
+    assert report.summary["unknown_instances"] == []
+    assert report.summary["unknown_instance_queries"] == report.summary["partly_unknown_queries"] == 0
+    assert reports.unknown_instances_warning(report.summary) is None
+
+
+def test_unknown_instances_warning_shows_the_first_names():
+    summary = {"unknown_instances": [f"obj{i}" for i in range(8)], "unknown_instance_queries": 1,
+               "partly_unknown_queries": 0}
+    assert reports.unknown_instances_warning(summary) == (
+        "1 query names 8 instances not in this index: obj0, obj1, obj2, obj3, obj4… (+3 more) "
+        "— check the ground truth or the index (not averaged: 1 query)")
+    assert reports.unknown_instances_warning({"open_set_queries": 3}) is None

@@ -11,9 +11,15 @@ import pytest
 from museum_search.core.errors import MuseumSearchError
 from museum_search.core.evaluation.querysets import load_queryset
 from museum_search.core.evaluation.runner import evaluate
-from museum_search.core.evaluation.sweep import SweepPoint, options_at, parse_values, sweep
+from museum_search.core.evaluation.sweep import (
+    SweepPoint,
+    options_at,
+    parse_values,
+    sweep,
+)
 from museum_search.core.extract import run
-from museum_search.core.rerank import RerankOptions, build_pipeline
+from museum_search.core.query import QuerySettings
+from museum_search.core.rerank import RerankOptions
 
 SAMPLE = Path(__file__).resolve().parents[1] / "resources" / "sample"
 
@@ -94,7 +100,7 @@ def test_sweep_equals_evaluate_at_each_value(eval_data):
 
     for point, step in zip(points, evaluating):
         assert step.summary is point.summary
-        report = run(evaluate(index, qs, build_pipeline("icfrr", point.options), extractor=extractor))
+        report = run(evaluate(index, qs, QuerySettings(rerank="icfrr", options=point.options), extractor=extractor))
         same_summary(point.summary, report.summary)
         for key in ("map", "p@1", "amnro"):
             np.testing.assert_array_equal(point.per_query[key], report.per_query[key])

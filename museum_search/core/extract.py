@@ -8,7 +8,7 @@ on the calling thread, so decoding overlaps inference. The generator yields an
     for progress in gen: ...           # drive a progress bar; stop iterating (gen.close()) to cancel
     result = ...                       # StopIteration.value, or ``result = yield from gen``
 
-Use :func:`run` to drive a generator to completion and get its result.
+Use :func:`museum_search.core.progress.drive` (also ``run`` here) to drive a generator to its end.
 """
 
 from __future__ import annotations
@@ -17,37 +17,19 @@ import os
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Generator, Sequence, TypeVar
+from typing import Generator, Sequence
 
 import numpy as np
 
 from .backbones import Extractor
 from .errors import ImageError
 from .images import load_image
+from .progress import Progress, drive
 
-T = TypeVar("T")
-R = TypeVar("R")
-
-
-@dataclass
-class ExtractProgress:
-    """One step of a long job: ``done`` of ``total`` files, the last file seen, new skips."""
-
-    done: int
-    total: int
-    current: str | None = None
-    skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, reason), new since last
-    elapsed: float = 0.0
-    stage: str = "describing"
-
-    @property
-    def eta(self) -> float | None:
-        """Seconds left, extrapolated from the rate so far (None before the first file)."""
-        if self.done == 0 or self.elapsed <= 0:
-            return None
-        return self.elapsed / self.done * (self.total - self.done)
+#: The one progress record (done, total, stage, ETA): see :mod:`museum_search.core.progress`.
+ExtractProgress = Progress
 
 
 @dataclass
@@ -75,16 +57,8 @@ def query_crops(image: np.ndarray, regions: bool = True) -> list[np.ndarray]:
             for x0, y0, x1, y1 in QUERY_REGIONS]
 
 
-def _prepare(extractor: Extractor, path: str, regions: bool = False) -> np.ndarray | list[np.ndarray]:
-    image = load_image(path, max_side=extractor.max_side)
-    if regions:
-        return [extractor.preprocess(c) for c in query_crops(image)]
-    return extractor.preprocess(image)
-
-
-def describe_query_image(image: np.ndarray, extractor: Extractor, regions: bool = True) -> np.ndarray:
-    """(R, D) descriptors of a query image's regions (R = 1 without ``regions``)."""
-    return extractor.describe([extractor.preprocess(c) for c in query_crops(image, regions)])
+def _prepare(extractor: Extractor, path: str) -> np.ndarray:
+    return extractor.preprocess(load_image(path, max_side=extractor.max_side))
 
 
 def default_workers() -> int:
@@ -96,18 +70,13 @@ def extract(
     extractor: Extractor,
     batch_size: int = 8,
     workers: int | None = None,
-    query_regions: bool = False,
 ) -> Generator[ExtractProgress, None, ExtractResult]:
-    """Describe ``paths`` with ``extractor``; unreadable images are skipped with their reason.
-
-    With ``query_regions`` every image gets the descriptors of its :data:`QUERY_REGIONS`: the
-    result's descriptors are then (n_ok, R, D).
-    """
+    """Describe ``paths`` (references) with ``extractor``; unreadable images are skipped with their
+    reason. Queries go through :mod:`museum_search.core.query` instead."""
     paths = [str(p) for p in paths]
     total = len(paths)
     dim = extractor.meta.dim
-    shape = (total, len(QUERY_REGIONS), dim) if query_regions else (total, dim)
-    out = np.empty(shape, np.float32)
+    out = np.empty((total, dim), np.float32)
     ok: list[int] = []
     skipped: list[tuple[str, str]] = []
     start = time.perf_counter()
@@ -122,7 +91,7 @@ def extract(
         def fill() -> None:
             nonlocal next_i
             while next_i < total and len(pending) < window:
-                pending.append((next_i, pool.submit(_prepare, extractor, paths[next_i], query_regions)))
+                pending.append((next_i, pool.submit(_prepare, extractor, paths[next_i])))
                 next_i += 1
 
         fill()
@@ -136,39 +105,29 @@ def extract(
                 try:
                     batch.append(fut.result())
                     batch_idx.append(i)
-                except ImageError as exc:
+                except ImageError as exc:  # decoding refused it (incl. over the decode budget)
                     new_skips.append((paths[i], exc.reason))
-                except (OSError, ValueError, MemoryError) as exc:
+                except MemoryError:
+                    new_skips.append((paths[i], "not enough memory to prepare this image; close "
+                                      "other programs, or save a smaller copy and use that"))
+                except (OSError, ValueError) as exc:
                     new_skips.append((paths[i], f"cannot be read: {exc}"))
                 done += 1
                 fill()
-            if batch and query_regions:
-                flat = extractor.describe([x for crops in batch for x in crops])
-                out[len(ok) : len(ok) + len(batch)] = flat.reshape(len(batch), len(QUERY_REGIONS), dim)
-                ok.extend(batch_idx)
-            elif batch:
+            if batch:
                 out[len(ok) : len(ok) + len(batch)] = extractor.describe(batch)
                 ok.extend(batch_idx)
             skipped.extend(new_skips)
-            yield ExtractProgress(done, total, paths[done - 1], new_skips, time.perf_counter() - start)
+            yield Progress(done, total, paths[done - 1], new_skips, time.perf_counter() - start)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
     return ExtractResult(out[: len(ok)].copy() if len(ok) < total else out, ok, skipped)
 
 
-def run(gen: Generator[T, None, R], on_progress: Callable[[T], object] | None = None) -> R:
-    """Drive a progress generator to its end and return its result."""
-    while True:
-        try:
-            item = next(gen)
-        except StopIteration as stop:
-            return stop.value
-        if on_progress is not None:
-            on_progress(item)
+#: Drive a progress generator to its end and return its result (:func:`museum_search.core.progress.drive`).
+run = drive
 
 
-def describe_file(path: str | Path, extractor: Extractor, regions: bool = False) -> np.ndarray:
-    """Descriptor (D,) of one image, or (R, D) with ``regions``; raises :class:`ImageError`."""
-    if regions:
-        return extractor.describe(_prepare(extractor, str(path), True))
+def describe_file(path: str | Path, extractor: Extractor) -> np.ndarray:
+    """Descriptor (D,) of one reference image; raises :class:`ImageError`."""
     return extractor.describe([_prepare(extractor, str(path))])[0]

@@ -1,47 +1,72 @@
 """Reading photos safely: every supported file becomes an RGB ``uint8`` array, every bad one an
 :class:`~museum_search.core.errors.ImageError` with a reason a museum technician can act on.
 
-Decoding is done by OpenCV (``cv2.imdecode`` on the file's bytes, so Unicode paths work on every
-OS). The image header is parsed first, in Python, which makes it cheap to
+JPEGs are decoded by libjpeg-turbo through ``simplejpeg`` in strict mode, so damaged compressed
+data (which libjpeg otherwise only reports as a warning on stderr, naming no file) is refused;
+the other formats, and JPEGs TurboJPEG cannot read (12-bit, lossless), by OpenCV
+(``cv2.imdecode`` on the file's bytes, so Unicode paths work on every OS). The image header is
+parsed first, in Python, which makes it cheap to
 
 * refuse files that are empty, not images, of an unsupported format, or absurdly large
   (more than :data:`MAX_PIXELS`), *before* anything is decoded;
+* know how much memory decoding will take, and hold it from the process-wide
+  :class:`DecodeBudget` (see :data:`DECODE_BUDGET_BYTES`) while decoding, so that parallel
+  decoders (indexing, thumbnails) never together exceed it; an image that alone needs more is
+  refused with the size it needs;
 * honour the EXIF orientation consistently (:func:`image_size` and :func:`load_image` agree);
 * decode big JPEGs at 1/2, 1/4 or 1/8 scale (libjpeg DCT scaling), so a 20,000-px photo asked
   for at ``max_side=1024`` never exists in memory at full size.
 
 Alpha is composited onto white (an entirely transparent alpha channel is treated as unused and
 dropped), 16-bit samples are scaled to 8 bits, greyscale is expanded to RGB, CMYK JPEGs and TIFFs
-are converted to RGB by OpenCV. Pure Python + NumPy + OpenCV (+ Pillow for TIFF headers); no Qt.
+are converted to RGB. Pure Python + NumPy + OpenCV + simplejpeg (+ Pillow for TIFF headers); no Qt.
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import functools
 import io
 import logging
+import math
 import operator
 import os
 import re
 import struct
+import threading
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, Callable, Iterator
 
 import cv2
 import numpy as np
 
 from .errors import ImageError
 
+try:  # libjpeg-turbo with strict error handling; without it, OpenCV decodes JPEGs (see _decode_jpeg)
+    import simplejpeg as _simplejpeg
+except ImportError:  # pragma: no cover - simplejpeg is a dependency
+    _simplejpeg = None
+
 __all__ = [
+    "DECODE_BUDGET_BYTES",
+    "DECODE_BUDGET_ENV",
     "MAX_PIXELS",
     "SUPPORTED_EXTENSIONS",
+    "DecodeBudget",
+    "decode_budget",
+    "decode_cost",
     "decode_image",
     "image_size",
     "is_image_file",
     "load_image",
+    "set_decode_budget",
 ]
 
 log = logging.getLogger(__name__)
+
+if _simplejpeg is None:  # pragma: no cover
+    log.warning("simplejpeg is not installed: damaged JPEG data will not be detected")
 
 SUPPORTED_EXTENSIONS: frozenset[str] = frozenset(
     {".jpg", ".jpeg", ".png", ".tif", ".tiff", ".webp", ".bmp"}
@@ -50,8 +75,158 @@ SUPPORTED_EXTENSIONS: frozenset[str] = frozenset(
 #: Images with more pixels than this (width x height, before any reduction) are refused.
 MAX_PIXELS = 400_000_000
 
+#: Environment variable that sets the decode budget, in MiB (0: no budget).
+DECODE_BUDGET_ENV = "MUSEUM_SEARCH_DECODE_BUDGET_MB"
+
+_MIB = 1 << 20
+_DEFAULT_DECODE_BUDGET = 1 << 30
+
+
+def _budget_from_env() -> int:
+    value = os.environ.get(DECODE_BUDGET_ENV, "").strip()
+    if not value:
+        return _DEFAULT_DECODE_BUDGET
+    try:
+        mb = float(value)
+        if not math.isfinite(mb) or mb < 0:
+            raise ValueError(value)
+    except ValueError:
+        log.warning("%s=%r is not a number of MiB >= 0; using %d MiB",
+                    DECODE_BUDGET_ENV, value, _DEFAULT_DECODE_BUDGET // _MIB)
+        return _DEFAULT_DECODE_BUDGET
+    return int(mb * _MIB)
+
+
+#: Memory (bytes) that all image decodes of this process may use together (1 GiB unless
+#: ``MUSEUM_SEARCH_DECODE_BUDGET_MB`` says otherwise; 0 means no limit). Each decode holds its
+#: estimated peak (:func:`decode_cost`) from the budget until its RGB ``uint8`` result exists;
+#: others wait. Change it at run time with :func:`set_decode_budget`.
+DECODE_BUDGET_BYTES: int = _budget_from_env()
+
 _RECOPY = "copy the file again from the original, or re-export it"
 _FORMAT_NAMES = {"jpeg": "JPEG", "png": "PNG", "tiff": "TIFF", "webp": "WebP", "bmp": "BMP"}
+
+
+# --------------------------------------------------------------------------------------------
+# Decode memory budget
+# --------------------------------------------------------------------------------------------
+
+
+class DecodeBudget:
+    """Bytes of memory shared by concurrent decodes: each holds its estimated peak while decoding.
+
+    :meth:`hold` blocks while the others hold too much for the request to fit; requests are
+    served first come, first served, so a big image is not starved by a stream of small ones.
+    A request larger than the whole budget is refused at once (the ``refuse`` exception), never
+    waited for, and a request that fits always proceeds once nothing else is held: no
+    deadlock is possible as long as no thread holds two requests at once (decodes never do).
+    ``total=None`` means no limit (requests are still counted).
+    """
+
+    def __init__(self, total: int | None) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._total = self._check_total(total)
+        self._in_use = 0
+        self._high_water = 0
+        self._queue: collections.deque[object] = collections.deque()
+
+    @staticmethod
+    def _check_total(total: int | None) -> int | None:
+        if total is None:
+            return None
+        total = operator.index(total)
+        if total < 0:
+            raise ValueError(f"the decode budget must be >= 0 bytes, got {total}")
+        return total or None
+
+    @property
+    def total(self) -> int | None:
+        """The budget in bytes (None: unlimited)."""
+        return self._total
+
+    @property
+    def in_use(self) -> int:
+        """Bytes held by the decodes running now."""
+        return self._in_use
+
+    @property
+    def high_water(self) -> int:
+        """The most bytes held at once since creation or :meth:`reset_high_water`."""
+        return self._high_water
+
+    def reset_high_water(self) -> None:
+        with self._cond:
+            self._high_water = self._in_use
+
+    def set_total(self, total: int | None) -> None:
+        """Change the budget (None or 0: unlimited); waiting decodes re-check at once."""
+        total = self._check_total(total)
+        with self._cond:
+            self._total = total
+            self._cond.notify_all()
+
+    def _fits(self, nbytes: int) -> bool:
+        return self._total is None or self._in_use + nbytes <= self._total
+
+    def acquire(self, nbytes: int, refuse: Callable[[int], Exception] | None = None) -> None:
+        """Take ``nbytes``, waiting for them; raise ``refuse(total)`` if they can never fit.
+
+        The default ``refuse`` raises :class:`ValueError`.
+        """
+        if refuse is None:
+            refuse = _over_budget_value_error(nbytes)
+        with self._cond:
+            if self._total is not None and nbytes > self._total:
+                raise refuse(self._total)
+            if not self._queue and self._fits(nbytes):
+                self._take(nbytes)
+                return
+            ticket = object()
+            self._queue.append(ticket)
+            try:
+                while not (self._queue[0] is ticket and self._fits(nbytes)):
+                    if self._total is not None and nbytes > self._total:  # budget lowered
+                        raise refuse(self._total)
+                    self._cond.wait()
+                self._take(nbytes)
+            finally:
+                self._queue.remove(ticket)
+                self._cond.notify_all()  # the next in line may fit now
+
+    def _take(self, nbytes: int) -> None:
+        self._in_use += nbytes
+        self._high_water = max(self._high_water, self._in_use)
+
+    def release(self, nbytes: int) -> None:
+        with self._cond:
+            self._in_use -= nbytes
+            self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def hold(self, nbytes: int, refuse: Callable[[int], Exception] | None = None) -> Iterator[None]:
+        """Context manager: :meth:`acquire` on entry, :meth:`release` on exit."""
+        self.acquire(nbytes, refuse)
+        try:
+            yield
+        finally:
+            self.release(nbytes)
+
+
+def _over_budget_value_error(nbytes: int) -> Callable[[int], Exception]:
+    return lambda total: ValueError(f"{nbytes} bytes requested from a budget of {total} bytes")
+
+
+_BUDGET = DecodeBudget(DECODE_BUDGET_BYTES)
+
+
+def decode_budget() -> DecodeBudget:
+    """The process-wide budget shared by every :func:`load_image` and :func:`decode_image`."""
+    return _BUDGET
+
+
+def set_decode_budget(nbytes: int | None) -> None:
+    """Set the process-wide decode budget in bytes (None or 0: no limit)."""
+    _BUDGET.set_total(nbytes)
 
 
 # --------------------------------------------------------------------------------------------
@@ -76,18 +251,21 @@ def load_image(path: str | os.PathLike[str], max_side: int | None = None) -> np.
 
     The image is turned upright according to its EXIF orientation. With ``max_side``, the longest
     side is at most ``max_side`` pixels (never enlarged). Raises :class:`ImageError` for every file
-    that cannot be used, with the reason.
+    that cannot be used, with the reason. Decoding holds its memory from the
+    :func:`decode_budget` (and waits for it when other decodes hold too much).
     """
     max_side = _check_max_side(max_side)
     try:
         with _open(path) as fp:
             header = _read_header(fp, path)
             _check_pixel_limit(header, path)
-            fp.seek(0)
-            data = fp.read()
+            cost = _decode_cost(header, max_side, os.fstat(fp.fileno()).st_size)
+            with _BUDGET.hold(cost.peak, functools.partial(_over_budget, path, header, cost)):
+                fp.seek(0)
+                data = fp.read()
+                return _decode(data, header, path, max_side, cost)
     except OSError as exc:  # I/O error while reading (failing disk, network share gone...)
         raise ImageError(path, _os_reason(exc)) from exc
-    return _decode(data, header, path, max_side)
 
 
 def decode_image(data: bytes, name: str = "<memory>", max_side: int | None = None) -> np.ndarray:
@@ -100,7 +278,23 @@ def decode_image(data: bytes, name: str = "<memory>", max_side: int | None = Non
         data = bytes(data)
     header = _read_header(io.BytesIO(data), name)
     _check_pixel_limit(header, name)
-    return _decode(data, header, name, max_side)
+    cost = _decode_cost(header, max_side, len(data))
+    with _BUDGET.hold(cost.peak, functools.partial(_over_budget, name, header, cost)):
+        return _decode(data, header, name, max_side, cost)
+
+
+def decode_cost(path: str | os.PathLike[str], max_side: int | None = None) -> int:
+    """Estimated peak memory (bytes) of ``load_image(path, max_side)``, from the header alone.
+
+    This is what the decode holds from the :func:`decode_budget`.
+    """
+    max_side = _check_max_side(max_side)
+    try:
+        with _open(path) as fp:
+            header = _read_header(fp, path)
+            return _decode_cost(header, max_side, os.fstat(fp.fileno()).st_size).peak
+    except OSError as exc:
+        raise ImageError(path, _os_reason(exc)) from exc
 
 
 def image_size(path: str | os.PathLike[str]) -> tuple[int, int]:
@@ -126,6 +320,15 @@ class _Header:
     orientation: int = 1  # EXIF orientation, 1..8
     scan_offset: int = 0  # JPEG only: offset of the first entropy-coded byte
     tiff_alpha: int | None = None  # TIFF only: ExtraSamples (1 associated, 2 unassociated alpha)
+    # What decoding produces, for the memory estimate (conservative where the header is silent):
+    channels: int = 4  # samples per pixel (palettes expanded, alpha included)
+    bits: int = 8  # bits per sample (1..8 bits decode to 8)
+    # JPEG: (H, V) sampling factors of each component, and whether libjpeg must buffer the
+    # coefficients of the whole image (progressive, or components in separate scans).
+    sampling: tuple[tuple[int, int], ...] = ()
+    multi_scan: bool = False
+    # TIFF: the strip or tile OpenCV reads at a time (width, height).
+    tile: tuple[int, int] | None = None
 
     @property
     def upright_size(self) -> tuple[int, int]:
@@ -305,6 +508,7 @@ def _as_text(head: bytes) -> str | None:
 
 # Start-of-frame markers (baseline, extended, progressive, lossless; Huffman or arithmetic).
 _JPEG_SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
+_JPEG_PROGRESSIVE = frozenset({0xC2, 0xC6, 0xCA, 0xCE})
 # Markers allowed between two scans: DHT, DAC, SOS, DQT, DNL, DRI, COM, APPn.
 _JPEG_BETWEEN_SCANS = frozenset({0xC4, 0xCC, 0xDA, 0xDB, 0xDC, 0xDD, 0xFE, *range(0xE0, 0xF0)})
 # The end of an entropy-coded segment: 0xFF followed by anything but a stuffed 0x00, a restart
@@ -315,6 +519,8 @@ _JPEG_SCAN_END = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")
 def _jpeg_header(fp: BinaryIO) -> _Header:
     _read_exact(fp, 2)  # SOI, already checked by _sniff
     size: tuple[int, int] | None = None
+    sampling: tuple[tuple[int, int], ...] = ()
+    precision, progressive = 8, False
     orientation = 1
     exif_seen = False
     while True:
@@ -342,10 +548,16 @@ def _jpeg_header(fp: BinaryIO) -> _Header:
             if len(payload) < 6:
                 raise _CorruptHeader("short frame header")
             if size is None:
-                height, width = struct.unpack(">HH", payload[1:5])
+                precision, height, width, n = struct.unpack(">BHHB", payload[:6])
                 if height == 0:
                     raise _CorruptHeader("image height is not in the header (DNL), not supported")
+                if n == 0 or len(payload) < 6 + 3 * n:
+                    raise _CorruptHeader("short frame header")
                 size = (width, height)
+                sampling = tuple(
+                    (max(1, b >> 4), max(1, b & 15)) for b in payload[7 : 6 + 3 * n : 3]
+                )
+                progressive = marker in _JPEG_PROGRESSIVE
         elif marker == 0xE1:
             if payload.startswith(b"Exif\x00\x00"):
                 orientation = _exif_orientation(payload)
@@ -353,7 +565,12 @@ def _jpeg_header(fp: BinaryIO) -> _Header:
         else:  # SOS: the image data starts right after this segment
             if size is None:
                 raise _CorruptHeader("image data before the frame header")
-            return _Header("jpeg", size[0], size[1], orientation, fp.tell())
+            in_first_scan = payload[0] if payload else 0
+            return _Header(
+                "jpeg", size[0], size[1], orientation, fp.tell(),
+                channels=len(sampling), bits=precision, sampling=sampling,
+                multi_scan=progressive or in_first_scan < len(sampling),
+            )
 
 
 def _check_jpeg_data(data: bytes, header: _Header) -> str | None:
@@ -419,22 +636,36 @@ def _png_header(fp: BinaryIO) -> _Header:
     length, kind = struct.unpack(">I4s", _read_exact(fp, 8))
     if kind != b"IHDR" or length != 13:
         raise _CorruptHeader("the first chunk is not IHDR")
-    width, height = struct.unpack(">II", _read_exact(fp, 8))
-    fp.seek(5 + 4, os.SEEK_CUR)  # rest of IHDR, CRC
+    width, height, depth, colour_type = struct.unpack(">IIBB", _read_exact(fp, 10))
+    fp.seek(3 + 4, os.SEEK_CUR)  # rest of IHDR, CRC
     orientation = 1
+    exif_seen = idat_seen = transparency = False
     # EXIF (eXIf chunk) may come before or after the image data; skipping chunks is cheap.
-    while True:
+    while not (exif_seen and idat_seen):
         chunk = fp.read(8)
         if len(chunk) < 8:
             break
         length, kind = struct.unpack(">I4s", chunk)
         if length >= 2**31 or kind == b"IEND":
             break
-        if kind == b"eXIf":
+        if kind == b"eXIf" and not exif_seen:
             orientation = _exif_orientation(fp.read(length))
-            break
+            exif_seen = True
+            fp.seek(4, os.SEEK_CUR)
+            continue
+        if kind == b"IDAT":
+            idat_seen = True
+        elif kind == b"tRNS" and not idat_seen:
+            transparency = True
         fp.seek(length + 4, os.SEEK_CUR)
-    return _Header("png", width, height, orientation)
+    # Decoded samples per pixel: grey 1, RGB and palette 3, + alpha (grey+alpha comes out as
+    # BGRA); unknown colour types are taken at the worst.
+    channels = {0: 1, 2: 3, 3: 3, 4: 4, 6: 4}.get(colour_type, 4)
+    if transparency and channels in (1, 3):
+        channels = 4
+    return _Header(
+        "png", width, height, orientation, channels=channels, bits=16 if depth > 8 else 8
+    )
 
 
 # -- WebP --------------------------------------------------------------------------------------
@@ -445,6 +676,7 @@ def _webp_header(fp: BinaryIO) -> _Header:
     size: tuple[int, int] | None = None
     orientation = 1
     extended = False
+    alpha = True  # until the header says otherwise
     while True:
         chunk = fp.read(8)
         if len(chunk) < 8:
@@ -455,6 +687,7 @@ def _webp_header(fp: BinaryIO) -> _Header:
             p = _read_exact(fp, 10)
             extended = True
             size = (1 + int.from_bytes(p[4:7], "little"), 1 + int.from_bytes(p[7:10], "little"))
+            alpha = bool(p[0] & 0x10)
             if not p[0] & 0x08:  # no EXIF flag
                 break
         elif kind == b"VP8 ":
@@ -464,6 +697,7 @@ def _webp_header(fp: BinaryIO) -> _Header:
             if size is None:
                 w, h = struct.unpack("<HH", p[6:10])
                 size = (w & 0x3FFF, h & 0x3FFF)
+                alpha = False  # simple lossy format: no alpha
             if not extended:
                 break
         elif kind == b"VP8L":
@@ -473,6 +707,7 @@ def _webp_header(fp: BinaryIO) -> _Header:
             if size is None:
                 bits = struct.unpack("<I", p[1:5])[0]
                 size = ((bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1)
+                alpha = bool(bits >> 28 & 1)
             if not extended:
                 break
         elif kind == b"EXIF":
@@ -481,7 +716,7 @@ def _webp_header(fp: BinaryIO) -> _Header:
         fp.seek(start + length + (length & 1))
     if size is None:
         raise _CorruptHeader("no image data")
-    return _Header("webp", size[0], size[1], orientation)
+    return _Header("webp", size[0], size[1], orientation, channels=4 if alpha else 3)
 
 
 # -- BMP ---------------------------------------------------------------------------------------
@@ -491,13 +726,13 @@ def _bmp_header(fp: BinaryIO) -> _Header:
     head = _read_exact(fp, 18)
     dib = struct.unpack_from("<I", head, 14)[0]
     if dib == 12:  # OS/2 BITMAPCOREHEADER
-        width, height = struct.unpack("<HH", _read_exact(fp, 4))
+        width, height, _, bpp = struct.unpack("<HHHH", _read_exact(fp, 8))
     elif dib in _BMP_DIB_SIZES:
-        width, height = struct.unpack("<ii", _read_exact(fp, 8))
+        width, height, _, bpp = struct.unpack("<iiHH", _read_exact(fp, 12))
         height = abs(height)  # negative: rows stored top-down
     else:
         raise _CorruptHeader(f"unknown bitmap header size {dib}")
-    return _Header("bmp", width, height)
+    return _Header("bmp", width, height, channels=4 if bpp == 32 else 3)
 
 
 # -- TIFF --------------------------------------------------------------------------------------
@@ -515,6 +750,13 @@ def _tiff_header(fp: BinaryIO) -> _Header:
         width, height = im.tag_v2.get(256, im.size[0]), im.tag_v2.get(257, im.size[1])
         orientation = im.tag_v2.get(0x0112, 1)
         extra = im.tag_v2.get(338)
+        spp = _tiff_int(im.tag_v2.get(277), 1)
+        bits = _tiff_int(im.tag_v2.get(258), 8, max)
+        photometric = _tiff_int(im.tag_v2.get(262), 2)
+        if 322 in im.tag_v2 and 323 in im.tag_v2:
+            tile = (_tiff_int(im.tag_v2[322], width), _tiff_int(im.tag_v2[323], height))
+        else:
+            tile = (width, _tiff_int(im.tag_v2.get(278), height))  # RowsPerStrip
     except EOFError:
         raise _Truncated from None
     except (SyntaxError, OSError, ValueError, struct.error, IndexError, KeyError, TypeError) as exc:
@@ -523,7 +765,22 @@ def _tiff_header(fp: BinaryIO) -> _Header:
         orientation = 1
     if isinstance(extra, tuple):
         extra = extra[0] if extra else None
-    return _Header("tiff", width, height, orientation, tiff_alpha=extra if extra in (1, 2) else None)
+    # OpenCV reads most 8-bit TIFFs through libtiff's RGBA interface: 4 samples per pixel,
+    # except plain greyscale; deeper ones keep their samples (bits: 16, 32 or 64 float).
+    grey = spp == 1 and photometric in (0, 1)
+    channels = spp if grey or spp > 4 else 4
+    tile = (max(1, min(width, tile[0])), max(1, min(height, tile[1])))
+    return _Header(
+        "tiff", width, height, orientation, tiff_alpha=extra if extra in (1, 2) else None,
+        channels=channels, bits=8 if bits <= 8 else 8 * -(-bits // 8), tile=tile,
+    )
+
+
+def _tiff_int(value, default: int, pick=min) -> int:
+    """A TIFF tag value as one int (Pillow gives tuples for per-sample tags)."""
+    if isinstance(value, tuple):
+        value = pick(value) if value else None
+    return value if isinstance(value, int) and value > 0 else default
 
 
 @dataclass(frozen=True)
@@ -578,21 +835,177 @@ def _jpeg_reduction(long_side: int, max_side: int | None) -> int:
     return 1
 
 
-def _decode(data: bytes, header: _Header, path, max_side: int | None) -> np.ndarray:
-    fmt = _FORMAT_NAMES[header.fmt]
+# -- Memory -------------------------------------------------------------------------------------
+
+#: Safety margin on the estimated peak (allocator rounding, decoder row buffers).
+_DECODE_SLACK = 1.1
+#: Alpha is composited in float32 strips of about 4 M samples (see _flatten_alpha).
+_ALPHA_STRIPS = 48 * _MIB
+
+
+@dataclass(frozen=True)
+class _Cost:
+    """What decoding an image takes: the decoded array and the estimated peak, in bytes."""
+
+    width: int  # the size the decoder produces (JPEG: after DCT scaling)
+    height: int
+    channels: int  # samples per pixel of the decoder's output
+    sample_bytes: int
+    peak: int
+
+    @property
+    def decoded(self) -> int:
+        return self.width * self.height * self.channels * self.sample_bytes
+
+
+def _decode_cost(header: _Header, max_side: int | None, encoded: int) -> _Cost:
+    """The peak memory of :func:`_decode` for this header, estimated before decoding.
+
+    With ``raw`` = w x h x channels x bytes per sample, the decoder's output at the size it
+    decodes to (JPEG: after DCT scaling; every other format: full size), and ``rgb`` = w x h x 3
+    (the uint8 RGB array made from it)::
+
+        peak = 1.1 x (encoded + max(raw + internal, raw + max(raw, rgb), 2 rgb) [+ alpha strips])
+
+    * ``raw + internal``: while decoding, the output and what the decoder holds besides it:
+      JPEG: with a progressive (or multi-scan) file, libjpeg keeps the DCT coefficients of the
+      whole image, at full size even when decoding at 1/8 (128 bytes per 8x8 block per
+      component); a baseline file needs row buffers only. PNG: OpenCV decodes into a
+      temporary of the output's size and copies it (measured: 2 x raw). WebP: libwebp's
+      4-byte ARGB buffer (lossless). TIFF: the strip or tile read at a time (a single-strip
+      file: the whole image). BMP: rows only.
+    * ``raw + max(raw, rgb)``: the decoded array and its first converted copy (alpha
+      flattened: at most raw; 16 -> 8 bit: less; grey -> RGB: rgb);
+    * ``2 rgb``: the RGB array and its upright contiguous copy;
+    * alpha strips: float32 working strips of the compositing onto white;
+    * 1.1: allocator and row-buffer slack. After a resize to ``max_side`` everything is small.
+
+    Measured against ru_maxrss (bench/bench_decode_memory.py), the estimate bounds the real
+    peak: e.g. a 20000 x 20000 16-bit RGBA PNG: estimated 6.6 GiB, measured 6.0 GiB unbudgeted.
+    """
+    w, h = header.width, header.height
+    internal = 0
     if header.fmt == "jpeg":
-        problem = _check_jpeg_data(data, header)
-        if problem is not None:
-            raise ImageError(path, f"truncated or corrupt JPEG data: {problem}; {_RECOPY}")
-        k = _jpeg_reduction(max(header.width, header.height), max_side)
-        # Orientation is applied below, the same way for every format.
-        flags = _JPEG_REDUCED[k] | cv2.IMREAD_IGNORE_ORIENTATION
+        k = _jpeg_reduction(max(w, h), max_side)
+        w, h = -(-w // k), -(-h // k)
+        channels, sample_bytes = (4 if header.channels == 4 else 3), 1
+        if header.multi_scan:
+            internal = _jpeg_coefficient_bytes(header)
     else:
-        # Keeps alpha and 16-bit samples; ignores EXIF orientation (except TIFF, see below).
-        flags = cv2.IMREAD_UNCHANGED
-    buf = np.frombuffer(data, np.uint8)
+        channels, sample_bytes = header.channels, header.bits // 8
+    raw = w * h * channels * sample_bytes
+    rgb = w * h * 3
+    if header.fmt == "png":
+        internal = raw
+    elif header.fmt == "webp":
+        internal = 4 * w * h
+    elif header.fmt == "tiff" and header.tile is not None:
+        internal = header.tile[0] * header.tile[1] * max(channels, 4) * sample_bytes
+    strips = min(4 * raw, _ALPHA_STRIPS) if channels in (2, 4) else 0
+    peak = encoded + max(raw + internal, raw + max(raw, rgb), 2 * rgb) + strips
+    return _Cost(w, h, channels, sample_bytes, math.ceil(peak * _DECODE_SLACK))
+
+
+def _jpeg_coefficient_bytes(header: _Header) -> int:
+    """Bytes of libjpeg's whole-image coefficient buffer (progressive / multi-scan JPEGs)."""
+    hmax = max(hv[0] for hv in header.sampling)
+    vmax = max(hv[1] for hv in header.sampling)
+    blocks = 0
+    for hi, vi in header.sampling:
+        bw = -(-header.width * hi // (8 * hmax))
+        bh = -(-header.height * vi // (8 * vmax))
+        blocks += (-(-bw // hi) * hi) * (-(-bh // vi) * vi)  # padded to whole MCUs
+    return blocks * 128  # 64 coefficients x 2 bytes
+
+
+def _format_bytes(n: int) -> str:
+    if n >= 1000 * _MIB:
+        return f"{n / (1 << 30):.1f} GB"
+    return f"{max(1, round(n / _MIB))} MB"
+
+
+def _over_budget(path, header: _Header, cost: _Cost, total: int) -> ImageError:
+    w, h = header.upright_size
+    kind = ", progressive" if header.fmt == "jpeg" and header.multi_scan else ""
+    plural = "s" if header.channels != 1 else ""
+    deeper = " 8-bit" if header.bits > 8 else ""
+    return ImageError(
+        path,
+        f"decoding needs {_format_bytes(cost.peak)} of memory ({w}x{h} px, {header.channels} "
+        f"channel{plural}, {header.bits} bit{kind}), over the {_format_bytes(total)} decode "
+        f"budget; save a smaller{deeper} copy (e.g. 10,000 px on the longest side) and use "
+        f"that, or raise {DECODE_BUDGET_ENV}",
+    )
+
+
+def _no_memory(cost: _Cost) -> str:
+    return (
+        f"not enough memory to decode this image (about {_format_bytes(cost.peak)} needed); "
+        "close other programs, or save a smaller copy and use that"
+    )
+
+
+# -- Decoders -----------------------------------------------------------------------------------
+
+# libjpeg warnings that mean the compressed data is damaged (JWRN_* in libjpeg's jerror.h; a
+# fatal "premature end of input" too). Others (an unknown JFIF version...) are harmless.
+_JPEG_DAMAGE = re.compile(
+    r"corrupt|premature end|inconsistent progression|invalid sos parameters|bad huffman|"
+    r"bad arithmetic",
+    re.IGNORECASE,
+)
+# A few stray bytes before the end-of-image marker are padding some encoders add: the image is
+# whole. Damaged data desynchronises the decoder and leaves many more (>= 12 measured on 300
+# damaged photos).
+_JPEG_PADDING = re.compile(r"(\d+) extraneous bytes before marker 0xd9", re.IGNORECASE)
+_JPEG_PADDING_MAX = 4
+
+
+def _decode(data: bytes, header: _Header, path, max_side: int | None, cost: _Cost) -> np.ndarray:
+    fmt = _FORMAT_NAMES[header.fmt]
     try:
-        img = cv2.imdecode(buf, flags)
+        rgb = None
+        if header.fmt == "jpeg":
+            problem = _check_jpeg_data(data, header)
+            if problem is not None:
+                raise ImageError(path, f"truncated or corrupt JPEG data: {problem}; {_RECOPY}")
+            k = _jpeg_reduction(max(header.width, header.height), max_side)
+            rgb = _decode_jpeg(data, header, path, k)
+            # Orientation is applied below, the same way for every format.
+            flags = _JPEG_REDUCED[k] | cv2.IMREAD_IGNORE_ORIENTATION
+        else:
+            # Keeps alpha and 16-bit samples; ignores EXIF orientation (except TIFF, see below).
+            flags = cv2.IMREAD_UNCHANGED
+        if rgb is None:
+            img = _imdecode(data, flags, fmt, path)
+            premultiplied = header.fmt == "tiff" and (
+                header.tiff_alpha == 1  # associated alpha: stored premultiplied
+                or (header.tiff_alpha == 2 and img.dtype == np.uint8
+                    and _opencv_tiff_quirks().premultiplies)
+            )
+            img = _to_colour_or_grey(img, path, premultiplied)
+            img = _to_uint8(_shrink(img, max_side))
+            rgb = cv2.cvtColor(img, cv2.COLOR_GRAY2RGB if img.ndim == 2 else cv2.COLOR_BGR2RGB)
+            del img
+        else:
+            rgb = _shrink(rgb, max_side)
+        if not (header.fmt == "tiff" and _opencv_tiff_quirks().orients):
+            rgb = _orient(rgb, header.orientation)
+        return np.ascontiguousarray(rgb)
+    except MemoryError:
+        raise ImageError(path, _no_memory(cost)) from None
+    except cv2.error as exc:  # raised by the conversions; imdecode's own errors are caught below
+        if "memory" in str(exc).lower() or "allocate" in str(exc).lower():
+            raise ImageError(path, _no_memory(cost)) from None
+        log.warning("OpenCV failed on %s", path, exc_info=True)
+        raise ImageError(
+            path, f"unsupported or corrupt {fmt} data ({exc.err or exc}); {_RECOPY}"
+        ) from None
+
+
+def _imdecode(data: bytes, flags: int, fmt: str, path) -> np.ndarray:
+    try:
+        img = cv2.imdecode(np.frombuffer(data, np.uint8), flags)
     except cv2.error as exc:
         log.debug("cv2.imdecode failed on %s: %s", path, exc)
         img = None
@@ -600,22 +1013,47 @@ def _decode(data: bytes, header: _Header, path, max_side: int | None) -> np.ndar
         raise ImageError(
             path, f"truncated or corrupt {fmt} data: the image could not be decoded; {_RECOPY}"
         )
+    return img
 
-    premultiplied = header.fmt == "tiff" and (
-        header.tiff_alpha == 1  # associated alpha: stored premultiplied
-        or (header.tiff_alpha == 2 and img.dtype == np.uint8 and _opencv_tiff_quirks().premultiplies)
-    )
-    img = _to_colour_or_grey(img, path, premultiplied)
+
+def _decode_jpeg(data: bytes, header: _Header, path, k: int) -> np.ndarray | None:
+    """RGB of a JPEG decoded at 1/k by libjpeg-turbo, refusing damaged data; None: use OpenCV.
+
+    libjpeg decodes damaged entropy-coded data with only a warning (at most printed on stderr,
+    naming no file), which OpenCV does not report. In strict mode simplejpeg turns the first
+    warning into an error, per call, so thread-safely (libjpeg still prints that warning on
+    stderr; nothing here redirects it). JPEG has no checksum: damage that happens to leave the
+    bit stream in sync (often a single flipped byte) cannot be seen.
+    """
+    if _simplejpeg is None:  # pragma: no cover
+        return None
+    size = {} if k == 1 else {"min_height": -(-header.height // k), "min_width": -(-header.width // k)}
+    try:
+        return _simplejpeg.decode_jpeg(data, "RGB", strict=True, **size)
+    except ValueError as exc:
+        warning = re.sub(r"^\w+\(\):\s*", "", str(exc)).strip() or "unknown error"
+    padding = _JPEG_PADDING.search(warning)
+    if _JPEG_DAMAGE.search(warning) and not (padding and int(padding[1]) <= _JPEG_PADDING_MAX):
+        raise ImageError(
+            path, f"JPEG data is damaged ({warning[0].lower()}{warning[1:]}); "
+            "copy the file again from the original"
+        )
+    try:
+        img = _simplejpeg.decode_jpeg(data, "RGB", strict=False, **size)
+    except ValueError:  # not for TurboJPEG's 8-bit API (12-bit, lossless...): OpenCV tries
+        log.debug("simplejpeg cannot decode %s (%s); trying OpenCV", path, warning)
+        return None
+    log.debug("%s: harmless libjpeg warning: %s", path, warning)
+    return img
+
+
+def _shrink(img: np.ndarray, max_side: int | None) -> np.ndarray:
     if max_side is not None and max(img.shape[:2]) > max_side:
         h, w = img.shape[:2]
         scale = max_side / max(h, w)
         size = (max(1, min(max_side, round(w * scale))), max(1, min(max_side, round(h * scale))))
         img = cv2.resize(img, size, interpolation=cv2.INTER_AREA)
-    img = _to_uint8(img)
-    img = cv2.cvtColor(img, cv2.COLOR_GRAY2RGB if img.ndim == 2 else cv2.COLOR_BGR2RGB)
-    if not (header.fmt == "tiff" and _opencv_tiff_quirks().orients):
-        img = _orient(img, header.orientation)
-    return np.ascontiguousarray(img)
+    return img
 
 
 def _to_colour_or_grey(img: np.ndarray, path, premultiplied: bool = False) -> np.ndarray:

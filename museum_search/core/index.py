@@ -48,7 +48,12 @@ from typing import Generator
 import numpy as np
 
 from .backbones import BackboneConfig, BackboneMeta, Extractor, build_extractor
-from .errors import IndexFormatError, IndexLockedError, MuseumSearchError, OutputFolderError
+from .errors import (
+    IndexFormatError,
+    IndexLockedError,
+    MuseumSearchError,
+    OutputFolderError,
+)
 from .extract import ExtractProgress, extract
 from .labels import Labelling, label_collection
 
@@ -62,6 +67,7 @@ JOURNAL = ".museum-search-pending.json"
 #: The data files of one generation: ``<kind>-<YYYYmmddTHHMMSS>-<6 hex>.<ext>``.
 DATA_FILE = re.compile(r"^[a-z_]+-\d{8}T\d{6}-[0-9a-f]{6}\.(npy|json|npz|bin)$")
 _OWN_FILES = (MANIFEST, LOCK, JOURNAL)
+_LOCAL_PARTS = ("offsets", "points", "descriptors", "sizes")  # reference local features
 
 
 @dataclass
@@ -97,6 +103,8 @@ class Index:
         updated: float | None = None,
         gallery_ranks: np.ndarray | None = None,
         path: str | Path | None = None,
+        local=None,
+        verdict: dict | None = None,
     ):
         if descriptors.shape != (len(items), meta.dim):
             raise IndexFormatError(
@@ -112,6 +120,12 @@ class Index:
         self._gallery_ranks = gallery_ranks
         self.path = Path(path) if path else None
         self._labels: np.ndarray | None = None
+        #: reference local features for verification (``rerank.spatial.LocalFeatures``) or None
+        self.local = local
+        #: the "in the collection" calibration (``verdict.Verdict.to_dict()``) or None
+        self.verdict = verdict
+        if local is not None and len(local) != len(items):
+            raise IndexFormatError(f"local features of {len(local)} references for {len(items)} items")
 
     # ---- views ---------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -181,6 +195,9 @@ class Index:
         files = {"descriptors": f"descriptors-{gen}.npy", "items": f"items-{gen}.json"}
         if self._gallery_ranks is not None:
             files["gallery_ranks"] = f"gallery_ranks-{gen}.npy"
+        if self.local is not None:
+            for part in _LOCAL_PARTS:
+                files[f"local_{part}"] = f"local_{part}-{gen}.npy"
         tmp_name = f"{MANIFEST}.{gen}.tmp"
         # The journal names every file this save may create, before any is created: if the process
         # dies, the next save knows exactly which files are its own leftovers.
@@ -197,6 +214,11 @@ class Index:
             if "gallery_ranks" in files:
                 created.append(target / files["gallery_ranks"])
                 digests["gallery_ranks"] = _write_npy(target / files["gallery_ranks"], np.asarray(self._gallery_ranks))
+            if self.local is not None:
+                for part in _LOCAL_PARTS:
+                    key = f"local_{part}"
+                    created.append(target / files[key])
+                    digests[key] = _write_npy(target / files[key], np.asarray(getattr(self.local, part)))
             manifest = {
                 "format": FORMAT,
                 "version": VERSION,
@@ -214,6 +236,8 @@ class Index:
                 "labelling": asdict(self.labelling),
                 "files": files,
                 "sha256": digests,
+                "local_features": self.local.settings if self.local is not None else None,
+                "verdict": self.verdict,
             }
             manifest["manifest_sha256"] = _manifest_digest(manifest)
             created.append(target / tmp_name)
@@ -250,6 +274,8 @@ class Index:
         n = len(self.items) * self.meta.dim * np.dtype(dtype).itemsize + 300 * len(self.items)
         if self._gallery_ranks is not None:
             n += int(np.asarray(self._gallery_ranks).nbytes)
+        if self.local is not None:
+            n += sum(int(np.asarray(getattr(self.local, part)).nbytes) for part in _LOCAL_PARTS)
         return n
 
     @classmethod
@@ -307,6 +333,21 @@ class Index:
                     log.warning("gallery ranks of %s are damaged; they will be recomputed", path)
                 else:
                     ranks = np.load(f, mmap_mode="r" if mmap else None, allow_pickle=False)
+            local = None
+            if manifest.get("local_features") and all(f"local_{p}" in files for p in _LOCAL_PARTS):
+                from .rerank.spatial import LocalFeatures
+
+                arrays = {}
+                for part in _LOCAL_PARTS:
+                    f = path / files[f"local_{part}"]
+                    if verify and _sha256(f) != digests.get(f"local_{part}"):
+                        raise IndexFormatError(f"index file {f.name} in {path} is damaged (checksum mismatch); {hint}")
+                    arrays[part] = np.load(f, mmap_mode="r" if mmap else None, allow_pickle=False)
+                local = LocalFeatures(dict(manifest["local_features"]), **arrays)
+                if len(local) != count or local.offsets.shape != (count + 1,) or \
+                        int(local.offsets[-1]) != len(local.points) or len(local.points) != len(local.descriptors):
+                    raise IndexFormatError(f"index {path} has inconsistent local features; {hint}")
+            verdict = manifest.get("verdict")
             labelling = LabellingSpec(**manifest.get("labelling", {}))
             coll = manifest["collection"]
         except IndexFormatError:
@@ -327,7 +368,8 @@ class Index:
             alt = (path / coll.get("relative", "")).resolve()
             if alt.is_dir():
                 root = alt
-        return cls(root, meta, items, desc, labelling, manifest.get("created"), manifest.get("updated"), ranks, path)
+        return cls(root, meta, items, desc, labelling, manifest.get("created"), manifest.get("updated"), ranks, path,
+                   local=local, verdict=verdict if isinstance(verdict, dict) else None)
 
     # ---- compatibility -------------------------------------------------------------------
     def check_compatible(self, meta: BackboneMeta) -> None:
@@ -561,8 +603,12 @@ def build_index(
     extractor: Extractor | None = None,
     batch_size: int = 8,
     dtype: str = "float32",
+    verification: bool = True,
 ) -> Generator[ExtractProgress, None, BuildReport]:
     """Index every labelled image of ``collection``; saves atomically to ``out`` (if given) at the end.
+
+    Stages (each yields progress): describing, then with ``verification`` the references' local
+    features (for verified answers) and the calibration of the "in the collection" verdict.
 
     ``out`` is checked (:func:`check_output_folder`) and its writer lock taken before any work
     starts. Cancelling (closing the generator) before the end leaves any index at ``out`` untouched.
@@ -571,12 +617,12 @@ def build_index(
     if not root.is_dir():
         raise MuseumSearchError(f"collection folder not found: {root}")
     if out is None:
-        return (yield from _build(root, None, config, labelling, extractor, batch_size, dtype))
+        return (yield from _build(root, None, config, labelling, extractor, batch_size, dtype, verification))
     with writer_lock(out, collection=root):
-        return (yield from _build(root, Path(out), config, labelling, extractor, batch_size, dtype))
+        return (yield from _build(root, Path(out), config, labelling, extractor, batch_size, dtype, verification))
 
 
-def _build(root, out, config, labelling, extractor, batch_size, dtype):
+def _build(root, out, config, labelling, extractor, batch_size, dtype, verification):
     labelling = labelling or LabellingSpec()
     lab = label_collection(root, rule=labelling.rule, catalogue=labelling.catalogue, regex=labelling.regex)
     skipped: list[tuple[str, str]] = []
@@ -607,6 +653,8 @@ def _build(root, out, config, labelling, extractor, batch_size, dtype):
     spec = LabellingSpec(lab.rule if labelling.rule == "auto" else labelling.rule, catalogue, labelling.regex)
     desc = res.descriptors if len(rows) == len(res.ok) else res.descriptors[rows]
     index = Index(root, extractor.meta, items, desc.astype(dtype), spec)
+    if verification:
+        yield from _add_verification(index, extractor, [])
     if out is not None:
         index.save(out, dtype=dtype)
     return BuildReport(index, lab, skipped, added=len(items))
@@ -702,10 +750,33 @@ def _update(index, extractor, weights, batch_size, checksum):
         ranks = update_gallery_ranks(r, kept_desc, new_desc) if len(new_items) else r
     updated = Index(root, index.meta, keep_items + new_items, desc, spec, index.created,
                     gallery_ranks=ranks, path=index.path)
+    if index.local is not None:  # kept references keep their local features; deleted ones drop theirs
+        changed = bool(new_items) or len(keep_items) != len(index)
+        yield from _add_verification(updated, extractor, [index.local.subset(keep_pos)],
+                                     calibrate=changed or not index.verdict, previous=index.verdict)
     if index.path is not None:
         updated.save(index.path)
     removed = sum(1 for it in index.items if it.path not in current)
     return BuildReport(updated, lab, skipped, added=len(new_items), removed=removed, unchanged=len(keep_items))
+
+
+def _add_verification(index: Index, extractor, kept: list, calibrate: bool = True, previous: dict | None = None):
+    """Local features of the references not in ``kept`` (appended after them), then the verdict's
+    calibration (:mod:`.verdict`); both stages yield progress and can be cancelled."""
+    from .rerank.spatial import LocalFeatures, SpatialParams, compute_local_features
+    from .verdict import calibrate as calibrate_verdict
+
+    have = sum(len(k) for k in kept)
+    new = yield from compute_local_features([index.abspath(i) for i in range(have, len(index))], SpatialParams())
+    index.local = LocalFeatures.concat([*kept, new]) if kept else new
+    if calibrate:
+        if extractor is None:
+            from .backbones import extractor_for_meta
+
+            extractor = extractor_for_meta(index.meta)
+        index.verdict = (yield from calibrate_verdict(index, extractor)).to_dict()
+    else:
+        index.verdict = previous
 
 
 # ---- file helpers --------------------------------------------------------------------------

@@ -16,6 +16,7 @@ A *labelling rule* turns the relative path of each reference image into an insta
 from __future__ import annotations
 
 import csv
+import errno
 import logging
 import os
 import posixpath
@@ -53,6 +54,11 @@ _GAROFOU = re.compile(GAROFOU_REGEX)
 
 WALL_REASON = "wall image without an object (CLICIDE convention)"
 HIDDEN_REASON = "hidden file (e.g. macOS ._ metadata), not a photo"
+# Files no labelling rule can use (the path beside the reason is printable, see printable_path).
+NON_UTF8_FILE_REASON = "file name is not valid UTF-8 (bytes shown as \\xNN); rename the file"
+NON_UTF8_FOLDER_REASON = "folder name is not valid UTF-8 (bytes shown as \\xNN); rename the folder"
+BROKEN_LINK_REASON = "broken symbolic link: its target does not exist; fix or remove the link"
+LOOPING_LINK_REASON = "broken symbolic link: it loops back on itself; fix or remove the link"
 
 #: Share of file names that must follow a dataset naming scheme for ``auto`` to choose it.
 DETECT_SHARE = 0.9
@@ -221,9 +227,67 @@ def normalize_relpath(path: str | os.PathLike) -> str:
     return "" if text == "." else text.lstrip("/")
 
 
-def walk_images(root: str | os.PathLike, exclude_first_level: Iterable[str] = ()) -> list[str]:
-    """Sorted POSIX paths (relative to ``root``) of the image files under ``root``, recursively.
+def is_utf8_path(path: str) -> bool:
+    """False for a name holding bytes that are not UTF-8 (Python keeps them as lone surrogates)."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
+
+def printable_path(path: str) -> str:
+    """``path`` as text that can be shown, logged and written as UTF-8: bytes that are not UTF-8
+    (surrogate-escaped by Python, e.g. ``b"bad\\xff.jpg"``) appear as ``\\xff``."""
+    if is_utf8_path(path):
+        return path
+    try:
+        return os.fsencode(path).decode("utf-8", "backslashreplace")
+    except UnicodeError:  # a lone surrogate that is not an escaped byte
+        return path.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def file_problem(root: str | os.PathLike, relpath: str) -> str | None:
+    """Why the image file ``relpath`` of ``root`` is unusable whatever the labelling rule, else None.
+
+    A name that is not UTF-8 cannot be stored in an index or a report; a dangling or looping
+    symbolic link cannot be read (or even stat'ed). Links to existing files are fine.
+    """
+    if not is_utf8_path(relpath):
+        return NON_UTF8_FILE_REASON if not is_utf8_path(PurePosixPath(relpath).name) else NON_UTF8_FOLDER_REASON
+    full = os.path.join(root, relpath)
+    if os.path.islink(full):
+        try:
+            os.stat(full)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return LOOPING_LINK_REASON
+            if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+                return BROKEN_LINK_REASON
+            return f"broken symbolic link ({exc.strerror or exc}); fix or remove the link"
+    return None
+
+
+def split_unusable(root: str | os.PathLike, relpaths: Iterable[str]) -> tuple[list[str], list[tuple[str, str]]]:
+    """``relpaths`` without the unusable files (:func:`file_problem`), and those as (printable path, reason)."""
+    ok: list[str] = []
+    bad: list[tuple[str, str]] = []
+    for rel in relpaths:
+        reason = file_problem(root, rel)
+        if reason is None:
+            ok.append(rel)
+        else:
+            bad.append((printable_path(rel), reason))
+    return ok, bad
+
+
+def scan_images(
+    root: str | os.PathLike, exclude_first_level: Iterable[str] = ()
+) -> tuple[list[str], list[tuple[str, str]]]:
+    """Image files under ``root``, recursively: (sorted usable POSIX relative paths, ignored).
+
+    ``ignored``: (printable relative path, reason) for image files no rule can use (name not UTF-8,
+    broken or looping symbolic link, see :func:`file_problem`) and for subfolders that cannot be read.
     First-level folders whose lower-cased name is in ``exclude_first_level`` are skipped.
     Hidden folders are skipped; hidden files are listed (callers report them as ignored).
     """
@@ -231,8 +295,18 @@ def walk_images(root: str | os.PathLike, exclude_first_level: Iterable[str] = ()
     if not root.is_dir():
         raise LabelError(f"Folder not found: {root}. Choose an existing folder of photos.")
     excluded = {e.lower() for e in exclude_first_level}
-    out = []
-    for dirpath, dirnames, filenames in os.walk(root):
+    unreadable: list[tuple[str, str]] = []
+
+    def on_error(exc: OSError) -> None:
+        where = exc.filename if exc.filename is not None else root
+        rel = normalize_relpath(os.path.relpath(where, root)) if str(where) != str(root) else ""
+        if not rel:
+            raise LabelError(f"Cannot read the folder {root}: {exc.strerror or exc}. Check its permissions.")
+        reason = f"folder cannot be read ({exc.strerror or exc}); check its permissions"
+        unreadable.append((printable_path(rel), reason))
+
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root, onerror=on_error):
         rel_dir = Path(dirpath).relative_to(root)
         top = rel_dir == Path(".")
         dirnames[:] = sorted(
@@ -240,8 +314,17 @@ def walk_images(root: str | os.PathLike, exclude_first_level: Iterable[str] = ()
         )
         for name in filenames:
             if is_image_file(name):
-                out.append((rel_dir / name).as_posix() if not top else name)
-    return sorted(out)
+                found.append((rel_dir / name).as_posix() if not top else name)
+    ok, bad = split_unusable(root, sorted(found))
+    return ok, sorted(bad + unreadable)
+
+
+def walk_images(root: str | os.PathLike, exclude_first_level: Iterable[str] = ()) -> list[str]:
+    """Sorted POSIX paths (relative to ``root``) of the usable image files under ``root``.
+
+    Like :func:`scan_images` without the list of ignored files (use that to report them).
+    """
+    return scan_images(root, exclude_first_level)[0]
 
 
 def _in_query_folder(relpath: str) -> bool:
@@ -249,13 +332,12 @@ def _in_query_folder(relpath: str) -> bool:
     return len(parts) > 1 and parts[0].lower() in QUERY_FOLDERS
 
 
-def _collection_files(root: Path, files: Iterable[str] | None) -> list[str]:
+def _collection_files(root: Path, files: Iterable[str] | None) -> tuple[list[str], list[tuple[str, str]]]:
+    """Usable reference files (relative paths) and the ignored ones with their reason."""
     if files is None:
-        rels = walk_images(root, QUERY_FOLDERS)
-    else:
-        rels = sorted({normalize_relpath(f) for f in files} - {""})
-        rels = [p for p in rels if not _in_query_folder(p)]
-    return rels
+        return scan_images(root, QUERY_FOLDERS)
+    rels = sorted({normalize_relpath(f) for f in files} - {""})
+    return split_unusable(root, [p for p in rels if not _in_query_folder(p)])
 
 
 # --------------------------------------------------------------------------- catalogue
@@ -281,28 +363,58 @@ def find_column(header: Iterable[str], names: Iterable[str]) -> str | None:
     return None
 
 
-def read_csv_rows(path: str | os.PathLike) -> tuple[list[str], list[dict[str, str]]]:
-    """Header and rows of a small CSV (UTF-8 with or without BOM; ``,`` ``;`` or tab separated)."""
+def read_csv_table(path: str | os.PathLike) -> tuple[list[str], list[dict[str, str]], list[int]]:
+    """Header, rows and the line (in the file) where each row starts, of a small CSV.
+
+    UTF-8 with or without BOM; ``,`` ``;`` or tab separated (the most frequent in the first line).
+    Quoted cells may hold the delimiter and line breaks (kept, as ``\\n``); cells are stripped,
+    missing cells are empty, cells beyond the header are dropped, blank lines are skipped.
+    """
     path = Path(path)
+    line = 0
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        with open(path, encoding="utf-8-sig", newline="") as f:
+            first = f.readline()
+            delimiter = max((",", ";", "\t"), key=first.count) if first.strip() else ","
+            f.seek(0)
+            reader = csv.reader(f, delimiter=delimiter)
+            header = [h.strip() for h in next(reader, [])]
+            if not header:
+                raise LabelError(f"{path} is empty; it needs a header line and one row per image.")
+            rows: list[dict[str, str]] = []
+            lines: list[int] = []
+            while True:
+                line = reader.line_num + 1
+                row = next(reader, None)
+                if row is None:
+                    break
+                if row:
+                    rows.append({h: _cell(row[i]) if i < len(row) else "" for i, h in enumerate(header)})
+                    lines.append(line)
     except UnicodeDecodeError as exc:
         raise LabelError(f"{path} is not UTF-8 text ({exc}); save it as UTF-8 CSV.") from exc
+    except csv.Error as exc:
+        raise LabelError(f"{path} line {line}: {exc}; save it again as a CSV file.") from exc
     except OSError as exc:
         raise LabelError(f"Cannot read {path}: {exc.strerror or exc}.") from exc
-    first = text.splitlines()[0] if text.strip() else ""
-    delimiter = max((",", ";", "\t"), key=first.count) if first else ","
-    reader = csv.DictReader(text.splitlines(), delimiter=delimiter)
-    header = [h.strip() for h in (reader.fieldnames or [])]
-    if not header:
-        raise LabelError(f"{path} is empty; it needs a header line and one row per image.")
-    reader.fieldnames = header
-    rows = [{k: (v or "").strip() for k, v in row.items() if k is not None} for row in reader]
+    return header, rows, lines
+
+
+def _cell(value: str) -> str:
+    return value.replace("\r\n", "\n").replace("\r", "\n").strip()
+
+
+def read_csv_rows(path: str | os.PathLike) -> tuple[list[str], list[dict[str, str]]]:
+    """Header and rows of a small CSV (see :func:`read_csv_table`)."""
+    header, rows, _ = read_csv_table(path)
     return header, rows
 
 
-def _label_catalogue(root: Path, catalogue: Path, rels: list[str]) -> tuple[list[Reference], list[tuple[str, str]]]:
-    header, rows = read_csv_rows(catalogue)
+def _label_catalogue(
+    root: Path, catalogue: Path, rels: list[str], unusable: Iterable[str] = ()
+) -> tuple[list[Reference], list[tuple[str, str]]]:
+    """References listed in ``catalogue``; ``unusable``: files already ignored (not reported again)."""
+    header, rows, lines = read_csv_table(catalogue)
     file_col = find_column(header, CATALOGUE_FILE_COLUMNS)
     inst_col = find_column(header, CATALOGUE_INSTANCE_COLUMNS)
     if file_col is None or inst_col is None:
@@ -322,25 +434,29 @@ def _label_catalogue(root: Path, catalogue: Path, rels: list[str]) -> tuple[list
     except ValueError:  # other drive on Windows
         cat_prefix = None
 
-    def resolve(entry: str) -> str | None:
+    def candidates(entry: str) -> list[str]:
         e = normalize_relpath(entry)
-        if e in by_rel:
-            return e
-        if cat_prefix is not None:
-            joined = normalize_relpath(posixpath.join(cat_prefix, e))
-            if joined in by_rel:
-                return joined
-        same_name = by_name.get(PurePosixPath(e).name, [])
+        joined = [normalize_relpath(posixpath.join(cat_prefix, e))] if cat_prefix is not None else []
+        return [e, *joined]
+
+    def resolve(entry: str) -> str | None:
+        for c in candidates(entry):
+            if c in by_rel:
+                return c
+        same_name = by_name.get(PurePosixPath(normalize_relpath(entry)).name, [])
         return same_name[0] if len(same_name) == 1 else None
 
+    already = set(unusable)
     entries: dict[str, tuple[str, dict[str, str]]] = {}
     ignored: list[tuple[str, str]] = []
-    for line, row in enumerate(rows, start=2):
+    for line, row in zip(lines, rows):
         entry = row.get(file_col, "")
         if not entry:
             continue
         rel = resolve(entry)
         if rel is None:
+            if any(c in already for c in candidates(entry)):
+                continue  # an unusable file (e.g. a broken link), already reported with its reason
             if (root / entry).is_file() or (catalogue.parent / entry).is_file():
                 continue  # on disk but not among the files to label (a subset was asked for)
             reason = f"listed in {catalogue.name} but no such image in the collection"
@@ -387,13 +503,16 @@ def label_collection(
     if rule not in RULES:
         raise LabelError(f"Unknown labelling rule {rule!r}; choose one of {', '.join(RULES)}.")
     root = Path(root)
-    rels = _collection_files(root, files)
+    rels, unusable = _collection_files(root, files)
     if not rels:
+        example = (f" ({len(unusable):,} unusable file{'s' if len(unusable) != 1 else ''}, e.g. "
+                   f"{unusable[0][0]}: {unusable[0][1]})" if unusable else "")
         raise LabelError(
-            f"No images found in {root} (outside query folders). Choose the folder of reference photos "
-            f"({', '.join(sorted(SUPPORTED_EXTENSIONS))})."
+            f"No images found in {root} (outside query folders){example}. Choose the folder of reference "
+            f"photos ({', '.join(sorted(SUPPORTED_EXTENSIONS))})."
         )
-    ignored = [(p, HIDDEN_REASON) for p in rels if is_hidden_path(p)]
+    unusable_paths = [p for p, _ in unusable]
+    ignored = list(unusable) + [(p, HIDDEN_REASON) for p in rels if is_hidden_path(p)]
     rels = [p for p in rels if not is_hidden_path(p)]
 
     cat_path = Path(catalogue) if catalogue is not None else None
@@ -405,7 +524,7 @@ def label_collection(
         else:
             cat_path = find_catalogue(root)
             if cat_path is not None:
-                refs, more = _label_catalogue(root, cat_path, rels)
+                refs, more = _label_catalogue(root, cat_path, rels, unusable_paths)
                 if refs:
                     log.info("labelling %s: using catalogue %s", root, cat_path)
                     return _labelling("catalogue", refs, ignored + more)
@@ -419,7 +538,7 @@ def label_collection(
         if cat_path is None or not cat_path.is_file():
             where = cat_path or f"{root / 'catalogue.csv'} or {root.parent / 'catalogue.csv'}"
             raise LabelError(f"Catalogue not found: {where}. Choose a CSV file with file,instance columns.")
-        refs, more = _label_catalogue(root, cat_path, rels)
+        refs, more = _label_catalogue(root, cat_path, rels, unusable_paths)
         ignored.extend(more)
     else:
         pattern = compile_regex(regex) if rule == "regex" else None

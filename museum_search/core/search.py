@@ -8,11 +8,12 @@ their own (still higher = better).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from .index import Index
+from .ranking import ranking  # noqa: F401 (the one ranking function, re-exported)
 
 
 @dataclass
@@ -57,37 +58,13 @@ def whole_image(query_descriptors: np.ndarray) -> np.ndarray:
 
 
 def top_k(scores: np.ndarray, k: int, labels: np.ndarray | None = None, per_instance: bool = False) -> list[np.ndarray]:
-    """Row indices of the best ``k`` references of each query, best first.
+    """Row indices of the best ``k`` references of each query, best first (:func:`ranking`).
 
-    Ties are broken by row index (lower first) so results are deterministic. With
-    ``per_instance``, only the best-scoring reference of each instance is kept (``labels`` needed).
+    With ``per_instance``, only the best-scoring reference of each instance is kept (``labels`` needed).
     """
-    scores = np.atleast_2d(scores)
-    g = scores.shape[1]
-    k = max(0, min(int(k), g))
-    out: list[np.ndarray] = []
-    if k == 0:
-        return [np.empty(0, np.int64) for _ in range(len(scores))]
-    if not per_instance:
-        for row in scores:
-            if k < g:
-                v = -np.partition(-row, k - 1)[k - 1]  # the k-th best score
-                above = np.flatnonzero(row > v)
-                # among references tied at the boundary, the lowest rows win
-                cand = np.concatenate([above, np.flatnonzero(row == v)[: k - len(above)]])
-                cand.sort()
-            else:
-                cand = np.arange(g)
-            out.append(cand[np.argsort(-row[cand], kind="stable")])
-        return out
-    if labels is None:
+    if per_instance and labels is None:
         raise ValueError("per-instance results need the labels of the references")
-    for row in scores:
-        order = np.argsort(-row, kind="stable")
-        _, first = np.unique(labels[order], return_index=True)
-        best = order[np.sort(first)]
-        out.append(best[:k])
-    return out
+    return [ranking(row, k, labels if per_instance else None) for row in np.atleast_2d(scores)]
 
 
 def results_for(index: Index, rows: np.ndarray, scores: np.ndarray) -> list[Result]:
@@ -115,13 +92,4 @@ def search(
 
 def full_ranking(scores: np.ndarray) -> np.ndarray:
     """(Q, G) row indices of every reference, best first, ties by row (for evaluation)."""
-    scores = np.atleast_2d(scores)
-    return np.argsort(-scores, axis=1, kind="stable")
-
-
-def in_collection(results: Sequence[Result], threshold: float | None) -> bool:
-    """Open-set verdict: False when the best score is below ``threshold`` (None: always True)."""
-    if not results:
-        return False
-    return threshold is None or results[0].score >= threshold
-
+    return ranking(np.atleast_2d(scores))

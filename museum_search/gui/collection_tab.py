@@ -6,17 +6,27 @@ All long work runs through :mod:`museum_search.gui.workers` on core generators
 a missing-weights error is reported like any other (a dialog, no traceback). Cancelling stops the
 generator before it saves: the index on disk is replaced atomically only at the very end, so the
 previous index stays as it was.
+
+Where the index goes: a new collection gets a new folder of its own,
+``core.index.default_index_folder`` (``<collection>-index`` beside it), never the folder of the
+index that happens to be open. The field under *Index* says what is in the folder chosen (new,
+empty, this collection's index, another collection's index, or a folder that cannot be used),
+*Build* refuses what ``core.index.check_output_folder`` refuses and asks before replacing the index
+of another collection. The core takes the index's writer lock before any work, so a second writer
+gets a clear message instead of a half-written index.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
+    QAbstractButton,
     QComboBox,
     QFileDialog,
     QFormLayout,
@@ -25,6 +35,7 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QLineEdit,
+    QMessageBox,
     QProgressBar,
     QPushButton,
     QSizePolicy,
@@ -47,15 +58,20 @@ from ..core.backbones import (
     BackboneConfig,
     build_extractor,
 )
-from ..core.errors import MuseumSearchError
+from ..core.errors import MuseumSearchError, OutputFolderError
 from ..core.extract import ExtractProgress
 from ..core.index import (
     MANIFEST,
     BuildReport,
     Index,
     LabellingSpec,
+    _indexed_collection,
     build_index,
+    check_output_folder,
+    default_index_folder,
+    is_index_folder,
     update_index,
+    writer_lock,
 )
 from ..core.labels import RULES, describe, find_catalogue, label_collection
 from . import workers
@@ -84,14 +100,98 @@ INDEX_DIR_NAME = "indexes"
 SAMPLE_INDEX_NAME = "sample"
 
 
-def default_index_dir(collection: str | Path) -> Path:
-    """``<user data>/indexes/<collection folder name>``."""
-    name = Path(collection).resolve().name or "collection"
-    return paths.data_dir() / INDEX_DIR_NAME / name
-
-
 def sample_index_dir() -> Path:
+    """``<user data>/indexes/sample``: the index of the bundled sample collection (our own folder)."""
     return paths.data_dir() / INDEX_DIR_NAME / SAMPLE_INDEX_NAME
+
+
+def index_collection(folder: str | Path) -> Path | None:
+    """The (resolved) collection folder of the index in ``folder``, or None if it cannot be read.
+
+    The manifest's recorded root first (cheap, works for an index of an older format too); when
+    that folder is gone, the root ``Index.load`` finds (an index moved along with its collection).
+    """
+    folder = Path(folder)
+    root = _indexed_collection(folder)
+    if root is not None and root.is_dir():
+        return root
+    try:
+        return Index.load(folder, verify=False).root.resolve()
+    except (MuseumSearchError, OSError):
+        return root
+
+
+def _same_folder(a: str | Path | None, b: str | Path | None) -> bool:
+    if a is None or b is None:
+        return False
+    try:
+        return Path(a).resolve() == Path(b).resolve()
+    except (OSError, RuntimeError):
+        return False
+
+
+@dataclass(frozen=True)
+class FolderCheck:
+    """What building into an index folder would do (no Qt; computed from the file system).
+
+    ``kind`` is one of ``none`` (no folder given), ``new`` (will be created), ``empty``, ``same``
+    (an index of this collection: replaced by Build), ``other`` (an index of another collection, or
+    one whose collection cannot be read: Build asks first), ``index`` (an index, no collection
+    chosen) and ``refused`` (``check_output_folder`` refuses it; ``message`` says what to do).
+    """
+
+    kind: str
+    message: str
+    owner: Path | None = None
+
+
+def check_index_folder(out: str | Path | None, collection: str | Path | None) -> FolderCheck:
+    if out is None or not str(out).strip():
+        return FolderCheck("none", "Choose where the index is saved.")
+    out = Path(str(out).strip())
+    coll = Path(str(collection).strip()) if collection is not None and str(collection).strip() else None
+    try:
+        check_output_folder(out, coll)
+    except OutputFolderError as exc:
+        return FolderCheck("refused", _sentence(str(exc)))
+    except OSError as exc:
+        return FolderCheck("refused", f"The folder {out} cannot be used ({exc.strerror or exc}).")
+    if not out.exists():
+        return FolderCheck("new", "A new folder will be created for the index.")
+    if not is_index_folder(out):
+        return FolderCheck("empty", "Empty folder: the index will be saved in it.")
+    owner = index_collection(out)
+    if coll is None:
+        return FolderCheck("index", f"Holds the index of {owner}." if owner else "Holds an index.", owner)
+    if owner is not None and _same_folder(owner, coll):
+        return FolderCheck("same", "Holds the index of this collection: Build replaces it, Update adds "
+                                   "new and changed photos.", owner)
+    if owner is None:
+        return FolderCheck("other", "Holds an index whose collection cannot be read: Build would replace it.")
+    return FolderCheck("other", f"Holds the index of another collection ({owner}): Build would replace it.", owner)
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:] + ("" if text.endswith((".", "!", "?")) else ".")
+
+
+def _new_folder_inside(parent: Path, collection: Path) -> Path | None:
+    """``<parent>/<collection name>-index`` (``-2``, ``-3``...): a new folder inside a folder the user
+    chose that cannot hold the index itself (e.g. their "Indexes" folder, already full of others)."""
+    name = f"{collection.resolve().name or 'collection'}-index"
+    for n in range(1, 100):
+        cand = parent / (name if n == 1 else f"{name}-{n}")
+        check = check_index_folder(cand, collection)
+        if check.kind in ("new", "empty", "same"):
+            return cand
+    return None
+
+
+def _nearest_existing(path: Path) -> Path:
+    for p in (path, *path.parents):
+        if p.is_dir():
+            return p
+    return Path.home()
 
 
 def format_duration(seconds: float | None) -> str:
@@ -115,11 +215,18 @@ def _manifest_stamp(folder: Path) -> int | None:
 
 
 def _build_job(collection: Path, out: Path, config: BackboneConfig, spec: LabellingSpec, batch_size: int):
-    """Build the extractor (may raise WeightsUnavailableError), then the index."""
-    yield ExtractProgress(0, 0, None, stage=f"loading {config.name}")
-    extractor = build_extractor(config)
-    yield ExtractProgress(0, 0, None, stage="listing and labelling the images")
-    report = yield from build_index(collection, out, config, spec, extractor=extractor, batch_size=batch_size)
+    """Take the index's writer lock (checks the folder; IndexLockedError / OutputFolderError before any
+    work), build the extractor (may raise WeightsUnavailableError), then the index.
+
+    The lock is re-entrant in this worker thread, so ``build_index`` takes it again without waiting;
+    holding it from the start means a second writer is reported at once, not after the network loads.
+    """
+    yield ExtractProgress(0, 0, None, stage="checking the index folder")
+    with writer_lock(out, collection=collection):
+        yield ExtractProgress(0, 0, None, stage=f"loading {config.name}")
+        extractor = build_extractor(config)
+        yield ExtractProgress(0, 0, None, stage="listing and labelling the images")
+        report = yield from build_index(collection, out, config, spec, extractor=extractor, batch_size=batch_size)
     return report
 
 
@@ -147,10 +254,12 @@ class CollectionTab(QWidget):
         self._stamp_before: int | None = None
         self._label_job: workers.Job | None = None
         self._label_token = 0
-        self._index_dir_auto = True  # the index folder follows the collection until edited by hand
+        self._folder_check = FolderCheck("none", "")
+        self._replace_box: QMessageBox | None = None
         self._filling = False
         self._succeeded = False
         self._last_progress: ExtractProgress | None = None
+        self._described: ExtractProgress | None = None  # the last progress of the describing stage
         self._last_collection: Path | None = None
         self._build_ui()
         self.state.index_changed.connect(self._index_changed)
@@ -244,17 +353,26 @@ class CollectionTab(QWidget):
         # index group
         self.index_edit = QLineEdit()
         self.index_edit.setObjectName("indexFolder")
-        self.index_edit.setPlaceholderText("Where the index is saved")
-        self.index_edit.textEdited.connect(self._index_dir_edited)
+        self.index_edit.setPlaceholderText("Where the index is saved (a new folder for a new collection)")
         self.index_edit.textChanged.connect(lambda _t: self._update_buttons())
         self.index_edit.textChanged.connect(self.index_edit.setToolTip)
+        self.index_edit.textChanged.connect(lambda _t: self._folder_check_timer.start())
         idx_button = QPushButton("Choose…")
+        idx_button.setObjectName("chooseIndexFolder")
+        idx_button.setToolTip("Choose or create the folder the index is saved in")
         idx_button.clicked.connect(self._choose_index_dir)
         self.index_button = idx_button
+        self.index_hint = QLabel("")
+        self.index_hint.setObjectName("indexFolderHint")
+        self.index_hint.setWordWrap(True)
+        self.index_hint.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        # typing: look at the folder once the user pauses (a network folder may be slow to list)
+        self._folder_check_timer = QTimer(self, singleShot=True, interval=250)
+        self._folder_check_timer.timeout.connect(self._refresh_folder_check)
         self.build_button = QPushButton("Build index")
         self.build_button.setObjectName("buildButton")
         self.build_button.setToolTip("Describe every labelled photo of the collection and save the index")
-        self.build_button.clicked.connect(self.start_build)
+        self.build_button.clicked.connect(lambda _checked=False: self.start_build())
         self.update_button = QPushButton("Update")
         self.update_button.setObjectName("updateButton")
         self.update_button.setToolTip("Describe only new and changed photos, drop deleted ones")
@@ -277,7 +395,12 @@ class CollectionTab(QWidget):
 
         index_box = QGroupBox("Index")
         iform = QVBoxLayout(index_box)
-        iform.addWidget(_row(self.index_edit, idx_button))
+        folder_form = QFormLayout()
+        folder_form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+        folder_form.setContentsMargins(0, 0, 0, 0)
+        folder_form.addRow("Folder:", _row(self.index_edit, idx_button))
+        iform.addLayout(folder_form)
+        iform.addWidget(self.index_hint)
         buttons = QHBoxLayout()
         buttons.addWidget(self.build_button)
         buttons.addWidget(self.update_button)
@@ -348,9 +471,7 @@ class CollectionTab(QWidget):
         self._last_collection = folder
         self.collection_edit.setText(str(folder))
         self.state.settings.set_value("collection/last_dir", str(folder))
-        if self._index_dir_auto or not self.index_edit.text().strip():
-            self.index_edit.setText(str(default_index_dir(folder)))
-            self._index_dir_auto = True
+        self._follow_collection(folder)
         cat = find_catalogue(folder) if folder.is_dir() else None
         self.catalogue_edit.setText(str(cat) if cat else "")
         # a new folder: let "auto" find its layout again (without a second detection run)
@@ -374,26 +495,45 @@ class CollectionTab(QWidget):
                                f"The sample collection is not installed (expected in {root}). "
                                "Reinstall museum-search or open a collection of your own.")
             return
-        out = sample_index_dir()
+        out = self._sample_index_folder(collection)
+        why = "is being indexed for the first time"
         if (out / MANIFEST).is_file():
             try:
                 index = Index.load(out)
             except MuseumSearchError as exc:
+                # An index of an older format (or a damaged one): this is our own folder, so it is
+                # rebuilt in place, never reported as an error the user has to deal with.
                 log.warning("sample index at %s is unusable (%s); rebuilding it", out, exc)
+                why = "was indexed by an older version of museum-search (or is damaged); it is indexed again"
             else:
-                self.state.set_index(index)
-                self.status_label.setText(f"Sample collection: {len(index)} references.")
-                return
+                if _same_folder(index.root, collection):
+                    self.state.set_index(index)
+                    self.status_label.setText(f"Sample collection: {len(index)} references.")
+                    return
+                log.warning("sample index at %s is of %s, not %s; rebuilding it", out, index.root, collection)
+                why = "was indexed from another installation; it is indexed again"
         self.set_collection(collection, detect=False)
         self._set_combo(self.rule_combo, "catalogue")
         self.catalogue_edit.setText(str(catalogue))
         self._set_combo(self.backbone_combo, DEFAULT_BACKBONE)
         self._set_combo(self.head_combo, DEFAULT_HEAD)
         self.size_spin.setValue(DEFAULT_SIZE)
-        self.index_edit.setText(str(out))
-        self._index_dir_auto = False
+        self._set_index_dir(out)
         self._detect_labels()
-        self.start_build()
+        # our own per-user folder: replacing whatever index is there needs no question
+        if self.start_build(own_folder=True):
+            self.status_label.setText(f"The sample collection {why} in {out}…")
+
+    @staticmethod
+    def _sample_index_folder(collection: Path) -> Path:
+        """The per-user sample index folder; ``sample-2``... only if someone put other files in it
+        (never touched: they are not ours)."""
+        base = sample_index_dir()
+        for n in range(1, 100):
+            cand = base if n == 1 else base.with_name(f"{base.name}-{n}")
+            if check_index_folder(cand, collection).kind != "refused":
+                return cand
+        return base  # Build will then say what is wrong with it
 
     def config(self) -> BackboneConfig:
         return BackboneConfig(self.backbone_combo.currentData(), self.head_combo.currentData(), self.size_spin.value())
@@ -414,32 +554,90 @@ class CollectionTab(QWidget):
         regex = (self.regex_edit.text() or None) if rule == "regex" else None
         return LabellingSpec(rule, catalogue, regex)
 
-    def start_build(self) -> None:
-        """Build the index of the chosen collection into the index folder (in the background)."""
-        if self.running:
-            return
+    def start_build(self, own_folder: bool = False) -> bool:
+        """Build the index of the chosen collection into the index folder (in the background).
+
+        Refuses a folder ``check_output_folder`` refuses (nothing is written), and asks before
+        replacing the index of another collection (unless ``own_folder``: the sample's per-user
+        folder). Returns True when the build started.
+        """
+        if self.running or self._replace_box is not None:
+            return False
         collection = Path(self.collection_edit.text().strip())
         out_text = self.index_edit.text().strip()
         if not self.collection_edit.text().strip() or not collection.is_dir():
             workers.show_error(self, "Cannot build the index",
                                f"Collection folder not found: {collection}. Choose a folder of photos.")
-            return
+            return False
         if not out_text:
             workers.show_error(self, "Cannot build the index", "Choose a folder for the index.")
-            return
-        out = Path(out_text)
-        if out.exists() and not (out / MANIFEST).is_file() and (not out.is_dir() or any(out.iterdir())):
-            workers.show_error(
-                self, "Cannot build the index",
-                f"{out} is not empty and is not an index: choose an empty folder (or an existing index "
-                "to replace) so that none of your files get mixed with index files.")
-            return
+            return False
         spec = self.labelling_spec()
         if spec.rule == "regex" and not spec.regex:
             workers.show_error(self, "Cannot build the index",
                                r"Enter a regular expression with a group named 'instance', e.g. obj(?P<instance>\d+)__")
-            return
+            return False
+        out = Path(out_text)
+        check = check_index_folder(out, collection)
+        self._refresh_folder_check(check)
+        if check.kind == "refused":
+            self._refuse(check.message)
+            return False
+        if check.kind == "other" and not own_folder:
+            self._ask_replace(collection, out, check)
+            return False
         self._start(_build_job(collection, out, self.config(), spec, self.batch_size), "build", out)
+        return True
+
+    def _refuse(self, message: str) -> None:
+        self.status_label.setText(f"Cannot build the index: {message}")
+        self.state.status.emit("Cannot build the index.")
+        workers.show_error(self, "Cannot build the index", message)
+
+    def _ask_replace(self, collection: Path, out: Path, check: FolderCheck) -> None:
+        """The folder holds the index of another collection: ask, offering a new folder first.
+
+        Asked rather than refused: a technician may keep one fixed index folder on purpose (a kiosk
+        set up to open it) and really mean to replace it, e.g. after moving the photos. But the
+        default button, and Esc, never replace anything: *Build in a new folder* (the default
+        folder of this collection, never another collection's index) or *Cancel*.
+        """
+        try:
+            new = default_index_folder(collection)
+        except (OutputFolderError, OSError):
+            new = None
+        other = f"the collection {check.owner}" if check.owner else "a collection that cannot be read"
+        box = QMessageBox(QMessageBox.Icon.Warning, "Replace the index of another collection?",
+                          f"Replace the index of {other}?", QMessageBox.StandardButton.NoButton, self)
+        box.setObjectName("replaceIndexDialog")
+        box.setInformativeText(
+            f"The folder {out} holds the index of {other}. Building the index of {collection} there "
+            "replaces it: that collection could no longer be searched until it is indexed again."
+            + (f"\n\nBuild in a new folder instead: {new}" if new else ""))
+        new_button = box.addButton("Build in a new folder", QMessageBox.ButtonRole.AcceptRole) if new else None
+        replace_button = box.addButton("Replace that index", QMessageBox.ButtonRole.DestructiveRole)
+        cancel_button = box.addButton(QMessageBox.StandardButton.Cancel)
+        box.setDefaultButton(new_button or cancel_button)
+        box.setEscapeButton(cancel_button)
+        box.new_folder_button, box.replace_button = new_button, replace_button  # for tests and automation
+
+        def answered(_result: int) -> None:
+            clicked: QAbstractButton | None = box.clickedButton()
+            self._replace_box = None
+            box.deleteLater()
+            if clicked is None or clicked is cancel_button:
+                self.status_label.setText(f"Nothing was built: {out} still holds the index of {other}.")
+            elif clicked is new_button and new is not None:
+                self._set_index_dir(new)
+                self.start_build()
+            elif clicked is replace_button and not self.running:
+                self._start(_build_job(collection, out, self.config(), self.labelling_spec(), self.batch_size),
+                            "build", out)
+
+        box.finished.connect(answered)
+        self._replace_box = box
+        self.status_label.setText(f"{out} holds the index of {other}: replace it or build in a new folder?")
+        box.open()
 
     def start_update(self) -> None:
         """Update the index in the index folder: new and changed files in, deleted files out."""
@@ -448,6 +646,14 @@ class CollectionTab(QWidget):
         out = Path(self.index_edit.text().strip())
         if not (out / MANIFEST).is_file():
             workers.show_error(self, "Cannot update the index", f"There is no index in {out}; build one first.")
+            return
+        check = check_index_folder(out, self.collection_edit.text())
+        self._refresh_folder_check(check)
+        if check.kind == "other":
+            workers.show_error(self, "Cannot update the index",
+                               f"{out} holds the index of another collection ({check.owner or 'unknown'}), not "
+                               f"of {self.collection_edit.text().strip()}. To update that index, open it "
+                               "(File → Open index…); to index this collection, use Build.")
             return
         self._start(_update_job(out, self.batch_size), "update", out)
 
@@ -472,6 +678,7 @@ class CollectionTab(QWidget):
         self._job_out = out
         self._stamp_before = _manifest_stamp(out)
         self._last_progress = None
+        self._described = None
         self.progress_bar.setRange(0, 0)  # busy until the first file is done
         self.progress_label.setText("Starting…")
         verb = "Building" if kind == "build" else "Updating"
@@ -506,6 +713,10 @@ class CollectionTab(QWidget):
         self.progress_bar.setValue(p.done)
         current = self._relative(p.current) if p.current else ""
         text = f"{p.done:,} / {p.total:,} — ETA {format_duration(p.eta)}"
+        if p.stage == "describing":
+            self._described = p
+        elif p.stage:  # later stages (local features, calibration) have their own count
+            text = f"{p.stage[:1].upper()}{p.stage[1:]}: {text}"
         if current:
             text += f" — {current}"
         self.progress_label.setText(text)
@@ -553,7 +764,9 @@ class CollectionTab(QWidget):
                 self.status_label.setText(msg)
                 self.state.status.emit(msg)
         elif not succeeded:
+            self.progress_bar.setValue(0)
             self.progress_label.setText("")
+        self._refresh_folder_check()
         self._update_buttons()
         self.job_done.emit(succeeded)
 
@@ -563,7 +776,7 @@ class CollectionTab(QWidget):
         self._fill_skipped(rows)
         n = self.progress_bar.maximum()
         self.progress_bar.setValue(n)
-        p = self._last_progress
+        p = self._described
         if p is not None and p.total > 0:
             self.progress_label.setText(f"{p.done:,} / {p.total:,} described in {format_duration(p.elapsed)}")
         elif report.added == 0:
@@ -640,9 +853,6 @@ class CollectionTab(QWidget):
         self.size_spin.setToolTip("The logits head always uses 224×224 images" if logits
                                   else "Longest side of the images given to the network")
 
-    def _index_dir_edited(self, _text: str) -> None:
-        self._index_dir_auto = False
-
     def _choose_catalogue(self) -> None:
         start = self.catalogue_edit.text() or self.collection_edit.text()
         path, _ = QFileDialog.getOpenFileName(self, "Choose the catalogue", start, "CSV files (*.csv *.txt);;All files (*)")
@@ -654,15 +864,72 @@ class CollectionTab(QWidget):
                 self._labelling_inputs_changed()
 
     def _choose_index_dir(self) -> None:
-        start = self.index_edit.text() or str(paths.data_dir() / INDEX_DIR_NAME)
-        folder = QFileDialog.getExistingDirectory(self, "Choose the index folder", start)
-        if folder:
-            self.index_edit.setText(folder)
-            self._index_dir_auto = False
+        """Choose (or create, with the dialog's New Folder button) where the index is saved.
+
+        A folder that cannot hold the index itself but may hold folders (a non-empty folder such as
+        "Indexes", or the folder that contains the collection) gets a new sub-folder named after
+        the collection: that is what "save it there" means to most people.
+        """
+        text = self.index_edit.text().strip()
+        collection_text = self.collection_edit.text().strip()
+        collection = Path(collection_text) if collection_text else None
+        if text:
+            start = _nearest_existing(Path(text))
+        elif collection is not None:
+            start = _nearest_existing(collection.parent)
+        else:
+            start = Path.home()
+        folder = QFileDialog.getExistingDirectory(self, "Choose or create the folder for the index", str(start))
+        if not folder:
+            return
+        chosen = Path(folder)
+        check = check_index_folder(chosen, collection)
+        if (check.kind == "refused" and collection is not None and chosen.is_dir()
+                and not _same_folder(chosen, collection) and not is_index_folder(chosen)):
+            inside = _new_folder_inside(chosen, collection)
+            if inside is not None:
+                self._set_index_dir(inside)
+                self.status_label.setText(f"{chosen} already holds other files: the index goes in a new "
+                                          f"folder inside it, {inside.name}.")
+                return
+        self._set_index_dir(chosen)
+
+    def _set_index_dir(self, folder: str | Path) -> None:
+        self.index_edit.setText(str(folder))
+        self._refresh_folder_check()
+
+    def _follow_collection(self, collection: Path) -> None:
+        """A collection was chosen: the index goes to its own folder. The field keeps its folder
+        only if that holds the index of this very collection (e.g. the open one); otherwise it is
+        set to ``default_index_folder`` -- never left on the open index of another collection."""
+        text = self.index_edit.text().strip()
+        if text and check_index_folder(text, collection).kind == "same":
+            self._refresh_folder_check()
+            return
+        try:
+            default = default_index_folder(collection)
+        except (OutputFolderError, OSError) as exc:
+            self.index_edit.clear()
+            self._refresh_folder_check(FolderCheck("refused", _sentence(str(exc))))
+            return
+        self._set_index_dir(default)
+
+    def _refresh_folder_check(self, check: FolderCheck | None = None) -> None:
+        """Say under the field what Build would do with the folder."""
+        self._folder_check_timer.stop()
+        if check is None:
+            check = check_index_folder(self.index_edit.text(), self.collection_edit.text())
+        self._folder_check = check
+        colour = {"refused": "#b00020", "other": "#a15c00"}.get(check.kind, "")
+        self.index_hint.setStyleSheet(f"color: {colour};" if colour else "")
+        prefix = "⚠ " if check.kind in ("refused", "other") else ""
+        self.index_hint.setText(prefix + check.message if check.message else "")
+        self._update_buttons()
 
     def _update_buttons(self) -> None:
         running = self._job is not None
         has_index = bool(self.index_edit.text().strip()) and (Path(self.index_edit.text().strip()) / MANIFEST).is_file()
+        has_index = has_index and self._folder_check.kind != "other"  # Update works on this collection's index
         self.build_button.setEnabled(not running)
         self.update_button.setEnabled(not running and has_index)
         self.cancel_button.setEnabled(running)
@@ -704,13 +971,13 @@ class CollectionTab(QWidget):
                 self.size_spin.setValue(index.meta.size)
             if index.path is not None:
                 self.index_edit.setText(str(index.path))
-                self._index_dir_auto = False
             self.detected_label.setStyleSheet("")
             self.detected_label.setText(
                 f"Index: {len(index):,} references of {len(index.instances):,} instances "
                 f"({index.meta.describe()})")
         finally:
             self._filling = False
+        self._refresh_folder_check()
         self._update_buttons()
 
     # ---- skipped files -----------------------------------------------------------------------

@@ -4,12 +4,15 @@ A visitor holds an object (a postcard, a catalogue page, the painting itself) in
 camera. Recognition starts when the picture has been steady for ``steady_seconds``, or at once
 when the visitor touches (clicks) the screen or presses Space/Enter. The answer is a large card
 with the reference photo of the matched object and its catalogue entry (title, artist, year,
-description, confidence), or a friendly "not in this collection" card when the best cosine score
-is below ``settings.threshold``. The card goes away after ``result_seconds`` or on a touch.
+description, the evidence), or a friendly "not in this collection" card exactly when the query
+pipeline's answer says so (:attr:`museum_search.core.query.Answer.in_collection`: verified and
+calibrated per index, the same answer as the Search tab and ``museum-search query``). The card
+goes away after ``result_seconds`` or on a touch.
 
 Everything slow runs off the GUI thread through :func:`museum_search.gui.workers.start`: the
-descriptor extractor is built once at start-up ("Getting ready…"), then each recognition
-describes one frame, scores it against the index and loads the matched reference photo.
+query pipeline (and its descriptor model) is built once at start-up ("Getting ready…"), then each
+recognition answers one frame (:func:`query_from_array`, :meth:`QueryPipeline.answer`) and loads
+the matched reference photo.
 
 Auto-triggering rules (so the kiosk does not chatter):
 
@@ -31,31 +34,14 @@ from dataclasses import dataclass
 
 import cv2
 import numpy as np
-from PySide6.QtCore import (
-    QElapsedTimer,
-    QEvent,
-    QKeyCombination,
-    QRectF,
-    QSize,
-    Qt,
-    QTimer,
-    Signal,
-)
+from PySide6.QtCore import QElapsedTimer, QEvent, QKeyCombination, QRectF, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QKeySequence, QPainter, QPalette
-from PySide6.QtWidgets import (
-    QHBoxLayout,
-    QLabel,
-    QSizePolicy,
-    QStackedLayout,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QStackedLayout, QVBoxLayout, QWidget
 
 from ..core.capture import STEADY_THRESHOLD, CameraSource, OpenCVCamera, is_steady
-from ..core.errors import ImageError, MuseumSearchError
+from ..core.errors import ImageError
 from ..core.images import load_image
-from ..core.extract import describe_query_image
-from ..core.search import Result, in_collection, score_matrix, search
+from ..core.query import Answer, QueryPipeline, QuerySettings, Result, query_from_array
 from . import workers
 from .state import Settings
 from .widgets.camera_view import CameraView, ImageView
@@ -88,43 +74,34 @@ _GOOD = "#7fd39b"
 
 @dataclass
 class _Recognition:
-    results: list[Result]
-    found: bool
+    answer: Answer  # the query pipeline's answer about the frame
     photo: np.ndarray | None  # the matched reference (None when not found or unreadable)
     frame: np.ndarray  # what the camera saw
-    threshold: float
     seconds: float
     photo_error: str | None = None
 
+    @property
+    def found(self) -> bool:
+        return self.answer.in_collection
 
-def _recognize(extractor, index, frame: np.ndarray, threshold: float, k: int) -> _Recognition:
-    """Describe ``frame``, rank the references (one per instance), load the matched photo.
+    @property
+    def results(self) -> list[Result]:
+        return self.answer.results
 
-    Runs on a worker thread; a plain function because every step is one call.
-    """
+
+def _recognize(pipeline: QueryPipeline, frame: np.ndarray) -> _Recognition:
+    """Answer ``frame`` and load the matched photo; on a worker thread (one call per step)."""
     t0 = time.perf_counter()
-    try:
-        descriptor = describe_query_image(frame, extractor)  # (R, D): best of the query regions
-    except RuntimeError as exc:  # from torch: say what failed
-        raise MuseumSearchError(f"the camera picture could not be described ({exc})") from exc
-    scores = score_matrix(index, descriptor[None])
-    results = search(index, descriptor[None], k=max(1, k), per_instance=True, scores=scores)[0]
-    found = in_collection(results, threshold)
+    (answer,) = pipeline.answer([query_from_array(frame, "camera")])
     photo, photo_error = None, None
-    if found:
+    if answer.in_collection:
         try:
-            photo = load_image(results[0].abspath, max_side=PHOTO_SIDE)
+            photo = load_image(answer.top.abspath, max_side=PHOTO_SIDE)
         except ImageError as exc:
             photo_error = exc.reason
         except OSError as exc:
             photo_error = str(exc)
-    return _Recognition(results, found, photo, frame, threshold, time.perf_counter() - t0, photo_error)
-
-
-def _load_extractor(meta):
-    from ..core.backbones import extractor_for_meta
-
-    return extractor_for_meta(meta)
+    return _Recognition(answer, photo, frame, time.perf_counter() - t0, photo_error)
 
 
 def _meta(result: Result, key: str) -> str:
@@ -372,8 +349,7 @@ class DemoWindow(QWidget):
         self._apply_palette()
 
         self._mode = "starting"
-        self._extractor = None
-        self._extractor_error: str | None = None
+        self._pipeline: QueryPipeline | None = None
         self._camera_error: str | None = None
         self._load_job: workers.Job | None = None
         self._job: workers.Job | None = None
@@ -416,7 +392,7 @@ class DemoWindow(QWidget):
         self._result_timer.timeout.connect(self.back_to_live)
         self._restyle()
         self._set_mode("starting")
-        self._load_extractor()
+        self._load_pipeline()
 
     # ---- public API ----------------------------------------------------------------------
     @property
@@ -438,6 +414,11 @@ class DemoWindow(QWidget):
             log.warning("ignoring the invalid demo exit keys %r (Esc leaves the demo)", text)
             return None
         return seq
+
+    @property
+    def last_answer(self) -> Answer | None:
+        """The query pipeline's answer about the last recognized frame."""
+        return self.last_recognition.answer if self.last_recognition is not None else None
 
     def recognize(self) -> bool:
         """Recognize the newest camera frame now (as a touch does). False when not possible."""
@@ -499,20 +480,18 @@ class DemoWindow(QWidget):
         return "\n".join(t for t in (page.headline.text(), page.detail.text()) if t)
 
     # ---- start-up ------------------------------------------------------------------------
-    def _load_extractor(self) -> None:
-        meta = self.index.meta
-        self._extractor_error = None
+    def _load_pipeline(self) -> None:
+        index, settings = self.index, QuerySettings(k=max(1, int(self.settings.top_k)), per_instance=True)
 
-        def done(extractor) -> None:
-            self._extractor = extractor
+        def done(pipeline: QueryPipeline) -> None:
+            self._pipeline = pipeline
             if self._mode == "starting":
                 self._set_mode("live")
 
         def failed(exc: BaseException) -> None:
-            self._extractor_error = workers.error_message(exc)
-            self._show_error("The demo cannot start", self._extractor_error)
+            self._show_error("The demo cannot start", workers.error_message(exc))
 
-        self._load_job = workers.start(lambda: _load_extractor(meta), on_result=done, on_error=failed)
+        self._load_job = workers.start(lambda: QueryPipeline(index, settings), on_result=done, on_error=failed)
 
     def _start_camera(self) -> None:
         self._started_camera = True
@@ -559,17 +538,17 @@ class DemoWindow(QWidget):
 
     def _retry(self) -> None:
         """A touch on the error screen: start again whatever is not working."""
-        if self._extractor is None and (self._load_job is None or not self._load_job.running):
+        if self._pipeline is None and (self._load_job is None or not self._load_job.running):
             self._set_mode("starting")
-            self._load_extractor()
-        elif self._extractor is None:
+            self._load_pipeline()
+        elif self._pipeline is None:
             self._set_mode("starting")
         if not self.camera_view.is_running():
             self._start_camera()
             if self._mode == "error":  # the factory failed at once
                 return
         if self._mode == "error":
-            self._set_mode("live" if self._extractor is not None else "starting")
+            self._set_mode("live" if self._pipeline is not None else "starting")
 
     # ---- camera --------------------------------------------------------------------------
     def _camera_failed(self, text: str) -> None:
@@ -604,7 +583,7 @@ class DemoWindow(QWidget):
 
     # ---- recognition ---------------------------------------------------------------------
     def _trigger(self, auto: bool) -> bool:
-        if self._mode != "live" or self._extractor is None or self._closing:
+        if self._mode != "live" or self._pipeline is None or self._closing:
             return False
         if self._job is not None and self._job.running:
             return False
@@ -614,17 +593,14 @@ class DemoWindow(QWidget):
         self._armed = False
         self._trigger_ref = _small(frame)
         self._steady_since = None
-        extractor, index = self._extractor, self.index
-        threshold, k = float(self.settings.threshold), int(self.settings.top_k)
+        pipeline = self._pipeline
         self._set_mode("recognizing")
-        self._job = workers.start(
-            lambda: _recognize(extractor, index, frame, threshold, k),
-            on_result=lambda rec, auto=auto: self._recognized(rec, auto),
-            on_error=self._recognition_failed,
-        )
+        self._job = workers.start(lambda: _recognize(pipeline, frame), on_error=self._recognition_failed,
+                                  on_result=lambda rec, auto=auto: self._recognized(rec, auto))
         return True
 
     def _recognized(self, rec: _Recognition, auto: bool) -> None:
+        self._job = None  # its answer is here: a touch may start the next one before the worker winds down
         if self._closing:
             return
         self.recognitions += 1
@@ -663,8 +639,8 @@ class DemoWindow(QWidget):
         description = _meta(best, "description")
         c.description.setText(description)
         c.description.setVisible(bool(description))
-        pct = round(100 * max(0.0, min(1.0, best.score)))
-        c.confidence.setText(f"Confidence {pct} %")
+        c.confidence.setText(f"Verified: {best.inliers} matching points" if best.inliers is not None
+                             else f"Similarity {round(100 * max(0.0, best.cosine))} % (not verified)")
         c.confidence.setVisible(True)
         if rec.photo is not None:
             c.photo.set_image(rec.photo)

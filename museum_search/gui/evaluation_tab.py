@@ -1,16 +1,23 @@
 """The Evaluation tab: run a labelled query set against an index, watch the metrics, compare runs.
 
+A view over core: the controls make a :class:`~museum_search.core.query.QuerySettings` (re-rankers
+and their parameters, geometric verification, query regions), ``runner.evaluate`` answers every
+query with the query pipeline (the answers and the "in this collection" verdict a visitor gets),
+and the tab shows what comes back.
+
 Left: the index (the open one, or another index folder), the query set (folder + layout, with
-what was detected), the re-rankers and their parameters, Run / Cancel and progress, the list of
-finished runs (checked runs are compared; the selected run fills the plots and the table), the
-export buttons and the ICFRR sweep. Right: live plots (:mod:`.widgets.plots`) above three pages:
-the per-query table with the selected query's top results, the comparison of runs (95 % bootstrap
-intervals, paired one-tailed bootstrap tests against a baseline run) and the sweep plot.
+what was detected), the pipeline settings, Run / Cancel and progress, the list of finished runs
+(checked runs are compared; the selected run fills the plots and the table), the export buttons
+and the ICFRR sweep. Right: live plots (:mod:`.widgets.plots`) above four pages: the per-query
+table with the selected query's top results, the comparison of runs (95 % bootstrap intervals, the
+verdict's figures, paired one-tailed bootstrap tests against a baseline run), the verdict's figures
+against its threshold (``verdict.operating_points``) with its re-calibration from the labelled
+queries (``verdict.recalibrated``, stored in the index), and the sweep plot.
 
 All long work runs through :func:`.workers.start` (one job at a time): an evaluation is
 ``runner.evaluate`` (the extractor is built inside the job), a sweep is
-``core.evaluation.sweep.sweep`` (queries described once). Progress items arrive on the GUI thread;
-the plots only append to buffers there and redraw at 10 Hz.
+``core.evaluation.sweep.sweep`` (queries described once), storing a verdict is ``Index.save``.
+Progress items arrive on the GUI thread; the plots only append to buffers there and redraw at 10 Hz.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Generator, Sequence
 
@@ -40,15 +48,18 @@ from PySide6.QtWidgets import (
 
 from ..core.errors import MuseumSearchError
 from ..core.evaluation.querysets import LAYOUTS, QuerySet, load_queryset
-from ..core.evaluation.reports import COMPARED
+from ..core.evaluation.reports import COMPARED, report_dict, unknown_instances_warning
 from ..core.evaluation.runner import EvalReport, EvalStep, QueryRecord
 from ..core.evaluation.sweep import PARAMETER_NAMES, SweepPoint, SweepStep, parse_values
 from ..core.index import Index
-from ..core.rerank import RerankOptions, build_pipeline, icfrr_advice
+from ..core.query import QuerySettings
+from ..core.rerank import RerankOptions, icfrr_advice
 from ..core.search import Result, results_for
+from ..core.verdict import Verdict, operating_points, recalibrated
 from . import workers
+from .collection_tab import format_duration
 from .state import AppState
-from .widgets.plots import EvaluationPlots, Overlay, RunningBuffer, SweepPlot, run_colour
+from .widgets.plots import EvaluationPlots, Overlay, RunningBuffer, SweepPlot, VerdictPlot, run_colour
 from .widgets.result_grid import ResultGrid
 from .widgets.thumbnails import ThumbnailCache
 
@@ -62,9 +73,13 @@ LAYOUT_LABELS = {
     "csv": "ground_truth.csv",
     "regex": "Regular expression",
 }
-#: Re-rankers in the order they are applied (expansion first, then verification, then diffusion).
-RERANKER_ORDER = (("aqe", "αQE"), ("dba", "DBA"), ("spatial", "Spatial verification"), ("icfrr", "ICFRR"))
+#: Re-rankers in the order they are applied (expansion first, then diffusion); verification follows.
+RERANKER_ORDER = (("aqe", "αQE"), ("dba", "DBA"), ("icfrr", "ICFRR"))
+#: The verdict's figures (keys of ``summary["verdict"]``) in the comparison table.
+VERDICT_FIGURES = {"unknown_rejected": "Unknown\nrejected", "known_rejected": "Known\nrejected",
+                   "accuracy": "Accuracy"}
 SIGNIFICANCE = ((0.001, "***"), (0.01, "**"), (0.05, "*"))
+JOB_TITLES = {"evaluation": "Evaluation", "sweep": "ICFRR sweep", "verdict": "Storing the verdict"}
 QUERY_THUMB = 180
 RESULT_THUMB = 104
 BATCH_SIZE = 8
@@ -83,24 +98,52 @@ def stars(p: float | None) -> str:
     return ""
 
 
-def describe_rerank(names: Sequence[str], options: RerankOptions) -> str:
-    """Short run label part, e.g. ``icfrr (K 2/2, β 0.50)`` or ``none``."""
-    if not names:
-        return "none"
-    parts = []
-    for n in names:
-        if n == "icfrr":
-            kq = "auto" if options.k_q is None else str(options.k_q)
-            kg = "auto" if options.k_g is None else str(options.k_g)
-            extra = "" if options.icfrr_mode == "paper" else ", reference"
-            parts.append(f"icfrr (K {kq}/{kg}, β {options.beta:.2f}, {options.iterations} it{extra})")
-        elif n in ("aqe", "dba"):
-            parts.append(f"{'αqe' if n == 'aqe' else 'dba'} (n {options.qe_n}, α {options.qe_alpha:g})")
-        elif n == "spatial":
-            parts.append(f"spatial (top {options.spatial_top})")
+def describe_settings(settings: QuerySettings) -> str:
+    """A run's label: ``settings.describe()`` with the re-rankers' parameters, e.g.
+    ``icfrr, verified (top 20) (K 2/2, β 0.50, 5 it)``."""
+    o, names = settings.options, settings.rerank.split(",")
+    params = []
+    if "icfrr" in names:
+        params.append(f"K {o.k_q or 'auto'}/{o.k_g or 'auto'}, β {o.beta:.2f}, {o.iterations} it"
+                      + ("" if o.icfrr_mode == "paper" else ", reference"))
+    if "aqe" in names or "dba" in names:
+        params.append(f"n {o.qe_n}, α {o.qe_alpha:g}")
+    text = settings.describe() if settings.rerank else f"no re-ranking, {settings.describe()}"
+    return text + (f" ({'; '.join(params)})" if params else "")
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None or not math.isfinite(x) else f"{100 * x:.1f} %"
+
+
+def _threshold(verdict: Verdict, verified: bool) -> float:
+    """The threshold of ``verdict`` that decides: inliers when verified, else cosine."""
+    return float(verdict.min_inliers if verified else verdict.min_cosine)
+
+
+def _rule(verdict: Verdict, verified: bool) -> str:
+    return f"at least {verdict.min_inliers} matching points" if verified else f"cosine at least {verdict.min_cosine:g}"
+
+
+def _row(*items: QWidget | str | tuple | None) -> QHBoxLayout:
+    """A row of widgets, texts (labels), ``(widget, stretch)`` pairs and stretches (``None``)."""
+    row = QHBoxLayout()
+    for it in items:
+        if it is None:
+            row.addStretch(1)
         else:
-            parts.append(n)
-    return " + ".join(parts)
+            row.addWidget(*(it if isinstance(it, tuple) else (QLabel(it) if isinstance(it, str) else it,)))
+    return row
+
+
+def _split(orientation: Qt.Orientation, *parts: tuple[QWidget, int, int]) -> QSplitter:
+    """A splitter of ``(widget, stretch factor, initial size)`` parts."""
+    sp = QSplitter(orientation)
+    for i, (w, stretch, _size) in enumerate(parts):
+        sp.addWidget(w)
+        sp.setStretchFactor(i, stretch)
+    sp.setSizes([size for _w, _s, size in parts])
+    return sp
 
 
 # --------------------------------------------------------------------------------------------
@@ -115,8 +158,7 @@ class EvalRun:
     name: str
     report: EvalReport
     index: Index
-    names: list[str]
-    options: RerankOptions
+    settings: QuerySettings
     buffer: RunningBuffer
     pr: tuple[np.ndarray, np.ndarray]
     cis: dict[str, tuple[float, float, float]]  # metric → (mean, low, high), 95 % bootstrap
@@ -128,6 +170,28 @@ class EvalRun:
         """Per-query values of the evaluated (non open-set) queries, by query path."""
         return {r.query: float(r.metrics[record_key]) for r in self.report.records if not r.open_set}
 
+    @property
+    def verified(self) -> bool:
+        return bool(self.report.summary["verified"])
+
+    @property
+    def verdict_figures(self) -> dict[str, Any]:
+        """``summary["verdict"]``: the verdict's figures on this run's queries."""
+        return self.report.summary["verdict"]
+
+    @property
+    def can_recalibrate(self) -> bool:
+        """The verdict can be re-calibrated on these queries (some known, some unknown)."""
+        return bool(self.verdict_figures["known_queries"] and self.verdict_figures["unknown_queries"])
+
+    @cached_property
+    def operating_points(self) -> dict[str, np.ndarray]:
+        """The verdict's figures against its threshold (``verdict.operating_points``)."""
+        return operating_points(self.report.evidence, verified=self.verified)
+
+    def recalibrated(self, max_known_rejected: float) -> Verdict:
+        return recalibrated(self.report.evidence, self.report.verdict, max_known_rejected, self.verified)
+
 
 @dataclass
 class _EvalResult:
@@ -136,53 +200,56 @@ class _EvalResult:
     pr: tuple[np.ndarray, np.ndarray]
 
 
-def confidence_intervals(report: EvalReport, seed: int = 0) -> dict[str, tuple[float, float, float]]:
-    """``{metric: (mean, low, high)}`` for MP@1, MAP, AMNRO (95 % percentile bootstrap)."""
-    from ..core.evaluation.stats import bootstrap_ci
-
-    out = {}
-    for metric, (key, _higher) in COMPARED.items():
-        v = report.per_query_values(key)
-        v = v[~np.isnan(v)]
-        if len(v) == 0:
-            out[metric] = (math.nan, math.nan, math.nan)
-            continue
-        lo, hi = bootstrap_ci(v, seed=seed)
-        out[metric] = (float(v.mean()), lo, hi)
-    return out
+def confidence_intervals(report: EvalReport, index: Index, seed: int = 0) -> dict[str, tuple[float, float, float]]:
+    """``{metric: (mean, low, high)}`` for MP@1, MAP, AMNRO: the report's 95 % bootstrap intervals."""
+    ci = report_dict(report, index, seed=seed)["summary"]["ci95"]
+    return {m: (report.summary[m], *(math.nan if x is None else x for x in ci.get(m, (None, None))))
+            for m in COMPARED}
 
 
-def _evaluation_job(index: Index, queryset: QuerySet, names: list[str], options: RerankOptions,
-                    batch_size: int = BATCH_SIZE, query_regions: bool = True) -> Generator[Any, None, _EvalResult]:
-    """Background job: build the extractor and the pipeline, evaluate, then intervals and PR."""
+def _prepare(index: Index, icfrr: bool) -> Generator[str, None, Any]:
+    """Load the network (and the gallery ranks ICFRR needs), saying so; returns the extractor."""
     from ..core.backbones import extractor_for_meta
-    from ..core.evaluation.runner import evaluate, precision_recall_curve
 
     yield "Loading the network…"
     extractor = extractor_for_meta(index.meta)
-    pipeline = build_pipeline(names, options)
-    if "icfrr" in names and not index.has_gallery_ranks:
+    if icfrr and not index.has_gallery_ranks:
         yield "Ranking the collection against itself (ICFRR, once per index)…"
         index.gallery_ranks()
-    report = yield from evaluate(index, queryset, pipeline, extractor=extractor, batch_size=batch_size,
-                                 query_regions=query_regions)
+    return extractor
+
+
+def _evaluation_job(index: Index, queryset: QuerySet, settings: QuerySettings,
+                    batch_size: int = BATCH_SIZE) -> Generator[Any, None, _EvalResult]:
+    """Background job: evaluate with the query pipeline, then intervals and PR."""
+    from ..core.evaluation.runner import evaluate, precision_recall_curve
+
+    extractor = yield from _prepare(index, "icfrr" in settings.rerank.split(","))
+    report = yield from evaluate(index, queryset, settings, extractor=extractor, batch_size=batch_size)
     yield "Computing confidence intervals…"
-    return _EvalResult(report, confidence_intervals(report), precision_recall_curve(report))
+    return _EvalResult(report, confidence_intervals(report, index), precision_recall_curve(report))
 
 
 def _sweep_job(index: Index, queryset: QuerySet, parameter: str, values: list[float],
-               options: RerankOptions, batch_size: int = BATCH_SIZE,
-               query_regions: bool = True) -> Generator[Any, None, list[SweepPoint]]:
-    from ..core.backbones import extractor_for_meta
+               settings: QuerySettings, batch_size: int = BATCH_SIZE) -> Generator[Any, None, list[SweepPoint]]:
     from ..core.evaluation.sweep import sweep
 
-    yield "Loading the network…"
-    extractor = extractor_for_meta(index.meta)
-    if not index.has_gallery_ranks:
-        yield "Ranking the collection against itself (ICFRR, once per index)…"
-        index.gallery_ranks()
-    return (yield from sweep(index, queryset, parameter, values, options, extractor=extractor,
-                             batch_size=batch_size, query_regions=query_regions))
+    extractor = yield from _prepare(index, True)
+    return (yield from sweep(index, queryset, parameter, values, settings.options, extractor=extractor,
+                             batch_size=batch_size, settings=settings))
+
+
+def _store_verdict_job(index: Index, verdict: Verdict, reload: bool) -> Index | None:
+    """Background job: store ``verdict`` in ``index`` (``Index.save`` takes the folder's writer lock;
+    nothing changes on failure). ``reload``: return the index loaded again from its folder (for the
+    application, which has another object of the same folder open), else None."""
+    previous, index.verdict = index.verdict, verdict.to_dict()
+    try:
+        index.save()
+    except BaseException:
+        index.verdict = previous
+        raise
+    return Index.load(index.path) if reload else None
 
 
 # --------------------------------------------------------------------------------------------
@@ -193,10 +260,18 @@ def _fmt(v: float) -> str:
     return "—" if v is None or not math.isfinite(v) else f"{v:.3f}"
 
 
-class QueryTableModel(QAbstractTableModel):
-    """One row per evaluated query of a run: query, relevant, P@1, AP, MNRO, top-1 instance."""
+def _relevant_text(r: QueryRecord) -> str:
+    """The relevant instances of a query for the table, with those missing from the index."""
+    text = ", ".join(r.relevant) if r.relevant else ("" if r.unknown else "(open set)")
+    if r.unknown:
+        text += ("; " if text else "") + f"not in index: {', '.join(r.unknown)}"
+    return text
 
-    COLUMNS = ("Query", "Relevant", "P@1", "AP", "MNRO", "Top-1 instance")
+
+class QueryTableModel(QAbstractTableModel):
+    """One row per evaluated query of a run: query, relevant, P@1, AP, MNRO, top-1 instance, verdict."""
+
+    COLUMNS = ("Query", "Relevant", "P@1", "AP", "MNRO", "Top-1 instance", "Verdict")
     METRIC_COLUMNS = {2: "p@1", 3: "ap", 4: "mnro"}
 
     def __init__(self, parent=None):
@@ -226,7 +301,8 @@ class QueryTableModel(QAbstractTableModel):
             return self.COLUMNS[section]
         if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.ToolTipRole:
             return {2: "Is the top-ranked reference relevant?", 3: "Average precision (higher is better)",
-                    4: "Mean normalized retrieval order (0 is perfect, lower is better)"}.get(section)
+                    4: "Mean normalized retrieval order (0 is perfect, lower is better)",
+                    6: "The pipeline's verdict on the top result (hover a cell for the reason)"}.get(section)
         return None
 
     def _name(self, r: QueryRecord) -> str:
@@ -249,7 +325,7 @@ class QueryTableModel(QAbstractTableModel):
             if col == 0:
                 return self._name(r) if role == Qt.ItemDataRole.DisplayRole else self._name(r).lower()
             if col == 1:
-                text = ", ".join(r.relevant) if r.relevant else "(open set)"
+                text = _relevant_text(r)
                 return text if role == Qt.ItemDataRole.DisplayRole else text.lower()
             if col in self.METRIC_COLUMNS:
                 v = r.metrics.get(self.METRIC_COLUMNS[col], math.nan)
@@ -258,13 +334,22 @@ class QueryTableModel(QAbstractTableModel):
                 return _fmt(v)
             if col == 5:
                 return self._top1(r) if role == Qt.ItemDataRole.DisplayRole else self._top1(r).lower()
+            if col == 6:
+                return "in the collection" if r.in_collection else "not in the collection"
         if role == Qt.ItemDataRole.ToolTipRole:
             if col == 0:
                 return r.query
+            if col == 1 and r.unknown:
+                return (f"The ground truth names {', '.join(r.unknown)}, not in this index: check the ground "
+                        "truth or the index." + (" Not averaged." if r.open_set else ""))
             if col == 5 and self._index is not None and len(r.ranking):
                 return f"{self._index.items[int(r.ranking[0])].path}  (score {float(r.scores[0]):.4f})"
+            if col == 6:
+                return r.reason
         if role == Qt.ItemDataRole.ForegroundRole and col in (2, 5) and not r.open_set:
             return QColor("#2e9d4c") if r.relevance[0] else QColor("#d0342c")
+        if role == Qt.ItemDataRole.ForegroundRole and col == 1 and r.unknown:
+            return QColor("#b36b00")
         if role == Qt.ItemDataRole.TextAlignmentRole and col in self.METRIC_COLUMNS:
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None
@@ -280,6 +365,7 @@ class EvaluationTab(QWidget):
     run_finished = Signal(object)  # EvalRun
     sweep_finished = Signal(object)  # list[SweepPoint]
     job_finished = Signal()  # any job ended (finished, cancelled or failed)
+    verdict_stored = Signal(object)  # the Verdict stored in the evaluated index
 
     def __init__(self, state: AppState, parent: QWidget | None = None):
         super().__init__(parent)
@@ -321,11 +407,7 @@ class EvaluationTab(QWidget):
         index_box = QGroupBox("Index")
         il = QVBoxLayout(index_box)
         il.addWidget(self.index_label)
-        row = QHBoxLayout()
-        row.addWidget(self.use_open_index_button)
-        row.addWidget(self.browse_index_button)
-        row.addStretch(1)
-        il.addLayout(row)
+        il.addLayout(_row(self.use_open_index_button, self.browse_index_button, None))
 
         # query set
         self.queryset_edit = QLineEdit()
@@ -368,7 +450,7 @@ class EvaluationTab(QWidget):
         # re-ranking
         d = RerankOptions()
         self.rerank_checks: dict[str, QCheckBox] = {}
-        rr_box = QGroupBox("Re-ranking (none when nothing is ticked)")
+        rr_box = QGroupBox("Re-ranking (none when nothing is ticked) and verification")
         rl = QGridLayout(rr_box)
         for name, label in RERANKER_ORDER:
             cb = QCheckBox(label)
@@ -378,7 +460,12 @@ class EvaluationTab(QWidget):
         self.rerank_checks["icfrr"].setToolTip("Iterative cluster-free re-ranking: diffusion over the collection")
         self.rerank_checks["aqe"].setToolTip("α-weighted query expansion")
         self.rerank_checks["dba"].setToolTip("Database-side augmentation")
-        self.rerank_checks["spatial"].setToolTip("Geometric verification of the top results (slow)")
+        self.verify_check = QCheckBox("Verify (geometric)")
+        self.verify_check.setObjectName("verify")
+        self.verify_check.setChecked(True)
+        self.verify_check.setToolTip("As the Search tab does: match the top references with the photo (homography "
+                                     "inliers); the verdict then counts matching points instead of the cosine")
+        self.verify_check.toggled.connect(self._update_param_enabled)
         self.kq_spin = self._spin(0, 10000, 0, "K_q: how many current top references vote (auto = suggested)")
         self.kg_spin = self._spin(0, 10000, 0, "K_g: gallery-gallery rank cut-off (auto = suggested)")
         for s in (self.kq_spin, self.kg_spin):
@@ -395,33 +482,14 @@ class EvaluationTab(QWidget):
         self.qe_alpha_spin = QDoubleSpinBox(minimum=0.0, maximum=20.0, singleStep=0.5, decimals=1)
         self.qe_alpha_spin.setValue(d.qe_alpha)
         self.qe_alpha_spin.setToolTip("α: weighting power of the neighbours")
-        self.spatial_spin = self._spin(1, 1000, d.spatial_top, "Top results verified geometrically")
+        self.verify_top_spin = self._spin(1, 1000, QuerySettings().verify_top, "Top results verified geometrically")
         rl.addWidget(self.rerank_checks["icfrr"], 0, 0)
-        icfrr_params = QHBoxLayout()
-        for label, w in (("K_q", self.kq_spin), ("K_g", self.kg_spin), ("β", self.beta_spin)):
-            icfrr_params.addWidget(QLabel(label))
-            icfrr_params.addWidget(w)
-        rl.addLayout(icfrr_params, 0, 1)
-        icfrr_more = QHBoxLayout()
-        icfrr_more.addWidget(QLabel("iterations"))
-        icfrr_more.addWidget(self.iter_spin)
-        icfrr_more.addWidget(self.mode_combo, 1)
-        rl.addLayout(icfrr_more, 1, 1)
+        rl.addLayout(_row("K_q", self.kq_spin, "K_g", self.kg_spin, "β", self.beta_spin), 0, 1)
+        rl.addLayout(_row("iterations", self.iter_spin, (self.mode_combo, 1)), 1, 1)
         rl.addWidget(self.rerank_checks["aqe"], 2, 0)
-        qe_params = QHBoxLayout()
-        qe_params.addWidget(self.rerank_checks["dba"])
-        qe_params.addWidget(QLabel("n"))
-        qe_params.addWidget(self.qe_n_spin)
-        qe_params.addWidget(QLabel("α"))
-        qe_params.addWidget(self.qe_alpha_spin)
-        qe_params.addStretch(1)
-        rl.addLayout(qe_params, 2, 1)
-        rl.addWidget(self.rerank_checks["spatial"], 3, 0)
-        sp_params = QHBoxLayout()
-        sp_params.addWidget(QLabel("top"))
-        sp_params.addWidget(self.spatial_spin)
-        sp_params.addStretch(1)
-        rl.addLayout(sp_params, 3, 1)
+        rl.addLayout(_row(self.rerank_checks["dba"], "n", self.qe_n_spin, "α", self.qe_alpha_spin, None), 2, 1)
+        rl.addWidget(self.verify_check, 3, 0)
+        rl.addLayout(_row("top", self.verify_top_spin, None), 3, 1)
 
         # run
         self.run_button = QPushButton("Run evaluation")
@@ -440,9 +508,7 @@ class EvaluationTab(QWidget):
         self.status_label = QLabel("")
         self.status_label.setObjectName("evalStatus")
         self.status_label.setWordWrap(True)
-        run_row = QHBoxLayout()
-        run_row.addWidget(self.run_button, 1)
-        run_row.addWidget(self.cancel_button)
+        run_row = _row((self.run_button, 1), self.cancel_button)
 
         # runs
         self.runs_list = QListWidget()
@@ -463,12 +529,7 @@ class EvaluationTab(QWidget):
         runs_box = QGroupBox("Runs")
         rbl = QVBoxLayout(runs_box)
         rbl.addWidget(self.runs_list, 1)
-        rrow = QHBoxLayout()
-        rrow.addWidget(self.remove_run_button)
-        rrow.addStretch(1)
-        rrow.addWidget(self.export_json_button)
-        rrow.addWidget(self.export_csv_button)
-        rbl.addLayout(rrow)
+        rbl.addLayout(_row(self.remove_run_button, None, self.export_json_button, self.export_csv_button))
 
         # sweep
         self.sweep_param_combo = QComboBox()
@@ -485,10 +546,7 @@ class EvaluationTab(QWidget):
                                      "the queries are described once")
         self.sweep_button.clicked.connect(lambda: self.run_sweep())
         sweep_box = QGroupBox("ICFRR sweep")
-        sl = QHBoxLayout(sweep_box)
-        sl.addWidget(self.sweep_param_combo)
-        sl.addWidget(self.sweep_values_edit, 1)
-        sl.addWidget(self.sweep_button)
+        sweep_box.setLayout(_row(self.sweep_param_combo, (self.sweep_values_edit, 1), self.sweep_button))
 
         left = QWidget()
         left.setObjectName("evalControls")
@@ -554,40 +612,32 @@ class EvaluationTab(QWidget):
         dl.setContentsMargins(0, 0, 0, 0)
         dl.addLayout(qcol)
         dl.addWidget(self.result_grid, 1)
-        queries_page = QSplitter(Qt.Orientation.Horizontal)
-        queries_page.addWidget(self.table)
-        queries_page.addWidget(detail)
-        queries_page.setStretchFactor(0, 1)
-        queries_page.setStretchFactor(1, 1)
-        queries_page.setSizes([480, 560])
-        self.queries_splitter = queries_page
+        self.queries_splitter = _split(Qt.Orientation.Horizontal, (self.table, 1, 480), (detail, 1, 560))
 
         # compare page
         self.baseline_combo = QComboBox()
         self.baseline_combo.setObjectName("baselineCombo")
         self.baseline_combo.setToolTip("The run every other run is tested against")
         self.baseline_combo.currentIndexChanged.connect(lambda _i: self._update_comparison())
-        self.summary_table = QTableWidget(0, 8)
+        self.summary_table = QTableWidget(0, 11)
         self.summary_table.setObjectName("summaryTable")
         self.summary_table.setHorizontalHeaderLabels(
-            ["Run", "Queries", "MP@1 [95% CI]", "MAP [95% CI]", "AMNRO [95% CI]", "p MP@1", "p MAP", "p AMNRO"])
+            ["Run", "Queries", "MP@1 [95% CI]", "MAP [95% CI]", "AMNRO [95% CI]", *VERDICT_FIGURES.values(),
+             "p MP@1", "p MAP", "p AMNRO"])
         self.summary_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.summary_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.summary_table.verticalHeader().hide()
         sh = self.summary_table.horizontalHeader()
         sh.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         sh.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        note = QLabel("Intervals: 95 % percentile bootstrap over queries. p: paired one-tailed bootstrap test "
-                      "that the run is better than the baseline (for AMNRO, lower is better); "
-                      "* p ≤ 0.05, ** p ≤ 0.01, *** p ≤ 0.001.")
+        note = QLabel("Intervals: 95 % percentile bootstrap over queries. Verdict (“in this collection”): "
+                      "unknown objects rejected, known objects wrongly rejected, accuracy (right answer or right "
+                      "rejection); n/a without such queries. p: paired one-tailed bootstrap test that the run is "
+                      "better than the baseline (for AMNRO, lower is better); * p ≤ 0.05, ** p ≤ 0.01, *** p ≤ 0.001.")
         note.setWordWrap(True)
-        note.setForegroundRole(note.foregroundRole())
         compare_page = QWidget()
         cl = QVBoxLayout(compare_page)
-        brow = QHBoxLayout()
-        brow.addWidget(QLabel("Baseline:"))
-        brow.addWidget(self.baseline_combo, 1)
-        cl.addLayout(brow)
+        cl.addLayout(_row("Baseline:", (self.baseline_combo, 1)))
         cl.addWidget(self.summary_table, 1)
         cl.addWidget(note)
 
@@ -602,32 +652,48 @@ class EvaluationTab(QWidget):
         self.sweep_table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
         self.sweep_table.setMinimumWidth(260)
         self.sweep_table.setMaximumWidth(360)
-        sweep_page = QSplitter(Qt.Orientation.Horizontal)
-        sweep_page.addWidget(self.sweep_plot)
-        sweep_page.addWidget(self.sweep_table)
-        sweep_page.setStretchFactor(0, 3)
-        sweep_page.setStretchFactor(1, 1)
-        sweep_page.setSizes([700, 300])
+        sweep_page = _split(Qt.Orientation.Horizontal, (self.sweep_plot, 3, 700), (self.sweep_table, 1, 300))
+
+        # verdict page
+        self.verdict_plot = VerdictPlot()
+        self.verdict_plot.setObjectName("verdictPlot")
+        self.verdict_label = QLabel("Run an evaluation to see the verdict's figures.")
+        self.verdict_label.setObjectName("verdictFigures")
+        self.verdict_label.setWordWrap(True)
+        self.verdict_label.setTextFormat(Qt.TextFormat.RichText)
+        self.max_known_spin = QDoubleSpinBox(minimum=0.0, maximum=50.0, singleStep=1.0, decimals=1, suffix=" %")
+        self.max_known_spin.setObjectName("maxKnownRejected")
+        self.max_known_spin.setValue(3.0)
+        self.max_known_spin.setToolTip("The threshold that rejects the most unknown objects while wrongly rejecting "
+                                       "at most this share of the known ones (on this run's queries)")
+        self.max_known_spin.valueChanged.connect(lambda _v: self._show_candidate())
+        self.candidate_label = QLabel("")
+        self.candidate_label.setObjectName("verdictCandidate")
+        self.candidate_label.setWordWrap(True)
+        self.store_verdict_button = QPushButton("Store in index")
+        self.store_verdict_button.setObjectName("storeVerdict")
+        self.store_verdict_button.setToolTip("Use this operating point: store it in the evaluated index, for the "
+                                             "Search tab, the kiosk and the command line")
+        self.store_verdict_button.clicked.connect(lambda: self.store_verdict())
+        side = QGroupBox("The verdict on these labelled queries")
+        vl = QVBoxLayout(side)
+        for item in (self.verdict_label, QLabel("<b>Re-calibrate</b>: known objects rejected at most"),
+                     self.max_known_spin, self.candidate_label, self.store_verdict_button):
+            vl.addWidget(item)
+        vl.addStretch(1)
+        side.setMinimumWidth(260)
+        verdict_page = _split(Qt.Orientation.Horizontal, (self.verdict_plot, 3, 700), (side, 1, 320))
 
         self.pages = QTabWidget()
         self.pages.setObjectName("evalPages")
-        self.pages.addTab(queries_page, "Queries")
+        self.pages.addTab(self.queries_splitter, "Queries")
         self.pages.addTab(compare_page, "Compare runs")
+        self.pages.addTab(verdict_page, "Verdict")
         self.pages.addTab(sweep_page, "ICFRR sweep")
 
-        right = QSplitter(Qt.Orientation.Vertical)
-        right.addWidget(self.plots)
-        right.addWidget(self.pages)
-        right.setStretchFactor(0, 2)
-        right.setStretchFactor(1, 3)
-        right.setSizes([330, 470])
-        self.right_splitter = right
-
-        self.splitter = QSplitter(Qt.Orientation.Horizontal)
-        self.splitter.addWidget(scroll)
-        self.splitter.addWidget(right)
-        self.splitter.setStretchFactor(0, 0)
-        self.splitter.setStretchFactor(1, 1)
+        self.right_splitter = _split(Qt.Orientation.Vertical, (self.plots, 2, 330), (self.pages, 3, 470))
+        self.splitter = _split(Qt.Orientation.Horizontal, (scroll, 0, scroll.minimumWidth()),
+                               (self.right_splitter, 1, 1200))
         lay = QVBoxLayout(self)
         lay.addWidget(self.splitter)
 
@@ -647,7 +713,7 @@ class EvaluationTab(QWidget):
             w.setEnabled(on["icfrr"])
         for w in (self.qe_n_spin, self.qe_alpha_spin):
             w.setEnabled(on["aqe"] or on["dba"])
-        self.spatial_spin.setEnabled(on["spatial"])
+        self.verify_top_spin.setEnabled(self.verify_check.isChecked())
 
     # ---- index and query set ----------------------------------------------------------------
     def set_index(self, index: Index | None) -> None:
@@ -724,11 +790,9 @@ class EvaluationTab(QWidget):
             return
         text = f"Detected: {html.escape(self.queryset.describe())}"
         if self.index is not None:
-            inst = set(self.index.instances)
-            missing = sum(1 for q in self.queryset.queries if q.relevant and not (q.relevant & inst))
-            if missing:
-                text += (f"<br><span style='color:#b36b00'>{missing:,} of them show objects that are not in this "
-                         "index: they are reported as open-set queries, not averaged.</span>")
+            note = self.queryset.unknown_instances_note(self.index.instances)
+            if note:
+                text += f"<br><span style='color:#b36b00'>⚠ {html.escape(note)}.</span>"
         self.detected_label.setText(text)
 
     def _browse_queryset(self) -> None:
@@ -746,7 +810,7 @@ class EvaluationTab(QWidget):
         if self.queryset_edit.text().strip():
             self.load_queryset_path(self.queryset_edit.text())
 
-    # ---- re-ranking settings ----------------------------------------------------------------
+    # ---- query pipeline settings ----------------------------------------------------------
     def rerank_names(self) -> list[str]:
         """Ticked re-rankers, in the order they are applied."""
         return [n for n, _ in RERANKER_ORDER if self.rerank_checks[n].isChecked()]
@@ -755,14 +819,24 @@ class EvaluationTab(QWidget):
         return RerankOptions(
             k_q=self.kq_spin.value() or None, k_g=self.kg_spin.value() or None, beta=self.beta_spin.value(),
             iterations=self.iter_spin.value(), icfrr_mode=self.mode_combo.currentData(),
-            qe_n=self.qe_n_spin.value(), qe_alpha=self.qe_alpha_spin.value(), spatial_top=self.spatial_spin.value(),
+            qe_n=self.qe_n_spin.value(), qe_alpha=self.qe_alpha_spin.value(),
+            spatial_top=self.verify_top_spin.value(),
         )
 
-    def set_rerank(self, names: Sequence[str], options: RerankOptions | None = None) -> None:
-        """Tick ``names`` (others unticked) and show ``options`` in the controls."""
+    def query_settings(self) -> QuerySettings:
+        """The query pipeline's settings the controls describe (the index's own verdict)."""
+        return QuerySettings(regions=self.regions_check.isChecked(), rerank=",".join(self.rerank_names()),
+                             options=self.rerank_options(), verify=self.verify_check.isChecked(),
+                             verify_top=self.verify_top_spin.value())
+
+    def set_rerank(self, names: Sequence[str], options: RerankOptions | None = None,
+                   verify: bool | None = None) -> None:
+        """Tick ``names`` (others unticked) and show ``options`` (and ``verify``) in the controls."""
         names = [n.lower() for n in names]
         for n, cb in self.rerank_checks.items():
             cb.setChecked(n in names)
+        if verify is not None:
+            self.verify_check.setChecked(verify)
         if options is not None:
             self.kq_spin.setValue(options.k_q or 0)
             self.kg_spin.setValue(options.k_g or 0)
@@ -771,7 +845,6 @@ class EvaluationTab(QWidget):
             self.mode_combo.setCurrentIndex(max(0, self.mode_combo.findData(options.icfrr_mode)))
             self.qe_n_spin.setValue(options.qe_n)
             self.qe_alpha_spin.setValue(options.qe_alpha)
-            self.spatial_spin.setValue(options.spatial_top)
 
     # ---- running ------------------------------------------------------------------------------
     def is_running(self) -> bool:
@@ -790,29 +863,20 @@ class EvaluationTab(QWidget):
         return True
 
     def run_evaluation(self) -> bool:
-        """Start evaluating the query set with the ticked re-rankers (in the background)."""
+        """Start evaluating the query set with the pipeline the controls describe (in the background)."""
         if not self._check_inputs("Evaluation"):
             return False
-        names, options = self.rerank_names(), self.rerank_options()
-        try:
-            build_pipeline(names, options)  # settings errors now, not after loading the network
-        except ImportError as exc:
-            workers.show_error(self, "Evaluation", f"This re-ranker is not available in this build ({exc}).")
-            return False
-        except Exception as exc:  # noqa: BLE001
-            workers.show_error(self, "Evaluation", exc)
-            return False
-        index, queryset = self.index, self.queryset
+        index, queryset, settings = self.index, self.queryset, self.query_settings()
         total = len(queryset.queries)
         self.plots.start_live(total)
         self.plots.set_overlays(self._overlays(exclude=None), main_name="this run")
         self.progress.setRange(0, 0)
         self.progress.setFormat("%v / %m queries")
-        regions = self.regions_check.isChecked()
-        self._start("evaluation", _evaluation_job(index, queryset, names, options, self.batch_size, regions),
-                    lambda res: self._evaluation_done(res, index, names, options, total, regions))
-        status = f"Evaluating {total:,} queries with re-ranking: {describe_rerank(names, options)}"
-        advice = icfrr_advice(index.labels) if "icfrr" in names and options.k_q is None else None
+        self._start("evaluation", _evaluation_job(index, queryset, settings, self.batch_size),
+                    lambda res: self._evaluation_done(res, index, settings, total))
+        status = f"Evaluating {total:,} queries: {describe_settings(settings)}"
+        icfrr = "icfrr" in self.rerank_names() and settings.options.k_q is None
+        advice = icfrr_advice(index.labels) if icfrr else None
         self._set_status(f"{status}. {advice}" if advice else status)
         return True
 
@@ -827,9 +891,7 @@ class EvaluationTab(QWidget):
         parameter = self.sweep_param_combo.currentData()
         try:
             vals = parse_values(self.sweep_values_edit.text(), parameter)
-            options = self.rerank_options()
-            build_pipeline(["icfrr"], options)
-        except Exception as exc:  # noqa: BLE001
+        except MuseumSearchError as exc:
             workers.show_error(self, "ICFRR sweep", exc)
             return False
         label = PARAMETER_NAMES[parameter]
@@ -838,10 +900,10 @@ class EvaluationTab(QWidget):
         self.sweep_plot.start(label, integer=parameter == "k")
         self.sweep_table.setRowCount(0)
         self.sweep_table.setHorizontalHeaderLabels([label, "MP@1", "MAP", "AMNRO"])
-        self.pages.setCurrentIndex(2)
+        self.pages.setCurrentWidget(self.sweep_plot.parentWidget())
         self.progress.setRange(0, 0)
-        self._start("sweep", _sweep_job(self.index, self.queryset, parameter, vals, options, self.batch_size,
-                                        self.regions_check.isChecked()), self._sweep_done)
+        self._start("sweep", _sweep_job(self.index, self.queryset, parameter, vals, self.query_settings(),
+                                        self.batch_size), self._sweep_done)
         self._set_status(f"ICFRR sweep of {label} over {len(vals)} value{'s' if len(vals) != 1 else ''}")
         return True
 
@@ -862,7 +924,7 @@ class EvaluationTab(QWidget):
 
     def cancel(self) -> None:
         """Stop the running evaluation or sweep (its partial results are dropped)."""
-        if self._job is not None and self._job.running:
+        if self._job is not None and self._job.running and self._job_kind != "verdict":
             self._job.cancel()
             self._set_status("Cancelling…")
 
@@ -881,7 +943,7 @@ class EvaluationTab(QWidget):
                 eta = item.elapsed / item.done * (item.total - item.done) if item.done else 0
                 self.status_label.setText(f"{item.done:,} of {item.total:,} queries — "
                                           f"{Path(item.current).name if item.current else ''} "
-                                          f"({_duration(eta)} left)" if item.done < item.total else
+                                          f"({format_duration(eta)} left)" if item.done < item.total else
                                           f"{item.done:,} of {item.total:,} queries")
         elif isinstance(item, SweepStep):
             if item.stage == "describing":
@@ -900,7 +962,7 @@ class EvaluationTab(QWidget):
     def _on_error(self, token: int, exc: BaseException) -> None:
         if token != self._job_token:
             return
-        title = "Evaluation failed" if self._job_kind == "evaluation" else "ICFRR sweep failed"
+        title = f"{JOB_TITLES[self._job_kind]} failed"
         self._set_status(f"{title}: {workers.error_message(exc)}")
         workers.show_error(self, title, exc)
 
@@ -912,9 +974,8 @@ class EvaluationTab(QWidget):
         if self.plots.live:
             self.plots.stop_live()
         if job is not None and job.cancelled:
-            what = "Evaluation" if self._job_kind == "evaluation" else "Sweep"
             done, total = self.progress.value(), max(0, self.progress.maximum())
-            self._set_status(f"{what} cancelled after {done:,} of {total:,}.")
+            self._set_status(f"{JOB_TITLES[self._job_kind]} cancelled after {done:,} of {total:,}.")
         if self._job_kind == "evaluation" and not self._job_produced and self.selected_run() is not None:
             self.select_run(self.selected_run())  # back to the selected run's plots (partial curves dropped)
         if self.progress.maximum() == 0:
@@ -922,21 +983,23 @@ class EvaluationTab(QWidget):
         self._update_buttons()
         self.job_finished.emit()
 
-    def _evaluation_done(self, res: _EvalResult, index: Index, names: list[str], options: RerankOptions,
-                         total: int, regions: bool = True) -> None:
+    def _evaluation_done(self, res: _EvalResult, index: Index, settings: QuerySettings, total: int) -> None:
         self.plots.stop_live()
         key = self._next_key
         self._next_key += 1
-        whole = "" if regions else ", whole image"
-        name = f"{describe_rerank(names, options)}{whole} · {datetime.now():%H:%M:%S}"
-        run = EvalRun(key, name, res.report, index, list(names), options, self.plots.buffer.copy(), res.pr,
-                      res.cis, run_colour(key - 1), total)
-        s = res.report.summary
+        name = f"{describe_settings(settings)} · {datetime.now():%H:%M:%S}"
+        run = EvalRun(key, name, res.report, index, settings, self.plots.buffer.copy(), res.pr, res.cis,
+                      run_colour(key - 1), total)
+        s, v = res.report.summary, run.verdict_figures
         took = time.perf_counter() - self._job_started
         skipped = f", {s['skipped_queries']} unreadable" if s.get("skipped_queries") else ""
         open_set = f", {s['open_set_queries']} open-set not averaged" if s.get("open_set_queries") else ""
-        self._set_status(f"Done in {_duration(took)}: MP@1 {_fmt(s['mp@1'])}, MAP {_fmt(s['map'])}, "
-                         f"AMNRO {_fmt(s['amnro'])} over {s['queries']:,} queries{open_set}{skipped}.")
+        warning = unknown_instances_warning(s)
+        warning = f"\n⚠ {warning}." if warning else ""
+        self._set_status(f"Done in {format_duration(took)}: MP@1 {_fmt(s['mp@1'])}, MAP {_fmt(s['map'])}, "
+                         f"AMNRO {_fmt(s['amnro'])} over {s['queries']:,} queries{open_set}{skipped}. Verdict: "
+                         f"unknown rejected {_pct(v['unknown_rejected'])}, known rejected {_pct(v['known_rejected'])}"
+                         f", accuracy {_pct(v['accuracy'])}.{warning}")
         self.add_run(run)
         self.run_finished.emit(run)
 
@@ -965,7 +1028,10 @@ class EvaluationTab(QWidget):
         ready = self.index is not None and self.queryset is not None
         self.run_button.setEnabled(not busy and ready)
         self.sweep_button.setEnabled(not busy and ready)
-        self.cancel_button.setEnabled(busy)
+        self.cancel_button.setEnabled(busy and self._job_kind != "verdict")
+        run = self.selected_run()
+        self.store_verdict_button.setEnabled(not busy and run is not None and run.can_recalibrate)
+        self.max_known_spin.setEnabled(not busy and run is not None and run.can_recalibrate)
         for w in (self.use_open_index_button, self.browse_index_button, self.browse_queryset_button,
                   self.layout_combo, self.queryset_edit, self.regions_check, self.sweep_param_combo,
                   self.sweep_values_edit, self.regex_edit):
@@ -982,8 +1048,10 @@ class EvaluationTab(QWidget):
         item.setData(Qt.ItemDataRole.UserRole, run.key)
         item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
         s = run.report.summary
+        warning = unknown_instances_warning(s)
         item.setToolTip(f"{run.name}\nMP@1 {_fmt(s['mp@1'])}  MAP {_fmt(s['map'])}  AMNRO {_fmt(s['amnro'])}\n"
-                        f"{run.report.index_description}\n{run.report.queryset_description}")
+                        f"{run.report.index_description}\n{run.report.queryset_description}"
+                        + (f"\n⚠ {warning}" if warning else ""))
         self.runs_list.blockSignals(True)
         item.setCheckState(Qt.CheckState.Checked)
         self.runs_list.addItem(item)
@@ -997,14 +1065,17 @@ class EvaluationTab(QWidget):
     def selected_run(self) -> EvalRun | None:
         return self.run_by_key(self._selected_key)
 
+    def _list_row(self, run: EvalRun | None) -> int:
+        """The row of ``run`` in the list of runs (-1: none)."""
+        items = (self.runs_list.item(i).data(Qt.ItemDataRole.UserRole) for i in range(self.runs_list.count()))
+        return next((i for i, key in enumerate(items) if run is not None and key == run.key), -1)
+
     def select_run(self, run: EvalRun | None) -> None:
         """Show ``run`` in the plots, the per-query table and the detail view."""
-        if run is not None:
-            for i in range(self.runs_list.count()):
-                if self.runs_list.item(i).data(Qt.ItemDataRole.UserRole) == run.key:
-                    if self.runs_list.currentRow() != i:
-                        self.runs_list.setCurrentRow(i)  # comes back here through _run_item_changed
-                        return
+        i = self._list_row(run)
+        if i >= 0 and self.runs_list.currentRow() != i:
+            self.runs_list.setCurrentRow(i)  # comes back here through _run_item_changed
+            return
         self._selected_key = run.key if run is not None else None
         if not self.plots.live:
             self.plots.show_buffer(run.buffer if run else None, run.total if run else None)
@@ -1018,24 +1089,20 @@ class EvaluationTab(QWidget):
         self._query_path = None
         self._refresh_overlays()
         self._update_comparison()
+        self._show_verdict(run)
         self._update_buttons()
 
     def compared_runs(self) -> list[EvalRun]:
         """The ticked runs, in list order."""
-        out = []
-        for i in range(self.runs_list.count()):
-            item = self.runs_list.item(i)
-            if item.checkState() == Qt.CheckState.Checked:
-                run = self.run_by_key(item.data(Qt.ItemDataRole.UserRole))
-                if run is not None:
-                    out.append(run)
-        return out
+        items = (self.runs_list.item(i) for i in range(self.runs_list.count()))
+        runs = (self.run_by_key(it.data(Qt.ItemDataRole.UserRole)) for it in items
+                if it.checkState() == Qt.CheckState.Checked)
+        return [r for r in runs if r is not None]
 
     def set_run_checked(self, run: EvalRun, checked: bool) -> None:
-        for i in range(self.runs_list.count()):
-            item = self.runs_list.item(i)
-            if item.data(Qt.ItemDataRole.UserRole) == run.key:
-                item.setCheckState(Qt.CheckState.Checked if checked else Qt.CheckState.Unchecked)
+        item = self.runs_list.item(self._list_row(run))
+        if item is not None:
+            item.setCheckState(Qt.CheckState.Checked if checked else Qt.CheckState.Unchecked)
 
     def baseline_run(self) -> EvalRun | None:
         return self.run_by_key(self.baseline_combo.currentData())
@@ -1051,12 +1118,9 @@ class EvaluationTab(QWidget):
             return
         self.runs = [r for r in self.runs if r.key != run.key]
         self._tests = {k: v for k, v in self._tests.items() if run.key not in k[:2]}
-        for i in range(self.runs_list.count()):
-            if self.runs_list.item(i).data(Qt.ItemDataRole.UserRole) == run.key:
-                self.runs_list.blockSignals(True)
-                self.runs_list.takeItem(i)
-                self.runs_list.blockSignals(False)
-                break
+        self.runs_list.blockSignals(True)
+        self.runs_list.takeItem(self._list_row(run))
+        self.runs_list.blockSignals(False)
         self._refill_baselines()
         self.select_run(self.runs[-1] if self.runs else None)
 
@@ -1083,10 +1147,8 @@ class EvaluationTab(QWidget):
         self._update_comparison()
 
     def _overlays(self, exclude: int | None) -> list[Overlay]:
-        out = []
-        for n, run in enumerate(r for r in self.compared_runs() if r.key != exclude):
-            out.append(Overlay(run.key, run.name, run.buffer, run.pr, run.colour, dash=n))
-        return out
+        runs = [r for r in self.compared_runs() if r.key != exclude]
+        return [Overlay(r.key, r.name, r.buffer, r.pr, r.colour, dash=n) for n, r in enumerate(runs)]
 
     def _refresh_overlays(self) -> None:
         if self.plots.live:
@@ -1123,17 +1185,25 @@ class EvaluationTab(QWidget):
         for r, run in enumerate(runs):
             row: dict[str, Any] = {"key": run.key, "name": run.name, "queries": run.report.summary["queries"],
                                    "baseline": base is not None and run.key == base.key, "ci": {}, "p": {},
-                                   "stars": {}, "delta": {}}
+                                   "stars": {}, "delta": {}, "verdict": {}}
             label = run.name + ("  (baseline)" if row["baseline"] else "")
             name_item = QTableWidgetItem(self._colour_icon(run.colour), label)
             name_item.setData(VALUE_ROLE, run.key)
+            name_item.setToolTip(label)
             self.summary_table.setItem(r, 0, name_item)
             self.summary_table.setItem(r, 1, self._cell(f"{row['queries']:,}", row["queries"]))
             for c, metric in enumerate(COMPARED, start=2):
                 mean, lo, hi = run.cis.get(metric, (math.nan, math.nan, math.nan))
                 row["ci"][metric] = (mean, lo, hi)
                 self.summary_table.setItem(r, c, self._cell(f"{_fmt(mean)} [{_fmt(lo)}, {_fmt(hi)}]", (mean, lo, hi)))
-            for c, metric in enumerate(COMPARED, start=5):
+            v = run.verdict_figures
+            tip = (f"{_rule(run.report.verdict, run.verified)} ({v['calibration']}); {v['known_queries']} known "
+                   f"and {v['unknown_queries']} unknown queries")
+            for c, key in enumerate(VERDICT_FIGURES, start=5):
+                row["verdict"][key] = v[key]
+                self.summary_table.setItem(r, c, self._cell(_pct(v[key]), v[key]))
+                self.summary_table.item(r, c).setToolTip(tip)
+            for c, metric in enumerate(COMPARED, start=8):
                 if base is None or row["baseline"]:
                     text, p, tip = ("baseline" if row["baseline"] else ""), None, ""
                 else:
@@ -1157,6 +1227,74 @@ class EvaluationTab(QWidget):
                     item.setFont(f)
                 self.summary_table.setItem(r, c, item)
             self.comparison.append(row)
+
+    # ---- verdict --------------------------------------------------------------------------------
+    def _show_verdict(self, run: EvalRun | None) -> None:
+        """The verdict's figures of ``run`` against its threshold, and the re-calibration controls."""
+        if run is None:
+            self.verdict_plot.set_points(None)
+            self.verdict_label.setText("Run an evaluation to see the verdict's figures.")
+            self.candidate_label.setText("")
+            return
+        v, verdict = run.verdict_figures, run.report.verdict
+        self.verdict_plot.set_points(run.operating_points, _threshold(verdict, run.verified), run.verified)
+        self.verdict_label.setText(
+            f"<b>In use</b>: {html.escape(_rule(verdict, run.verified))}<br><small>{html.escape(v['calibration'])}"
+            f"</small><br>Unknown objects rejected: <b>{_pct(v['unknown_rejected'])}</b> of {v['unknown_queries']}"
+            f"<br>Known objects wrongly rejected: <b>{_pct(v['known_rejected'])}</b> of {v['known_queries']}<br>"
+            f"Accuracy: <b>{_pct(v['accuracy'])}</b> (right answer or right rejection)")
+        self._show_candidate()
+
+    def _show_candidate(self) -> None:
+        """The operating point a re-calibration would store, on the plot and in words."""
+        run = self.selected_run()
+        if run is None or not run.can_recalibrate:
+            self.verdict_plot.set_candidate(None)
+            self.candidate_label.setText("" if run is None else "Re-calibrating needs queries of objects in the "
+                                         "collection and of objects that are not (an empty ground truth).")
+            return
+        new = run.recalibrated(self.max_known_spin.value() / 100)
+        t = _threshold(new, run.verified)
+        pts = run.operating_points
+        i = int(np.argmin(np.abs(pts["threshold"] - t)))
+        self.verdict_plot.set_candidate(t)
+        self.candidate_label.setText(
+            f"→ {_rule(new, run.verified)}: on these queries it rejects {_pct(pts['unknown_rejected'][i])} of the "
+            f"unknown objects and wrongly {_pct(pts['known_rejected'][i])} of the known ones "
+            f"(accuracy {_pct(pts['accuracy'][i])}).")
+
+    def store_verdict(self, max_known_rejected: float | None = None) -> bool:
+        """Store the selected run's re-calibrated verdict in its index (in the background).
+
+        ``max_known_rejected``: the share of known objects that may be rejected (default: the spin box).
+        """
+        run = self.selected_run()
+        if max_known_rejected is not None:
+            self.max_known_spin.setValue(100 * max_known_rejected)
+        if self.is_running() or run is None or not run.can_recalibrate:
+            workers.show_error(self, "Store the verdict", "Select a finished run whose queries show objects in the "
+                               "collection and objects that are not (an empty ground truth), with no job running.")
+            return False
+        index, new = run.index, run.recalibrated(self.max_known_spin.value() / 100)
+        app = self.state.index
+        # the application has the same folder open as another object: it loads the stored index again
+        reload = app is not None and app is not index and app.path is not None and index.path is not None \
+            and Path(app.path).resolve() == Path(index.path).resolve()
+        self.progress.setRange(0, 0)
+        self._start("verdict", lambda: _store_verdict_job(index, new, reload),
+                    lambda reloaded: self._verdict_stored(run, new, reloaded))
+        self._set_status(f"Storing the verdict ({_rule(new, run.verified)}) in {index.path}…")
+        return True
+
+    def _verdict_stored(self, run: EvalRun, verdict: Verdict, reloaded: Index | None) -> None:
+        self._set_status(f"Verdict stored in {run.index.path}: {self.candidate_label.text().lstrip('→ ')}")
+        # The Search tab keeps a pipeline (and its verdict) per index object and settings: setting the
+        # index again makes every view build its pipelines with the verdict now stored.
+        if reloaded is not None:
+            self.state.set_index(reloaded)
+        elif self.state.index is run.index:
+            self.state.set_index(run.index)
+        self.verdict_stored.emit(verdict)
 
     def _cell(self, text: str, value: Any) -> QTableWidgetItem:
         item = QTableWidgetItem(text)
@@ -1192,13 +1330,22 @@ class EvaluationTab(QWidget):
         self._show_query_image()
         hits = np.flatnonzero(rec.relevance)
         first = f"first correct at rank {hits[0] + 1}" if len(hits) else "no correct reference"
-        rel = ", ".join(html.escape(i) for i in rec.relevant) if rec.relevant else "(open set: not in the collection)"
+        rel = ", ".join(html.escape(i) for i in rec.relevant) if rec.relevant else (
+            "" if rec.unknown else "(open set: not in the collection)")
+        if rec.unknown:
+            rel += ("; " if rel else "") + (
+                f"<span style='color:#b36b00'>not in this index: {', '.join(html.escape(i) for i in rec.unknown)}"
+                " (check the ground truth or the index)</span>")
         m = rec.metrics
+        excluded = ("Not averaged (no instance of its ground truth is in this index)." if rec.unknown_only else
+                    "Not averaged (open-set query).")
         self.query_info.setText(
             f"<b>{html.escape(Path(rec.query).name)}</b><br>Relevant: {rel}<br>"
             + (f"{rec.n_relevant} relevant reference{'s' if rec.n_relevant != 1 else ''}, {first}<br>"
                f"P@1 {_fmt(m['p@1'])} · AP {_fmt(m['ap'])} · MNRO {_fmt(m['mnro'])}" if not rec.open_set else
-               "Not averaged (open-set query)."))
+               excluded)
+            + f"<br>Verdict: <b>{'in' if rec.in_collection else 'not in'} the collection</b> "
+              f"({html.escape(rec.reason)})")
 
     def _show_query_image(self) -> None:
         if not self._query_path:
@@ -1214,17 +1361,6 @@ class EvaluationTab(QWidget):
             self._show_query_image()
 
     # ---- export ---------------------------------------------------------------------------------
-    def _export_path(self, title: str, suffix: str, filter_: str) -> str | None:
-        run = self.selected_run()
-        if run is None:
-            workers.show_error(self, title, "Run an evaluation first, then select it in the list of runs.")
-            return None
-        start = Path(str(self.state.settings.value("evaluation/export_dir", "") or Path.home()))
-        stem = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in run.name.split(" · ")[0])[:60]
-        name = f"evaluation-{stem}-{run.finished:%Y%m%d-%H%M%S}{suffix}"
-        path, _ = QFileDialog.getSaveFileName(self, title, str(start / name), filter_)
-        return path or None
-
     def export_json(self, path: str | os.PathLike | None = None) -> Path | None:
         """Write the selected run as JSON (reports.write_json); ``None`` asks where."""
         from ..core.evaluation.reports import write_json
@@ -1239,13 +1375,16 @@ class EvaluationTab(QWidget):
 
     def _export(self, title: str, suffix: str, filter_: str, path, writer) -> Path | None:
         run = self.selected_run()
-        if path is None:
-            path = self._export_path(title, suffix, filter_)
-            if path is None:
-                return None
         if run is None:
             workers.show_error(self, title, "Run an evaluation first, then select it in the list of runs.")
             return None
+        if path is None:
+            start = Path(str(self.state.settings.value("evaluation/export_dir", "") or Path.home()))
+            stem = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in run.name.split(" · ")[0])[:60]
+            name = f"evaluation-{stem}-{run.finished:%Y%m%d-%H%M%S}{suffix}"
+            path, _ = QFileDialog.getSaveFileName(self, title, str(start / name), filter_)
+            if not path:
+                return None
         path = Path(path)
         if not path.suffix:
             path = path.with_suffix(suffix)
@@ -1277,15 +1416,4 @@ class EvaluationTab(QWidget):
             QThread.msleep(10)
 
 
-def _duration(seconds: float) -> str:
-    seconds = max(0.0, float(seconds))
-    if seconds < 60:
-        return f"{seconds:.0f} s"
-    m, s = divmod(int(round(seconds)), 60)
-    if m < 60:
-        return f"{m} min {s:02d} s"
-    h, m = divmod(m, 60)
-    return f"{h} h {m:02d} min"
-
-
-__all__ = ["EvaluationTab", "EvalRun", "QueryTableModel", "confidence_intervals", "describe_rerank", "stars"]
+__all__ = ["EvaluationTab", "EvalRun", "QueryTableModel", "confidence_intervals", "describe_settings", "stars"]

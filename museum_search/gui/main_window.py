@@ -7,7 +7,7 @@ from pathlib import Path
 from PySide6.QtCore import QByteArray
 from PySide6.QtGui import QAction, QIcon, QKeySequence
 from PySide6.QtWidgets import (
-    QDoubleSpinBox, QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QKeySequenceEdit, QLabel,
+    QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QKeySequenceEdit, QLabel,
     QMainWindow, QMessageBox, QSpinBox, QTabWidget, QWidget,
 )
 
@@ -34,10 +34,8 @@ class SettingsDialog(QDialog):
         self.setWindowTitle("Settings")
         self.state = state
         form = QFormLayout(self)
-        self.threshold = QDoubleSpinBox(minimum=-1.0, maximum=1.0, singleStep=0.05, decimals=3)
-        self.threshold.setValue(state.settings.threshold)
-        self.threshold.setToolTip("Below this best score, a query is reported as not in the collection")
-        form.addRow("“Not in the collection” below score:", self.threshold)
+        # "Not in this collection" is decided by the query pipeline from its evidence, with the
+        # thresholds calibrated for each index (re-calibrate them in the Evaluation tab).
         self.camera = QSpinBox(minimum=0, maximum=16)
         self.camera.setValue(state.settings.camera)
         form.addRow("Camera number:", self.camera)
@@ -52,7 +50,6 @@ class SettingsDialog(QDialog):
         form.addRow(buttons)
 
     def accept(self) -> None:
-        self.state.settings.threshold = self.threshold.value()
         self.state.settings.camera = self.camera.value()
         self.state.settings.set_value(EXIT_KEYS_SETTING, self.exit_keys.keySequence().toString())
         super().accept()

@@ -1,16 +1,15 @@
 """The Search tab: a query photo (file, drag-and-drop, clipboard or webcam) → the top-k references.
 
-Work is split so that a control change re-runs only what it must:
+A view over the core query pipeline (:mod:`museum_search.core.query`): the controls make a
+:class:`QuerySettings`, a worker calls :meth:`QueryPipeline.answer`, and the tab shows the
+:class:`Answer` as it comes (results, "in the collection" verdict and its reason). A file query goes
+through :func:`load_query`, exactly as ``museum-search query`` does, so both give the same answer.
 
-* a new query (or index) → describe the query (off the GUI thread; the index's extractor is built
-  there the first time and kept), cosine scores against every reference, then re-ranking;
-* a re-ranker or one of its parameters → re-ranking only, from the cached cosine scores;
-* k or "one result per instance" → a new top-k of the cached final scores (cheap, GUI thread).
-
-At most one background job runs at a time. When the inputs change while it runs, the job is
-cancelled if its query is obsolete, and :meth:`SearchTab._reconcile` starts whatever is still
-missing once it ends. The "not in the collection" verdict uses the best *cosine* score, before
-re-ranking (re-rankers change the scale of the scores).
+At most one background job runs at a time; :meth:`SearchTab._reconcile` starts whatever the shown
+answer lacks once it ends. Pipelines are kept per (index, settings) and the query's descriptors per
+(query, index), so changing k, one-per-instance, the re-ranker or verification never describes the
+photo again. Double-clicking a result opens :class:`ResultDialog`, which draws the verification
+evidence (computed on a worker).
 """
 
 from __future__ import annotations
@@ -21,60 +20,40 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-from PySide6.QtCore import (
-    QBuffer,
-    QByteArray,
-    QIODevice,
-    QMimeData,
-    Qt,
-    QTimer,
-    QUrl,
-    Signal,
-)
+from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QMimeData, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QGuiApplication, QImage, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
-    QCheckBox,
-    QComboBox,
-    QDialog,
-    QDialogButtonBox,
-    QDoubleSpinBox,
-    QFileDialog,
-    QFormLayout,
-    QFrame,
-    QHBoxLayout,
-    QLabel,
-    QProgressBar,
-    QPushButton,
-    QSizePolicy,
-    QSpinBox,
-    QSplitter,
-    QStackedWidget,
-    QVBoxLayout,
-    QWidget,
+    QCheckBox, QComboBox, QDialog, QDialogButtonBox, QDoubleSpinBox, QFileDialog, QFormLayout, QFrame,
+    QHBoxLayout, QLabel, QProgressBar, QPushButton, QSizePolicy, QSpinBox, QSplitter, QStackedWidget,
+    QVBoxLayout, QWidget,
 )
 
 from ..core.capture import CameraSource, OpenCVCamera, list_cameras
-from ..core.errors import ImageError, MuseumSearchError
-from ..core.images import SUPPORTED_EXTENSIONS, decode_image, is_image_file, load_image
-from ..core.rerank import RerankOptions, build_pipeline, icfrr_advice
+from ..core.errors import ImageError
+from ..core.images import SUPPORTED_EXTENSIONS, is_image_file, load_image
+from ..core.query import (
+    Answer, QueryImage, QueryPipeline, QuerySettings, Result, load_query, query_from_array, query_from_bytes,
+)
+from ..core.rerank import RerankOptions, icfrr_advice
 from ..core.rerank import icfrr as _icfrr  # noqa: F401 - imports scipy.sparse at start-up, not on the GUI thread later
-from ..core.extract import describe_query_image
-from ..core.search import Result, in_collection, results_for, score_matrix, top_k
 from . import workers
 from .state import AppState
 from .widgets.camera_view import CameraView, ImageView
-from .widgets.result_grid import ResultGrid, result_title
+from .widgets.evidence_view import EvidenceView
+from .widgets.result_grid import ResultGrid, evidence_text, result_title
 
 log = logging.getLogger(__name__)
 
-#: Longest side of a query image kept in memory (display, description, spatial verification).
-QUERY_MAX_SIDE = 1600
+#: Longest side of the reference photo in the result dialog.
+REFERENCE_SIDE = 1024
 NO_INDEX = "Open or build an index in the Collection tab first."
-RERANKERS = (("None", ""), ("ICFRR", "icfrr"), ("αQE", "aqe"), ("DBA", "dba"), ("Spatial verification", "spatial"))
+RERANKERS = (("None", ""), ("ICFRR", "icfrr"), ("αQE", "aqe"), ("DBA", "dba"))
 IMAGE_FILTER = "Images ({});;All files (*)".format(" ".join(f"*{e}" for e in sorted(SUPPORTED_EXTENSIONS)))
+VERIFY_TIP = ("Geometric verification: the top references are matched point by point with the photo. "
+              "Slower, but answers are checked, and “not in this collection” is reliable.")
+_PIPELINES_KEPT = 8
 
 _BANNER_STYLE = {
     "out": "background:#fde2df; color:#7a1a12; border:1px solid #d0342c;",
@@ -90,56 +69,39 @@ _MESSAGE_STYLE = {
 @dataclass
 class Query:
     id: int
-    image: np.ndarray  # RGB uint8
-    name: str
+    item: QueryImage  # the photo as the pipeline sees it (decoded once, at most 640 px)
     path: str | None = None
+
+    @property
+    def image(self) -> np.ndarray:
+        return self.item.image
+
+    @property
+    def name(self) -> str:
+        return self.item.name
 
 
 @dataclass
 class _JobResult:
-    qid: int
-    index: Any
-    key: tuple  # the re-ranking the scores are for
-    descriptor: np.ndarray
-    cosine: np.ndarray  # (G,) cosine scores, before re-ranking
-    scores: np.ndarray  # (G,) final scores
-    extractor: Any
-    describe_seconds: float | None  # None: the cached descriptor was used
-    rerank_seconds: float
-    rerank_error: str | None = None
+    pipeline: QueryPipeline
+    descriptors: np.ndarray
+    answer: Answer
+    timings: dict[str, float]
 
 
-def _search_job(query: Query, index, key: tuple, names: list[str], options: RerankOptions,
-                descriptor: np.ndarray | None, cosine: np.ndarray | None, extractor) -> _JobResult:
-    """Describe the query (unless its descriptor is given) and re-rank; runs on a worker thread.
-
-    A plain function rather than a progress generator: both steps are single calls, so there is
-    nothing to report or to cancel between them (an obsolete result is simply dropped).
-    """
-    from ..core.backbones import extractor_for_meta
-
-    describe_seconds = None
-    if descriptor is None or cosine is None:
+def _answer_job(query: QueryImage, index, settings: QuerySettings, pipeline: QueryPipeline | None,
+                extractor, descriptors: np.ndarray | None) -> _JobResult:
+    """Answer ``query`` (describing it unless its ``descriptors`` are given); on a worker thread."""
+    if pipeline is None:
+        pipeline = QueryPipeline(index, settings, extractor=extractor)
+    timings: dict[str, float] = {}
+    if descriptors is None:
         t0 = time.perf_counter()
-        if extractor is None or extractor.meta != index.meta:
-            extractor = extractor_for_meta(index.meta)
-        try:
-            # (R, D): the query's regions, scored as the best region (core.extract.QUERY_REGIONS)
-            descriptor = describe_query_image(query.image, extractor)
-            cosine = score_matrix(index, descriptor[None])[0]
-        except RuntimeError as exc:  # from torch: say what failed
-            raise MuseumSearchError(f"the query could not be described ({exc})") from exc
-        describe_seconds = time.perf_counter() - t0
-    scores, error, t0 = cosine, None, time.perf_counter()
-    if names:
-        try:
-            scores = np.asarray(build_pipeline(names, options).apply(
-                index, cosine[None], descriptor[None], query_images=[query.image])[0], np.float32)
-        except Exception as exc:
-            log.debug("re-ranking failed", exc_info=True)
-            scores, error = cosine, workers.error_message(exc)
-    return _JobResult(query.id, index, key, descriptor, cosine, scores, extractor, describe_seconds,
-                      time.perf_counter() - t0, error)
+        descriptors = pipeline.describe([query])
+        timings["describe"] = time.perf_counter() - t0
+    (answer,) = pipeline.answer([query], descriptors=descriptors)
+    timings.update(search=pipeline.timings.get("search", 0.0), verify=pipeline.timings.get("verify", 0.0))
+    return _JobResult(pipeline, descriptors, answer, timings)
 
 
 # --------------------------------------------------------------------------------------------
@@ -164,8 +126,8 @@ def local_image_path(mime: QMimeData) -> str | None:
     return None
 
 
-def image_from_mime(mime: QMimeData, name: str = "pasted image") -> np.ndarray | None:
-    """RGB uint8 image data carried by ``mime`` (encoded bytes or a QImage), or None.
+def query_from_mime(mime: QMimeData, name: str = "pasted image") -> QueryImage | None:
+    """The query photo carried by ``mime`` (encoded bytes or a QImage), or None.
 
     Raises :class:`ImageError` when the data is there but cannot be decoded.
     """
@@ -173,57 +135,49 @@ def image_from_mime(mime: QMimeData, name: str = "pasted image") -> np.ndarray |
         if mime.hasFormat(fmt):
             data = bytes(mime.data(fmt).data())
             if data:
-                return decode_image(data, name=name, max_side=QUERY_MAX_SIDE)
+                return query_from_bytes(data, name)
     if mime.hasImage():
         img = mime.imageData()
-        if isinstance(img, QImage) and not img.isNull():
-            return qimage_to_rgb(img, name)
+        if isinstance(img, QImage) and not img.isNull():  # to PNG bytes, decoded by core like any image
+            ba = QByteArray()
+            buf = QBuffer(ba)
+            buf.open(QIODevice.OpenModeFlag.WriteOnly)
+            if not img.save(buf, "PNG"):
+                raise ImageError(name, "the image data could not be converted")
+            buf.close()
+            return query_from_bytes(bytes(ba.data()), name)
     return None
-
-
-def qimage_to_rgb(img: QImage, name: str = "image") -> np.ndarray:
-    """A QImage as RGB uint8, through PNG bytes and :func:`decode_image` (one decoding path)."""
-    ba = QByteArray()
-    buf = QBuffer(ba)
-    buf.open(QIODevice.OpenModeFlag.WriteOnly)
-    if not img.save(buf, "PNG"):
-        raise ImageError(name, "the image data could not be converted")
-    buf.close()
-    return decode_image(bytes(ba.data()), name=name, max_side=QUERY_MAX_SIDE)
 
 
 # --------------------------------------------------------------------------------------------
 # Result dialog
 
 
-class ResultDialog(QDialog):
-    """The query and one reference side by side, large, with the reference's metadata."""
+def _evidence_job(pipeline: QueryPipeline | None, query: QueryImage | None, result: Result):
+    """The reference photo and, when there is a pipeline and a query, the verification evidence."""
+    reference = load_image(result.abspath, max_side=REFERENCE_SIDE)
+    evidence = pipeline.evidence(query, result.row) if pipeline is not None and query is not None else None
+    return reference, evidence
 
-    def __init__(self, query: Query | None, result: Result, parent: QWidget | None = None):
+
+class ResultDialog(QDialog):
+    """The query and one reference side by side, large, with the verification evidence drawn
+    (the reference's outline in the query, the matching points) and the reference's metadata."""
+
+    def __init__(self, query: QueryImage | None, result: Result, pipeline: QueryPipeline | None = None,
+                 parent: QWidget | None = None):
         super().__init__(parent)
         self.setObjectName("resultDialog")
         self.result = result
-        title = result_title(result)
-        self.setWindowTitle(f"#{result.rank}: {title or result.instance}")
-        self.query_view = ImageView("No query image")
-        self.reference_view = ImageView("Loading…")
-        if query is not None:
-            self.query_view.set_image(query.image)
-        try:
-            self.reference_view.set_image(load_image(result.abspath, max_side=QUERY_MAX_SIDE))
-        except ImageError as exc:
-            self.reference_view.set_message(str(exc), error=True)
-        images = QHBoxLayout()
-        for caption, view in ((f"Query: {query.name}" if query else "Query", self.query_view),
-                              (f"Reference #{result.rank}: {result.instance}", self.reference_view)):
-            col = QVBoxLayout()
-            cap = QLabel(f"<b>{html.escape(caption)}</b>")
-            col.addWidget(cap)
-            col.addWidget(view, 1)
-            images.addLayout(col, 1)
+        self.pipeline = pipeline
+        self.setWindowTitle(f"#{result.rank}: {result_title(result) or result.instance}")
+        self.evidence_view = EvidenceView()
+        self.evidence_view.set_query(query.image if query is not None else None)
+        self.evidence_view.set_titles(f"Query: {Path(query.name).name}" if query else "Query",
+                                      f"Reference #{result.rank}: {result.instance}")
         form = QFormLayout()
         form.addRow("Rank:", QLabel(str(result.rank)))
-        form.addRow("Score:", QLabel(f"{result.score:.4f}"))
+        form.addRow("Evidence:", QLabel(evidence_text(result)))
         form.addRow("Instance:", QLabel(html.escape(result.instance)))
         for k, v in (result.metadata or {}).items():
             if v:
@@ -237,10 +191,30 @@ class ResultDialog(QDialog):
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
         buttons.rejected.connect(self.reject)
         lay = QVBoxLayout(self)
-        lay.addLayout(images, 1)
+        lay.addWidget(self.evidence_view, 1)
         lay.addLayout(form)
         lay.addWidget(buttons)
         self.resize(1100, 760)
+        self._job = workers.start(lambda: _evidence_job(pipeline, query, result),
+                                  on_result=self._loaded, on_error=self._failed)
+
+    def is_busy(self) -> bool:
+        return self._job.running
+
+    def _loaded(self, value) -> None:
+        reference, evidence = value
+        self.evidence_view.set_reference(reference)
+        if evidence is None:
+            self.evidence_view.set_evidence(None, "not verified")
+            return
+        need = self.pipeline.verdict.min_inliers
+        caption = None
+        if evidence.outline is not None and evidence.inliers < need:
+            caption = f"{evidence.inliers} matching points — too few to verify ({need} needed)"
+        self.evidence_view.set_evidence(evidence, caption)
+
+    def _failed(self, exc: BaseException) -> None:
+        self.evidence_view.set_reference_message(workers.error_message(exc))
 
 
 # --------------------------------------------------------------------------------------------
@@ -259,21 +233,18 @@ class SearchTab(QWidget):
         self.camera_factory = camera_factory or OpenCVCamera
         self._query: Query | None = None
         self._next_qid = 0
-        self._extractor = None
-        self._desc: np.ndarray | None = None
-        self._cos: np.ndarray | None = None
-        self._desc_for: tuple | None = None  # (qid, index)
-        self._final: np.ndarray | None = None
-        self._final_for: tuple | None = None  # (qid, index, rerank key)
+        self._extractor = None  # kept across pipelines of the same index
+        self._pipelines: dict[tuple, QueryPipeline] = {}  # (index id, settings) → pipeline
+        self._descriptors: tuple[tuple, np.ndarray] | None = None  # ((query id, index id), descriptors)
+        self._answer: Answer | None = None
+        self._shown_for: tuple | None = None  # what the shown answer is for: _wanted()
+        self._shown_pipeline: QueryPipeline | None = None
         self._failed_for: tuple | None = None  # what the last failed job was for (no retry loop)
         self._timing: dict[str, float] = {}
-        self._rerank_error: str | None = None
         self._job: workers.Job | None = None
-        self._job_for: tuple | None = None
+        self._job_qid: int | None = None
         self._probe_job: workers.Job | None = None
         self._probed = False
-        self._results: list[Result] = []
-        self._verdict: bool | None = None
         self._dialog: ResultDialog | None = None
         self.setAcceptDrops(True)
         self._build_ui()
@@ -349,30 +320,34 @@ class SearchTab(QWidget):
         self.k_spin.valueChanged.connect(self._k_changed)
         self.per_instance = QCheckBox("One result per instance")
         self.per_instance.setToolTip("Show only the best photo of each object")
-        self.per_instance.toggled.connect(lambda _on: self._show_results())
+        self.per_instance.toggled.connect(lambda _on: self._reconcile())
         self.rerank_combo = QComboBox()
         self.rerank_combo.setObjectName("rerankCombo")
         for label, name in RERANKERS:
             self.rerank_combo.addItem(label, name)
         self.rerank_combo.setToolTip(
             "ICFRR: diffusion over the collection (helps when objects have several photos); "
-            "αQE / DBA: query expansion / database-side augmentation; "
-            "Spatial verification: geometric check of the top results (slower, robust to clutter)")
+            "αQE / DBA: query expansion / database-side augmentation")
         self.rerank_combo.currentIndexChanged.connect(self._rerank_changed)
+        self.verify = QCheckBox("Verify (geometric)")
+        self.verify.setObjectName("verifyCheck")
+        self.verify.setToolTip(VERIFY_TIP)
+        self.verify.setChecked(str(self.state.settings.value("search/verify", "true")).lower() != "false")
+        self.verify.toggled.connect(self._verify_changed)
+        self.verify_top = self._spin(1, 500, QuerySettings().verify_top, "Number of top references verified")
+        self.verify_top.setEnabled(self.verify.isChecked())
         self.param_stack = QStackedWidget()
         self.param_stack.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
         self._build_param_pages()
 
-        controls = QHBoxLayout()
-        controls.addWidget(QLabel("Results:"))
-        controls.addWidget(self.k_spin)
-        controls.addSpacing(8)
-        controls.addWidget(self.per_instance)
-        controls.addSpacing(16)
-        controls.addWidget(QLabel("Re-ranking:"))
-        controls.addWidget(self.rerank_combo)
-        controls.addWidget(self.param_stack)
+        controls, rerank_row = QHBoxLayout(), QHBoxLayout()
+        for w in (QLabel("Results:"), self.k_spin, self.per_instance, self.verify, QLabel("top"), self.verify_top):
+            controls.addWidget(w)
+            controls.addSpacing(12 if w in (self.k_spin, self.per_instance) else 0)
         controls.addStretch(1)
+        for w in (QLabel("Re-ranking:"), self.rerank_combo, self.param_stack):
+            rerank_row.addWidget(w)
+        rerank_row.addStretch(1)
 
         self.banner = QLabel()
         self.banner.setObjectName("verdictBanner")
@@ -403,6 +378,7 @@ class SearchTab(QWidget):
         rl = QVBoxLayout(right)
         rl.setContentsMargins(0, 0, 0, 0)
         rl.addLayout(controls)
+        rl.addLayout(rerank_row)
         rl.addWidget(self.banner)
         rl.addWidget(self.message)
         rl.addWidget(self.grid, 1)
@@ -463,13 +439,11 @@ class SearchTab(QWidget):
         self.icfrr_iter = self._spin(1, 50, d.iterations, "Maximum number of updates")
         self.qe_n = self._spin(1, 100, d.qe_n, "n: number of top references used for expansion")
         self.qe_alpha = self._dspin(0.0, 20.0, 0.5, d.qe_alpha, "α: weighting power of the neighbours")
-        self.spatial_top = self._spin(1, 500, d.spatial_top, "Number of top results verified geometrically")
         self._pages = {
             "": page(),
             "icfrr": page(("K_q", self.icfrr_kq), ("K_g", self.icfrr_kg), ("β", self.icfrr_beta),
                           ("iterations", self.icfrr_iter)),
             "qe": page(("n", self.qe_n), ("α", self.qe_alpha)),
-            "spatial": page(("top N", self.spatial_top)),
         }
         for w in self._pages.values():
             self.param_stack.addWidget(w)
@@ -478,17 +452,25 @@ class SearchTab(QWidget):
     def query(self) -> Query | None:
         return self._query
 
+    def answer(self) -> Answer | None:
+        """The pipeline's answer shown now (None before the first one)."""
+        return self._answer
+
     def results(self) -> list[Result]:
         """The results shown now (best first)."""
-        return list(self._results)
+        return list(self._answer.results) if self._answer is not None else []
 
     def verdict(self) -> bool | None:
-        """True/False: in/not in the collection for the results shown; None without results."""
-        return self._verdict
+        """True/False: in/not in the collection for the answer shown; None without an answer."""
+        return self._answer.in_collection if self._answer is not None else None
 
     def is_busy(self) -> bool:
-        """True while a query is described or re-ranked."""
+        """True while a query is answered."""
         return self._job is not None and self._job.running
+
+    def is_up_to_date(self) -> bool:
+        """True when the answer shown is the one for the current query, index and controls."""
+        return not self.is_busy() and self._shown_for is not None and self._shown_for == self._wanted()
 
     def reranker(self) -> str:
         return str(self.rerank_combo.currentData() or "")
@@ -504,44 +486,52 @@ class SearchTab(QWidget):
             k_q=self.icfrr_kq.value() or None, k_g=self.icfrr_kg.value() or None,
             beta=float(self.icfrr_beta.value()), iterations=int(self.icfrr_iter.value()),
             qe_n=int(self.qe_n.value()), qe_alpha=float(self.qe_alpha.value()),
-            spatial_top=int(self.spatial_top.value()),
+            spatial_top=int(self.verify_top.value()),
         )
+
+    def query_settings(self) -> QuerySettings:
+        """The pipeline settings the controls describe."""
+        return QuerySettings(k=self.k_spin.value(), per_instance=self.per_instance.isChecked(),
+                             rerank=self.reranker(), options=self.rerank_options(),
+                             verify=self.verify.isChecked(), verify_top=int(self.verify_top.value()))
 
     def search_file(self, path: str | Path) -> bool:
         """Search with the image file at ``path``; False (and a message) if it cannot be read."""
+        return self._search(lambda: load_query(path), str(path))
+
+    def search_image(self, image: np.ndarray, name: str = "image") -> bool:
+        """Search with an RGB uint8 image (a camera frame, a picture from another program)."""
+        return self._search(lambda: query_from_array(image, name))
+
+    def _search(self, make: Callable[[], QueryImage | None], path: str | None = None) -> bool:
         try:
-            image = load_image(path, max_side=QUERY_MAX_SIDE)
+            item = make()
         except ImageError as exc:
             self.show_message(f"This image cannot be used: {exc}", "error")
             return False
-        self.search_image(image, Path(path).name, str(path))
-        return True
-
-    def search_image(self, image: np.ndarray, name: str = "image", path: str | None = None) -> None:
-        """Search with an RGB uint8 image."""
-        image = np.ascontiguousarray(image)
-        if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
-            raise ValueError(f"expected an RGB uint8 image, got {image.dtype} {image.shape}")
+        if item is None:
+            self.show_message("No image found in what was pasted or dropped. Copy an image, or an image "
+                              f"file ({', '.join(sorted(SUPPORTED_EXTENSIONS))}), first.", "error")
+            return False
         self._next_qid += 1
-        self._query = Query(self._next_qid, image, name, path)
-        self.query_view.set_image(image)
-        h, w = image.shape[:2]
+        self._query = Query(self._next_qid, item, path)
+        self.query_view.set_image(item.image)
+        h, w = item.image.shape[:2]
+        name = Path(item.name).name if path else item.name
         self.query_caption.setText(f"<b>Query:</b> {html.escape(name)} <span style='color:gray'>({w}×{h})</span>")
         self.query_caption.setToolTip(path or "")
-        self._desc = self._cos = self._final = None
-        self._desc_for = self._final_for = None
-        self._results = []
-        self._verdict = None
-        self.banner.hide()
+        self._descriptors = None
+        self._set_answer(None)
         self.clear_message()
         if self.state.index is None:
             self.grid.clear(NO_INDEX)
             self.show_message(NO_INDEX, "error")
-            return
+            return True
         self.grid.clear("Searching…")
-        if self._job is not None and self._job.running and self._job_for and self._job_for[0] != self._query.id:
+        if self._job is not None and self._job.running and self._job_qid != self._query.id:
             self._job.cancel()  # obsolete query; _reconcile runs when it ends
         self._reconcile()
+        return True
 
     def open_image_dialog(self) -> None:
         start = str(self.state.settings.value("search/last_dir", "") or "")
@@ -561,17 +551,7 @@ class SearchTab(QWidget):
         path = local_image_path(mime)
         if path is not None:
             return self.search_file(path)
-        try:
-            image = image_from_mime(mime, name)
-        except ImageError as exc:
-            self.show_message(f"This image cannot be used: {exc}", "error")
-            return False
-        if image is None:
-            self.show_message("No image found in what was pasted or dropped. Copy an image, or an image "
-                              f"file ({', '.join(sorted(SUPPORTED_EXTENSIONS))}), first.", "error")
-            return False
-        self.search_image(image, name)
-        return True
+        return self._search(lambda: query_from_mime(mime, name))
 
     # camera
     def toggle_camera(self) -> None:
@@ -610,11 +590,11 @@ class SearchTab(QWidget):
         if frame is None:
             self.show_message("No image from the camera yet; wait a moment and capture again.", "error")
             return False
-        self.search_image(frame, f"camera capture {time.strftime('%H:%M:%S')}")
-        return True
+        return self._search(lambda: query_from_array(frame, f"camera capture {time.strftime('%H:%M:%S')}"))
 
     def show_result_dialog(self, result: Result) -> ResultDialog:
-        self._dialog = ResultDialog(self._query, result, self)
+        query = self._query.item if self._query is not None else None
+        self._dialog = ResultDialog(query, result, self._shown_pipeline, self)
         self._dialog.open()
         return self._dialog
 
@@ -632,17 +612,16 @@ class SearchTab(QWidget):
         """Stop the camera and background work (the window is closing)."""
         self._rerank_timer.stop()
         self.camera_view.stop(message=None)
-        for job in (self._job, self._probe_job):
+        for job in (self._job, self._probe_job, self._dialog and self._dialog._job):
             if job is not None and job.running:
                 job.cancel()
 
     # ---- index, controls -----------------------------------------------------------------
     def _index_changed(self, index) -> None:
-        self._desc = self._cos = self._final = None
-        self._desc_for = self._final_for = self._failed_for = None
-        self._results = []
-        self._verdict = None
-        self.banner.hide()
+        self._pipelines.clear()
+        self._descriptors = None
+        self._failed_for = None
+        self._set_answer(None)
         if index is not None and self._extractor is not None and self._extractor.meta != index.meta:
             self._extractor = None
         self._suggest_icfrr(index)
@@ -679,7 +658,12 @@ class SearchTab(QWidget):
 
     def _k_changed(self, k: int) -> None:
         self.state.settings.top_k = k
-        self._show_results()
+        self._reconcile()
+
+    def _verify_changed(self, on: bool) -> None:
+        self.state.settings.set_value("search/verify", "true" if on else "false")
+        self.verify_top.setEnabled(on)
+        self._reconcile()
 
     def _rerank_changed(self, _i: int) -> None:
         name = self.reranker()
@@ -691,69 +675,49 @@ class SearchTab(QWidget):
         self._reconcile()
 
     def _param_changed(self, *_args) -> None:
-        if self.reranker():
-            self._rerank_timer.start()  # wait for the user to stop clicking
-
-    def _rerank_key(self) -> tuple:
-        names = [self.reranker()] if self.reranker() else []
-        o = self.rerank_options()
-        if not names:
-            return ()
-        if names == ["icfrr"]:
-            return ("icfrr", o.k_q, o.k_g, o.beta, o.iterations)
-        if names[0] in ("aqe", "dba"):
-            return (names[0], o.qe_n, o.qe_alpha)
-        return ("spatial", o.spatial_top)
+        self._rerank_timer.start()  # wait for the user to stop clicking
 
     # ---- background work -----------------------------------------------------------------
+    def _wanted(self) -> tuple | None:
+        """(query id, index id, settings) of the answer the controls ask for, or None."""
+        if self._query is None or self.state.index is None:
+            return None
+        return (self._query.id, id(self.state.index), repr(self.query_settings()))
+
     def _reconcile(self) -> None:
-        """Start the job that brings the results up to date with the inputs, if any is needed."""
-        q, index = self._query, self.state.index
-        if q is None or index is None:
-            return
-        key = self._rerank_key()
-        want = (q.id, index, key)
-        if self._final_for is not None and self._final_for[0] == q.id and self._final_for[1] is index \
-                and self._final_for[2] == key:
-            self._show_results()
+        """Start the job that brings the answer up to date with the inputs, if any is needed."""
+        want = self._wanted()
+        if want is None or want == self._shown_for or want == self._failed_for:
             return
         if self._job is not None and self._job.running:
             return  # re-evaluated when it ends
-        if self._failed_for is not None and self._failed_for[0] == q.id and self._failed_for[1] is index \
-                and self._failed_for[2] == key:
-            return  # it failed; the user must change something
-        have_desc = self._desc_for is not None and self._desc_for[0] == q.id and self._desc_for[1] is index
-        names = [key[0]] if key else []
-        args = (q, index, key, names, self.rerank_options(), self._desc if have_desc else None,
-                self._cos if have_desc else None, self._extractor)
-        self._job_for = want
+        q, index, settings = self._query, self.state.index, self.query_settings()
+        pipeline = self._pipelines.get(want[1:])
+        desc = self._descriptors[1] if self._descriptors and self._descriptors[0] == want[:2] else None
+        extractor = self._extractor if self._extractor is not None and self._extractor.meta == index.meta else None
         self.busy.show()
-        if have_desc:
-            self.status.setText("Re-ranking…")
-        elif self._extractor is None:
-            self.status.setText("Loading the descriptor model and describing the query…")
-        else:
-            self.status.setText("Describing the query…")
-        self._job = workers.start(lambda: _search_job(*args), on_result=self._job_result,
+        self.status.setText("Answering…" if desc is not None else (
+            "Describing the query…" if extractor is not None else "Loading the descriptor model and describing the query…"))
+        self._job_qid = q.id
+        self._job = workers.start(lambda: _answer_job(q.item, index, settings, pipeline, extractor, desc),
+                                  on_result=lambda res, want=want: self._job_result(want, res),
                                   on_error=lambda exc, want=want: self._job_error(want, exc),
                                   on_finished=self._job_finished)
 
-    def _job_result(self, res: _JobResult) -> None:
-        if res.extractor is not None:
-            self._extractor = res.extractor
-        if self._query is None or res.qid != self._query.id or res.index is not self.state.index:
+    def _job_result(self, want: tuple, res: _JobResult) -> None:
+        if res.pipeline.index is not self.state.index:
             return  # obsolete
-        self._desc, self._cos = res.descriptor, res.cosine
-        self._desc_for = (res.qid, res.index)
-        if res.describe_seconds is not None:
-            self._timing["describe"] = res.describe_seconds
-        if res.key != self._rerank_key():
-            return  # the re-ranker changed meanwhile: _reconcile re-ranks the kept descriptor
-        self._final = res.scores
-        self._final_for = (res.qid, res.index, res.key)
-        self._timing["rerank"] = res.rerank_seconds
-        self._rerank_error = res.rerank_error
-        self._show_results()
+        self._extractor = res.pipeline.extractor
+        self._pipelines[want[1:]] = res.pipeline
+        while len(self._pipelines) > _PIPELINES_KEPT:
+            self._pipelines.pop(next(iter(self._pipelines)))
+        self._descriptors = (want[:2], res.descriptors)
+        if want != self._wanted():
+            return  # the controls changed meanwhile: _reconcile answers again from the kept descriptors
+        self._timing = res.timings
+        self._shown_for = want
+        self._shown_pipeline = res.pipeline
+        self._set_answer(res.answer)
 
     def _job_error(self, want: tuple, exc: BaseException) -> None:
         self._failed_for = want
@@ -763,56 +727,44 @@ class SearchTab(QWidget):
 
     def _job_finished(self) -> None:
         self._job = None
-        self._job_for = None
+        self._job_qid = None
         self.busy.hide()
         self._reconcile()
 
-    # ---- showing results -----------------------------------------------------------------
-    def _show_results(self) -> None:
-        q, index = self._query, self.state.index
-        if q is None or index is None or self._final is None or self._cos is None or self._final_for is None:
-            return
-        if self._final_for[0] != q.id or self._final_for[1] is not index:
-            return
-        per_instance = self.per_instance.isChecked()
-        rows = top_k(self._final[None], self.k_spin.value(), index.labels if per_instance else None,
-                     per_instance)[0]
-        self._results = results_for(index, rows, self._final)
-        best_cos = results_for(index, top_k(self._cos[None], 1)[0], self._cos)
-        threshold = self.state.settings.threshold
-        self._verdict = in_collection(best_cos, threshold)
-        self.grid.set_results(self._results)
-        self._show_verdict(best_cos[0].score if best_cos else float("nan"), threshold)
-        if self._rerank_error:
-            self.show_message(f"Re-ranking failed, so the results are not re-ranked: {self._rerank_error}",
-                              "error")
-        elif self.message.property("kind") == "error":
-            self.clear_message()
-        parts = [f"{len(self._results)} result{'s' if len(self._results) != 1 else ''} of {len(index):,} references"]
-        if "describe" in self._timing:
-            parts.append(f"query described in {self._timing['describe']:.2f} s")
-        if self._final_for[2]:
-            name = {n: label for label, n in RERANKERS}.get(self._final_for[2][0], self._final_for[2][0])
-            parts.append(f"re-ranked with {name} in {self._timing.get('rerank', 0.0):.2f} s")
-        self.status.setText("; ".join(parts))
-        self.results_changed.emit(list(self._results))
-
-    def _show_verdict(self, best: float, threshold: float) -> None:
-        if not self._results:
+    # ---- showing the answer --------------------------------------------------------------
+    def _set_answer(self, answer: Answer | None) -> None:
+        self._answer = answer
+        if answer is None:
+            self._shown_for = self._shown_pipeline = None
             self.banner.hide()
             return
-        if self._verdict:
-            top = self._results[0]
-            what = result_title(top) or top.instance
-            text = (f"<b>Best match:</b> {html.escape(what)} "
-                    f"<span style='color:#3c6e47'>(closest cosine score {best:.2f}, "
-                    f"threshold {threshold:.2f})</span>")
-            kind = "in"
+        self.grid.set_results(answer.results)
+        self._show_verdict(answer)
+        if self.message.property("kind") == "error":
+            self.clear_message()
+        n, t = len(answer.results), self._timing
+        parts = [f"{n} result{'s' if n != 1 else ''} of {len(self.state.index):,} references",
+                 self._shown_pipeline.settings.describe()]
+        if "describe" in t:
+            parts.append(f"query described in {t['describe']:.2f} s")
+        if self._shown_pipeline.settings.verify:
+            parts.append(f"verification took {t.get('verify', 0.0):.2f} s")
+        self.status.setText(" · ".join(parts))
+        self.results_changed.emit(list(answer.results))
+
+    def _show_verdict(self, answer: Answer) -> None:
+        if not answer.results:
+            self.banner.hide()
+            return
+        reason = html.escape(answer.reason)
+        if answer.in_collection:
+            what = html.escape(result_title(answer.top) or answer.top.instance)
+            text, kind = f"<b>In the collection</b> — {reason}. <b>Best match:</b> {what}", "in"
         else:
-            text = (f"<b>Not in the collection.</b> The closest reference scores {best:.2f}, below the "
-                    f"threshold {threshold:.2f} (Settings). The references below are only the most similar.")
-            kind = "out"
+            text, kind = (f"<b>Not in this collection</b> — {reason}. "
+                          "The references below are only the most similar."), "out"
         self.banner.setText(text)
+        self.banner.setToolTip(f"Verdict thresholds: {self._shown_pipeline.verdict.source}")
         self.banner.setProperty("verdict", kind)
         self.banner.setStyleSheet(f"QLabel {{ {_BANNER_STYLE[kind]} padding:8px; border-radius:4px; }}")
         self.banner.show()

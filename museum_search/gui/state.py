@@ -9,7 +9,6 @@ from PySide6.QtCore import QObject, QSettings, Signal
 from ..core.index import Index
 
 MAX_RECENT = 8
-DEFAULT_THRESHOLD = 0.8
 
 
 class Settings:
@@ -36,18 +35,6 @@ class Settings:
         path = str(path)
         items = [p for p in self.recent_indexes() if p != path]
         self.q.setValue("recent_indexes", [path] + items[: MAX_RECENT - 1])
-
-    # Open-set threshold: a best cosine score below it → "not in the collection". GeM descriptors
-    # of unrelated photos still score 0.7-0.9 (measured with the default pipeline: photos of
-    # objects outside the sample collection 0.80-0.88; correct matches on the paintings >= 0.80),
-    # so the default only rejects clearly unrelated photos: calibrate it on your own collection.
-    @property
-    def threshold(self) -> float:
-        return self._get("search/threshold", DEFAULT_THRESHOLD, float)
-
-    @threshold.setter
-    def threshold(self, v: float) -> None:
-        self.q.setValue("search/threshold", float(v))
 
     @property
     def camera(self) -> int:

@@ -134,8 +134,9 @@ def rankings_from_scores(scores: np.ndarray, top_k: int | None = None) -> np.nda
     scores = np.asarray(scores)
     if scores.ndim != 2:
         raise ValueError(f"scores must be 2-D (queries, references), got shape {scores.shape}")
-    order = np.argsort(-scores, axis=1, kind="stable")
-    return order if top_k is None else order[:, :top_k]
+    from ..ranking import ranking
+
+    return ranking(scores, top_k).astype(np.int64)
 
 
 def _label_grades(

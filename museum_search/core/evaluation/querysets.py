@@ -36,9 +36,10 @@ from museum_search.core.labels import (
     is_hidden_path,
     label_file,
     normalize_relpath,
-    read_csv_rows,
+    read_csv_table,
+    scan_images,
+    split_unusable,
     summarize_ignored,
-    walk_images,
 )
 
 log = logging.getLogger(__name__)
@@ -97,10 +98,35 @@ class QuerySet:
         """Queries with more than one relevant instance."""
         return sum(1 for q in self.queries if len(q.relevant) > 1)
 
+    def unknown_instances(self, instances: Iterable[str]) -> list[str]:
+        """Sorted instances named by the ground truth that are not in ``instances`` (the index's).
+
+        Unlike open-set queries (ground truth explicitly empty), these are likely typos in the
+        ground truth or a query set meant for another index.
+        """
+        keep = set(instances)
+        return sorted(self.instances - keep)
+
+    def n_unknown_queries(self, instances: Iterable[str]) -> int:
+        """Queries naming at least one instance that is not in ``instances``."""
+        keep = set(instances)
+        return sum(1 for q in self.queries if q.relevant - keep)
+
+    def unknown_instances_note(self, instances: Iterable[str], limit: int = 5) -> str | None:
+        """The warning for the user when the ground truth names instances not in ``instances``
+        (see :func:`unknown_instances_note`), else None."""
+        keep = set(instances)
+        names = self.unknown_instances(keep)
+        if not names:
+            return None
+        excluded = sum(1 for q in self.queries if q.relevant and not q.relevant & keep)
+        return unknown_instances_note(self.n_unknown_queries(keep), names, excluded, limit)
+
     def restricted_to(self, instances: Iterable[str]) -> QuerySet:
         """A copy where instances not in ``instances`` (the collection) are no longer relevant.
 
-        Queries left without a relevant instance become open-set queries.
+        Queries left without a relevant instance look like open-set queries; use
+        :meth:`unknown_instances` to tell them apart (the runner reports them separately).
         """
         keep = set(instances)
         queries = [
@@ -130,6 +156,21 @@ class QuerySet:
         return text
 
 
+def unknown_instances_note(n_queries: int, names: list[str], excluded: int | None = None, limit: int = 5) -> str:
+    """One line for the user about ground-truth instances missing from the index, e.g.
+    ``3 queries name 2 instances not in this index: guernica, monna — check the ground truth or
+    the index (not averaged: 2 queries)``; ``limit`` names are shown, then a count of the others."""
+    shown = ", ".join(names[:limit])
+    if len(names) > limit:
+        shown += f"… (+{len(names) - limit:,} more)"
+    q = "query names" if n_queries == 1 else "queries name"
+    text = (f"{n_queries:,} {q} {len(names):,} instance{'s' if len(names) != 1 else ''} not in this index: "
+            f"{shown} — check the ground truth or the index")
+    if excluded:
+        text += f" (not averaged: {excluded:,} quer{'ies' if excluded != 1 else 'y'})"
+    return text
+
+
 # --------------------------------------------------------------------------- helpers
 
 
@@ -148,15 +189,16 @@ def _subfolder(path: Path, name: str, files: list[str] | None) -> str | None:
     return None
 
 
-def _list(path: Path, files: list[str] | None, sub: str | None) -> tuple[Path, list[str]]:
-    """Query root and its image files (relative POSIX paths); ``sub`` is a subfolder holding them."""
+def _list(path: Path, files: list[str] | None, sub: str | None) -> tuple[Path, list[str], list[tuple[str, str]]]:
+    """Query root, its usable image files (relative POSIX paths) and the unusable ones with a reason
+    (name not UTF-8, broken link...); ``sub`` is a subfolder holding them."""
     root = path / sub if sub else path
     if files is None:
-        return root, walk_images(root)
-    if sub is None:
-        return root, files
-    prefix = sub + "/"
-    return root, [f[len(prefix):] for f in files if f.startswith(prefix)]
+        return (root, *scan_images(root))
+    if sub is not None:
+        prefix = sub + "/"
+        files = [f[len(prefix):] for f in files if f.startswith(prefix)]
+    return (root, *split_unusable(root, files))
 
 
 def _name_rule(rels: list[str]) -> str | None:
@@ -183,9 +225,14 @@ def _detect(path: Path, files: list[str] | None) -> str:
     )
 
 
-def _read_ground_truth(csv_path: Path, rels: list[str]) -> tuple[dict[str, dict[str, int]], list[tuple[str, str]]]:
-    """Per query file (relative path): {instance: grade} (empty = open-set), plus ignored entries."""
-    header, rows = read_csv_rows(csv_path)
+def _read_ground_truth(
+    csv_path: Path, rels: list[str], unusable: Iterable[str] = ()
+) -> tuple[dict[str, dict[str, int]], list[tuple[str, str]]]:
+    """Per query file (relative path): {instance: grade} (empty = open-set), plus ignored entries.
+
+    ``unusable``: query files already ignored with their reason (not reported again).
+    """
+    header, rows, lines = read_csv_table(csv_path)
     q_col = find_column(header, QUERY_COLUMNS)
     i_col = find_column(header, CATALOGUE_INSTANCE_COLUMNS)
     g_col = find_column(header, GRADE_COLUMNS)
@@ -202,8 +249,8 @@ def _read_ground_truth(csv_path: Path, rels: list[str]) -> tuple[dict[str, dict[
 
     truth: dict[str, dict[str, int]] = {}
     ignored: list[tuple[str, str]] = []
-    missing_files: set[str] = set()
-    for line, row in enumerate(rows, start=2):
+    missing_files: set[str] = set(unusable)
+    for line, row in zip(lines, rows):
         entry = normalize_relpath(row.get(q_col, ""))
         if not entry:
             continue
@@ -268,25 +315,29 @@ def load_queryset(
                 f"{csv_path} not found. Put a {GROUND_TRUTH_NAME} (query,instance) next to the query photos."
             )
         path = csv_path.parent
-        root, rels = _list(path, file_list, None)
+        root, rels, unusable = _list(path, file_list, None)
     elif layout in ("clicide", "garofou"):
         folder = CLICIDE_QUERY_FOLDER if layout == "clicide" else GAROFOU_QUERY_FOLDER
         sub = None if path.name.lower() == folder.lower() else _subfolder(path, folder, file_list)
-        root, rels = _list(path, file_list, sub)
+        root, rels, unusable = _list(path, file_list, sub)
     else:
-        root, rels = _list(path, file_list, None)
+        root, rels, unusable = _list(path, file_list, None)
 
-    ignored = [(r, HIDDEN_REASON) for r in rels if is_hidden_path(r)]
+    ignored = list(unusable) + [(r, HIDDEN_REASON) for r in rels if is_hidden_path(r)]
     rels = [r for r in rels if not is_hidden_path(r)]
     if not rels:
-        raise LabelError(f"No query images found in {root}. Choose the folder that holds the query photos.")
+        example = (f" ({len(unusable):,} unusable file{'s' if len(unusable) != 1 else ''}, e.g. "
+                   f"{unusable[0][0]}: {unusable[0][1]})" if unusable else "")
+        raise LabelError(
+            f"No query images found in {root}{example}. Choose the folder that holds the query photos."
+        )
 
     def absolute(rel: str) -> str:
         return os.path.abspath(root / rel)
 
     queries: list[Query] = []
     if layout == "csv":
-        truth, more = _read_ground_truth(csv_path, rels)
+        truth, more = _read_ground_truth(csv_path, rels, [p for p, _ in unusable])
         ignored.extend(more)
         for rel, grades in truth.items():
             relevant = {i: g for i, g in grades.items() if g > 0}

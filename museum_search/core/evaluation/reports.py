@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import MuseumSearchError
+from .querysets import unknown_instances_note
 from .runner import EvalReport
 from .stats import bootstrap_ci, paired_bootstrap_test
 
@@ -28,8 +29,28 @@ def _num(x: float) -> float | None:
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else round(float(x), 6)
 
 
+def unknown_instances_warning(summary: dict[str, Any], limit: int = 5) -> str | None:
+    """The warning to show when the ground truth names instances the index does not have, else None.
+
+    ``summary``: an evaluation summary (``EvalReport.summary`` or the JSON's). Such queries are not
+    open-set queries: the ground truth has a typo, or the query set belongs to another index.
+    """
+    names = list(summary.get("unknown_instances") or [])
+    if not names:
+        return None
+    excluded = int(summary.get("unknown_instance_queries") or 0)
+    n = excluded + int(summary.get("partly_unknown_queries") or 0)
+    return unknown_instances_note(n, names, excluded, limit)
+
+
 def report_dict(report: EvalReport, index, rankings: bool = False, ci: bool = True, seed: int = 0) -> dict[str, Any]:
-    """The JSON document of a run (metrics as fractions in 0..1)."""
+    """The JSON document of a run (metrics as fractions in 0..1).
+
+    The summary counts the excluded queries in ``open_set_queries`` (ground truth explicitly
+    empty) and ``unknown_instance_queries`` (ground truth names only instances missing from the
+    index), lists those names in ``unknown_instances`` and counts ``partly_unknown_queries``
+    (evaluated on their other instances); each query lists its ``unknown`` instances.
+    """
     summary = {k: (_num(v) if isinstance(v, float) else v) for k, v in report.summary.items()}
     summary["rerank"] = report.rerank
     summary["index"] = report.index_description
@@ -44,9 +65,11 @@ def report_dict(report: EvalReport, index, rankings: bool = False, ci: bool = Tr
         summary["ci95"] = intervals
     queries = []
     for r in report.records:
-        q: dict[str, Any] = {"query": r.query, "relevant": r.relevant}
+        q: dict[str, Any] = {"query": r.query, "relevant": r.relevant, "unknown": list(r.unknown)}
         q.update({k: _num(v) for k, v in r.metrics.items()})
         q["top"] = [index.items[int(i)].instance for i in r.ranking[:5]]
+        q.update(in_collection=r.in_collection, reason=r.reason,
+                 cosine=None if np.isnan(r.top_cosine) else round(float(r.top_cosine), 6), inliers=r.top_inliers)
         if rankings:
             q["ranking"] = [str(index.root / index.items[int(i)].path) for i in r.ranking]
         queries.append(q)
@@ -75,12 +98,14 @@ def write_csv(report: EvalReport, index, path: Path) -> None:
     buf = io.StringIO()
     w = csv.writer(buf)
     keys = ["p@1", "p@5", "ap", "mnro", "nmrr", "rr"]
-    w.writerow(["query", "relevant", "open_set", *keys, "top1_instance", "top1_path", "top1_score"])
+    w.writerow(["query", "relevant", "open_set", *keys, "top1_instance", "top1_path", "top1_score",
+                "unknown_instances"])
     for r in report.records:
         top = index.items[int(r.ranking[0])]
-        w.writerow([r.query, ";".join(r.relevant), int(r.open_set),
+        # open_set: the ground truth says the object is not in the collection (not an unknown name)
+        w.writerow([r.query, ";".join(r.relevant), int(r.open_set and not r.unknown_only),
                     *("" if math.isnan(r.metrics[k]) else f"{r.metrics[k]:.6f}" for k in keys),
-                    top.instance, top.path, f"{float(r.scores[0]):.6f}"])
+                    top.instance, top.path, f"{float(r.scores[0]):.6f}", ";".join(r.unknown)])
     atomic_write(path, buf.getvalue())
 
 

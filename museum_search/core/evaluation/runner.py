@@ -1,28 +1,36 @@
-"""Evaluation runner: describes the queries in batches and yields one record per query.
+"""Evaluation runner: answers the queries with the query pipeline and yields one record per query.
 
-``evaluate(index, queryset)`` is a generator: each step yields an :class:`EvalStep` with the
+The queries go through :class:`museum_search.core.query.QueryPipeline`, the same path as the CLI
+``query``, the Search tab and the kiosk, so the figures measure what a visitor gets, the verdict
+("in this collection" or not) included. ``evaluate(index, queryset)`` is a generator: each step yields an :class:`EvalStep` with the
 record of the query just ranked (its full ranking, per-query metrics) and the running means, so
 plots can follow live; it returns the :class:`EvalReport` at the end. Closing the generator
 cancels the run (nothing is written by the runner itself).
 
 Conventions (see :mod:`museum_search.core.evaluation.metrics`): a reference is relevant to a
-query iff its instance is in the query's relevant set; queries whose instances have no reference
-in the index are open-set queries, reported but excluded from the means; rankings cover the
-whole collection (ties broken by index row), so AP and MNRO see every relevant reference.
+query iff its instance is in the query's relevant set; queries without a relevant reference in
+the index are excluded from the means and counted apart: open-set queries (their ground truth is
+explicitly empty: the object is not in the collection, by design) and unknown-instance queries
+(their ground truth names instances the index does not have: a typo or the wrong index), whose
+names are listed in the summary. Rankings cover the whole collection (ties broken by index row),
+so AP and MNRO see every relevant reference.
 """
 
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generator
 
 import numpy as np
 
-from ..backbones import Extractor, extractor_for_meta
-from ..extract import extract, run
+from ..backbones import Extractor
+from ..errors import ImageError
 from ..index import Index
-from ..search import full_ranking, score_matrix
+from ..progress import drive
+from ..query import QueryPipeline, QuerySettings, load_query
+from ..verdict import Evidence, open_set_figures
 from .metrics import relevance_matrix, summarize
 from .querysets import QuerySet
 
@@ -42,10 +50,27 @@ class QueryRecord:
     scores: np.ndarray  # score of each ranked reference (same order)
     relevance: np.ndarray  # bool: is the reference at each rank relevant
     n_relevant: int  # relevant references in the collection
+    unknown: list[str] = field(default_factory=list)  # ground-truth instances missing from the index
+    in_collection: bool = True  # the pipeline's verdict
+    reason: str = ""  # the verdict in words
+    top_cosine: float = float("nan")  # evidence of the top result
+    top_inliers: int | None = None  # (None: not verified)
+
+    @property
+    def evidence(self) -> Evidence:
+        """The top answer's evidence, for the verdict's figures and re-calibration."""
+        return Evidence(self.top_cosine, self.top_inliers, not self.open_set, bool(self.relevance[:1].any()))
 
     @property
     def open_set(self) -> bool:
+        """No relevant reference in the index: excluded from the means (see :attr:`unknown_only`)."""
         return self.n_relevant == 0
+
+    @property
+    def unknown_only(self) -> bool:
+        """Excluded because every instance its ground truth names is missing from the index (not
+        an open-set query by design: likely a typo in the ground truth or the wrong index)."""
+        return self.n_relevant == 0 and bool(self.unknown)
 
 
 @dataclass
@@ -71,6 +96,11 @@ class EvalReport:
     queryset_description: str
     rerank: str
     per_query: dict[str, np.ndarray]  # metric key → (evaluated + open-set queries,) values
+    verdict: Any = None  # the Verdict the answers were given with
+
+    @property
+    def evidence(self) -> list[Evidence]:
+        return [r.evidence for r in self.records]
 
     def per_query_values(self, key: str) -> np.ndarray:
         """Values of ``key`` (e.g. "p@1", "ap", "mnro") over the evaluated (non open-set) queries."""
@@ -80,22 +110,23 @@ class EvalReport:
 def evaluate(
     index: Index,
     queryset: QuerySet,
-    pipeline=None,
+    settings: QuerySettings | None = None,
     *,
     extractor: Extractor | None = None,
     weights: str | None = None,
     batch_size: int = 8,
-    query_regions: bool = True,
+    pipeline: QueryPipeline | None = None,
 ) -> Generator[EvalStep, None, EvalReport]:
-    """Rank every query of ``queryset`` against ``index`` (see the module docstring).
+    """Answer every query of ``queryset`` with the query pipeline (see the module docstring).
 
-    ``query_regions``: describe each query by its regions (``extract.QUERY_REGIONS``), as the
-    search does by default; False describes the whole image only (the papers' protocol).
+    ``settings``: the pipeline's settings (default: the defaults a visitor gets: query regions,
+    verification, the index's calibrated verdict); or pass a ready ``pipeline``.
     """
-    extractor = extractor or extractor_for_meta(index.meta, weights)
-    index.check_compatible(extractor.meta)
-    qs = queryset.restricted_to(index.instances)
+    pipe = pipeline or QueryPipeline(index, settings or QuerySettings(), extractor=extractor, weights=weights)
+    known = set(index.instances)
+    qs = queryset.restricted_to(known)
     queries = qs.queries
+    unknown_of = [sorted(q.relevant - known) for q in queryset.queries]  # same order as qs.queries
     total = len(queries)
     labels = index.labels
     gtm = nmrr_gtm(labels, queries)
@@ -103,44 +134,70 @@ def evaluate(
     skipped: list[tuple[str, str]] = []
     rels: list[np.ndarray] = []
     nrels: list[int] = []
+    unknowns: list[list[str]] = []
     start = time.perf_counter()
     done = 0
     means = _RunningMeans()
     running: dict[str, float] = means.current()
-    for lo in range(0, total, batch_size):
-        chunk = queries[lo : lo + batch_size]
-        res = run(extract([q.path for q in chunk], extractor, batch_size=batch_size, query_regions=query_regions))
-        new_skips = list(res.skipped)
-        skipped.extend(new_skips)
-        ok = [chunk[i] for i in res.ok]
-        if ok:
-            scores = score_matrix(index, res.descriptors)
-            if pipeline:
-                scores = pipeline.apply(index, scores, res.descriptors, query_paths=[q.path for q in ok])
-            ranking = full_ranking(scores)
-            rel, n_rel = relevance_matrix(ranking, labels, [set(q.relevant) for q in ok])
-            per = summarize(rel, n_rel, ks=(1, 5), n_collection=len(index), gtm=gtm)["per_query"]
-            for j, q in enumerate(ok):
-                rec = QueryRecord(
-                    position=lo + res.ok[j], query=q.path, relevant=sorted(q.relevant),
-                    metrics={name: float(per[key][j]) for name, key in RECORD_METRICS.items()},
-                    ranking=ranking[j].astype(np.int32), scores=np.take(scores[j], ranking[j]).astype(np.float32),
-                    relevance=np.asarray(rel[j], bool), n_relevant=int(n_rel[j]),
-                )
-                records.append(rec)
-                rels.append(rec.relevance)
-                nrels.append(rec.n_relevant)
-                running = means.add(rec)
+    pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="eval-decode")
+    try:
+        for lo in range(0, total, batch_size):
+            chunk = queries[lo : lo + batch_size]
+            decoded = list(pool.map(_decode, [q.path for q in chunk]))
+            new_skips = [(q.path, d) for q, d in zip(chunk, decoded) if isinstance(d, str)]
+            skipped.extend(new_skips)
+            ok_pos = [i for i, d in enumerate(decoded) if not isinstance(d, str)]
+            ok = [chunk[i] for i in ok_pos]
+            if ok:
+                answers = pipe.answer([decoded[i] for i in ok_pos], full_ranking=True)
+                ranking = np.stack([a.ranking for a in answers])
+                rel, n_rel = relevance_matrix(ranking, labels, [set(q.relevant) for q in ok])
+                per = summarize(rel, n_rel, ks=(1, 5), n_collection=len(index), gtm=gtm)["per_query"]
+                for j, (q, ans) in enumerate(zip(ok, answers)):
+                    top = ans.results[0] if ans.results else None
+                    rec = QueryRecord(
+                        position=lo + ok_pos[j], query=q.path, relevant=sorted(q.relevant),
+                        metrics={name: float(per[key][j]) for name, key in RECORD_METRICS.items()},
+                        ranking=ranking[j].astype(np.int32),
+                        scores=np.take(ans.scores, ranking[j]).astype(np.float32),
+                        relevance=np.asarray(rel[j], bool), n_relevant=int(n_rel[j]),
+                        unknown=unknown_of[lo + ok_pos[j]],
+                        in_collection=ans.in_collection, reason=ans.reason,
+                        top_cosine=top.cosine if top else float("nan"), top_inliers=top.inliers if top else None,
+                    )
+                    records.append(rec)
+                    rels.append(rec.relevance)
+                    nrels.append(rec.n_relevant)
+                    unknowns.append(rec.unknown)
+                    running = means.add(rec)
+                    done += 1
+                    yield EvalStep(done, total, rec, running, new_skips if j == 0 else [], time.perf_counter() - start)
+            for _ in range(len(chunk) - len(ok)):
                 done += 1
-                yield EvalStep(done, total, rec, running, new_skips if j == 0 else [], time.perf_counter() - start)
-        for _ in range(len(chunk) - len(ok)):
-            done += 1
-            yield EvalStep(done, total, None, running, new_skips if not ok else [], time.perf_counter() - start)
-            new_skips = []
-    summary, per_query = summary_of(index, rels, nrels, len(skipped), gtm)
-    summary["query_regions"] = bool(query_regions)
-    return EvalReport(summary, records, skipped, index.describe(), qs.describe(),
-                      pipeline.describe() if pipeline else "none", per_query)
+                yield EvalStep(done, total, None, running, new_skips if not ok else [], time.perf_counter() - start)
+                new_skips = []
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    summary, per_query = summary_of(index, rels, nrels, len(skipped), gtm, unknowns)
+    summary["query_regions"] = bool(pipe.settings.regions)
+    summary["verified"] = bool(pipe.settings.verify)
+    summary["verdict"] = {**open_set_figures([r.evidence for r in records], pipe.verdict),
+                          "min_inliers": pipe.verdict.min_inliers if pipe.settings.verify else None,
+                          "min_cosine": None if pipe.settings.verify else pipe.verdict.min_cosine,
+                          "calibration": pipe.verdict.source}
+    # the query set as loaded: restricting it would describe unknown instances as open-set
+    return EvalReport(summary, records, skipped, index.describe(), queryset.describe(),
+                      pipe.settings.describe(), per_query, pipe.verdict)
+
+
+def _decode(path: str):
+    """The decoded query, or the reason it cannot be used (a str)."""
+    try:
+        return load_query(path)
+    except ImageError as exc:
+        return exc.reason
+    except (OSError, ValueError, MemoryError) as exc:
+        return f"cannot be read: {exc}"
 
 
 def nmrr_gtm(labels, queries) -> int | None:
@@ -152,14 +209,34 @@ def nmrr_gtm(labels, queries) -> int | None:
     return max((sum(counts.get(i, 0) for i in q.relevant) for q in queries), default=0) or None
 
 
-def summary_of(index: Index, rels: list[np.ndarray], nrels: list, skipped: int, gtm: int | None):
-    """(summary dict, per-query arrays) of an evaluation from its relevance rows."""
+def summary_of(index: Index, rels: list[np.ndarray], nrels: list, skipped: int, gtm: int | None,
+               unknown: list[list[str]] | None = None):
+    """(summary dict, per-query arrays) of an evaluation from its relevance rows.
+
+    ``unknown``: per relevance row, the ground-truth instances missing from the index. The summary
+    counts the queries without a relevant reference (excluded from the means) in two parts:
+    ``open_set_queries`` (ground truth explicitly empty) and ``unknown_instance_queries`` (every
+    instance named is missing); ``partly_unknown_queries`` are evaluated on their other instances;
+    ``unknown_instances`` lists the missing names (sorted). Without ``unknown``, every query without
+    a relevant reference counts as open-set.
+    """
     if rels:
-        full = summarize(np.vstack(rels), np.hstack(nrels), ks=(1, 5, 10), n_collection=len(index), gtm=gtm)
+        n_rel = np.hstack(nrels)
+        full = summarize(np.vstack(rels), n_rel, ks=(1, 5, 10), n_collection=len(index), gtm=gtm)
     else:
-        full = summarize(np.zeros((0, len(index)), bool), np.zeros(0, np.int64), ks=(1, 5, 10))
+        n_rel = np.zeros(0, np.int64)
+        full = summarize(np.zeros((0, len(index)), bool), n_rel, ks=(1, 5, 10))
     per_query = full.pop("per_query")
-    summary: dict[str, Any] = {"queries": full["queries"], "open_set_queries": full["open_set_queries"],
+    unknown = list(unknown) if unknown is not None else []
+    if unknown and len(unknown) != len(n_rel):
+        raise ValueError(f"{len(unknown)} lists of unknown instances for {len(n_rel)} queries")
+    unknown_only = sum(1 for u, n in zip(unknown, n_rel) if u and n == 0)
+    partly = sum(1 for u, n in zip(unknown, n_rel) if u and n > 0)
+    summary: dict[str, Any] = {"queries": full["queries"],
+                               "open_set_queries": full["open_set_queries"] - unknown_only,
+                               "unknown_instance_queries": unknown_only,
+                               "partly_unknown_queries": partly,
+                               "unknown_instances": sorted({i for u in unknown for i in u}),
                                "skipped_queries": skipped, "references": len(index),
                                "instances": len(index.instances)}
     for key in SUMMARY_KEYS + ("p@10",):
@@ -212,6 +289,6 @@ def precision_recall_curve(report: EvalReport, points: int = 11) -> tuple[np.nda
     return recall_levels, np.mean(curves, axis=0)
 
 
-def run_evaluation(index: Index, queryset: QuerySet, pipeline=None, **kw: Any) -> EvalReport:
+def run_evaluation(index: Index, queryset: QuerySet, settings: QuerySettings | None = None, **kw: Any) -> EvalReport:
     """Non-generator convenience wrapper."""
-    return run(evaluate(index, queryset, pipeline, **kw))
+    return drive(evaluate(index, queryset, settings, **kw))

@@ -1,8 +1,9 @@
 """ICFRR parameter sweep: one evaluation per parameter value, the queries described once.
 
-``sweep(index, queryset, "k", [1, 2, 3], RerankOptions(beta=0.5))`` describes every query once
-(:func:`museum_search.core.extract.extract`), then for each value scores the queries against the
-index, re-ranks them with ICFRR at that value and computes the metrics. It is a generator (see
+``sweep(index, queryset, "k", [1, 2, 3], RerankOptions(beta=0.5))`` decodes and describes every
+query once, then for each value answers the queries with the query pipeline
+(:class:`museum_search.core.query.QueryPipeline`, given the descriptors) with ICFRR at that value,
+and computes the metrics. It is a generator (see
 ``docs/CONVENTIONS.md``):
 
 * while the queries are described it yields ``SweepStep(value=None, summary=None, done, total,
@@ -33,13 +34,12 @@ import numpy as np
 
 from ..backbones import Extractor, extractor_for_meta
 from ..errors import MuseumSearchError
-from ..extract import ExtractResult, extract
 from ..index import Index
-from ..rerank import RerankOptions, build_pipeline
-from ..search import full_ranking, score_matrix
+from ..query import QueryPipeline, QuerySettings
+from ..rerank import RerankOptions
 from .metrics import relevance_matrix
 from .querysets import QuerySet
-from .runner import nmrr_gtm, summary_of
+from .runner import _decode, nmrr_gtm, summary_of
 
 PARAMETERS = ("k", "beta")
 PARAMETER_NAMES = {"k": "K_q = K_g", "beta": "β"}
@@ -124,12 +124,13 @@ def sweep(
     names: Sequence[str] = ("icfrr",),
     weights: str | None = None,
     batch_size: int = 8,
-    query_regions: bool = True,
+    settings: QuerySettings | None = None,
 ) -> Generator[SweepStep, None, list[SweepPoint]]:
     """Evaluate ICFRR at each of ``values`` of ``parameter`` (see the module docstring).
 
     ``names``: the re-rankers applied at each value (must include ``"icfrr"``), in order.
-    ``query_regions``: as in :func:`~museum_search.core.evaluation.runner.evaluate`.
+    ``settings``: the rest of the query pipeline's settings (regions, verification), as in
+    :func:`~museum_search.core.evaluation.runner.evaluate`.
     """
     if parameter not in PARAMETERS:
         raise MuseumSearchError(f"unknown sweep parameter {parameter!r}; choose 'k' (K_q = K_g) or 'beta'")
@@ -139,49 +140,48 @@ def sweep(
     if "icfrr" not in [n.lower() for n in names]:
         raise MuseumSearchError("a sweep varies ICFRR parameters: include 'icfrr' in the re-rankers")
     base_options = base_options or RerankOptions()
-    pipelines = [build_pipeline(list(names), options_at(base_options, parameter, v)) for v in values]
+    base = settings or QuerySettings()
+    option_sets = [options_at(base_options, parameter, v) for v in values]
     extractor = extractor or extractor_for_meta(index.meta, weights)
-    index.check_compatible(extractor.meta)
-    qs = queryset.restricted_to(index.instances)
+    pipes = [QueryPipeline(index, replace(base, rerank=",".join(names), options=o), extractor=extractor)
+             for o in option_sets]
+    known = set(index.instances)
+    qs = queryset.restricted_to(known)
     queries = qs.queries
+    unknown_of = [sorted(q.relevant - known) for q in queryset.queries]
     labels = index.labels
     gtm = nmrr_gtm(labels, queries)
     start = time.perf_counter()
 
-    # 1. describe every query once
-    gen = extract([q.path for q in queries], extractor, batch_size=batch_size, query_regions=query_regions)
-    try:
-        while True:
-            try:
-                p = next(gen)
-            except StopIteration as stop:
-                res: ExtractResult = stop.value
-                break
-            yield SweepStep(None, None, p.done, len(queries), "describing", time.perf_counter() - start)
-    finally:
-        gen.close()
-
-    # Batches as in runner.evaluate: the described queries of each block of ``batch_size``.
-    batches: dict[int, list[int]] = {}
-    for j, pos in enumerate(res.ok):
-        batches.setdefault(pos // batch_size, []).append(j)
+    # 1. decode and describe every query once, in the runner's batches
+    batches: list[tuple[list[int], list[Any], np.ndarray]] = []  # (positions, decoded, descriptors)
+    skipped = 0
+    for lo in range(0, len(queries), batch_size):
+        decoded = [_decode(q.path) for q in queries[lo : lo + batch_size]]
+        pos = [lo + i for i, d in enumerate(decoded) if not isinstance(d, str)]
+        skipped += sum(isinstance(d, str) for d in decoded)
+        images = [decoded[p - lo] for p in pos]
+        if images:
+            batches.append((pos, images, pipes[0].describe(images)))
+        done = min(len(queries), lo + batch_size)
+        yield SweepStep(None, None, done, len(queries), "describing", time.perf_counter() - start)
     points: list[SweepPoint] = []
 
-    # 2. score, re-rank and measure at each value
-    for i, (value, pipeline) in enumerate(zip(values, pipelines)):
+    # 2. answer and measure at each value
+    for i, (value, pipe) in enumerate(zip(values, pipes)):
         rels: list[np.ndarray] = []
         nrels: list[np.ndarray] = []
-        for js in batches.values():
-            desc = res.descriptors[js]
-            ok = [queries[res.ok[j]] for j in js]
-            scores = score_matrix(index, desc)
-            scores = pipeline.apply(index, scores, desc, query_paths=[q.path for q in ok])
-            rel, n_rel = relevance_matrix(full_ranking(scores), labels, [set(q.relevant) for q in ok])
+        unknown: list[list[str]] = []
+        for pos, images, desc in batches:
+            answers = pipe.answer(images, desc, full_ranking=True)
+            ranking = np.stack([a.ranking for a in answers])
+            rel, n_rel = relevance_matrix(ranking, labels, [set(queries[p].relevant) for p in pos])
             rels.append(np.asarray(rel, bool))
             nrels.append(np.asarray(n_rel))
-        summary, per_query = summary_of(index, rels, nrels, len(res.skipped), gtm)
-        summary["query_regions"] = bool(query_regions)
-        points.append(SweepPoint(value, pipeline.options, summary, per_query))
+            unknown.extend(unknown_of[p] for p in pos)
+        summary, per_query = summary_of(index, rels, nrels, skipped, gtm, unknown)
+        summary["query_regions"] = bool(base.regions)
+        points.append(SweepPoint(value, option_sets[i], summary, per_query))
         yield SweepStep(value, summary, i + 1, len(values), "evaluating", time.perf_counter() - start)
     return points
 

@@ -299,20 +299,57 @@ def _inliers_of(src: np.ndarray, dst: np.ndarray, params: SpatialParams, size_b:
     The homography is fitted from b to a so that the degeneracy test can map b's outline (the
     painting, which must be seen from in front) into the query.
     """
+    return _homography(src, dst, params, size_b)[0]
+
+
+def _homography(src: np.ndarray, dst: np.ndarray, params: SpatialParams, size_b: tuple[float, float]
+                ) -> tuple[int, np.ndarray | None, np.ndarray | None]:
+    """(inliers, H from b to a, inlier mask) of the robust homography; (0, None, None) if degenerate."""
     if len(src) < MIN_MATCHES:
-        return 0
+        return 0, None, None
     method = getattr(cv2, _ESTIMATORS[params.estimator])
     try:
         H, mask = cv2.findHomography(dst.reshape(-1, 1, 2), src.reshape(-1, 1, 2), method,
                                      params.ransac_threshold, maxIters=2000, confidence=0.995)
     except cv2.error as exc:  # a degenerate point set can make some estimators fail
         log.debug("homography estimation failed: %s", exc)
-        return 0
+        return 0, None, None
     if H is None or mask is None:
-        return 0
+        return 0, None, None
     if not homography_is_plausible(H, size_b[0], size_b[1], params.max_scale):
-        return 0
-    return int(np.count_nonzero(mask))
+        return 0, None, None
+    mask = mask.ravel().astype(bool)
+    return int(np.count_nonzero(mask)), H, mask
+
+
+@dataclass
+class Evidence:
+    """Why a reference matched a query: what a viewer draws (as VISE does).
+
+    Coordinates are in the frames of the two images resized to ``max_side`` (``query_size`` and
+    ``reference_size`` give those frames, (width, height)); scale them to the displayed images.
+    """
+
+    inliers: int
+    query_points: np.ndarray  # (n, 2) inlier keypoints in the query
+    reference_points: np.ndarray  # (n, 2) the matching keypoints in the reference
+    outline: np.ndarray | None  # (4, 2) the reference's corners projected into the query, or None
+    query_size: tuple[float, float]
+    reference_size: tuple[float, float]
+
+
+def evidence_of(fa: Features, fb: Features, params: SpatialParams, size_a: tuple[float, float],
+                size_b: tuple[float, float]) -> Evidence:
+    """The inlier matches and the projected outline of reference b in query a."""
+    src, dst = match_features(fa, [fb], params)[0]
+    n, H, mask = _homography(src, dst, params, size_b)
+    if H is None or mask is None:
+        empty = np.empty((0, 2), np.float32)
+        return Evidence(0, empty, empty, None, size_a, size_b)
+    w, h = size_b
+    corners = np.array([[0, 0], [w, 0], [w, h], [0, h]], np.float32).reshape(-1, 1, 2)
+    outline = cv2.perspectiveTransform(corners, H).reshape(-1, 2)
+    return Evidence(n, src[mask].astype(np.float32), dst[mask].astype(np.float32), outline, size_a, size_b)
 
 
 def _extent(pts: np.ndarray) -> tuple[float, float]:
@@ -434,7 +471,15 @@ class SpatialReranker:
                 "opencv": cv2.__version__}
 
     def reference_features(self, index, row: int) -> tuple[Features, tuple[float, float]] | None:
-        """Features of reference ``row`` and its resized (width, height); None if unreadable."""
+        """Features of reference ``row`` and its resized (width, height); None if unreadable.
+
+        Taken from the features stored with the index (computed when it was built or updated)
+        when their settings are these; otherwise computed and cached.
+        """
+        stored = getattr(index, "local", None)
+        if stored is not None and stored.matches(self.params):
+            self.stats["memory_hits"] += 1
+            return stored.get(row)
         key = self._key(index, row)
         if key is None:
             self._unreadable(index, row, "file not found", ("missing", index.items[row].path))
@@ -614,3 +659,106 @@ class SpatialReranker:
 
     def params_dict(self) -> dict[str, Any]:
         return asdict(self.params)
+
+
+# ---- reference features stored with the index --------------------------------------------------
+
+
+@dataclass
+class LocalFeatures:
+    """Local features of every reference of an index, stored with its generation (flat arrays).
+
+    Row ``i``'s keypoints are ``points[offsets[i]:offsets[i+1]]`` and its descriptors the same
+    slice of ``descriptors``; ``sizes[i]`` is its resized (width, height), (0, 0) when the file
+    could not be read.
+    """
+
+    settings: dict[str, Any]  # feature, max_side, max_keypoints
+    offsets: np.ndarray  # (N + 1,) int64
+    points: np.ndarray  # (M, 2) float32
+    descriptors: np.ndarray  # (M, D) uint8
+    sizes: np.ndarray  # (N, 2) float32
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    def matches(self, params: SpatialParams) -> bool:
+        return self.settings == settings_of(params)
+
+    def get(self, row: int) -> tuple[Features, tuple[float, float]] | None:
+        w, h = (float(v) for v in self.sizes[row])
+        if w <= 0 or h <= 0:
+            return None
+        a, b = int(self.offsets[row]), int(self.offsets[row + 1])
+        return (np.asarray(self.points[a:b]), np.asarray(self.descriptors[a:b])), (w, h)
+
+    def subset(self, rows: Sequence[int]) -> "LocalFeatures":
+        return LocalFeatures.from_list([self.get(int(r)) for r in rows], self.settings, self.descriptors.shape[1])
+
+    @staticmethod
+    def from_list(entries: Sequence[tuple[Features, tuple[float, float]] | None], settings: dict[str, Any],
+                  dim: int) -> "LocalFeatures":
+        counts = [0 if e is None else len(e[0][0]) for e in entries]
+        offsets = np.zeros(len(entries) + 1, np.int64)
+        offsets[1:] = np.cumsum(counts)
+        pts = [e[0][0] for e in entries if e is not None]
+        desc = [e[0][1] for e in entries if e is not None]
+        sizes = np.array([(0.0, 0.0) if e is None else e[1] for e in entries], np.float32).reshape(-1, 2)
+        return LocalFeatures(
+            dict(settings), offsets,
+            np.concatenate(pts).astype(np.float32) if pts else np.empty((0, 2), np.float32),
+            np.concatenate(desc).astype(np.uint8) if desc else np.empty((0, dim), np.uint8),
+            sizes)
+
+    @staticmethod
+    def concat(parts: Sequence["LocalFeatures"]) -> "LocalFeatures":
+        entries: list = []
+        for p in parts:
+            entries.extend(p.get(i) for i in range(len(p)))
+        return LocalFeatures.from_list(entries, parts[0].settings, parts[0].descriptors.shape[1])
+
+
+def settings_of(params: SpatialParams) -> dict[str, Any]:
+    return {"feature": params.effective_feature, "max_side": int(params.max_side),
+            "max_keypoints": int(params.max_keypoints)}
+
+
+def compute_local_features(paths: Sequence[str | os.PathLike], params: SpatialParams | None = None,
+                           workers: int = 2) -> Generator[Any, None, LocalFeatures]:
+    """Local features of every image of ``paths`` (unreadable ones: none), as a progress generator.
+
+    Runs on a thread pool (OpenCV releases the GIL); closing the generator cancels.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ..progress import Progress
+
+    params = params or SpatialParams()
+    dim = 128 if params.effective_feature == "sift" else 32
+
+    def one(path):
+        try:
+            img = _load_rgb(path, params.max_side)
+            return extract_features(img, params), _resized_size(img, params.max_side)
+        except (ImageError, OSError, ValueError, cv2.error) as exc:
+            log.warning("local features of %s cannot be computed (%s)", path, getattr(exc, "reason", exc))
+            return None
+
+    total = len(paths)
+    out: list = [None] * total
+    t0 = time.perf_counter()
+    pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="local-features")
+    try:
+        window = 4 * max(1, workers)
+        futures: dict[int, Any] = {}
+        nxt = 0
+        for i in range(total):
+            while nxt < total and nxt < i + window:  # keep a window of files in flight
+                futures[nxt] = pool.submit(one, paths[nxt])
+                nxt += 1
+            out[i] = futures.pop(i).result()
+            yield Progress(i + 1, total, stage="local features", current=str(paths[i]),
+                           elapsed=time.perf_counter() - t0)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    return LocalFeatures.from_list(out, settings_of(params), dim)

@@ -19,6 +19,10 @@ Items exposed for tests and callers: ``running_curves[metric]`` (metric in ``MET
 ``pr_curve``, ``running_overlays[key][metric]``, ``pr_overlays[key]``.
 
 :class:`SweepPlot` plots MAP and MP@1 against an ICFRR parameter (``sweep_curves``).
+
+:class:`VerdictPlot` plots the "in this collection" verdict's figures against its threshold
+(``verdict.operating_points``: ``verdict_curves[key]`` for ``VERDICT_CURVES``), with vertical lines
+at the threshold in use (``threshold_line``) and at a candidate operating point (``candidate_line``).
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ from PySide6.QtWidgets import QWidget
 
 __all__ = [
     "METRICS", "METRIC_LABELS", "METRIC_COLOURS", "RUN_COLOURS", "HIST_BINS",
-    "RunningBuffer", "Overlay", "EvaluationPlots", "SweepPlot", "IntegerAxis", "run_colour",
+    "RunningBuffer", "Overlay", "EvaluationPlots", "SweepPlot", "VerdictPlot", "VERDICT_CURVES", "IntegerAxis",
+    "run_colour",
 ]
 
 #: Running means plotted live (keys of ``EvalStep.running``).
@@ -393,3 +398,74 @@ class SweepPlot(pg.PlotWidget):
         self.start(parameter_label, integer)
         for v, s in zip(values, summaries):
             self.add_point(v, s)
+
+
+#: The verdict's figures (keys of ``verdict.operating_points``) → (legend label, colour).
+VERDICT_CURVES = {
+    "unknown_rejected": ("unknown objects rejected", "#2ca02c"),
+    "known_rejected": ("known objects wrongly rejected", "#d62728"),
+    "accuracy": ("accuracy (right answer or right rejection)", "#1f77b4"),
+}
+
+
+class VerdictPlot(pg.PlotWidget):
+    """The verdict's figures against its threshold (inliers when verified, else cosine)."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        pal = self.palette()
+        self._fg = pal.color(QPalette.ColorRole.WindowText)
+        self.setBackground(pal.color(QPalette.ColorRole.Base))
+        plot = self.getPlotItem()
+        _style_plot(plot, self._fg)
+        plot.setTitle("Verdict: “in this collection” against its threshold", color=self._fg, size="10pt")
+        plot.setLabel("left", "share of queries", color=self._fg)
+        plot.setYRange(0, 1, padding=0.02)
+        plot.enableAutoRange(axis="y", enable=False)
+        plot.setMouseEnabled(x=True, y=False)
+        self.legend = _legend(plot, self._fg, pal.color(QPalette.ColorRole.Base))
+        self.legend.anchor(itemPos=(1, 0.5), parentPos=(1, 0.5), offset=(-10, 0))
+        self.verdict_curves: dict[str, pg.PlotDataItem] = {
+            key: plot.plot([], [], name=label, pen=pg.mkPen(colour, width=2), connect="finite")
+            for key, (label, colour) in VERDICT_CURVES.items()}
+        label_opts = {"position": 0.93, "color": self._fg, "fill": pg.mkBrush(pal.color(QPalette.ColorRole.Base)),
+                      "movable": False}
+        self.threshold_line = pg.InfiniteLine(angle=90, pen=pg.mkPen(self._fg, width=1.5), label="in use: {value:g}",
+                                              labelOpts=label_opts)
+        self.candidate_line = pg.InfiniteLine(angle=90, pen=pg.mkPen("#ff7f0e", width=1.5, style=Qt.PenStyle.DashLine),
+                                              label="chosen: {value:g}", labelOpts={**label_opts, "position": 0.78})
+        for line in (self.threshold_line, self.candidate_line):
+            plot.addItem(line, ignoreBounds=True)
+            line.setVisible(False)
+
+    def set_points(self, points: dict[str, np.ndarray] | None, threshold: float | None = None,
+                   verified: bool = True) -> None:
+        """Show ``operating_points(...)`` (``None``: clear) and the threshold in use."""
+        plot = self.getPlotItem()
+        plot.setLabel("bottom", "threshold: matching points (homography inliers)" if verified else
+                      "threshold: cosine (not verified)", color=self._fg)
+        x = np.asarray(points["threshold"] if points is not None else [], float)
+        for key, curve in self.verdict_curves.items():
+            # a figure at threshold t holds for every threshold above the value before t: steps
+            curve.setData(x, np.asarray(points[key] if points is not None else [], float), connect="finite",
+                          stepMode="right")
+        self.set_line(self.threshold_line, threshold if points is not None else None)
+        self.set_candidate(None)
+        if len(x) > 2:
+            # where the decision is made: inliers up to a few times the threshold; cosines from the
+            # lowest one seen (the curves are flat outside; pan or zoom to see all)
+            lo, hi = (0.0, min(x[-1], 3 * max(threshold or 0, 10))) if verified else (x[1] - 0.02, x[-1])
+            plot.setXRange(float(lo), float(hi), padding=0.02)
+
+    def set_candidate(self, value: float | None) -> None:
+        """The operating point a re-calibration would store (``None``: hide); shown in the view."""
+        self.set_line(self.candidate_line, value)
+        (lo, hi), _ = self.getPlotItem().viewRange()
+        if value is not None and not lo <= value <= hi:
+            self.getPlotItem().setXRange(min(lo, value), max(hi, value + 0.1 * (hi - lo)), padding=0.02)
+
+    @staticmethod
+    def set_line(line: pg.InfiniteLine, value: float | None) -> None:
+        line.setVisible(value is not None)
+        if value is not None:
+            line.setValue(float(value))

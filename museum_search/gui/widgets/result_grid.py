@@ -1,4 +1,4 @@
-"""A grid of result cards: thumbnail, rank, score, instance, title and artist.
+"""A grid of result cards: thumbnail, rank, evidence (cosine and inliers), instance, title and artist.
 
 Used by the Search tab (top-k of a query) and the Evaluation tab (a query's top results with the
 correct ones marked)::
@@ -54,8 +54,18 @@ def result_title(result: Result) -> str:
     return " — ".join(s for s in (title, artist) if s)
 
 
+def evidence_text(result: Result) -> str:
+    """'cosine 0.81 · 57 inliers' (or '· not verified') for an answer of the query pipeline
+    (:class:`museum_search.core.query.Result`); 'score 0.812' for a bare ranking (evaluation)."""
+    cosine = getattr(result, "cosine", None)
+    if cosine is None:
+        return f"score {result.score:.3f}"
+    inliers = getattr(result, "inliers", None)
+    return f"cosine {cosine:.2f} · " + ("not verified" if inliers is None else f"{inliers} inliers")
+
+
 def result_tooltip(result: Result) -> str:
-    rows = [("Rank", str(result.rank)), ("Score", f"{result.score:.4f}"), ("Instance", result.instance)]
+    rows = [("Rank", str(result.rank)), ("Evidence", evidence_text(result)), ("Instance", result.instance)]
     rows += [(k.capitalize(), v) for k, v in (result.metadata or {}).items() if v]
     rows.append(("File", result.path))
     return "<table>" + "".join(
@@ -89,19 +99,22 @@ class ResultCard(QFrame):
         self.thumb.setAlignment(Qt.AlignmentFlag.AlignCenter)
         lay.addWidget(self.thumb, 0, Qt.AlignmentFlag.AlignHCenter)
         width = thumb_size
-        head = QLabel(f"<b>#{result.rank}</b>&nbsp;&nbsp;score {result.score:.3f}")
+        fm = QFontMetrics(self.font())
+        rank = f"#{result.rank}"
+        room = width - fm.horizontalAdvance(rank + "    ")  # the rank is bold
+        head = QLabel(f"<b>{rank}</b>&nbsp;&nbsp;"
+                      f"{html.escape(fm.elidedText(result.instance, Qt.TextElideMode.ElideMiddle, room))}")
         head.setObjectName("cardRank")
         lay.addWidget(head)
+        self.evidence_label = QLabel(fm.elidedText(evidence_text(result), Qt.TextElideMode.ElideRight, width))
+        self.evidence_label.setObjectName("cardEvidence")
+        lay.addWidget(self.evidence_label)
         self.mark_label = QLabel()
         self.mark_label.setObjectName("cardMark")
         self.mark_label.setProperty("mark", self.property("mark"))
         if mark is not None:
             self.mark_label.setText("✓ correct" if mark else "✗ incorrect")
             lay.addWidget(self.mark_label)
-        fm = QFontMetrics(self.font())
-        inst = QLabel(fm.elidedText(result.instance, Qt.TextElideMode.ElideMiddle, width))
-        inst.setObjectName("cardInstance")
-        lay.addWidget(inst)
         title = result_title(result)
         self.title_label = QLabel(fm.elidedText(title, Qt.TextElideMode.ElideRight, width) if title else "")
         self.title_label.setObjectName("cardTitle")
@@ -148,7 +161,8 @@ class ResultCard(QFrame):
 
 
 class ResultGrid(QWidget):
-    """Cards of a list of :class:`~museum_search.core.search.Result`, as many per row as fit."""
+    """Cards of results (:class:`museum_search.core.query.Result`, or
+    :class:`museum_search.core.search.Result` for a bare ranking), as many per row as fit."""
 
     activated = Signal(object)  # Result, on double-click or Enter
     selection_changed = Signal(object)  # Result or None

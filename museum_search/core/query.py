@@ -1,0 +1,298 @@
+"""The query pipeline: the one path from a photo to an answer.
+
+    decode → describe (regions) → global scores → re-rankers → verification → ranking → verdict
+
+The CLI ``query``, the Search tab, the kiosk, ``evaluate``, the Evaluation tab and the ICFRR sweep
+all call :class:`QueryPipeline`; none keeps a copy, so a photo gets the same answer wherever it is
+asked about.
+
+* **decode**: a file is decoded at most :data:`VERIFY_SIDE` px on its longest side
+  (:func:`load_query`); a camera frame or a pasted image is shrunk the same way
+  (:func:`query_from_array`). That image is what verification and the views see.
+* **describe**: the image is shrunk to the backbone's input size, then cut into its regions
+  (``extract.QUERY_REGIONS``: the whole photo and its left/right/top/bottom 60 %) and each region
+  is described; a reference's *cosine* is its best dot product over the regions.
+* **re-rankers**: ICFRR, αQE or DBA (``settings.rerank``) change the global scores.
+* **verification** (on by default): the best ``verify_top`` references by global score are matched
+  with the photo (SIFT, RANSAC homography, :mod:`.rerank.spatial`), using the reference features
+  stored with the index. A reference with at least the verdict's ``min_inliers`` gets the bonus
+  ``min(inliers, 50) / 50`` on its score; fewer inliers than that are noise and change nothing, so
+  where a homography does not hold (3D objects) the global ranking is kept.
+* **ranking**: :func:`search.ranking` (by score, ties by row).
+* **verdict**: from the top result's evidence (:class:`.verdict.Verdict`, calibrated per index).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Generator, Sequence
+
+import cv2
+import numpy as np
+
+from .backbones import Extractor, extractor_for_meta
+from .errors import ImageError, MuseumSearchError
+from .extract import query_crops
+from .images import decode_image, load_image
+from .index import Index
+from .progress import Progress
+from .rerank import RerankOptions, build_pipeline
+from .rerank.spatial import (
+    Evidence,
+    SpatialParams,
+    SpatialReranker,
+    evidence_of,
+    extract_features,
+)
+from .search import ranking, score_matrix
+from .verdict import Verdict
+
+log = logging.getLogger(__name__)
+
+#: Longest side of the decoded query photo: what verification and the views use.
+VERIFY_SIDE = SpatialParams().max_side
+
+
+@dataclass
+class QuerySettings:
+    """What a user can change about how a photo is answered."""
+
+    k: int = 5  # results shown
+    per_instance: bool = False  # one result per object
+    regions: bool = True  # describe the photo's regions (False: the whole image, the papers' protocol)
+    rerank: str = ""  # global re-rankers applied in order: icfrr, aqe, dba (comma-separated)
+    options: RerankOptions = field(default_factory=RerankOptions)
+    verify: bool = True  # geometric verification of the shortlist
+    verify_top: int = 20  # how many references are verified
+    verdict: Verdict | None = None  # None: the index's own calibration
+
+    def describe(self) -> str:
+        parts = [self.rerank.replace(",", "+")] if self.rerank else []
+        parts.append(f"verified (top {self.verify_top})" if self.verify else "not verified")
+        if not self.regions:
+            parts.append("whole image")
+        return ", ".join(parts)
+
+
+@dataclass
+class QueryImage:
+    """A query photo as decoded once: RGB uint8, at most :data:`VERIFY_SIDE` px."""
+
+    name: str
+    image: np.ndarray
+
+
+def _shrink(image: np.ndarray, side: int) -> np.ndarray:
+    h, w = image.shape[:2]
+    s = side / max(h, w)
+    if s >= 1.0:
+        return image
+    return cv2.resize(image, (max(1, round(w * s)), max(1, round(h * s))), interpolation=cv2.INTER_AREA)
+
+
+def load_query(path) -> QueryImage:
+    """Decode a query photo file; raises :class:`ImageError` with the reason."""
+    return QueryImage(str(path), load_image(path, max_side=VERIFY_SIDE))
+
+
+def query_from_array(image: np.ndarray, name: str = "camera") -> QueryImage:
+    """A camera frame or a pasted image (RGB uint8) as a query."""
+    img = np.asarray(image)
+    if img.ndim != 3 or img.shape[2] != 3 or img.dtype != np.uint8 or img.size == 0:
+        raise ImageError(name, f"not an RGB photo (array of shape {img.shape}, {img.dtype})")
+    return QueryImage(name, np.ascontiguousarray(_shrink(img, VERIFY_SIDE)))
+
+
+def query_from_bytes(data: bytes, name: str = "<pasted>") -> QueryImage:
+    """Encoded image bytes (clipboard, drag-and-drop of data) as a query."""
+    return QueryImage(name, decode_image(data, name, max_side=VERIFY_SIDE))
+
+
+@dataclass
+class Result:
+    """One reference in an answer: its rank, the evidence and the score it was ranked by."""
+
+    rank: int  # 1-based
+    row: int  # row of the reference in the index
+    score: float  # what the ranking sorts by (cosine, re-ranked, plus the verification bonus)
+    cosine: float  # best-region cosine of the global descriptors
+    inliers: int | None  # homography inliers, None when not verified
+    path: str  # relative to the collection root
+    abspath: str
+    instance: str
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rank": self.rank, "score": round(float(self.score), 6), "cosine": round(float(self.cosine), 6),
+                "inliers": self.inliers, "path": self.abspath, "instance": self.instance,
+                "metadata": self.metadata}
+
+
+@dataclass
+class Answer:
+    """What the pipeline says about one photo."""
+
+    query: str
+    results: list[Result]
+    in_collection: bool
+    reason: str
+    scores: np.ndarray  # (G,) final score of every reference
+    cosine: np.ndarray  # (G,) cosine of every reference
+    verified: dict[int, int]  # row → inliers, for the verified shortlist
+    ranking: np.ndarray | None = None  # (G,) every row, best first (when asked for)
+
+    @property
+    def top(self) -> Result | None:
+        return self.results[0] if self.results else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"query": self.query, "in_collection": self.in_collection, "reason": self.reason,
+                "results": [r.to_dict() for r in self.results]}
+
+
+class QueryPipeline:
+    """Answers photos about one index with one set of settings (see the module docstring)."""
+
+    verify_side = VERIFY_SIDE
+
+    def __init__(self, index: Index, settings: QuerySettings | None = None, *,
+                 extractor: Extractor | None = None, weights: str | None = None):
+        self.index = index
+        self.settings = settings or QuerySettings()
+        self.extractor = extractor or extractor_for_meta(index.meta, weights)
+        index.check_compatible(self.extractor.meta)
+        names = [n.strip().lower() for n in self.settings.rerank.split(",") if n.strip()]
+        if "spatial" in names:  # the old re-ranker name of verification, which is now its own step
+            names.remove("spatial")
+            if not self.settings.verify:
+                raise MuseumSearchError("'spatial' asks for verification, which is turned off (--no-verify)")
+        self._rerank = build_pipeline(names, self.settings.options)
+        self._spatial = SpatialReranker(SpatialParams(top_n=self.settings.verify_top))
+        self.verdict = self.settings.verdict or Verdict.of_index(index)
+        self.timings: dict[str, float] = {}
+
+    # ---- describe ---------------------------------------------------------------------------
+    def inputs(self, query: QueryImage) -> list[np.ndarray]:
+        """The network inputs of a photo: its regions at the backbone's size."""
+        small = _shrink(query.image, self.extractor.max_side)
+        return [self.extractor.preprocess(c) for c in query_crops(small, self.settings.regions)]
+
+    def describe(self, queries: Sequence[QueryImage]) -> np.ndarray:
+        """(Q, R, D) region descriptors ((Q, 1, D) for whole-image queries)."""
+        inputs = [x for q in queries for x in self.inputs(q)]
+        r = len(inputs) // max(1, len(queries))
+        return self.extractor.describe(inputs).reshape(len(queries), r, -1)
+
+    # ---- answer -----------------------------------------------------------------------------
+    def answer(self, queries: Sequence[QueryImage], descriptors: np.ndarray | None = None, *,
+               full_ranking: bool = False, exclude: np.ndarray | None = None) -> list[Answer]:
+        """Answers for ``queries`` (described here unless ``descriptors`` are given).
+
+        ``exclude``: a boolean mask of references to leave out (calibration: "what if this object
+        were not in the collection").
+        """
+        t0 = time.perf_counter()
+        desc = self.describe(queries) if descriptors is None else np.asarray(descriptors, np.float32)
+        t1 = time.perf_counter()
+        cos = score_matrix(self.index, desc)
+        scores = cos
+        if self._rerank:
+            scores = self._rerank.apply(self.index, cos, desc, query_images=[q.image for q in queries],
+                                        query_paths=[q.name for q in queries])
+        scores = np.array(scores, dtype=np.float32)
+        if exclude is not None:
+            scores[:, np.asarray(exclude, bool)] = -np.inf
+        t2 = time.perf_counter()
+        answers = [self._finish(q, scores[i], cos[i], full_ranking) for i, q in enumerate(queries)]
+        t3 = time.perf_counter()
+        self.timings = {"describe": t1 - t0, "search": t2 - t1, "verify": t3 - t2}
+        return answers
+
+    def _finish(self, query: QueryImage, scores: np.ndarray, cos: np.ndarray, full_ranking: bool) -> Answer:
+        s = self.settings
+        verified: dict[int, int] = {}
+        if s.verify and s.verify_top > 0:
+            short = ranking(scores, s.verify_top)
+            short = short[np.isfinite(scores[short])]
+            if len(short):
+                qf = extract_features(query.image, self._spatial.params)
+                inl = self._spatial._verify(qf, short, self.index)
+                verified = {int(r): int(n) for r, n in zip(short, inl)}
+                gate = self.verdict.min_inliers
+                cap = self._spatial.params.inlier_cap
+                bonus = np.where(inl >= gate, np.minimum(inl, cap) / cap, 0.0)
+                scores = scores.copy()
+                scores[short] = scores[short] + self._spatial.params.weight * bonus.astype(np.float32)
+        labels = self.index.labels if s.per_instance else None
+        top = ranking(scores, s.k, labels=labels)
+        results = []
+        for rank, row in enumerate(top, start=1):
+            row = int(row)
+            if not np.isfinite(scores[row]):
+                break
+            it = self.index.items[row]
+            results.append(Result(rank, row, float(scores[row]), float(cos[row]),
+                                  verified.get(row) if s.verify else None, it.path,
+                                  str(self.index.root / it.path), it.instance, dict(it.metadata)))
+        if results:
+            best = results[0]
+            known, reason = self.verdict.decide(best.cosine, best.inliers)
+        else:
+            known, reason = False, "the collection is empty"
+        full = ranking(scores) if full_ranking else None
+        return Answer(query.name, results, known, reason, scores, cos, verified, full)
+
+    # ---- evidence -----------------------------------------------------------------------------
+    def evidence(self, query: QueryImage, row: int) -> Evidence:
+        """The inlier matches and projected outline of reference ``row`` in the query photo."""
+        params = self._spatial.params
+        ref = self._spatial.reference_features(self.index, int(row))
+        h, w = query.image.shape[:2]
+        s = min(1.0, params.max_side / max(h, w))
+        size_q = (max(1, round(w * s)), max(1, round(h * s)))
+        qf = extract_features(query.image, params)
+        if ref is None:
+            empty = np.empty((0, 2), np.float32)
+            return Evidence(0, empty, empty, None, size_q, (1.0, 1.0))
+        return evidence_of(qf, ref[0], params, size_q, ref[1])
+
+    # ---- many files (CLI, evaluation) -----------------------------------------------------------
+    def run(self, paths: Sequence[str], *, batch_size: int = 8, full_ranking: bool = False,
+            workers: int = 2) -> Generator[Progress, None, list[tuple[int, Answer]]]:
+        """Answer every photo file of ``paths``; yields :class:`Progress` (stage "querying") with the
+        unreadable files as skips, returns [(position in ``paths``, answer)]. Decoding runs ahead on
+        a thread pool; closing the generator cancels."""
+        out: list[tuple[int, Answer]] = []
+        total = len(paths)
+        t0 = time.perf_counter()
+        pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="query-decode")
+        try:
+            futures = [pool.submit(load_query, p) for p in paths[:batch_size * 2]]
+            submitted = len(futures)
+            done = 0
+            for lo in range(0, total, batch_size):
+                batch: list[tuple[int, QueryImage]] = []
+                skips: list[tuple[str, str]] = []
+                for i in range(lo, min(total, lo + batch_size)):
+                    try:
+                        batch.append((i, futures[i].result()))
+                    except ImageError as exc:
+                        skips.append((str(paths[i]), exc.reason))
+                    except (OSError, ValueError, MemoryError) as exc:
+                        skips.append((str(paths[i]), f"cannot be read: {exc}"))
+                    futures[i] = None  # type: ignore[call-overload]
+                    if submitted < total:
+                        futures.append(pool.submit(load_query, paths[submitted]))
+                        submitted += 1
+                if batch:
+                    answers = self.answer([q for _, q in batch], full_ranking=full_ranking)
+                    out.extend((i, a) for (i, _), a in zip(batch, answers))
+                done = min(total, lo + batch_size)
+                yield Progress(done, total, current=str(paths[done - 1]), skipped=skips, stage="querying",
+                               elapsed=time.perf_counter() - t0)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+        return out

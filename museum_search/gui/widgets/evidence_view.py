@@ -1,0 +1,172 @@
+"""Why a reference matched, drawn as Oxford VGG's VISE does: the query photo and the reference side by
+side, the reference's outline projected into the query (a closed polygon) and the inlier matches as
+lines between the two images, with a caption ("57 matching points" or "no geometric match").
+
+The evidence (:class:`museum_search.core.rerank.spatial.Evidence`) comes from
+``QueryPipeline.evidence``, computed on a worker; its coordinates are in the frames of the images
+resized for verification (``query_size``, ``reference_size``) and are scaled here to wherever the
+images are drawn::
+
+    view = EvidenceView()
+    view.set_query(rgb); view.set_reference(rgb); view.set_evidence(evidence)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from PySide6.QtCore import QPointF, QRectF, QSize, Qt
+from PySide6.QtGui import QColor, QImage, QPainter, QPalette, QPen, QPolygonF
+from PySide6.QtWidgets import QSizePolicy, QWidget
+
+from ...core.rerank.spatial import Evidence
+from .thumbnails import numpy_to_qimage
+
+#: At most this many match lines are drawn (evenly chosen among the inliers).
+MAX_LINES = 100
+NO_MATCH = "no geometric match"
+OUTLINE_COLOUR = QColor("#ffd23f")
+LINE_COLOURS = [QColor(c) for c in ("#4cc9f0", "#80ed99", "#f72585", "#ff9f1c", "#b8c0ff")]
+
+
+def match_caption(evidence: Evidence | None) -> str:
+    if evidence is None or evidence.outline is None:
+        return NO_MATCH
+    return f"{evidence.inliers} matching point{'s' if evidence.inliers != 1 else ''}"
+
+
+class EvidenceView(QWidget):
+    """Two images side by side with the verification evidence painted over them."""
+
+    GAP = 24  # px between the two images
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setObjectName("evidenceView")
+        self._images: list[QImage | None] = [None, None]
+        self._titles = ["Query", "Reference"]
+        self._messages = ["No query image", "Loading…"]
+        self._evidence: Evidence | None = None
+        self._caption = "Matching…"
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+        self.setMinimumSize(480, 260)
+
+    def sizeHint(self) -> QSize:
+        return QSize(1000, 560)
+
+    # ---- content ---------------------------------------------------------------------------
+    def set_query(self, image: np.ndarray | None) -> None:
+        self._set(0, image)
+
+    def set_reference(self, image: np.ndarray | None) -> None:
+        self._set(1, image)
+
+    def set_reference_message(self, text: str) -> None:
+        """The reference cannot be shown (unreadable): say why in its place."""
+        self._images[1], self._messages[1], self._caption = None, text, NO_MATCH
+        self.update()
+
+    def set_titles(self, query: str, reference: str) -> None:
+        self._titles = [query, reference]
+        self.update()
+
+    def set_evidence(self, evidence: Evidence | None, caption: str | None = None) -> None:
+        """Draw ``evidence`` (None or no outline: the images only, "no geometric match")."""
+        self._evidence = evidence
+        self._caption = caption or match_caption(evidence)
+        self.update()
+
+    def evidence(self) -> Evidence | None:
+        return self._evidence
+
+    def caption(self) -> str:
+        return self._caption
+
+    def _set(self, i: int, image: np.ndarray | None) -> None:
+        self._images[i] = numpy_to_qimage(image) if image is not None else None
+        self.update()
+
+    # ---- geometry --------------------------------------------------------------------------
+    def _band(self) -> int:
+        return self.fontMetrics().height() + 10
+
+    def image_rects(self) -> tuple[QRectF, QRectF]:
+        """Where the query and the reference are drawn (each fitted into its half, aspect kept)."""
+        band = self._band()
+        half = (self.width() - self.GAP) / 2
+        area_h = max(1.0, self.height() - 2 * band)
+        rects = []
+        for i, img in enumerate(self._images):
+            cell = QRectF(i * (half + self.GAP), band, half, area_h)
+            if img is None:
+                rects.append(cell)
+                continue
+            s = min(cell.width() / img.width(), cell.height() / img.height())
+            w, h = img.width() * s, img.height() * s
+            # the query leans right and the reference left: the lines between them stay short
+            x = cell.right() - w if i == 0 else cell.left()
+            rects.append(QRectF(x, cell.top() + (cell.height() - h) / 2, w, h))
+        return rects[0], rects[1]
+
+    @staticmethod
+    def _mapper(rect: QRectF, frame: tuple[float, float]):
+        sx, sy = rect.width() / max(1e-6, frame[0]), rect.height() / max(1e-6, frame[1])
+        return lambda p: QPointF(rect.left() + float(p[0]) * sx, rect.top() + float(p[1]) * sy)
+
+    # ---- painting --------------------------------------------------------------------------
+    def paintEvent(self, event) -> None:
+        p = QPainter(self)
+        p.setRenderHint(QPainter.RenderHint.Antialiasing, True)
+        p.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform, True)
+        pal = self.palette()
+        p.fillRect(self.rect(), pal.color(QPalette.ColorRole.Window))
+        rects = self.image_rects()
+        band = self._band()
+        text = pal.color(QPalette.ColorRole.WindowText)
+        for img, rect, title, msg in zip(self._images, rects, self._titles, self._messages):
+            p.setPen(text)
+            title_rect = QRectF(rect.left(), rect.top() - band, rect.width(), band)
+            p.drawText(title_rect, int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter),
+                       self.fontMetrics().elidedText(title, Qt.TextElideMode.ElideMiddle, int(rect.width())))
+            if img is not None:
+                p.drawImage(rect, img)
+            else:
+                p.fillRect(rect, pal.color(QPalette.ColorRole.Dark))
+                p.setPen(pal.color(QPalette.ColorRole.BrightText))
+                p.drawText(rect.adjusted(12, 12, -12, -12),
+                           int(Qt.AlignmentFlag.AlignCenter | Qt.TextFlag.TextWordWrap), msg)
+        ev = self._evidence
+        if ev is not None and ev.outline is not None and all(self._images):
+            self._paint_evidence(p, ev, *rects)
+        p.setPen(text)
+        font = p.font()
+        font.setBold(True)
+        p.setFont(font)
+        p.drawText(QRectF(0, self.height() - band, self.width(), band), int(Qt.AlignmentFlag.AlignCenter),
+                   self._caption)
+        p.end()
+
+    def _paint_evidence(self, p: QPainter, ev: Evidence, qrect: QRectF, rrect: QRectF) -> None:
+        to_q = self._mapper(qrect, ev.query_size)
+        to_r = self._mapper(rrect, ev.reference_size)
+        n = len(ev.query_points)
+        pick = np.linspace(0, n - 1, min(n, MAX_LINES)).round().astype(int) if n else []
+        for j, i in enumerate(pick):
+            a, b = to_q(ev.query_points[i]), to_r(ev.reference_points[i])
+            colour = QColor(LINE_COLOURS[j % len(LINE_COLOURS)])
+            colour.setAlpha(170)
+            p.setPen(QPen(colour, 1.2))
+            p.drawLine(a, b)
+            p.setBrush(colour)
+            p.drawEllipse(a, 2.5, 2.5)
+            p.drawEllipse(b, 2.5, 2.5)
+        p.setBrush(Qt.BrushStyle.NoBrush)
+        p.setClipRect(qrect.adjusted(-3, -3, 3, 3))  # the outline may reach beyond the photo
+        outline = QPolygonF([to_q(c) for c in ev.outline])
+        p.setPen(QPen(QColor(0, 0, 0, 160), 6, Qt.PenStyle.SolidLine, Qt.PenCapStyle.RoundCap,
+                      Qt.PenJoinStyle.RoundJoin))
+        p.drawPolygon(outline)  # a dark halo: the outline reads on light and dark photos
+        p.setPen(QPen(OUTLINE_COLOUR, 3, Qt.PenStyle.SolidLine, Qt.PenCapStyle.RoundCap, Qt.PenJoinStyle.RoundJoin))
+        p.drawPolygon(outline)
+        p.setClipping(False)
+        p.setPen(QPen(OUTLINE_COLOUR, 2))
+        p.drawRect(rrect)  # the reference, whose corners the outline is

@@ -1,0 +1,155 @@
+"""The one query pipeline (core/query.py): one ranking, verified answers, stored local features,
+the same answer from a file, an array or the evaluation runner."""
+
+import shutil
+
+import numpy as np
+import pytest
+
+from museum_search.core.backbones import BackboneConfig
+from museum_search.core.evaluation.metrics import rankings_from_scores
+from museum_search.core.evaluation.querysets import load_queryset
+from museum_search.core.evaluation.runner import run_evaluation
+from museum_search.core.extract import run
+from museum_search.core.images import load_image
+from museum_search.core.index import Index, LabellingSpec, build_index, update_index
+from museum_search.core.query import QueryPipeline, QuerySettings, load_query, query_from_array
+from museum_search.core.ranking import ranking
+from museum_search.core.rerank.icfrr import ranking_from_scores, top_indices
+from museum_search.core.search import full_ranking, top_k
+
+
+def test_one_ranking_ties_by_row():
+    rng = np.random.default_rng(0)
+    scores = rng.integers(0, 6, (7, 40)).astype(np.float32) / 5  # many ties
+    scores[2, 5] = -np.inf
+    expected = np.argsort(-scores, axis=1, kind="stable")  # by score, ties by row
+    np.testing.assert_array_equal(ranking(scores), expected)
+    np.testing.assert_array_equal(full_ranking(scores), expected)
+    np.testing.assert_array_equal(rankings_from_scores(scores), expected)
+    np.testing.assert_array_equal(ranking_from_scores(scores), expected)
+    for k in (1, 3, 9, 40):
+        np.testing.assert_array_equal(ranking(scores, k), expected[:, :k])
+        np.testing.assert_array_equal(top_indices(scores, k), expected[:, :k])
+        assert [list(r) for r in top_k(scores, k)] == [list(r) for r in expected[:, :k]]
+    labels = np.array([f"o{i % 6}" for i in range(40)], dtype=object)
+    per = ranking(scores[0], 4, labels=labels)
+    assert len(set(labels[per])) == 4
+    firsts = [r for r in expected[0] if r == next(x for x in expected[0] if labels[x] == labels[r])]
+    assert list(per) == firsts[:4]
+
+
+@pytest.fixture(scope="module")
+def known_query(sample_collection):
+    import csv
+
+    rows = list(csv.DictReader(open(sample_collection / "queries" / "ground_truth.csv", encoding="utf-8")))
+    name, inst = next((r["query"], r["instance"]) for r in rows if r["instance"])
+    return sample_collection / "queries" / name, inst
+
+
+def test_default_answers_are_verified(sample_index, known_query):
+    path, instance = known_query
+    pipe = QueryPipeline(sample_index)
+    assert sample_index.local is not None and len(sample_index.local) == len(sample_index)
+    (a,) = pipe.answer([load_query(path)])
+    assert a.top.instance == instance
+    assert a.top.inliers is not None and a.top.inliers >= pipe.verdict.min_inliers
+    assert a.in_collection and a.reason.startswith("verified")
+    assert all(r.inliers is not None for r in a.results)  # the top k are in the verified shortlist
+    # ranking: every reference with enough inliers comes before those without
+    gate = pipe.verdict.min_inliers
+    ok = [r.inliers >= gate for r in a.results]
+    assert ok == sorted(ok, reverse=True)
+    # the score is what the ranking sorts by; the cosine is the global evidence alone
+    assert a.top.score > a.top.cosine and 0 < a.top.cosine <= 1
+    (b,) = QueryPipeline(sample_index, QuerySettings(verify=False)).answer([load_query(path)])
+    assert all(r.inliers is None for r in b.results) and "not verified" in b.reason
+    assert b.top.score == pytest.approx(b.top.cosine)
+
+
+def test_file_and_array_and_runner_agree(sample_index, known_query, sample_collection):
+    path, _ = known_query
+    pipe = QueryPipeline(sample_index)
+    (from_file,) = pipe.answer([load_query(path)])
+    (again,) = pipe.answer([load_query(path)])
+    assert [r.row for r in again.results] == [r.row for r in from_file.results]
+    # a camera frame or a pasted image of the same photo: decoded differently, the same answer
+    (from_array,) = pipe.answer([query_from_array(load_image(path), "camera")])
+    assert from_array.top.row == from_file.top.row and from_array.in_collection == from_file.in_collection
+    assert from_array.top.cosine == pytest.approx(from_file.top.cosine, abs=0.01)
+    # the evaluation runner measures what the pipeline answers
+    qs = load_queryset(sample_collection / "queries")
+    rep = run_evaluation(sample_index, qs)
+    rec = next(r for r in rep.records if r.query == str(path))
+    assert int(rec.ranking[0]) == from_file.top.row
+    assert rec.in_collection == from_file.in_collection and rec.reason == from_file.reason
+    assert rec.top_cosine == pytest.approx(from_file.top.cosine, abs=1e-6)
+    assert rec.top_inliers == from_file.top.inliers
+
+
+def test_evidence_draws_the_reference_in_the_query(sample_index, known_query):
+    path, _ = known_query
+    pipe = QueryPipeline(sample_index)
+    q = load_query(path)
+    (a,) = pipe.answer([q])
+    ev = pipe.evidence(q, a.top.row)
+    assert ev.inliers == a.top.inliers or abs(ev.inliers - a.top.inliers) <= 2  # same features, RANSAC
+    assert ev.outline is not None and ev.outline.shape == (4, 2)
+    assert len(ev.query_points) == len(ev.reference_points) == ev.inliers
+    w, h = ev.query_size
+    assert np.all(ev.query_points >= -1) and np.all(ev.query_points[:, 0] <= w + 1) and np.all(ev.query_points[:, 1] <= h + 1)
+    # the inliers lie inside the projected outline of the reference
+    import cv2
+
+    inside = [cv2.pointPolygonTest(ev.outline.astype(np.float32), (float(x), float(y)), True) >= -3
+              for x, y in ev.query_points]
+    assert np.mean(inside) > 0.95
+
+
+def test_exclude_leaves_references_out(sample_index, known_query):
+    path, instance = known_query
+    pipe = QueryPipeline(sample_index)
+    (a,) = pipe.answer([load_query(path)], exclude=sample_index.labels == instance)
+    assert all(r.instance != instance for r in a.results)
+
+
+def test_local_features_stored_with_the_generation_and_updated(collection, tmp_path):
+    out = tmp_path / "idx"
+    spec = LabellingSpec("catalogue", str(collection / "catalogue.csv"))
+    built = run(build_index(collection, out, BackboneConfig(size=64), spec)).index
+    idx = Index.load(out)
+    assert idx.local is not None and idx.verdict and idx.verdict["source"].startswith("synthetic views")
+    np.testing.assert_array_equal(np.asarray(idx.local.points), built.local.points)
+    np.testing.assert_array_equal(np.asarray(idx.local.offsets), built.local.offsets)
+    files = sorted(collection.glob("*.jpg"))
+    gone, new = files[0].name, "added-copy.jpg"
+    feats_of = {idx.items[i].path: idx.local.get(i) for i in range(len(idx))}
+    files[0].unlink()
+    shutil.copy2(files[1], collection / new)
+    lines = (collection / "catalogue.csv").read_text().splitlines()
+    row = next(line for line in lines if line.startswith(files[1].name + ","))
+    (collection / "catalogue.csv").write_text("\n".join(lines + [new + row[len(files[1].name):]]) + "\n")
+    run(update_index(Index.load(out)))
+    upd = Index.load(out)
+    assert len(upd.local) == len(upd) and gone not in {it.path for it in upd.items}
+    for i, it in enumerate(upd.items):
+        got = upd.local.get(i)
+        if it.path in feats_of:  # kept references keep their features
+            np.testing.assert_array_equal(got[0][1], feats_of[it.path][0][1])
+    j = [it.path for it in upd.items].index(new)  # the copy has the features of its original
+    np.testing.assert_array_equal(upd.local.get(j)[0][1], feats_of[files[1].name][0][1])
+
+
+def test_cancel_while_computing_local_features_keeps_the_old_index(collection, tmp_path):
+    out = tmp_path / "idx"
+    spec = LabellingSpec("catalogue", str(collection / "catalogue.csv"))
+    run(build_index(collection, out, BackboneConfig(size=64), spec))
+    before = sorted(p.name for p in out.iterdir())
+    gen = build_index(collection, out, BackboneConfig(size=80), spec)
+    for p in gen:
+        if p.stage == "local features":
+            break
+    gen.close()
+    assert sorted(p.name for p in out.iterdir()) == before
+    assert Index.load(out).meta.size == 64
