@@ -1,8 +1,8 @@
 """Accuracy on the real data in ../shared/data, written to bench/results/accuracy.json.
 
-- paintings: MP@1 and MAP per query set for the default pipeline (GeM@256, query regions), the same
-  with whole-image queries, the papers' "IM" baseline (logits@224, whole image), and the default
-  pipeline + spatial verification;
+- paintings: MP@1 and MAP per query set for the default pipeline (GeM@256, query regions,
+  verified), the same not verified, with whole-image queries, and the papers' "IM" baseline
+  (logits@224, whole image);
 - COIL-100 (references every 20°, queries at 10°/130°/250°): MAP and MP@1 with and without ICFRR
   (parameters suggested from the collection, and a few others).
 """
@@ -21,7 +21,8 @@ from museum_search.core.evaluation.runner import run_evaluation
 from museum_search.core.extract import run
 from museum_search.core.index import LabellingSpec, build_index
 from museum_search.core.labels import COIL100_REGEX
-from museum_search.core.rerank import RerankOptions, build_pipeline
+from museum_search.core.query import QuerySettings
+from museum_search.core.rerank import RerankOptions
 from museum_search.core.rerank.icfrr import suggest_params
 
 HERE = Path(__file__).resolve().parent
@@ -32,18 +33,18 @@ def paintings() -> dict:
     root = DATA / "paintings"
     out: dict = {}
     default = run(build_index(root / "references", None, BackboneConfig())).index
-    im = run(build_index(root / "references", None, BackboneConfig(head="logits"))).index
+    im = run(build_index(root / "references", None, BackboneConfig(head="logits"), verification=False)).index
     runs = {
-        "default (GeM@256, query regions)": (default, None, True),
-        "default, whole-image queries": (default, None, False),
-        "IM baseline (logits@224, whole image)": (im, None, False),
-        "default + spatial verification": (default, build_pipeline("spatial"), True),
+        "default (GeM@256, query regions, verified)": (default, QuerySettings()),
+        "GeM@256, query regions, not verified": (default, QuerySettings(verify=False)),
+        "GeM@256, whole-image queries, not verified": (default, QuerySettings(verify=False, regions=False)),
+        "IM baseline (logits@224, whole image)": (im, QuerySettings(verify=False, regions=False)),
     }
-    for name, (index, pipeline, regions) in runs.items():
+    for name, (index, settings) in runs.items():
         row = {}
         for qs in ("qsd1_w1", "qsd1_w3", "qsd2_w3"):
             t0 = time.perf_counter()
-            rep = run_evaluation(index, load_queryset(root / "queries" / qs), pipeline, query_regions=regions)
+            rep = run_evaluation(index, load_queryset(root / "queries" / qs), settings)
             row[qs] = {"mp@1": rep.summary["mp@1"], "map": rep.summary["map"], "seconds": time.perf_counter() - t0}
         row["mean mp@1"] = sum(row[q]["mp@1"] for q in ("qsd1_w1", "qsd1_w3", "qsd2_w3")) / 3
         out[name] = row
@@ -61,7 +62,8 @@ def coil() -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="coil-refs-"))
     for n in refs:
         (tmp / n).symlink_to(root / n)
-    index = run(build_index(tmp, None, BackboneConfig(size=224), LabellingSpec("regex", regex=COIL100_REGEX))).index
+    index = run(build_index(tmp, None, BackboneConfig(size=224), LabellingSpec("regex", regex=COIL100_REGEX),
+                            verification=False)).index
     qs = load_queryset(root, layout="regex", regex=COIL100_REGEX, files=queries)
     base = suggest_params(index.labels)
     out = {"references": len(index), "queries": len(qs.queries), "suggested": {"k_q": base.k_q, "k_g": base.k_g}}
@@ -70,8 +72,8 @@ def coil() -> dict:
         settings.append((f"ICFRR K={k}, beta 0.5", RerankOptions(k_q=k, k_g=k)))
     settings.append((f"ICFRR K={base.k_q}, beta 0.5, reference mode", RerankOptions(icfrr_mode="reference")))
     for name, opts in settings:
-        pipeline = build_pipeline("icfrr", opts) if opts else None
-        rep = run_evaluation(index, qs, pipeline, query_regions=False)
+        rep = run_evaluation(index, qs, QuerySettings(regions=False, verify=False, rerank="icfrr" if opts else "",
+                                                      options=opts or RerankOptions()))
         out[name] = {"map": rep.summary["map"], "mp@1": rep.summary["mp@1"], "amnro": rep.summary["amnro"]}
         print(f"COIL-100 {name:<40} MAP {rep.summary['map']:.4f}  MP@1 {rep.summary['mp@1']:.4f}  "
               f"AMNRO {rep.summary['amnro']:.4f}", flush=True)

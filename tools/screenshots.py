@@ -72,9 +72,10 @@ def main() -> int:
     tab = win.evaluation_tab
     win.tabs.setCurrentWidget(tab)
     tab.load_queryset_path(args.data / "queries" / args.query_set)
+    tab.set_rerank([], verify=False)  # the unverified baseline first
     tab.run_evaluation()
     pump(1800, until=lambda: not tab.is_running())
-    tab.set_rerank(["spatial"])  # paintings: one photo per painting, where ICFRR has nothing to work with
+    tab.set_rerank([], verify=True)  # then the default pipeline: verified answers
     tab.run_evaluation()
     pump(1800, until=lambda: not tab.is_running())
     tab.select_query_row(0)

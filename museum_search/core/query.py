@@ -174,6 +174,16 @@ class QueryPipeline:
         self.verdict = self.settings.verdict or Verdict.of_index(index)
         self.timings: dict[str, float] = {}
 
+    def warm_up(self) -> None:
+        """Run the network and the local features once on a synthetic photo, so that the first
+        visitor's query is not slower than the others (lazy initialisation in torch and OpenCV).
+        The views call it on a worker when an index is opened."""
+        rng = np.random.default_rng(0)
+        img = cv2.GaussianBlur(rng.integers(0, 255, (480, 640, 3), dtype=np.uint8), (0, 0), 3)
+        q = QueryImage("warm-up", img)
+        self.extractor.describe(self.inputs(q))
+        extract_features(q.image, self._spatial.params)
+
     # ---- describe ---------------------------------------------------------------------------
     def inputs(self, query: QueryImage) -> list[np.ndarray]:
         """The network inputs of a photo: its regions at the backbone's size."""

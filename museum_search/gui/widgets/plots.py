@@ -404,7 +404,7 @@ class SweepPlot(pg.PlotWidget):
 VERDICT_CURVES = {
     "unknown_rejected": ("unknown objects rejected", "#2ca02c"),
     "known_rejected": ("known objects wrongly rejected", "#d62728"),
-    "accuracy": ("accuracy (right answer or right rejection)", "#1f77b4"),
+    "accuracy": ("accuracy", "#1f77b4"),
 }
 
 
@@ -420,20 +420,20 @@ class VerdictPlot(pg.PlotWidget):
         _style_plot(plot, self._fg)
         plot.setTitle("Verdict: “in this collection” against its threshold", color=self._fg, size="10pt")
         plot.setLabel("left", "share of queries", color=self._fg)
-        plot.setYRange(0, 1, padding=0.02)
+        plot.setYRange(0, 1.16, padding=0.02)  # a band above 1 for the legend, clear of the curves
         plot.enableAutoRange(axis="y", enable=False)
         plot.setMouseEnabled(x=True, y=False)
-        self.legend = _legend(plot, self._fg, pal.color(QPalette.ColorRole.Base))
-        self.legend.anchor(itemPos=(1, 0.5), parentPos=(1, 0.5), offset=(-10, 0))
+        self.legend = _legend(plot, self._fg, pal.color(QPalette.ColorRole.Base), columns=3)
+        self.legend.anchor(itemPos=(0.5, 0), parentPos=(0.5, 0), offset=(0, 4))
         self.verdict_curves: dict[str, pg.PlotDataItem] = {
             key: plot.plot([], [], name=label, pen=pg.mkPen(colour, width=2), connect="finite")
             for key, (label, colour) in VERDICT_CURVES.items()}
-        label_opts = {"position": 0.93, "color": self._fg, "fill": pg.mkBrush(pal.color(QPalette.ColorRole.Base)),
+        label_opts = {"position": 0.8, "color": self._fg, "fill": pg.mkBrush(pal.color(QPalette.ColorRole.Base)),
                       "movable": False}
         self.threshold_line = pg.InfiniteLine(angle=90, pen=pg.mkPen(self._fg, width=1.5), label="in use: {value:g}",
                                               labelOpts=label_opts)
         self.candidate_line = pg.InfiniteLine(angle=90, pen=pg.mkPen("#ff7f0e", width=1.5, style=Qt.PenStyle.DashLine),
-                                              label="chosen: {value:g}", labelOpts={**label_opts, "position": 0.78})
+                                              label="chosen: {value:g}", labelOpts={**label_opts, "position": 0.7})
         for line in (self.threshold_line, self.candidate_line):
             plot.addItem(line, ignoreBounds=True)
             line.setVisible(False)
@@ -446,14 +446,14 @@ class VerdictPlot(pg.PlotWidget):
                       "threshold: cosine (not verified)", color=self._fg)
         x = np.asarray(points["threshold"] if points is not None else [], float)
         for key, curve in self.verdict_curves.items():
-            # a figure at threshold t holds for every threshold above the value before t: steps
+            # steps: the figure at threshold t holds for every threshold in (the one before t, t]
             curve.setData(x, np.asarray(points[key] if points is not None else [], float), connect="finite",
-                          stepMode="right")
+                          stepMode="left")
         self.set_line(self.threshold_line, threshold if points is not None else None)
         self.set_candidate(None)
         if len(x) > 2:
-            # where the decision is made: inliers up to a few times the threshold; cosines from the
-            # lowest one seen (the curves are flat outside; pan or zoom to see all)
+            # where the decision is made: inliers up to a few times the threshold (pan or zoom for
+            # the rest); cosines from the lowest one seen (the curves are flat below it)
             lo, hi = (0.0, min(x[-1], 3 * max(threshold or 0, 10))) if verified else (x[1] - 0.02, x[-1])
             plot.setXRange(float(lo), float(hi), padding=0.02)
 
