@@ -1,3 +1,3 @@
 """museum-search: instance search for museum and heritage collections."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

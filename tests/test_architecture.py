@@ -29,7 +29,9 @@ def test_core_imports_without_qt():
 
 def test_import_linter_contract():
     """The `[tool.importlinter]` contract of pyproject.toml: core imports no Qt and no gui."""
-    exe = shutil.which("lint-imports")
+    # beside this Python first: the project's .venv is not necessarily on PATH
+    beside = Path(sys.executable).parent / "lint-imports"
+    exe = str(beside) if beside.is_file() else shutil.which("lint-imports")
     if exe is None:
         pytest.skip("import-linter is not installed (dev extra)")
     r = subprocess.run([exe], capture_output=True, text=True, timeout=300,

@@ -14,7 +14,8 @@ For each query, the ``top_n`` references with the best global scores are verifie
    reprojection threshold ``ransac_threshold`` px, at least 4 matches; its inliers are counted.
    A degenerate homography counts as 0 inliers: mirroring (determinant ≤ 0), a scale change
    beyond ``max_scale``, or the reference's outline (the painting, seen from in front) mapped
-   through infinity or onto a non-convex quadrilateral in the query.
+   through infinity or onto a non-convex quadrilateral in the query; and so does one whose inliers
+   cover less than ``min_coverage`` of the reference (a detail such as a wall label).
 
 The new score of a verified reference is::
 
@@ -90,6 +91,7 @@ class SpatialParams:
     ransac_threshold: float = 5.0  # RANSAC reprojection threshold, px (in the resized images)
     estimator: str = "usac"  # cv2.findHomography method: "usac" (cv2.USAC_DEFAULT), "ransac", "magsac"
     max_scale: float = 10.0  # reject homographies that scale lengths by more than this (or 1/this)
+    min_coverage: float = 0.03  # the inliers must spread over this share of the reference image
     memory_cache: int = 2000  # reference feature sets kept in memory per index
 
     def __post_init__(self) -> None:
@@ -319,7 +321,21 @@ def _homography(src: np.ndarray, dst: np.ndarray, params: SpatialParams, size_b:
     if not homography_is_plausible(H, size_b[0], size_b[1], params.max_scale):
         return 0, None, None
     mask = mask.ravel().astype(bool)
+    if coverage(dst[mask], size_b) < params.min_coverage:
+        return 0, None, None  # a small detail (a wall label, a frame corner), not the object
     return int(np.count_nonzero(mask)), H, mask
+
+
+def coverage(points: np.ndarray, size: tuple[float, float]) -> float:
+    """Share of an image of ``size`` (width, height) covered by the convex hull of ``points``.
+
+    Verification requires the inliers to spread over a part of the reference: a match confined to a
+    small detail that many references share (the museum label beside every painting, a frame
+    corner) says nothing about the object."""
+    if len(points) < 3:
+        return 0.0
+    hull = cv2.convexHull(np.asarray(points, np.float32).reshape(-1, 1, 2))
+    return float(cv2.contourArea(hull)) / max(1.0, float(size[0]) * float(size[1]))
 
 
 @dataclass
