@@ -158,6 +158,16 @@ def cmd_info(args: argparse.Namespace) -> int:
     index = Index.load(args.index)
     print(index.describe())
     print(f"labelling: {index.labelling.rule}; gallery ranks stored: {index.has_gallery_ranks}")
+    from .core.verdict import Verdict
+
+    if index.local is None:
+        print("verification: no local features stored (rebuild the index to verify answers)")
+    else:
+        print(f"verification: local features of {len(index.local)} references "
+              f"({index.local.settings['feature'].upper()}, {index.local.settings['max_side']} px)")
+    v = Verdict.of_index(index)
+    print(f"verdict: in the collection with at least {v.min_inliers} matching points (unverified: cosine at "
+          f"least {v.min_cosine}); calibration: {v.source}")
     return 0
 
 
