@@ -229,7 +229,7 @@ def _assert_disk_full_leaves_old_index(out: Path, before: dict, old: np.ndarray,
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
 def test_disk_full_on_a_real_small_file_system(collection, tmp_path):
-    with _mounted("tmpfs", tmp_path, tmp_path / "small", "size=256k") as fs:
+    with _mounted("tmpfs", tmp_path, tmp_path / "small", "size=16m") as fs:
         out = fs / "idx"
         _build(collection, out, dtype="float16")
         _fill(fs)
