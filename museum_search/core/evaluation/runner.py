@@ -179,15 +179,19 @@ def evaluate(
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
     summary, per_query = summary_of(index, rels, nrels, len(skipped), gtm, unknowns)
-    summary["query_regions"] = bool(pipe.settings.regions)
-    summary["verified"] = bool(pipe.settings.verify)
-    summary["verdict"] = {**open_set_figures([r.evidence for r in records], pipe.verdict),
-                          "min_inliers": pipe.verdict.min_inliers if pipe.settings.verify else None,
-                          "min_cosine": None if pipe.settings.verify else pipe.verdict.min_cosine,
-                          "calibration": pipe.verdict.source}
+    summary.update(pipeline_summary(pipe, [r.evidence for r in records]))
     # the query set as loaded: restricting it would describe unknown instances as open-set
     return EvalReport(summary, records, skipped, index.describe(), queryset.describe(),
                       pipe.settings.describe(), per_query, pipe.verdict)
+
+
+def pipeline_summary(pipe: QueryPipeline, evidence: list[Evidence]) -> dict[str, Any]:
+    """The settings and the verdict's figures of a run, for its summary (runner and sweep)."""
+    return {"query_regions": bool(pipe.settings.regions), "verified": bool(pipe.settings.verify),
+            "verdict": {**open_set_figures(evidence, pipe.verdict),
+                        "min_inliers": pipe.verdict.min_inliers if pipe.settings.verify else None,
+                        "min_cosine": None if pipe.settings.verify else pipe.verdict.min_cosine,
+                        "calibration": pipe.verdict.source}}
 
 
 def _decode(path: str):

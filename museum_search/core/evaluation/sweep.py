@@ -39,7 +39,8 @@ from ..query import QueryPipeline, QuerySettings
 from ..rerank import RerankOptions
 from .metrics import relevance_matrix
 from .querysets import QuerySet
-from .runner import _decode, nmrr_gtm, summary_of
+from ..verdict import Evidence
+from .runner import _decode, nmrr_gtm, pipeline_summary, summary_of
 
 PARAMETERS = ("k", "beta")
 PARAMETER_NAMES = {"k": "K_q = K_g", "beta": "β"}
@@ -172,6 +173,7 @@ def sweep(
         rels: list[np.ndarray] = []
         nrels: list[np.ndarray] = []
         unknown: list[list[str]] = []
+        evidence: list[Evidence] = []
         for pos, images, desc in batches:
             answers = pipe.answer(images, desc, full_ranking=True)
             ranking = np.stack([a.ranking for a in answers])
@@ -179,8 +181,11 @@ def sweep(
             rels.append(np.asarray(rel, bool))
             nrels.append(np.asarray(n_rel))
             unknown.extend(unknown_of[p] for p in pos)
+            evidence.extend(Evidence(a.top.cosine if a.top else float("nan"), a.top.inliers if a.top else None,
+                                     bool(n > 0), bool(np.asarray(r)[:1].any()))
+                            for a, r, n in zip(answers, rel, n_rel))
         summary, per_query = summary_of(index, rels, nrels, skipped, gtm, unknown)
-        summary["query_regions"] = bool(base.regions)
+        summary.update(pipeline_summary(pipe, evidence))
         points.append(SweepPoint(value, option_sets[i], summary, per_query))
         yield SweepStep(value, summary, i + 1, len(values), "evaluating", time.perf_counter() - start)
     return points
