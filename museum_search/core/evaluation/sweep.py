@@ -37,9 +37,9 @@ from ..errors import MuseumSearchError
 from ..index import Index
 from ..query import QueryPipeline, QuerySettings
 from ..rerank import RerankOptions
+from ..verdict import Evidence
 from .metrics import relevance_matrix
 from .querysets import QuerySet
-from ..verdict import Evidence
 from .runner import _decode, nmrr_gtm, pipeline_summary, summary_of
 
 PARAMETERS = ("k", "beta")
