@@ -26,9 +26,8 @@ from __future__ import annotations
 
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Generator, Sequence
+from typing import Any, Sequence
 
 import cv2
 import numpy as np
@@ -38,7 +37,6 @@ from .errors import ImageError, MuseumSearchError
 from .extract import query_crops
 from .images import decode_image, load_image
 from .index import Index
-from .progress import Progress
 from .rerank import RerankOptions, build_pipeline
 from .rerank.spatial import (
     Evidence,
@@ -268,41 +266,3 @@ class QueryPipeline:
             empty = np.empty((0, 2), np.float32)
             return Evidence(0, empty, empty, None, size_q, (1.0, 1.0))
         return evidence_of(qf, ref[0], params, size_q, ref[1])
-
-    # ---- many files (CLI, evaluation) -----------------------------------------------------------
-    def run(self, paths: Sequence[str], *, batch_size: int = 8, full_ranking: bool = False,
-            workers: int = 2) -> Generator[Progress, None, list[tuple[int, Answer]]]:
-        """Answer every photo file of ``paths``; yields :class:`Progress` (stage "querying") with the
-        unreadable files as skips, returns [(position in ``paths``, answer)]. Decoding runs ahead on
-        a thread pool; closing the generator cancels."""
-        out: list[tuple[int, Answer]] = []
-        total = len(paths)
-        t0 = time.perf_counter()
-        pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="query-decode")
-        try:
-            futures = [pool.submit(load_query, p) for p in paths[:batch_size * 2]]
-            submitted = len(futures)
-            done = 0
-            for lo in range(0, total, batch_size):
-                batch: list[tuple[int, QueryImage]] = []
-                skips: list[tuple[str, str]] = []
-                for i in range(lo, min(total, lo + batch_size)):
-                    try:
-                        batch.append((i, futures[i].result()))
-                    except ImageError as exc:
-                        skips.append((str(paths[i]), exc.reason))
-                    except (OSError, ValueError, MemoryError) as exc:
-                        skips.append((str(paths[i]), f"cannot be read: {exc}"))
-                    futures[i] = None  # type: ignore[call-overload]
-                    if submitted < total:
-                        futures.append(pool.submit(load_query, paths[submitted]))
-                        submitted += 1
-                if batch:
-                    answers = self.answer([q for _, q in batch], full_ranking=full_ranking)
-                    out.extend((i, a) for (i, _), a in zip(batch, answers))
-                done = min(total, lo + batch_size)
-                yield Progress(done, total, current=str(paths[done - 1]), skipped=skips, stage="querying",
-                               elapsed=time.perf_counter() - t0)
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
-        return out
