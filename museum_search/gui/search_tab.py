@@ -634,7 +634,6 @@ class SearchTab(QWidget):
         if self._query is None:
             self.grid.clear("Open an image, drop one here, paste one or use the camera to search "
                             f"{len(index):,} references.")
-            self._warm_up(index)
         else:
             self.grid.clear("Searching…")
             self._reconcile()
@@ -679,26 +678,6 @@ class SearchTab(QWidget):
         self._rerank_timer.start()  # wait for the user to stop clicking
 
     # ---- background work -----------------------------------------------------------------
-    def _warm_up(self, index) -> None:
-        """Build the pipeline of the current settings and warm it up on a worker, so that the first
-        query is not slower than the next ones."""
-        if self._job is not None and self._job.running:
-            return
-        key, settings = (id(index), repr(self.query_settings())), self.query_settings()
-
-        def build() -> QueryPipeline:
-            pipeline = QueryPipeline(index, settings, extractor=self._extractor
-                                     if self._extractor is not None and self._extractor.meta == index.meta else None)
-            pipeline.warm_up()
-            return pipeline
-
-        def done(pipeline: QueryPipeline) -> None:
-            if pipeline.index is self.state.index and key not in self._pipelines:
-                self._pipelines[key] = pipeline
-                self._extractor = pipeline.extractor
-
-        self._job = workers.start(build, on_result=done, on_error=lambda exc: None, on_finished=self._job_finished)
-
     def _wanted(self) -> tuple | None:
         """(query id, index id, settings) of the answer the controls ask for, or None."""
         if self._query is None or self.state.index is None:
