@@ -491,12 +491,7 @@ class DemoWindow(QWidget):
         def failed(exc: BaseException) -> None:
             self._show_error("The demo cannot start", workers.error_message(exc))
 
-        def load() -> QueryPipeline:
-            pipeline = QueryPipeline(index, settings)
-            pipeline.warm_up()  # the first visitor waits no longer than the next ones
-            return pipeline
-
-        self._load_job = workers.start(load, on_result=done, on_error=failed)
+        self._load_job = workers.start(lambda: QueryPipeline(index, settings), on_result=done, on_error=failed)
 
     def _start_camera(self) -> None:
         self._started_camera = True
