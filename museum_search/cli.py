@@ -97,7 +97,7 @@ def query_settings(args: argparse.Namespace):
 
     opts = RerankOptions(
         k_q=args.kq, k_g=args.kg, beta=args.beta, iterations=args.iterations, icfrr_mode=args.icfrr_mode,
-        qe_n=args.qe_n, qe_alpha=args.qe_alpha, spatial_top=args.verify_top,
+        qe_n=args.qe_n, qe_alpha=args.qe_alpha,
     )
     return QuerySettings(k=getattr(args, "k", 5), per_instance=getattr(args, "per_instance", False),
                          regions=not args.whole_image, rerank=args.rerank, options=opts,
@@ -210,21 +210,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 def _recalibrate(index, report, max_known_rejected: float, verified: bool) -> None:
     """Store the verdict's operating point chosen on this labelled query set in the index."""
-    from .core.errors import MuseumSearchError
-    from .core.verdict import open_set_figures, recalibrated
-
-    if not 0 <= max_known_rejected < 1:
-        raise MuseumSearchError("--calibrate-verdict takes the share of known objects that may be rejected, "
-                                "e.g. 0.03")
-    evidence = report.evidence
-    if not any(e.known for e in evidence) or all(e.known for e in evidence):
-        raise MuseumSearchError("re-calibrating the verdict needs queries of objects in the collection and "
-                                "queries of objects that are not (empty instance in the ground truth)")
-    new = recalibrated(evidence, report.verdict, max_known_rejected, verified=verified)
-    f = open_set_figures(evidence if verified else [type(e)(e.cosine, None, e.known, e.correct) for e in evidence],
-                         new)
-    index.verdict = new.to_dict()
-    index.save()
+    new, f = report.recalibrated(max_known_rejected)
+    index.store_verdict(new)
     what = f"at least {new.min_inliers} matching points" if verified else f"cosine at least {new.min_cosine:.3f}"
     print(f"verdict re-calibrated and stored in {index.path}: {what}; on these queries it rejects "
           f"{100 * f['unknown_rejected']:.1f} % of the unknown objects and wrongly rejects "

@@ -414,7 +414,7 @@ def test_live_plots_redraw_on_the_timer_not_per_record(qtbot):
     for i in range(n):
         rec = QueryRecord(i, f"q{i}.jpg", ["a"], {"p@1": 1.0, "ap": float(aps[i]), "mnro": 0.1},
                           np.arange(3), np.zeros(3, np.float32), np.array([True, False, False]), 1)
-        plots.add_step(EvalStep(i + 1, n, rec, {"mp@1": 1.0, "map": float(aps[: i + 1].mean()), "amnro": 0.1}))
+        plots.add_step(EvalStep(i + 1, n, record=rec, running={"mp@1": 1.0, "map": float(aps[: i + 1].mean()), "amnro": 0.1}))
     assert calls == []  # nothing drawn from the progress callback
     qtbot.waitUntil(lambda: len(calls) >= 1, timeout=2000)  # the timer's refresh
     x, y = curve.getData()

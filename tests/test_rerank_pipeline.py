@@ -8,7 +8,9 @@ from museum_search.core.rerank import RerankOptions, build_pipeline, icfrr_advic
 
 
 def test_parse_names():
-    assert parse_names("spatial, icfrr") == ["spatial", "icfrr"]
+    assert parse_names("dba, icfrr") == ["dba", "icfrr"]
+    with pytest.raises(MuseumSearchError, match="unknown re-ranker"):
+        parse_names("spatial")  # verification is a step of the query pipeline, not a re-ranker
     assert parse_names("none") == [] and parse_names("") == []
     with pytest.raises(MuseumSearchError):
         parse_names("icfrr,icfrr")

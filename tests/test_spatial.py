@@ -1,4 +1,4 @@
-"""Spatial verification (SIFT/ORB + ratio test + RANSAC homography) and its re-ranker."""
+"""Geometric verification (SIFT/ORB + ratio test + RANSAC homography)."""
 
 from __future__ import annotations
 
@@ -17,12 +17,11 @@ from museum_search.core.index import Index, Item
 from museum_search.core.rerank import spatial
 from museum_search.core.rerank.spatial import (
     SpatialParams,
-    SpatialReranker,
+    Verifier,
     blend,
     homography_is_plausible,
     verify_pair,
 )
-from museum_search.core.search import full_ranking
 
 # ---- synthetic images ------------------------------------------------------------------------
 
@@ -179,56 +178,29 @@ def test_blend_formula():
     np.testing.assert_allclose(out, [0.2, 0.3, 0.7, 0.7], rtol=1e-6)
 
 
-# ---- re-ranking ------------------------------------------------------------------------------
+# ---- the verifier --------------------------------------------------------------------------
 
 
-def test_rerank_moves_the_true_reference_first(tmp_path, images):
+def test_blend_gates_noise():
+    p = SpatialParams(weight=1.0, inlier_cap=50)
+    out = blend(np.array([0.5, 0.5, 0.5]), np.array([11, 12, 80]), p, gate=12)
+    np.testing.assert_allclose(out, [0.5, 0.74, 1.5], rtol=1e-6)  # below the gate: unchanged
+
+
+def test_verifier_finds_the_true_reference(tmp_path, images):
     files = {"a_wrong.png": images["other1"], "b_wrong.png": images["other2"], "c_true.png": images["base"],
              "d_rest.png": images["other1"], "e_rest.png": images["other2"]}
     index = make_index(tmp_path / "coll", files)
-    scores = np.array([[0.9, 0.8, 0.7, 0.6, 0.5]], np.float32)
-    before = scores.copy()
-    rr = SpatialReranker(SpatialParams(top_n=3))
-    new = rr.rerank(scores, index=index, query_images=[images["query"]])
-    assert new.shape == scores.shape and new.dtype == np.float32
-    order = full_ranking(new)[0]
-    assert order[0] == 2  # the true reference is now first
-    assert set(order[:3]) == {0, 1, 2}  # verified results stay ahead of the rest
-    assert list(order[3:]) == [3, 4]  # results outside the top-N keep their places...
-    np.testing.assert_array_equal(new[0, 3:], scores[0, 3:])  # ...and their scores
-    assert new[0, 2] >= 0.7 + 1.0 - 1e-6  # ≥ 50 inliers: the full bonus
-    np.testing.assert_array_equal(scores, before)  # input untouched
-    # inliers() agrees
-    assert rr.inliers(images["query"], 2, index) > 50
-    assert rr.inliers(images["query"], 0, index) < 10
-
-
-def test_rerank_from_query_paths_and_several_queries(tmp_path, images):
-    index = make_index(tmp_path / "coll", {"x.png": images["other1"], "y.png": images["base"]})
-    qdir = tmp_path / "queries"
-    qdir.mkdir()
-    write_rgb(qdir / "q1.png", images["query"])
-    write_rgb(qdir / "q2.png", warped(images["other1"]))
-    scores = np.array([[0.9, 0.5], [0.2, 0.8]], np.float32)
-    new = SpatialReranker().rerank(scores, index=index, query_paths=[str(qdir / "q1.png"), str(qdir / "q2.png")])
-    assert list(full_ranking(new)[:, 0]) == [1, 0]
-
-
-def test_rerank_needs_query_images(tmp_path, images):
-    index = make_index(tmp_path / "coll", {"x.png": images["other1"]})
-    with pytest.raises(MuseumSearchError):
-        SpatialReranker().rerank(np.zeros((1, 1), np.float32), index=index)
-    with pytest.raises(ValueError):
-        SpatialReranker().rerank(np.zeros((2, 1), np.float32), index=index, query_images=[images["query"]])
-
-
-def test_rerank_is_a_cancellable_generator(tmp_path, images):
-    index = make_index(tmp_path / "coll", {"x.png": images["base"]})
-    gen = SpatialReranker().rerank_iter(np.zeros((2, 1), np.float32), index=index,
-                                        query_images=[images["query"]] * 2)
-    first = next(gen)
-    assert (first.done, first.total) == (1, 2)
-    gen.close()
+    rr = Verifier(SpatialParams(top_n=3))
+    inl = rr.verify(images["query"], [0, 1, 2], index)
+    assert inl.dtype == np.int64 and inl.shape == (3,)
+    assert inl[2] > 50 and inl[0] < 10 and inl[1] < 10
+    scores = np.array([0.9, 0.8, 0.7], np.float32)
+    new = blend(scores, inl, rr.params, gate=12)
+    assert int(np.argmax(new)) == 2  # the true reference is now first
+    np.testing.assert_array_equal(new[:2], scores[:2])  # noise changes nothing
+    assert rr.inliers(images["query"], 2, index) == inl[2]
+    assert rr.inliers(images["query"], 0, index) == inl[0]
 
 
 def test_unreadable_reference_counts_as_zero(tmp_path, images, caplog):
@@ -236,25 +208,16 @@ def test_unreadable_reference_counts_as_zero(tmp_path, images, caplog):
                                           "gone.png": images["base"]})
     (tmp_path / "coll" / "broken.png").write_bytes(b"not an image at all")
     (tmp_path / "coll" / "gone.png").unlink()
-    scores = np.array([[0.9, 0.1, 0.5]], np.float32)
-    new = SpatialReranker().rerank(scores, index=index, query_images=[images["query"]])
-    assert new[0, 0] == pytest.approx(0.9) and new[0, 2] == pytest.approx(0.5)
-    assert full_ranking(new)[0, 0] == 1
+    inl = Verifier().verify(images["query"], [0, 1, 2], index)
+    assert inl[0] == 0 and inl[2] == 0 and inl[1] > 50
     assert "broken.png" in caplog.text and "gone.png" in caplog.text
-    # warned once per file version, not once per query or per re-ranker
+    # warned once per file version, not once per query or per verifier
     caplog.clear()
-    rr = SpatialReranker()
-    rr.rerank(np.repeat(scores, 3, axis=0), index=index, query_images=[images["query"]] * 3)
-    SpatialReranker().rerank(scores, index=index, query_images=[images["query"]])
+    rr = Verifier()
+    for _ in range(3):
+        rr.verify(images["query"], [0, 1, 2], index)
+    Verifier().verify(images["query"], [0, 1, 2], index)
     assert not [r for r in caplog.records if r.levelname == "WARNING"]
-
-
-def test_unreadable_query_keeps_scores(tmp_path, images):
-    index = make_index(tmp_path / "coll", {"x.png": images["base"]})
-    bad = tmp_path / "bad.jpg"
-    bad.write_bytes(b"\xff\xd8 truncated")
-    scores = np.array([[0.3]], np.float32)
-    np.testing.assert_array_equal(SpatialReranker().rerank(scores, index=index, query_paths=[str(bad)]), scores)
 
 
 # ---- caches ----------------------------------------------------------------------------------
@@ -264,10 +227,9 @@ def test_disk_cache_is_reused_and_invalidated(tmp_path, images, monkeypatch):
     spy = CountingExtract(monkeypatch)
     idx_dir = tmp_path / "index"
     index = make_index(tmp_path / "coll", {"a.png": images["other1"], "b.png": images["base"]}, path=idx_dir)
-    scores = np.array([[0.9, 0.5]], np.float32)
-    q = [images["query"]]
+    q = images["query"]
 
-    first = SpatialReranker().rerank(scores, index=index, query_images=q)
+    first = Verifier().verify(q, [0, 1], index)
     assert spy.calls == 1 + 2  # the query and both references
     cache_files = sorted(idx_dir.glob("spatial-*/*.npz"))
     assert len(cache_files) == 2
@@ -278,16 +240,16 @@ def test_disk_cache_is_reused_and_invalidated(tmp_path, images, monkeypatch):
     # with an empty memory, the references are read from disk
     spatial.clear_memory_cache()
     spy.calls = 0
-    rr = SpatialReranker()
-    again = rr.rerank(scores, index=index, query_images=q)
+    rr = Verifier()
+    again = rr.verify(q, [0, 1], index)
     assert spy.calls == 1  # only the query
     assert rr.stats["disk_hits"] == 2
     np.testing.assert_array_equal(first, again)
 
-    # then from memory, shared by every re-ranker (a pipeline is rebuilt for each search)
+    # then from memory, shared by every verifier (a pipeline is rebuilt for each search)
     spy.calls = 0
-    rr = SpatialReranker()
-    rr.rerank(scores, index=index, query_images=q)
+    rr = Verifier()
+    rr.verify(q, [0, 1], index)
     assert spy.calls == 1 and rr.stats["memory_hits"] == 2 and rr.stats["disk_hits"] == 0
 
     # change reference b: both caches must notice, and its new content must be verified
@@ -295,25 +257,24 @@ def test_disk_cache_is_reused_and_invalidated(tmp_path, images, monkeypatch):
     st = (tmp_path / "coll" / "b.png").stat()
     os.utime(tmp_path / "coll" / "b.png", ns=(st.st_atime_ns, st.st_mtime_ns + 2_000_000_000))
     spy.calls = 0
-    changed = rr.rerank(scores, index=index, query_images=q)
+    changed = rr.verify(q, [0, 1], index)
     assert spy.calls == 1 + 1  # the query and b
-    assert changed[0, 1] < first[0, 1] - 0.5  # b no longer matches
+    assert first[1] > 50 and changed[1] < 10  # b no longer matches
     spatial.clear_memory_cache()
     spy.calls = 0
-    SpatialReranker().rerank(scores, index=index, query_images=q)
+    Verifier().verify(q, [0, 1], index)
     assert spy.calls == 1  # the rewritten disk entry is fresh again
 
 
 def test_corrupt_cache_entry_is_recomputed(tmp_path, images, monkeypatch):
     idx_dir = tmp_path / "index"
     index = make_index(tmp_path / "coll", {"b.png": images["base"]}, path=idx_dir)
-    scores = np.array([[0.5]], np.float32)
-    first = SpatialReranker().rerank(scores, index=index, query_images=[images["query"]])
+    first = Verifier().verify(images["query"], [0], index)
     (entry,) = idx_dir.glob("spatial-*/*.npz")
     entry.write_bytes(b"garbage")
     spatial.clear_memory_cache()
     spy = CountingExtract(monkeypatch)
-    again = SpatialReranker().rerank(scores, index=index, query_images=[images["query"]])
+    again = Verifier().verify(images["query"], [0], index)
     assert spy.calls == 2
     np.testing.assert_array_equal(first, again)
     with np.load(entry, allow_pickle=False) as z:  # rewritten
@@ -324,14 +285,13 @@ def test_unwritable_cache_folder_is_not_fatal(tmp_path, images, caplog):
     blocker = tmp_path / "index"
     blocker.write_bytes(b"a file where the index folder should be")  # mkdir of the cache fails
     index = make_index(tmp_path / "coll", {"b.png": images["base"]}, path=blocker)
-    new = SpatialReranker().rerank(np.array([[0.5]], np.float32), index=index, query_images=[images["query"]])
-    assert new[0, 0] > 1.4  # verified all the same
+    assert Verifier().verify(images["query"], [0], index)[0] > 50  # verified all the same
     assert "cache" in caplog.text
 
 
 def test_no_disk_cache_without_index_folder(tmp_path, images):
     index = make_index(tmp_path / "coll", {"b.png": images["base"]})
-    SpatialReranker().rerank(np.array([[0.5]], np.float32), index=index, query_images=[images["query"]])
+    Verifier().verify(images["query"], [0], index)
     assert not list(tmp_path.rglob("*.npz"))
 
 
@@ -360,7 +320,7 @@ def test_real_query_matches_its_painting_only(shared_data):
 
 
 @pytest.mark.data
-def test_real_rerank_promotes_true_painting(shared_data):
+def test_real_verification_picks_the_true_painting(shared_data):
     gt = _ground_truth(shared_data)
     paint = shared_data / "paintings"
     query = "00002.jpg"
@@ -368,6 +328,14 @@ def test_real_rerank_promotes_true_painting(shared_data):
     names = [n for n in ("bbdd_00000", "bbdd_00001", "bbdd_00003") if n != true][:2] + [true]
     items = [Item(f"{n}.jpg", 0, 0.0, n) for n in names]
     index = Index(paint / "references", dummy_meta(), items, np.zeros((3, 4), np.float32))
-    scores = np.array([[0.8, 0.7, 0.6]], np.float32)
-    new = SpatialReranker().rerank(scores, index=index, query_paths=[str(paint / "queries" / "qsd1_w1" / query)])
-    assert full_ranking(new)[0, 0] == 2
+    inl = Verifier().verify(_rgb(paint / "queries" / "qsd1_w1" / query), [0, 1, 2], index)
+    assert int(np.argmax(inl)) == 2 and inl[2] > 20
+
+
+def test_outline_overlap():
+    from museum_search.core.rerank.spatial import outline_overlap
+
+    square = np.array([[0, 0], [10, 0], [10, 10], [0, 10]], np.float32)
+    assert outline_overlap(square, square) == pytest.approx(1.0)
+    assert outline_overlap(square, square + [5, 0]) == pytest.approx(1 / 3)  # 50 shared of 150
+    assert outline_overlap(square, square + [20, 0]) == 0.0  # two paintings side by side

@@ -6,6 +6,7 @@ import pytest
 from museum_search.core.images import load_image
 from museum_search.core.rerank.spatial import SpatialParams, verify_pair
 from museum_search.core.verdict import (
+    DISTINCT,
     MIN_CALIBRATED,
     Evidence,
     Verdict,
@@ -24,6 +25,21 @@ def test_decide_uses_inliers_when_verified_and_cosine_otherwise():
     assert not known and "3 matching points" in reason and "15 needed" in reason
     assert v.decide(0.85, None)[0] and not v.decide(0.79, None)[0]
     assert Verdict.from_dict(v.to_dict()) == v
+
+
+def test_a_verified_answer_must_be_distinct_from_other_objects():
+    """Matches on what objects share (the same frame moulding) reach several objects alike."""
+    v = Verdict(min_inliers=12)
+    known, reason = v.decide(0.87, 27, rival=20)  # sample q20: an unknown painting in a known frame
+    assert not known and "another object has 20" in reason
+    assert v.decide(0.9, 15, rival=4)[0]  # sample q16: few inliers, but only on its own object
+    assert v.decide(0.9, 40, rival=int(40 / DISTINCT))[0] and not v.decide(0.9, 40, rival=int(40 / DISTINCT) + 1)[0]
+    assert v.decide(0.9, 40, rival=0) == v.decide(0.9, 40)
+    assert Evidence(0.87, 27, False, False, 20).distinct_inliers == 0
+    assert Evidence(0.9, 15, True, True, 4).distinct_inliers == 15
+    # calibration: an unknown view that is not distinct does not raise the threshold
+    unknown = [_ev(0.8, 0, False, False)] * 30 + [Evidence(0.85, 200, False, False, 180)] * 5
+    assert choose([_ev(0.9, 100)], unknown, "test").min_inliers == MIN_CALIBRATED
 
 
 def _ev(cos, inl, known=True, correct=True):

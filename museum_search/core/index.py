@@ -170,6 +170,16 @@ class Index:
         return self._gallery_ranks
 
     # ---- persistence ---------------------------------------------------------------------
+    def store_verdict(self, verdict) -> None:
+        """Store a (re-calibrated) :class:`~museum_search.core.verdict.Verdict` in this index's folder;
+        on failure the index, in memory and on disk, keeps its previous verdict."""
+        previous, self.verdict = self.verdict, verdict.to_dict()
+        try:
+            self.save()
+        except BaseException:
+            self.verdict = previous
+            raise
+
     def save(self, path: str | Path | None = None, dtype: str | None = None) -> Path:
         """Write atomically to ``path`` (default: where it was loaded from).
 

@@ -19,7 +19,8 @@ asked about.
   ``min(inliers, 50) / 50`` on its score; fewer inliers than that are noise and change nothing, so
   where a homography does not hold (3D objects) the global ranking is kept.
 * **ranking**: :func:`search.ranking` (by score, ties by row).
-* **verdict**: from the top result's evidence (:class:`.verdict.Verdict`, calibrated per index).
+* **verdict**: from the top result's evidence (:class:`.verdict.Verdict`, calibrated per index):
+  its cosine, its inliers and the most inliers any other object got (an answer must be distinct).
 """
 
 from __future__ import annotations
@@ -41,12 +42,15 @@ from .rerank import RerankOptions, build_pipeline
 from .rerank.spatial import (
     Evidence,
     SpatialParams,
-    SpatialReranker,
+    Verifier,
+    blend,
     evidence_of,
     extract_features,
+    outline_overlap,
 )
 from .search import ranking, score_matrix
-from .verdict import Verdict
+from .verdict import Evidence as VerdictEvidence
+from .verdict import DISTINCT, Verdict
 
 log = logging.getLogger(__name__)
 
@@ -141,13 +145,22 @@ class Answer:
     cosine: np.ndarray  # (G,) cosine of every reference
     verified: dict[int, int]  # row → inliers, for the verified shortlist
     ranking: np.ndarray | None = None  # (G,) every row, best first (when asked for)
+    rival: int = 0  # most inliers of a verified reference of another object than the top result's
 
     @property
     def top(self) -> Result | None:
         return self.results[0] if self.results else None
 
+    def evidence(self, known: bool, correct: bool) -> VerdictEvidence:
+        """The top result's evidence, for the verdict's figures (``known``/``correct``: the truth)."""
+        top = self.top
+        if top is None:
+            return VerdictEvidence(float("nan"), None, known, correct)
+        return VerdictEvidence(top.cosine, top.inliers, known, correct, self.rival)
+
     def to_dict(self) -> dict[str, Any]:
         return {"query": self.query, "in_collection": self.in_collection, "reason": self.reason,
+                "rival_inliers": self.rival if self.verified else None,
                 "results": [r.to_dict() for r in self.results]}
 
 
@@ -155,6 +168,9 @@ class QueryPipeline:
     """Answers photos about one index with one set of settings (see the module docstring)."""
 
     verify_side = VERIFY_SIDE
+    #: Count a strong rival wherever it matches in the photo (calibration: a synthetic view shows
+    #: one object, so any strong rival matches what objects share).
+    rivals_anywhere = False
 
     def __init__(self, index: Index, settings: QuerySettings | None = None, *,
                  extractor: Extractor | None = None, weights: str | None = None):
@@ -168,7 +184,7 @@ class QueryPipeline:
             if not self.settings.verify:
                 raise MuseumSearchError("'spatial' asks for verification, which is turned off (--no-verify)")
         self._rerank = build_pipeline(names, self.settings.options)
-        self._spatial = SpatialReranker(SpatialParams(top_n=self.settings.verify_top))
+        self._spatial = Verifier(SpatialParams(top_n=self.settings.verify_top))
         self.verdict = self.settings.verdict or Verdict.of_index(index)
         self.timings: dict[str, float] = {}
 
@@ -222,18 +238,16 @@ class QueryPipeline:
     def _finish(self, query: QueryImage, scores: np.ndarray, cos: np.ndarray, full_ranking: bool) -> Answer:
         s = self.settings
         verified: dict[int, int] = {}
+        qf = None
         if s.verify and s.verify_top > 0:
             short = ranking(scores, s.verify_top)
             short = short[np.isfinite(scores[short])]
             if len(short):
                 qf = extract_features(query.image, self._spatial.params)
-                inl = self._spatial._verify(qf, short, self.index)
+                inl = self._spatial.verify_features(qf, short, self.index)
                 verified = {int(r): int(n) for r, n in zip(short, inl)}
-                gate = self.verdict.min_inliers
-                cap = self._spatial.params.inlier_cap
-                bonus = np.where(inl >= gate, np.minimum(inl, cap) / cap, 0.0)
                 scores = scores.copy()
-                scores[short] = scores[short] + self._spatial.params.weight * bonus.astype(np.float32)
+                scores[short] = blend(scores[short], inl, self._spatial.params, self.verdict.min_inliers)
         labels = self.index.labels if s.per_instance else None
         top = ranking(scores, s.k, labels=labels)
         results = []
@@ -245,23 +259,53 @@ class QueryPipeline:
             results.append(Result(rank, row, float(scores[row]), float(cos[row]),
                                   verified.get(row) if s.verify else None, it.path,
                                   str(self.index.root / it.path), it.instance, dict(it.metadata)))
+        rival = 0
         if results:
             best = results[0]
-            known, reason = self.verdict.decide(best.cosine, best.inliers)
+            if qf is not None and best.inliers is not None:
+                rival = self._rival(query, qf, best, verified)
+            known, reason = self.verdict.decide(best.cosine, best.inliers, rival)
         else:
             known, reason = False, "the collection is empty"
         full = ranking(scores) if full_ranking else None
-        return Answer(query.name, results, known, reason, scores, cos, verified, full)
+        return Answer(query.name, results, known, reason, scores, cos, verified, full, rival)
+
+    def _rival(self, query: QueryImage, qf, best: Result, verified: dict[int, int]) -> int:
+        """The most inliers a reference of another object has *on the same part of the photo* as
+        the top result (see :data:`.verdict.DISTINCT`).
+
+        Matches on what objects share (a frame moulding) put both references on the same place in
+        the photo; a photo of two paintings side by side puts them apart, and both are right. So a
+        rival strong enough to matter is set aside only when it is verified itself (at least the
+        verdict's inliers: a second object in the photo) and the outlines of the two references,
+        projected into the photo, overlap by less than half (intersection over union)."""
+        others = sorted(((n, r) for r, n in verified.items() if self.index.items[r].instance != best.instance),
+                        reverse=True)
+        weak = [n for n, _ in others if n * DISTINCT <= best.inliers]
+        strong = [(n, r) for n, r in others if n * DISTINCT > best.inliers]
+        gate = self.verdict.min_inliers
+        if strong and (self.rivals_anywhere or best.inliers < gate):
+            return strong[0][0]
+        mine = None
+        for n, r in strong:
+            if n < gate:  # not an object of its own: what it shares with the top result matches
+                return n
+            mine = self.evidence(query, best.row, qf).outline if mine is None else mine
+            theirs = self.evidence(query, r, qf).outline
+            if mine is None or theirs is None or outline_overlap(mine, theirs) >= 0.5:
+                return n
+        return weak[0] if weak else 0
 
     # ---- evidence -----------------------------------------------------------------------------
-    def evidence(self, query: QueryImage, row: int) -> Evidence:
-        """The inlier matches and projected outline of reference ``row`` in the query photo."""
+    def evidence(self, query: QueryImage, row: int, qf=None) -> Evidence:
+        """The inlier matches and projected outline of reference ``row`` in the query photo
+        (``qf``: the photo's local features, when already extracted)."""
         params = self._spatial.params
         ref = self._spatial.reference_features(self.index, int(row))
         h, w = query.image.shape[:2]
         s = min(1.0, params.max_side / max(h, w))
         size_q = (max(1, round(w * s)), max(1, round(h * s)))
-        qf = extract_features(query.image, params)
+        qf = extract_features(query.image, params) if qf is None else qf
         if ref is None:
             empty = np.empty((0, 2), np.float32)
             return Evidence(0, empty, empty, None, size_q, (1.0, 1.0))

@@ -34,6 +34,11 @@ if TYPE_CHECKING:
 NOISE_INLIERS = 8
 #: The smallest inlier threshold calibration chooses: noise plus a margin.
 MIN_CALIBRATED = 12
+#: A verified answer must be distinct: its inliers at least this many times those of the best
+#: reference of any *other* object in the verified shortlist. Matches on what many objects share (the
+#: same frame moulding, the museum's label cards) reach several objects alike; a photo of the
+#: object itself matches that object far better than any other (Lowe's ratio test, per object).
+DISTINCT = 2.0
 
 
 @dataclass
@@ -45,9 +50,14 @@ class Verdict:
     min_cosine: float = 0.8  # unverified answers (verification off): this cosine
     source: str = "default (not calibrated)"
 
-    def decide(self, cosine: float, inliers: int | None) -> tuple[bool, str]:
-        """(in the collection?, the reason in words) for the top result's evidence."""
+    def decide(self, cosine: float, inliers: int | None, rival: int = 0) -> tuple[bool, str]:
+        """(in the collection?, the reason in words) for the top result's evidence.
+
+        ``rival``: the most inliers any reference of another object got (see :data:`DISTINCT`)."""
         if inliers is not None:
+            if inliers >= self.min_inliers and inliers < DISTINCT * rival:
+                return False, (f"not distinct: {inliers} matching points, but another object has {rival} "
+                               "(what they share, such as a frame, matches; not the object itself)")
             if inliers >= self.min_inliers and cosine >= self.min_cosine_verified:
                 return True, f"verified: {inliers} matching points (at least {self.min_inliers} needed)"
             if inliers < self.min_inliers:
@@ -122,6 +132,16 @@ class Evidence:
     inliers: int | None
     known: bool  # the object is in the collection (the correct answer could be found)
     correct: bool  # the top answer is the right object (only meaningful when known)
+    rival: int = 0  # most inliers of a reference of another object (see :data:`DISTINCT`)
+
+    def accepted(self, verdict: Verdict) -> bool:
+        return verdict.decide(self.cosine, self.inliers, self.rival)[0]
+
+    @property
+    def distinct_inliers(self) -> int:
+        """The inliers that count for the verdict: 0 when another object matches about as well."""
+        n = self.inliers or 0
+        return n if n >= DISTINCT * self.rival else 0
 
 
 def choose(known: Sequence[Evidence], unknown: Sequence[Evidence], source: str,
@@ -133,7 +153,7 @@ def choose(known: Sequence[Evidence], unknown: Sequence[Evidence], source: str,
     The quantile, not the maximum: a collection may hold the same work twice under two numbers (the
     paintings set does), and one such pair must not raise the threshold for every visitor."""
     pos = [e for e in known if e.correct]
-    inl_neg = np.array([e.inliers or 0 for e in unknown], float)
+    inl_neg = np.array([e.distinct_inliers for e in unknown], float)
     cos_neg = np.array([e.cosine for e in unknown], float)
     cos_pos = np.array([e.cosine for e in pos], float)
     q = 1.0 - max_false_accept
@@ -167,8 +187,8 @@ def calibrate(index: "Index", extractor=None, views: int | None = None, seed: in
     pos = [e for e in known if e.correct]
     if pos and unknown:
         verdict.source += (
-            f"; accepts {np.mean([(e.inliers or 0) >= verdict.min_inliers for e in pos]):.0%} of the correctly "
-            f"answered known views, rejects {np.mean([(e.inliers or 0) < verdict.min_inliers for e in unknown]):.0%}"
+            f"; accepts {np.mean([e.accepted(verdict) for e in pos]):.0%} of the correctly "
+            f"answered known views, rejects {np.mean([not e.accepted(verdict) for e in unknown]):.0%}"
             " of the unknown")
     return verdict
 
@@ -186,6 +206,7 @@ def calibration_evidence(index: "Index", extractor=None, views: int | None = Non
     rows = rng.choice(n, size=views, replace=views > n)
     pipe = QueryPipeline(index, QuerySettings(k=1, verdict=Verdict(min_inliers=NOISE_INLIERS)),
                          extractor=extractor)
+    pipe.rivals_anywhere = True  # a synthetic view shows one object
     known: list[Evidence] = []
     unknown: list[Evidence] = []
     t0 = time.perf_counter()
@@ -201,9 +222,9 @@ def calibration_evidence(index: "Index", extractor=None, views: int | None = Non
         desc = pipe.describe([view])  # described once, asked twice
         (a_in,) = pipe.answer([view], desc)
         (a_out,) = pipe.answer([view], desc, exclude=same)
-        top_in, top_out = a_in.results[0], a_out.results[0]
-        known.append(Evidence(top_in.cosine, top_in.inliers, True, top_in.instance == labels[row]))
-        unknown.append(Evidence(top_out.cosine, top_out.inliers, False, False))
+        top_in = a_in.results[0]
+        known.append(a_in.evidence(True, top_in.instance == labels[row]))
+        unknown.append(a_out.evidence(False, False))
         yield Progress(i + 1, views, current=view.name, stage="calibrating", elapsed=time.perf_counter() - t0)
     return known, unknown
 
@@ -216,8 +237,8 @@ def open_set_figures(evidence: Sequence[Evidence], verdict: Verdict) -> dict[str
     answer, or a right rejection) of ``verdict`` on labelled queries' top-answer evidence."""
     known = [e for e in evidence if e.known]
     unknown = [e for e in evidence if not e.known]
-    acc_known = [verdict.decide(e.cosine, e.inliers)[0] for e in known]
-    acc_unknown = [verdict.decide(e.cosine, e.inliers)[0] for e in unknown]
+    acc_known = [e.accepted(verdict) for e in known]
+    acc_unknown = [e.accepted(verdict) for e in unknown]
     right = sum(1 for e, a in zip(known, acc_known) if a and e.correct) + sum(1 for a in acc_unknown if not a)
     return {
         "known_queries": len(known),
@@ -239,7 +260,7 @@ def operating_points(evidence: Sequence[Evidence], verified: bool = True) -> dic
     out = {"threshold": thresholds, "unknown_rejected": [], "known_rejected": [], "accuracy": []}
     for t in thresholds:
         v = Verdict(min_inliers=int(t), min_cosine=float(t)) if verified else Verdict(min_cosine=float(t))
-        ev = evidence if verified else [Evidence(e.cosine, None, e.known, e.correct) for e in evidence]
+        ev = evidence if verified else [Evidence(e.cosine, None, e.known, e.correct, 0) for e in evidence]
         f = open_set_figures(ev, v)
         for key in ("unknown_rejected", "known_rejected", "accuracy"):
             out[key].append(np.nan if f[key] is None else f[key])

@@ -35,7 +35,7 @@ from typing import Any, Generator, Sequence
 
 import numpy as np
 from PySide6.QtCore import (
-    QAbstractTableModel, QItemSelectionModel, QModelIndex, QPersistentModelIndex, QSortFilterProxyModel, Qt,
+    QItemSelectionModel, QModelIndex, QSortFilterProxyModel, Qt,
     QThread, Signal,
 )
 from PySide6.QtGui import QColor, QIcon, QPixmap
@@ -49,16 +49,18 @@ from PySide6.QtWidgets import (
 from ..core.errors import MuseumSearchError
 from ..core.evaluation.querysets import LAYOUTS, QuerySet, load_queryset
 from ..core.evaluation.reports import COMPARED, report_dict, unknown_instances_warning
-from ..core.evaluation.runner import EvalReport, EvalStep, QueryRecord
+from ..core.evaluation.runner import EvalReport, EvalStep
 from ..core.evaluation.sweep import PARAMETER_NAMES, SweepPoint, SweepStep, parse_values
 from ..core.index import Index
 from ..core.query import QuerySettings
 from ..core.rerank import RerankOptions, icfrr_advice
 from ..core.search import Result, results_for
-from ..core.verdict import Verdict, operating_points, recalibrated
+from ..core.verdict import Verdict, operating_points
 from . import workers
 from .collection_tab import format_duration
 from .state import AppState
+from .widgets.query_table import SORT_ROLE, QueryTableModel
+from .widgets.query_table import fmt as _fmt
 from .widgets.plots import EvaluationPlots, Overlay, RunningBuffer, SweepPlot, VerdictPlot, run_colour
 from .widgets.result_grid import ResultGrid
 from .widgets.thumbnails import ThumbnailCache
@@ -84,7 +86,6 @@ QUERY_THUMB = 180
 RESULT_THUMB = 104
 BATCH_SIZE = 8
 VALUE_ROLE = Qt.ItemDataRole.UserRole + 1  # numbers behind a comparison cell
-SORT_ROLE = Qt.ItemDataRole.UserRole + 2
 NO_INDEX = "No index. Open or build one in the Collection tab, or browse to an index folder."
 
 
@@ -172,25 +173,17 @@ class EvalRun:
 
     @property
     def verified(self) -> bool:
-        return bool(self.report.summary["verified"])
+        return self.report.verified
 
     @property
     def verdict_figures(self) -> dict[str, Any]:
         """``summary["verdict"]``: the verdict's figures on this run's queries."""
         return self.report.summary["verdict"]
 
-    @property
-    def can_recalibrate(self) -> bool:
-        """The verdict can be re-calibrated on these queries (some known, some unknown)."""
-        return bool(self.verdict_figures["known_queries"] and self.verdict_figures["unknown_queries"])
-
     @cached_property
     def operating_points(self) -> dict[str, np.ndarray]:
         """The verdict's figures against its threshold (``verdict.operating_points``)."""
         return operating_points(self.report.evidence, verified=self.verified)
-
-    def recalibrated(self, max_known_rejected: float) -> Verdict:
-        return recalibrated(self.report.evidence, self.report.verdict, max_known_rejected, self.verified)
 
 
 @dataclass
@@ -240,119 +233,10 @@ def _sweep_job(index: Index, queryset: QuerySet, parameter: str, values: list[fl
 
 
 def _store_verdict_job(index: Index, verdict: Verdict, reload: bool) -> Index | None:
-    """Background job: store ``verdict`` in ``index`` (``Index.save`` takes the folder's writer lock;
-    nothing changes on failure). ``reload``: return the index loaded again from its folder (for the
-    application, which has another object of the same folder open), else None."""
-    previous, index.verdict = index.verdict, verdict.to_dict()
-    try:
-        index.save()
-    except BaseException:
-        index.verdict = previous
-        raise
+    """Background job: ``index.store_verdict``; ``reload``: return the index loaded again from its
+    folder (for the application, which has another object of the same folder open), else None."""
+    index.store_verdict(verdict)
     return Index.load(index.path) if reload else None
-
-
-# --------------------------------------------------------------------------------------------
-# Per-query table
-
-
-def _fmt(v: float) -> str:
-    return "—" if v is None or not math.isfinite(v) else f"{v:.3f}"
-
-
-def _relevant_text(r: QueryRecord) -> str:
-    """The relevant instances of a query for the table, with those missing from the index."""
-    text = ", ".join(r.relevant) if r.relevant else ("" if r.unknown else "(open set)")
-    if r.unknown:
-        text += ("; " if text else "") + f"not in index: {', '.join(r.unknown)}"
-    return text
-
-
-class QueryTableModel(QAbstractTableModel):
-    """One row per evaluated query of a run: query, relevant, P@1, AP, MNRO, top-1 instance, verdict."""
-
-    COLUMNS = ("Query", "Relevant", "P@1", "AP", "MNRO", "Top-1 instance", "Verdict")
-    METRIC_COLUMNS = {2: "p@1", 3: "ap", 4: "mnro"}
-
-    def __init__(self, parent=None):
-        super().__init__(parent)
-        self._records: list[QueryRecord] = []
-        self._index: Index | None = None
-        self._root = ""
-
-    def set_run(self, run: EvalRun | None) -> None:
-        self.beginResetModel()
-        self._records = list(run.report.records) if run is not None else []
-        self._index = run.index if run is not None else None
-        self._root = os.path.commonpath([r.query for r in self._records]) if len(self._records) > 1 else ""
-        self.endResetModel()
-
-    def record(self, row: int) -> QueryRecord:
-        return self._records[row]
-
-    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: N802, B008
-        return 0 if parent.isValid() else len(self._records)
-
-    def columnCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: N802, B008
-        return 0 if parent.isValid() else len(self.COLUMNS)
-
-    def headerData(self, section: int, orientation, role: int = Qt.ItemDataRole.DisplayRole) -> Any:  # noqa: N802
-        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
-            return self.COLUMNS[section]
-        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.ToolTipRole:
-            return {2: "Is the top-ranked reference relevant?", 3: "Average precision (higher is better)",
-                    4: "Mean normalized retrieval order (0 is perfect, lower is better)",
-                    6: "The pipeline's verdict on the top result (hover a cell for the reason)"}.get(section)
-        return None
-
-    def _name(self, r: QueryRecord) -> str:
-        if self._root:
-            try:
-                return os.path.relpath(r.query, self._root)
-            except ValueError:
-                pass
-        return Path(r.query).name
-
-    def _top1(self, r: QueryRecord) -> str:
-        return self._index.items[int(r.ranking[0])].instance if self._index is not None and len(r.ranking) else ""
-
-    def data(self, idx: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        if not idx.isValid():
-            return None
-        r = self._records[idx.row()]
-        col = idx.column()
-        if role in (Qt.ItemDataRole.DisplayRole, SORT_ROLE):
-            if col == 0:
-                return self._name(r) if role == Qt.ItemDataRole.DisplayRole else self._name(r).lower()
-            if col == 1:
-                text = _relevant_text(r)
-                return text if role == Qt.ItemDataRole.DisplayRole else text.lower()
-            if col in self.METRIC_COLUMNS:
-                v = r.metrics.get(self.METRIC_COLUMNS[col], math.nan)
-                if role == SORT_ROLE:
-                    return -1.0 if not math.isfinite(v) else float(v)  # open-set rows sort first
-                return _fmt(v)
-            if col == 5:
-                return self._top1(r) if role == Qt.ItemDataRole.DisplayRole else self._top1(r).lower()
-            if col == 6:
-                return "in the collection" if r.in_collection else "not in the collection"
-        if role == Qt.ItemDataRole.ToolTipRole:
-            if col == 0:
-                return r.query
-            if col == 1 and r.unknown:
-                return (f"The ground truth names {', '.join(r.unknown)}, not in this index: check the ground "
-                        "truth or the index." + (" Not averaged." if r.open_set else ""))
-            if col == 5 and self._index is not None and len(r.ranking):
-                return f"{self._index.items[int(r.ranking[0])].path}  (score {float(r.scores[0]):.4f})"
-            if col == 6:
-                return r.reason
-        if role == Qt.ItemDataRole.ForegroundRole and col in (2, 5) and not r.open_set:
-            return QColor("#2e9d4c") if r.relevance[0] else QColor("#d0342c")
-        if role == Qt.ItemDataRole.ForegroundRole and col == 1 and r.unknown:
-            return QColor("#b36b00")
-        if role == Qt.ItemDataRole.TextAlignmentRole and col in self.METRIC_COLUMNS:
-            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        return None
 
 
 # --------------------------------------------------------------------------------------------
@@ -820,7 +704,6 @@ class EvaluationTab(QWidget):
             k_q=self.kq_spin.value() or None, k_g=self.kg_spin.value() or None, beta=self.beta_spin.value(),
             iterations=self.iter_spin.value(), icfrr_mode=self.mode_combo.currentData(),
             qe_n=self.qe_n_spin.value(), qe_alpha=self.qe_alpha_spin.value(),
-            spatial_top=self.verify_top_spin.value(),
         )
 
     def query_settings(self) -> QuerySettings:
@@ -940,10 +823,9 @@ class EvaluationTab(QWidget):
                 self.progress.setRange(0, item.total)
             self.progress.setValue(item.done)
             if item.record is not None or item.done == item.total:
-                eta = item.elapsed / item.done * (item.total - item.done) if item.done else 0
                 self.status_label.setText(f"{item.done:,} of {item.total:,} queries — "
                                           f"{Path(item.current).name if item.current else ''} "
-                                          f"({format_duration(eta)} left)" if item.done < item.total else
+                                          f"({format_duration(item.eta or 0)} left)" if item.done < item.total else
                                           f"{item.done:,} of {item.total:,} queries")
         elif isinstance(item, SweepStep):
             if item.stage == "describing":
@@ -1030,8 +912,8 @@ class EvaluationTab(QWidget):
         self.sweep_button.setEnabled(not busy and ready)
         self.cancel_button.setEnabled(busy and self._job_kind != "verdict")
         run = self.selected_run()
-        self.store_verdict_button.setEnabled(not busy and run is not None and run.can_recalibrate)
-        self.max_known_spin.setEnabled(not busy and run is not None and run.can_recalibrate)
+        self.store_verdict_button.setEnabled(not busy and run is not None and run.report.can_recalibrate)
+        self.max_known_spin.setEnabled(not busy and run is not None and run.report.can_recalibrate)
         for w in (self.use_open_index_button, self.browse_index_button, self.browse_queryset_button,
                   self.layout_combo, self.queryset_edit, self.regions_check, self.sweep_param_combo,
                   self.sweep_values_edit, self.regex_edit):
@@ -1080,7 +962,7 @@ class EvaluationTab(QWidget):
         if not self.plots.live:
             self.plots.show_buffer(run.buffer if run else None, run.total if run else None)
             self.plots.set_pr(run.pr if run else None, run.colour if run else None)
-        self.table_model.set_run(run)
+        self.table_model.set_run(run.report.records if run else [], run.index if run else None)
         self.table.resizeColumnsToContents()
         self.result_grid.clear("Select a query in the table to see its top results.")
         self.query_image.clear()
@@ -1160,21 +1042,13 @@ class EvaluationTab(QWidget):
     # ---- comparison -------------------------------------------------------------------------
     def _paired(self, run: EvalRun, base: EvalRun, metric: str):
         """Paired one-tailed bootstrap test of ``run`` against ``base`` on their common queries."""
-        from ..core.evaluation.stats import paired_bootstrap_test
+        from ..core.evaluation.stats import paired_test_by_query
 
         key = (run.key, base.key, metric)
         if key not in self._tests:
             record_key, higher = COMPARED[metric]
-            a, b = run.values_by_query(record_key), base.values_by_query(record_key)
-            common = [q for q in a if q in b]
-            result = None
-            if len(common) >= 2:
-                try:
-                    result = paired_bootstrap_test(np.array([a[q] for q in common]), np.array([b[q] for q in common]),
-                                                   higher_is_better=higher)
-                except ValueError as exc:
-                    log.debug("no paired test: %s", exc)
-            self._tests[key] = result
+            self._tests[key] = paired_test_by_query(run.values_by_query(record_key), base.values_by_query(record_key),
+                                                    higher)
         return self._tests[key]
 
     def _update_comparison(self) -> None:
@@ -1248,12 +1122,12 @@ class EvaluationTab(QWidget):
     def _show_candidate(self) -> None:
         """The operating point a re-calibration would store, on the plot and in words."""
         run = self.selected_run()
-        if run is None or not run.can_recalibrate:
+        if run is None or not run.report.can_recalibrate:
             self.verdict_plot.set_candidate(None)
             self.candidate_label.setText("" if run is None else "Re-calibrating needs queries of objects in the "
                                          "collection and of objects that are not (an empty ground truth).")
             return
-        new = run.recalibrated(self.max_known_spin.value() / 100)
+        new, _ = run.report.recalibrated(self.max_known_spin.value() / 100)
         t = _threshold(new, run.verified)
         pts = run.operating_points
         i = int(np.argmin(np.abs(pts["threshold"] - t)))
@@ -1271,11 +1145,11 @@ class EvaluationTab(QWidget):
         run = self.selected_run()
         if max_known_rejected is not None:
             self.max_known_spin.setValue(100 * max_known_rejected)
-        if self.is_running() or run is None or not run.can_recalibrate:
+        if self.is_running() or run is None or not run.report.can_recalibrate:
             workers.show_error(self, "Store the verdict", "Select a finished run whose queries show objects in the "
                                "collection and objects that are not (an empty ground truth), with no job running.")
             return False
-        index, new = run.index, run.recalibrated(self.max_known_spin.value() / 100)
+        index, (new, _) = run.index, run.report.recalibrated(self.max_known_spin.value() / 100)
         app = self.state.index
         # the application has the same folder open as another object: it loads the stored index again
         reload = app is not None and app is not index and app.path is not None and index.path is not None \
@@ -1416,4 +1290,4 @@ class EvaluationTab(QWidget):
             QThread.msleep(10)
 
 
-__all__ = ["EvaluationTab", "EvalRun", "QueryTableModel", "confidence_intervals", "describe_settings", "stars"]
+__all__ = ["EvaluationTab", "EvalRun", "confidence_intervals", "describe_settings", "stars"]

@@ -486,7 +486,6 @@ class SearchTab(QWidget):
             k_q=self.icfrr_kq.value() or None, k_g=self.icfrr_kg.value() or None,
             beta=float(self.icfrr_beta.value()), iterations=int(self.icfrr_iter.value()),
             qe_n=int(self.qe_n.value()), qe_alpha=float(self.qe_alpha.value()),
-            spatial_top=int(self.verify_top.value()),
         )
 
     def query_settings(self) -> QuerySettings:

@@ -19,7 +19,7 @@ import numpy as np
 from ..errors import MuseumSearchError
 from .querysets import unknown_instances_note
 from .runner import EvalReport
-from .stats import bootstrap_ci, paired_bootstrap_test
+from .stats import bootstrap_ci, paired_test_by_query
 
 #: metric → (record key, higher is better) for confidence intervals and significance tests.
 COMPARED = {"mp@1": ("p@1", True), "map": ("ap", True), "amnro": ("mnro", False)}
@@ -69,7 +69,8 @@ def report_dict(report: EvalReport, index, rankings: bool = False, ci: bool = Tr
         q.update({k: _num(v) for k, v in r.metrics.items()})
         q["top"] = [index.items[int(i)].instance for i in r.ranking[:5]]
         q.update(in_collection=r.in_collection, reason=r.reason,
-                 cosine=None if np.isnan(r.top_cosine) else round(float(r.top_cosine), 6), inliers=r.top_inliers)
+                 cosine=None if np.isnan(r.top_cosine) else round(float(r.top_cosine), 6), inliers=r.top_inliers,
+                 rival_inliers=r.rival_inliers if r.top_inliers is not None else None)
         if rankings:
             q["ranking"] = [str(index.root / index.items[int(i)].path) for i in r.ranking]
         queries.append(q)
@@ -142,9 +143,11 @@ def compare_with_baseline(doc: dict[str, Any], baseline_path: Path, seed: int = 
         raise MuseumSearchError(f"the baseline run {baseline_path} has no query in common with this run")
     out: dict[str, Any] = {"baseline": str(baseline_path), "paired_queries": len(pairs)}
     for name, (key, higher) in COMPARED.items():
-        a = np.array([p[0][key] for p in pairs], float)
-        b = np.array([p[1][key] for p in pairs], float)
-        res = paired_bootstrap_test(a, b, seed=seed, higher_is_better=higher)
+        res = paired_test_by_query({a["query"]: a[key] for a, _ in pairs}, {b["query"]: b[key] for _, b in pairs},
+                                   higher, seed)
+        if res is None:
+            raise MuseumSearchError(f"the baseline run {baseline_path} has fewer than 2 queries in common "
+                                    "with this run")
         out[name] = {"delta": _num(res.delta), "p_value": _num(res.p_value),
                      "significant": {str(k): bool(v) for k, v in res.significant_at.items()}}
     return out

@@ -20,17 +20,17 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Generator
 
 import numpy as np
 
 from ..backbones import Extractor
-from ..errors import ImageError
+from ..errors import ImageError, MuseumSearchError
 from ..index import Index
-from ..progress import drive
+from ..progress import Progress, drive
 from ..query import QueryPipeline, QuerySettings, load_query
-from ..verdict import Evidence, open_set_figures
+from ..verdict import Evidence, open_set_figures, recalibrated
 from .metrics import relevance_matrix, summarize
 from .querysets import QuerySet
 
@@ -55,11 +55,13 @@ class QueryRecord:
     reason: str = ""  # the verdict in words
     top_cosine: float = float("nan")  # evidence of the top result
     top_inliers: int | None = None  # (None: not verified)
+    rival_inliers: int = 0  # most inliers of another object (see verdict.DISTINCT)
 
     @property
     def evidence(self) -> Evidence:
         """The top answer's evidence, for the verdict's figures and re-calibration."""
-        return Evidence(self.top_cosine, self.top_inliers, not self.open_set, bool(self.relevance[:1].any()))
+        return Evidence(self.top_cosine, self.top_inliers, not self.open_set, bool(self.relevance[:1].any()),
+                        self.rival_inliers)
 
     @property
     def open_set(self) -> bool:
@@ -74,17 +76,13 @@ class QueryRecord:
 
 
 @dataclass
-class EvalStep:
-    done: int
-    total: int
-    record: QueryRecord | None
-    running: dict[str, float]  # running means over the evaluated queries so far
-    skipped: list[tuple[str, str]] = field(default_factory=list)  # new unreadable queries
-    elapsed: float = 0.0
+class EvalStep(Progress):
+    """The progress record of an evaluation (``stage`` "evaluating"), with the query just answered
+    (None for an unreadable one, named in ``skipped``) and the running means so far."""
 
-    @property
-    def current(self) -> str | None:
-        return self.record.query if self.record else None
+    stage: str = "evaluating"
+    record: QueryRecord | None = None
+    running: dict[str, float] = field(default_factory=dict)  # running means over the evaluated queries
 
 
 @dataclass
@@ -101,6 +99,30 @@ class EvalReport:
     @property
     def evidence(self) -> list[Evidence]:
         return [r.evidence for r in self.records]
+
+    @property
+    def verified(self) -> bool:
+        return bool(self.summary.get("verified"))
+
+    @property
+    def can_recalibrate(self) -> bool:
+        """The verdict can be re-calibrated on these queries: some show objects in the collection,
+        some objects that are not (an empty ground truth)."""
+        v = self.summary.get("verdict") or {}
+        return bool(v.get("known_queries") and v.get("unknown_queries"))
+
+    def recalibrated(self, max_known_rejected: float) -> tuple[Any, dict[str, Any]]:
+        """The verdict's operating point on these queries that rejects the most unknown objects while
+        wrongly rejecting at most ``max_known_rejected`` of the known ones, and its figures here."""
+        if not 0 <= max_known_rejected < 1:
+            raise MuseumSearchError("the share of known objects that may be rejected must be in [0, 1), "
+                                    "e.g. 0.03")
+        if not self.can_recalibrate:
+            raise MuseumSearchError("re-calibrating the verdict needs queries of objects in the collection and "
+                                    "queries of objects that are not (empty instance in the ground truth)")
+        new = recalibrated(self.evidence, self.verdict, max_known_rejected, verified=self.verified)
+        ev = self.evidence if self.verified else [replace(e, inliers=None, rival=0) for e in self.evidence]
+        return new, open_set_figures(ev, new)
 
     def per_query_values(self, key: str) -> np.ndarray:
         """Values of ``key`` (e.g. "p@1", "ap", "mnro") over the evaluated (non open-set) queries."""
@@ -164,6 +186,7 @@ def evaluate(
                         unknown=unknown_of[lo + ok_pos[j]],
                         in_collection=ans.in_collection, reason=ans.reason,
                         top_cosine=top.cosine if top else float("nan"), top_inliers=top.inliers if top else None,
+                        rival_inliers=ans.rival,
                     )
                     records.append(rec)
                     rels.append(rec.relevance)
@@ -171,10 +194,12 @@ def evaluate(
                     unknowns.append(rec.unknown)
                     running = means.add(rec)
                     done += 1
-                    yield EvalStep(done, total, rec, running, new_skips if j == 0 else [], time.perf_counter() - start)
+                    yield EvalStep(done, total, rec.query, new_skips if j == 0 else [], time.perf_counter() - start,
+                                   record=rec, running=running)
             for _ in range(len(chunk) - len(ok)):
                 done += 1
-                yield EvalStep(done, total, None, running, new_skips if not ok else [], time.perf_counter() - start)
+                yield EvalStep(done, total, None, new_skips if not ok else [], time.perf_counter() - start,
+                               running=running)
                 new_skips = []
     finally:
         pool.shutdown(wait=True, cancel_futures=True)

@@ -226,3 +226,18 @@ def paired_bootstrap_test(
         statistic="studentized mean difference" if studentized else "mean difference",
         extra={"t_observed": t_obs},
     )
+
+
+def paired_test_by_query(run: dict[str, float], baseline: dict[str, float], higher_is_better: bool = True,
+                         seed: int | None = 0) -> BootstrapResult | None:
+    """:func:`paired_bootstrap_test` on the queries both runs evaluated (values by query name,
+    in the order of ``run``); None when fewer than 2 are common (or the test cannot be computed)."""
+    common = [q for q, v in run.items() if q in baseline and v is not None and baseline[q] is not None]
+    if len(common) < 2:
+        return None
+    try:
+        return paired_bootstrap_test(np.array([run[q] for q in common], float),
+                                     np.array([baseline[q] for q in common], float),
+                                     seed=seed, higher_is_better=higher_is_better)
+    except ValueError:
+        return None

@@ -6,9 +6,9 @@ query once, then for each value answers the queries with the query pipeline
 and computes the metrics. It is a generator (see
 ``docs/CONVENTIONS.md``):
 
-* while the queries are described it yields ``SweepStep(value=None, summary=None, done, total,
-  stage="describing")`` with ``done``/``total`` counted in query images;
-* after each value it yields ``SweepStep(value, summary, done, total, stage="evaluating")`` with
+* while the queries are described it yields ``SweepStep(done, total, stage="describing")`` (a
+  :class:`museum_search.core.progress.Progress`) with ``done``/``total`` counted in query images;
+* after each value it yields ``SweepStep(done, total, stage="evaluating", value=…, summary=…)`` with
   ``done``/``total`` counted in values and ``summary`` the same dict as
   :attr:`museum_search.core.evaluation.runner.EvalReport.summary`;
 * it returns the list of :class:`SweepPoint` (one per value, in the order given).
@@ -35,6 +35,7 @@ import numpy as np
 from ..backbones import Extractor, extractor_for_meta
 from ..errors import MuseumSearchError
 from ..index import Index
+from ..progress import Progress
 from ..query import QueryPipeline, QuerySettings
 from ..rerank import RerankOptions
 from ..verdict import Evidence
@@ -47,13 +48,13 @@ PARAMETER_NAMES = {"k": "K_q = K_g", "beta": "β"}
 
 
 @dataclass
-class SweepStep:
-    value: float | None  # the value just evaluated (None while describing the queries)
-    summary: dict[str, Any] | None  # its summary (None while describing)
-    done: int
-    total: int
-    stage: str = "evaluating"  # "describing" (units: queries) or "evaluating" (units: values)
-    elapsed: float = 0.0
+class SweepStep(Progress):
+    """The progress record of a sweep: ``stage`` "describing" (units: queries) or "evaluating"
+    (units: values), with the value just evaluated and its summary (None while describing)."""
+
+    stage: str = "evaluating"
+    value: float | None = None
+    summary: dict[str, Any] | None = None
 
 
 @dataclass
@@ -165,7 +166,7 @@ def sweep(
         if images:
             batches.append((pos, images, pipes[0].describe(images)))
         done = min(len(queries), lo + batch_size)
-        yield SweepStep(None, None, done, len(queries), "describing", time.perf_counter() - start)
+        yield SweepStep(done, len(queries), stage="describing", elapsed=time.perf_counter() - start)
     points: list[SweepPoint] = []
 
     # 2. answer and measure at each value
@@ -181,13 +182,13 @@ def sweep(
             rels.append(np.asarray(rel, bool))
             nrels.append(np.asarray(n_rel))
             unknown.extend(unknown_of[p] for p in pos)
-            evidence.extend(Evidence(a.top.cosine if a.top else float("nan"), a.top.inliers if a.top else None,
-                                     bool(n > 0), bool(np.asarray(r)[:1].any()))
+            evidence.extend(a.evidence(bool(n > 0), bool(np.asarray(r)[:1].any()))
                             for a, r, n in zip(answers, rel, n_rel))
         summary, per_query = summary_of(index, rels, nrels, skipped, gtm, unknown)
         summary.update(pipeline_summary(pipe, evidence))
         points.append(SweepPoint(value, option_sets[i], summary, per_query))
-        yield SweepStep(value, summary, i + 1, len(values), "evaluating", time.perf_counter() - start)
+        yield SweepStep(i + 1, len(values), f"{PARAMETER_NAMES[parameter]} = {value:g}",
+                        elapsed=time.perf_counter() - start, value=value, summary=summary)
     return points
 
 

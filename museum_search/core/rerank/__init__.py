@@ -5,9 +5,10 @@ matrix (higher is better). The pipeline builds the context each one needs from t
 (descriptors, labels, gallery ranks, query descriptors, query images/paths) so callers only say
 ``pipeline.apply(index, scores, query_descriptors, query_paths=...)``.
 
-Sensible combinations, applied in the order given: ``spatial,icfrr`` (verify, then diffuse over
-the gallery), ``aqe`` or ``dba`` first when combined with others (they change descriptors, so
-they re-score from scratch and must come first).
+They change the global scores before the query pipeline verifies its shortlist
+(:mod:`museum_search.core.query`; geometric verification is a step of that pipeline, not a
+re-ranker). Combined, ``aqe`` or ``dba`` come first (they change descriptors, so they re-score from
+scratch), e.g. ``dba,icfrr``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import numpy as np
 
 from ..errors import MuseumSearchError
 
-NAMES = ("icfrr", "aqe", "dba", "spatial")
+NAMES = ("icfrr", "aqe", "dba")
 log = logging.getLogger(__name__)
 
 
@@ -34,7 +35,6 @@ class RerankOptions:
     icfrr_mode: str = "paper"
     qe_n: int = 2
     qe_alpha: float = 3.0
-    spatial_top: int = 20
 
 
 @dataclass
@@ -109,7 +109,7 @@ def parse_names(spec: str | Sequence[str] | None) -> list[str]:
 
 
 def build_pipeline(spec: str | Sequence[str] | None, options: RerankOptions | None = None) -> Pipeline:
-    """Pipeline from a comma-separated list such as ``"spatial,icfrr"``."""
+    """Pipeline from a comma-separated list such as ``"dba,icfrr"``."""
     options = options or RerankOptions()
     names = parse_names(spec)
     stages = []
@@ -130,10 +130,6 @@ def build_pipeline(spec: str | Sequence[str] | None, options: RerankOptions | No
             from .expansion import DBAReranker
 
             stages.append(DBAReranker(n=options.qe_n, alpha=options.qe_alpha))
-        elif n == "spatial":
-            from .spatial import SpatialParams, SpatialReranker
-
-            stages.append(SpatialReranker(SpatialParams(top_n=options.spatial_top)))
     return Pipeline(names, options, stages)
 
 

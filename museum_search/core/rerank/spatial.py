@@ -1,6 +1,7 @@
-"""Spatial verification: the papers' SIFT baseline used as a re-ranker of the top-N results.
+"""Geometric verification: the papers' SIFT baseline, the query pipeline's verification step.
 
-For each query, the ``top_n`` references with the best global scores are verified geometrically:
+For each query, the ``top_n`` references with the best global scores are verified geometrically
+(:class:`Verifier`; the query pipeline, :mod:`museum_search.core.query`, runs it):
 
 1. local features (SIFT, or ORB where this OpenCV has no SIFT) of both images, each resized so
    that its longest side is at most ``max_side`` px, at most ``max_keypoints`` keypoints;
@@ -17,7 +18,8 @@ For each query, the ``top_n`` references with the best global scores are verifie
    through infinity or onto a non-convex quadrilateral in the query; and so does one whose inliers
    cover less than ``min_coverage`` of the reference (a detail such as a wall label).
 
-The new score of a verified reference is::
+The new score of a verified reference with at least ``gate`` inliers (the verdict's threshold;
+fewer are noise and change nothing) is (:func:`blend`)::
 
     new = global + weight · min(inliers, inlier_cap) / inlier_cap
 
@@ -25,14 +27,15 @@ so it is monotone in both the global score and the inlier count; with the defaul
 (``weight=1``, ``inlier_cap=50``) every inlier is worth 0.02 of cosine similarity, and 50 or more
 inliers add 1.0, which outweighs any difference of global scores within a top-N (a true match of
 a painting typically has 50–500 inliers, a wrong reference 0–6). References outside the top-N
-keep their scores. Because the bonus is never negative, every verified
-reference still scores at least as high as every unverified one, so the unverified references stay
-in place after the top-N (ties keep the row order of :func:`museum_search.core.search.top_k`).
+keep their scores. The bonus is never negative, so a reference never falls behind one it was ahead
+of before verification.
 
 Note that RANSAC always "explains" 4 matches with a homography, so a handful of inliers (about
 4–8) is noise; only counts well above that mean a match.
 
-Reference features are cached per index: in memory, shared by all re-rankers of the process
+Reference features are computed when the index is built and stored with it (:class:`LocalFeatures`).
+For an index without them (or with other feature settings) they are cached per index: in memory,
+shared by every verifier of the process
 (least recently used first out, at most ``memory_cache`` references per index;
 :func:`clear_memory_cache` empties it) and, when the index has a folder (``index.path``), on disk in
 ``<index>/spatial-<feature>-<max_side>-<max_keypoints>/<sha1 of the relative path>.npz``
@@ -40,7 +43,7 @@ Reference features are cached per index: in memory, shared by all re-rankers of 
 relative path, file size and modification time (ns), the feature settings and the OpenCV version;
 an entry that does not match the file as it is now is recomputed and overwritten, never used. Disk
 writes are atomic (temporary file, then ``os.replace``). A reference image that cannot be read
-counts as 0 inliers (and is logged); re-ranking never fails because of one.
+counts as 0 inliers (and is logged); verification never fails because of one.
 """
 
 from __future__ import annotations
@@ -113,16 +116,6 @@ class SpatialParams:
     def effective_feature(self) -> str:
         """The feature actually used: ORB when SIFT is asked for but this OpenCV lacks it."""
         return "sift" if self.feature == "sift" and HAS_SIFT else "orb"
-
-
-@dataclass
-class SpatialProgress:
-    """Progress of :meth:`SpatialReranker.rerank_iter`: ``done`` of ``total`` queries verified."""
-
-    done: int
-    total: int
-    elapsed: float = 0.0
-    stage: str = "spatial verification"
 
 
 # ---- local features and verification ------------------------------------------------------
@@ -338,6 +331,18 @@ def coverage(points: np.ndarray, size: tuple[float, float]) -> float:
     return float(cv2.contourArea(hull)) / max(1.0, float(size[0]) * float(size[1]))
 
 
+def outline_overlap(a: np.ndarray, b: np.ndarray) -> float:
+    """Intersection over union of two convex quadrilaterals ((4, 2) outlines), 0 when disjoint."""
+    a = np.asarray(a, np.float32).reshape(-1, 2)
+    b = np.asarray(b, np.float32).reshape(-1, 2)
+    try:
+        inter, _ = cv2.intersectConvexConvex(cv2.convexHull(a), cv2.convexHull(b))
+    except cv2.error:
+        return 0.0
+    union = cv2.contourArea(cv2.convexHull(a)) + cv2.contourArea(cv2.convexHull(b)) - inter
+    return float(inter / union) if union > 0 else 0.0
+
+
 @dataclass
 class Evidence:
     """Why a reference matched a query: what a viewer draws (as VISE does).
@@ -410,9 +415,11 @@ def verify_pair(img_a: np.ndarray, img_b: np.ndarray, params: SpatialParams | No
     return verify_features(fa, fb, params, _resized_size(img_b, params.max_side))
 
 
-def blend(global_scores: np.ndarray, inliers: np.ndarray, params: SpatialParams) -> np.ndarray:
-    """``global + weight · min(inliers, cap) / cap`` (element-wise)."""
-    bonus = np.minimum(np.asarray(inliers, np.float64), params.inlier_cap) / params.inlier_cap
+def blend(global_scores: np.ndarray, inliers: np.ndarray, params: SpatialParams, gate: int = 0) -> np.ndarray:
+    """``global + weight · min(inliers, cap) / cap`` (element-wise) where ``inliers ≥ gate``; the
+    global score unchanged elsewhere (fewer inliers than the verdict's threshold are noise)."""
+    inl = np.asarray(inliers, np.float64)
+    bonus = np.where(inl >= gate, np.minimum(inl, params.inlier_cap) / params.inlier_cap, 0.0)
     return (np.asarray(global_scores, np.float64) + params.weight * bonus).astype(np.float32)
 
 
@@ -424,9 +431,9 @@ def _load_rgb(path: str | os.PathLike, max_side: int) -> np.ndarray:
     return load_image(path, max_side=max_side)
 
 
-# ---- the re-ranker --------------------------------------------------------------------------
+# ---- the verifier ---------------------------------------------------------------------------
 
-# In-memory reference features, shared by every re-ranker of the process (a pipeline is often
+# In-memory reference features, shared by every verifier of the process (a pipeline is often
 # rebuilt for each search): index → {feature settings → {row: (cache key, features, resized
 # (width, height))}}, least recently used first; features None: that version of the file is
 # unreadable. An index that is garbage-collected takes its entries with it.
@@ -445,10 +452,10 @@ def clear_memory_cache() -> None:
         _WARNED.clear()
 
 
-class SpatialReranker:
-    """Re-ranks the top-N references of each query by geometric verification (see the module doc)."""
+class Verifier:
+    """Verifies a query photo against references of an index (see the module doc)."""
 
-    name = "spatial"
+    name = "verification"
 
     def __init__(self, params: SpatialParams | None = None):
         self.params = params or SpatialParams()
@@ -456,7 +463,7 @@ class SpatialReranker:
 
     def describe(self) -> str:
         p = self.params
-        return (f"spatial ({p.effective_feature.upper()}, top {p.top_n}, "
+        return (f"verification ({p.effective_feature.upper()}, top {p.top_n}, "
                 f"+{p.weight:g}·min(inliers,{p.inlier_cap})/{p.inlier_cap})")
 
     # ---- reference features (cached) ---------------------------------------------------------
@@ -588,11 +595,8 @@ class SpatialReranker:
                 pass
 
     # ---- verification --------------------------------------------------------------------------
-    def _query_features(self, query_image: np.ndarray) -> Features:
-        return extract_features(query_image, self.params)
-
-    def _verify(self, q: Features, rows: Sequence[int], index) -> np.ndarray:
-        """Inliers of the query against each reference row (0 for unreadable references)."""
+    def verify_features(self, q: Features, rows: Sequence[int], index) -> np.ndarray:
+        """Inliers of the query's features against each reference row (0 for unreadable references)."""
         refs = [self.reference_features(index, int(r)) for r in rows]
         ok = [j for j, ref in enumerate(refs) if ref is not None]
         inl = np.zeros(len(rows), np.int64)
@@ -600,78 +604,13 @@ class SpatialReranker:
             inl[ok] = verify_many(q, [refs[j][0] for j in ok], self.params, [refs[j][1] for j in ok])
         return inl
 
+    def verify(self, query_image: np.ndarray, rows: Sequence[int], index) -> np.ndarray:
+        """Homography inliers between a query image (RGB) and each reference row of ``index``."""
+        return self.verify_features(extract_features(query_image, self.params), rows, index)
+
     def inliers(self, query_image: np.ndarray, reference_row: int, index) -> int:
         """Homography inliers between a query image (RGB) and reference ``reference_row`` of ``index``."""
-        return int(self._verify(self._query_features(query_image), [int(reference_row)], index)[0])
-
-    def rerank_iter(
-        self,
-        scores: np.ndarray,
-        *,
-        index,
-        query_images: Sequence[np.ndarray] | None = None,
-        query_paths: Sequence[str | os.PathLike] | None = None,
-        **context: Any,
-    ) -> Generator[SpatialProgress, None, np.ndarray]:
-        """Like :meth:`rerank`, as a generator yielding a :class:`SpatialProgress` after each query."""
-        scores = np.atleast_2d(np.asarray(scores, dtype=np.float32))
-        nq, ng = scores.shape
-        if ng != len(index):
-            raise ValueError(f"scores have {ng} columns, the index has {len(index)} references")
-        if query_images is None and query_paths is None:
-            raise MuseumSearchError("spatial verification needs the query images (or their paths)")
-        n_given = len(query_images) if query_images is not None else len(query_paths)  # type: ignore[arg-type]
-        if n_given != nq:
-            raise ValueError(f"{nq} rows of scores but {n_given} query images")
-        out = scores.copy()
-        top = min(self.params.top_n, ng)
-        t0 = time.perf_counter()
-        for qi in range(nq):
-            if top > 0:
-                self._rerank_one(out, qi, top, index, query_images, query_paths)
-            yield SpatialProgress(qi + 1, nq, time.perf_counter() - t0)
-        return out
-
-    def _rerank_one(self, out: np.ndarray, qi: int, top: int, index, query_images, query_paths) -> None:
-        row = out[qi]
-        # the same order as search.top_k / full_ranking: by score, ties by row
-        cand = np.argsort(-row, kind="stable")[:top]
-        cand = cand[np.isfinite(row[cand])]
-        if len(cand) == 0:
-            return
-        try:
-            if query_images is not None:
-                image = query_images[qi]
-            else:
-                image = _load_rgb(query_paths[qi], self.params.max_side)
-            q = self._query_features(image)
-        except (ImageError, OSError, ValueError, cv2.error) as exc:
-            name = query_paths[qi] if query_paths is not None else f"query {qi}"
-            log.warning("spatial verification skipped for %s: %s", name, exc)
-            return
-        inl = self._verify(q, cand, index)
-        row[cand] = blend(row[cand], inl, self.params)
-
-    def rerank(
-        self,
-        scores: np.ndarray,
-        *,
-        index,
-        query_images: Sequence[np.ndarray] | None = None,
-        query_paths: Sequence[str | os.PathLike] | None = None,
-        **context: Any,
-    ) -> np.ndarray:
-        """(Q, G) new scores (higher is better): the top-N of each query get the inlier bonus.
-
-        Needs ``query_images`` (RGB arrays) or ``query_paths``, one per row of ``scores``. A query
-        image that cannot be read keeps its scores (logged). Other ``context`` is ignored.
-        """
-        gen = self.rerank_iter(scores, index=index, query_images=query_images, query_paths=query_paths)
-        while True:
-            try:
-                next(gen)
-            except StopIteration as stop:
-                return stop.value
+        return int(self.verify(query_image, [int(reference_row)], index)[0])
 
     def params_dict(self) -> dict[str, Any]:
         return asdict(self.params)

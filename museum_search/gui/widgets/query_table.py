@@ -1,0 +1,118 @@
+"""The per-query table of an evaluation run (the Evaluation tab's first page)."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
+from PySide6.QtGui import QColor
+
+from ...core.evaluation.runner import QueryRecord
+from ...core.index import Index
+
+SORT_ROLE = Qt.ItemDataRole.UserRole + 2  # what the table sorts by (numbers, lower-case text)
+
+
+def fmt(v: float) -> str:
+    return "—" if v is None or not math.isfinite(v) else f"{v:.3f}"
+
+
+def _relevant_text(r: QueryRecord) -> str:
+    """The relevant instances of a query for the table, with those missing from the index."""
+    text = ", ".join(r.relevant) if r.relevant else ("" if r.unknown else "(open set)")
+    if r.unknown:
+        text += ("; " if text else "") + f"not in index: {', '.join(r.unknown)}"
+    return text
+
+
+class QueryTableModel(QAbstractTableModel):
+    """One row per evaluated query of a run: query, relevant, P@1, AP, MNRO, top-1 instance, verdict."""
+
+    COLUMNS = ("Query", "Relevant", "P@1", "AP", "MNRO", "Top-1 instance", "Verdict")
+    METRIC_COLUMNS = {2: "p@1", 3: "ap", 4: "mnro"}
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self._records: list[QueryRecord] = []
+        self._index: Index | None = None
+        self._root = ""
+
+    def set_run(self, records: list[QueryRecord], index: Index | None) -> None:
+        self.beginResetModel()
+        self._records = list(records)
+        self._index = index
+        self._root = os.path.commonpath([r.query for r in self._records]) if len(self._records) > 1 else ""
+        self.endResetModel()
+
+    def record(self, row: int) -> QueryRecord:
+        return self._records[row]
+
+    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: N802, B008
+        return 0 if parent.isValid() else len(self._records)
+
+    def columnCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: N802, B008
+        return 0 if parent.isValid() else len(self.COLUMNS)
+
+    def headerData(self, section: int, orientation, role: int = Qt.ItemDataRole.DisplayRole) -> Any:  # noqa: N802
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
+            return self.COLUMNS[section]
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.ToolTipRole:
+            return {2: "Is the top-ranked reference relevant?", 3: "Average precision (higher is better)",
+                    4: "Mean normalized retrieval order (0 is perfect, lower is better)",
+                    6: "The pipeline's verdict on the top result (hover a cell for the reason)"}.get(section)
+        return None
+
+    def _name(self, r: QueryRecord) -> str:
+        if self._root:
+            try:
+                return os.path.relpath(r.query, self._root)
+            except ValueError:
+                pass
+        return Path(r.query).name
+
+    def _top1(self, r: QueryRecord) -> str:
+        return self._index.items[int(r.ranking[0])].instance if self._index is not None and len(r.ranking) else ""
+
+    def data(self, idx: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not idx.isValid():
+            return None
+        r = self._records[idx.row()]
+        col = idx.column()
+        if role in (Qt.ItemDataRole.DisplayRole, SORT_ROLE):
+            if col == 0:
+                return self._name(r) if role == Qt.ItemDataRole.DisplayRole else self._name(r).lower()
+            if col == 1:
+                text = _relevant_text(r)
+                return text if role == Qt.ItemDataRole.DisplayRole else text.lower()
+            if col in self.METRIC_COLUMNS:
+                v = r.metrics.get(self.METRIC_COLUMNS[col], math.nan)
+                if role == SORT_ROLE:
+                    return -1.0 if not math.isfinite(v) else float(v)  # open-set rows sort first
+                return fmt(v)
+            if col == 5:
+                return self._top1(r) if role == Qt.ItemDataRole.DisplayRole else self._top1(r).lower()
+            if col == 6:
+                return "in the collection" if r.in_collection else "not in the collection"
+        if role == Qt.ItemDataRole.ToolTipRole:
+            if col == 0:
+                return r.query
+            if col == 1 and r.unknown:
+                return (f"The ground truth names {', '.join(r.unknown)}, not in this index: check the ground "
+                        "truth or the index." + (" Not averaged." if r.open_set else ""))
+            if col == 5 and self._index is not None and len(r.ranking):
+                return f"{self._index.items[int(r.ranking[0])].path}  (score {float(r.scores[0]):.4f})"
+            if col == 6:
+                return r.reason
+        if role == Qt.ItemDataRole.ForegroundRole and col in (2, 5) and not r.open_set:
+            return QColor("#2e9d4c") if r.relevance[0] else QColor("#d0342c")
+        if role == Qt.ItemDataRole.ForegroundRole and col == 1 and r.unknown:
+            return QColor("#b36b00")
+        if role == Qt.ItemDataRole.TextAlignmentRole and col in self.METRIC_COLUMNS:
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        return None
+
+
+__all__ = ["QueryTableModel", "SORT_ROLE", "fmt"]
