@@ -37,16 +37,16 @@ def test_every_offline_backbone_gives_unit_descriptors():
     img = np.random.default_rng(0).integers(0, 255, (300, 200, 3), dtype=np.uint8)
     for name in ("mobilenet_v2", "efficientnet_lite0"):
         for head in ("gem", "logits"):
-            ext = build_extractor(BackboneConfig(name=name, head=head, size=128))
+            ext = build_extractor(BackboneConfig(name=name, head=head, size=128), engine="torch")
             d = ext.describe_images([img, img[::-1]])
             assert d.shape == (2, ext.meta.dim)
             np.testing.assert_allclose(np.linalg.norm(d, axis=1), 1.0, atol=1e-5)
-    assert build_extractor(BackboneConfig(head="logits")).meta.dim == 1000
+    assert build_extractor(BackboneConfig(head="logits"), engine="torch").meta.dim == 1000
 
 
 def test_logits_head_is_imagenet_classifier():
     """The logits head really is the ImageNet classifier: a flat orange image is not a zebra."""
-    ext = build_extractor(BackboneConfig(head="logits"))
+    ext = build_extractor(BackboneConfig(head="logits"), engine="torch")
     assert ext.meta.input_policy == "fixed" and ext.meta.size == 224
     img = np.zeros((224, 224, 3), np.uint8)
     img[:] = (255, 140, 0)
@@ -59,20 +59,20 @@ def test_logits_head_is_imagenet_classifier():
 
 
 def test_aspect_preserving_input_policy():
-    ext = build_extractor(BackboneConfig(size=200))
+    ext = build_extractor(BackboneConfig(size=200), engine="torch")
     x = ext.preprocess(np.zeros((100, 400, 3), np.uint8))
     assert x.shape == (3, 50, 200)
 
 
 def test_multiscale_differs_from_single_scale():
     img = np.random.default_rng(1).integers(0, 255, (256, 256, 3), dtype=np.uint8)
-    a = build_extractor(BackboneConfig(size=128)).describe_images([img])
-    b = build_extractor(BackboneConfig(size=128, scales=(1.0, 0.5))).describe_images([img])
+    a = build_extractor(BackboneConfig(size=128), engine="torch").describe_images([img])
+    b = build_extractor(BackboneConfig(size=128, scales=(1.0, 0.5)), engine="torch").describe_images([img])
     assert 0.5 < float(a[0] @ b[0]) < 0.9999
 
 
 def test_meta_roundtrip():
-    meta = build_extractor(BackboneConfig(size=128, head="rmac")).meta
+    meta = build_extractor(BackboneConfig(size=128, head="rmac"), engine="torch").meta
     assert BackboneMeta.from_dict(meta.to_dict()) == meta
     assert "RMAC" in meta.describe()
 
@@ -92,7 +92,7 @@ def test_torchvision_backbone_from_weights_file(tmp_path):
     torch.manual_seed(0)
     path = tmp_path / "alexnet.pth"
     torch.save(torchvision.models.alexnet(weights=None).state_dict(), path)
-    ext = build_extractor(BackboneConfig(name="alexnet", head="logits", weights=str(path)))
+    ext = build_extractor(BackboneConfig(name="alexnet", head="logits", weights=str(path)), engine="torch")
     assert ext.meta.weights_id.startswith("file:")
     d = ext.describe_images([np.zeros((64, 64, 3), np.uint8)])
     assert d.shape == (1, 1000)
@@ -115,7 +115,7 @@ def test_extract_is_a_generator_with_progress_and_skips(tmp_path, sample_collect
     bad = tmp_path / "bad.jpg"
     bad.write_bytes(b"\xff\xd8\xff garbage")
     paths = files[:2] + [bad] + files[2:]
-    ext = build_extractor(BackboneConfig(size=96))
+    ext = build_extractor(BackboneConfig(size=96), engine="torch")
     steps = []
     gen = extract(paths, ext, batch_size=2)
     while True:
@@ -136,7 +136,7 @@ def test_extract_is_a_generator_with_progress_and_skips(tmp_path, sample_collect
 
 def test_extract_cancel_stops_early(sample_collection):
     files = sorted((sample_collection / "collection").glob("*.jpg"))[:8]
-    gen = extract(files, build_extractor(BackboneConfig(size=96)), batch_size=1)
+    gen = extract(files, build_extractor(BackboneConfig(size=96), engine="torch"), batch_size=1)
     assert next(gen).done == 1
     gen.close()  # cancelling: the thread pool is shut down, no exception
     with pytest.raises(StopIteration):

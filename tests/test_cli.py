@@ -107,3 +107,15 @@ def test_exit_codes_and_one_line_errors(tmp_path, cli_index, capsys):
 def test_version():
     r = run_cli("--version")
     assert r.returncode == 0 and r.stdout.startswith("museum-search ")
+
+
+def test_cli_engine_option(cli_index, sample_collection):
+    q = sorted((sample_collection / "queries").glob("*.jpg"))[0]
+    out = {}
+    for engine in ("onnx", "torch"):
+        r = run_cli("query", cli_index, q, "--json", "--no-verify", "--engine", engine)
+        assert r.returncode == 0, r.stderr
+        out[engine] = json.loads(r.stdout)[0]["results"]
+    assert [x["path"] for x in out["onnx"]] == [x["path"] for x in out["torch"]]
+    r = run_cli("query", cli_index, q, "--engine", "tensorflow")
+    assert r.returncode == 2 and "invalid choice" in r.stderr

@@ -55,3 +55,22 @@ def test_settings_dialog_saves_camera_and_exit_keys(window):
     d.accept()
     assert s.camera == 2
     assert s.value("demo/exit_keys") == "Ctrl+Shift+Q"
+
+
+def test_settings_dialog_chooses_the_inference_engine(window, sample_index, monkeypatch):
+    from museum_search.core import engines
+
+    monkeypatch.setattr(engines, "_engine", None)
+    window.state.set_index(sample_index)
+    seen = []
+    window.state.index_changed.connect(seen.append)
+    d = SettingsDialog(window.state, window)
+    assert d.engine.currentData() == "auto" and engines.current() == "onnx"
+    d.engine.setCurrentIndex(d.engine.findData("torch"))
+    d.accept()
+    assert window.state.settings.engine == "torch" and engines.current() == "torch"
+    assert seen == [sample_index]  # the views build their pipelines again, on the new engine
+    d = SettingsDialog(window.state, window)
+    d.engine.setCurrentIndex(d.engine.findData("auto"))
+    d.accept()
+    assert engines.chosen() is None and engines.current() == "onnx"

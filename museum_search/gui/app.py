@@ -26,6 +26,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from PySide6.QtCore import Qt
     from PySide6.QtWidgets import QApplication
 
+    from ..core import engines
+
+    if engines.torch_available():
+        # imported here, once, on the GUI thread before any window: a 1-3 s import that would
+        # stall the GUI if a worker did it later (the torch engine, or a first ONNX export)
+        import torchvision.models  # noqa: F401
+
     QApplication.setHighDpiScaleFactorRoundingPolicy(Qt.HighDpiScaleFactorRoundingPolicy.PassThrough)
     app = QApplication.instance() or QApplication([sys.argv[0]])
     app.setApplicationName("museum-search")
@@ -33,12 +40,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .main_window import MainWindow, app_icon
 
     app.setWindowIcon(app_icon())
+    from .state import Settings
+
+    if engines.chosen() is None:  # not chosen on the command line: the stored setting
+        Settings().apply_engine()
     if args.demo:
         if args.index is None:
             parser.error("--demo needs an INDEX")
         from ..core.index import Index
         from .demo_window import DemoWindow
-        from .state import Settings
 
         settings = Settings()
         if args.camera is not None:

@@ -7,7 +7,7 @@ from pathlib import Path
 from PySide6.QtCore import QByteArray
 from PySide6.QtGui import QAction, QIcon, QKeySequence
 from PySide6.QtWidgets import (
-    QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QKeySequenceEdit, QLabel,
+    QComboBox, QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QKeySequenceEdit, QLabel,
     QMainWindow, QMessageBox, QSpinBox, QTabWidget, QWidget,
 )
 
@@ -44,6 +44,16 @@ class SettingsDialog(QDialog):
         self.exit_keys.setToolTip("Demo mode: the only key combination that leaves it (e.g. Ctrl+Shift+Q), so "
                                   "visitors cannot quit. Empty: Esc leaves.")
         form.addRow("Demo exit keys:", self.exit_keys)
+        from ..core import engines
+
+        self.engine = QComboBox()
+        self.engine.addItem(f"Automatic ({engines.default()})", "auto")
+        self.engine.addItem("ONNX Runtime" + ("" if engines.onnx_available() else " (not installed)"), "onnx")
+        self.engine.addItem("PyTorch" + ("" if engines.torch_available() else " (not installed)"), "torch")
+        self.engine.setCurrentIndex(max(0, self.engine.findData(state.settings.engine)))
+        self.engine.setToolTip("What runs the network. ONNX Runtime is about 4x faster on a CPU; both give the "
+                               "same descriptors, so an index built with one is searched with the other.")
+        form.addRow("Inference engine:", self.engine)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
@@ -52,6 +62,11 @@ class SettingsDialog(QDialog):
     def accept(self) -> None:
         self.state.settings.camera = self.camera.value()
         self.state.settings.set_value(EXIT_KEYS_SETTING, self.exit_keys.keySequence().toString())
+        if self.engine.currentData() != self.state.settings.engine:
+            self.state.settings.engine = self.engine.currentData()
+            self.state.settings.apply_engine()
+            if self.state.index is not None:  # the views build their pipelines again, on the new engine
+                self.state.set_index(self.state.index)
         super().accept()
 
 

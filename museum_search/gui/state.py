@@ -52,6 +52,22 @@ class Settings:
     def top_k(self, v: int) -> None:
         self.q.setValue("search/k", int(v))
 
+    @property
+    def engine(self) -> str:
+        """The inference engine: "auto" (ONNX Runtime where installed), "onnx" or "torch"."""
+        v = str(self._get("inference/engine", "auto", str))
+        return v if v in ("auto", "onnx", "torch") else "auto"
+
+    @engine.setter
+    def engine(self, v: str) -> None:
+        self.q.setValue("inference/engine", v)
+
+    def apply_engine(self) -> None:
+        """Make the stored engine the process's (core.engines)."""
+        from ..core import engines
+
+        engines.set_engine(None if self.engine == "auto" else self.engine)
+
     def value(self, key: str, default=None):
         return self.q.value(key, default)
 

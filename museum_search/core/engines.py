@@ -1,0 +1,341 @@
+"""Inference engines: ONNX Runtime (the default wherever it is installed) and PyTorch eager.
+
+The ONNX engine runs each backbone + head exported once from the torch model
+(:meth:`.backbones.Extractor.forward`: the multi-scale input, the pooling and the L2
+normalisation are in the graph; height, width and batch are dynamic). An export is kept in
+the user cache (``<cache>/onnx/``), named by a key of the backbone's meta (weights id, head,
+size, scales, GeM p) and the opset, with a sidecar ``.json`` holding that meta and the SHA-256
+of the ``.onnx`` file. It is checked on every load: a file whose checksum or meta does not match
+is exported again, never trusted. Folders of ready exports (a frozen build bundles them, see
+``packaging/``) are searched first: ``$MUSEUM_SEARCH_ONNX_DIR`` and ``resources/onnx``.
+
+Where the ONNX path cannot be built (onnxruntime not installed, an operator the exporter lacks,
+R-MAC, whose regions depend on the feature map's size and would be frozen into the graph), the
+torch engine is used and the log says so, once per backbone and reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+import secrets
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import paths
+from .backbones import REGISTRY, BackboneConfig, BackboneMeta, DescriptorExtractor, build_torch_extractor, meta_for
+from .errors import MuseumSearchError, WeightsUnavailableError
+
+log = logging.getLogger(__name__)
+
+ENGINES = ("onnx", "torch")
+OPSET = 17
+#: Bump when the exported graph changes for the same meta (older exports are then re-exported).
+EXPORT_FORMAT = 1
+
+_engine: str | None = None  # set by the CLI's --engine and the GUI's Settings
+_lock = threading.Lock()
+_sessions: dict[tuple, "OnnxExtractor"] = {}
+_said: set[tuple[str, str]] = set()
+
+
+def onnx_available() -> bool:
+    return importlib.util.find_spec("onnxruntime") is not None
+
+
+def torch_available() -> bool:
+    return importlib.util.find_spec("torch") is not None
+
+
+def default() -> str:
+    """``$MUSEUM_SEARCH_ENGINE``, else ``onnx`` when onnxruntime is installed, else ``torch``."""
+    env = os.environ.get("MUSEUM_SEARCH_ENGINE", "").strip().lower()
+    if env in ENGINES:
+        return env
+    return "onnx" if onnx_available() else "torch"
+
+
+def set_engine(name: str | None) -> None:
+    """Choose the engine for the rest of the process (None: :func:`default`)."""
+    global _engine
+    if name is not None and name not in ENGINES:
+        raise MuseumSearchError(f"unknown inference engine {name!r}; choose one of {', '.join(ENGINES)}")
+    _engine = name
+
+
+def current() -> str:
+    return _engine or default()
+
+
+def chosen() -> str | None:
+    """The engine set with :func:`set_engine` (None: none chosen, the default applies)."""
+    return _engine
+
+
+def resolve(name: str | None) -> str:
+    if name is None:
+        return current()
+    if name not in ENGINES:
+        raise MuseumSearchError(f"unknown inference engine {name!r}; choose one of {', '.join(ENGINES)}")
+    return name
+
+
+def _say_once(backbone: str, reason: str) -> None:
+    if (backbone, reason) not in _said:
+        _said.add((backbone, reason))
+        log.warning("ONNX Runtime cannot run %s (%s); using torch instead", backbone, reason)
+
+
+# ---- the ONNX engine -----------------------------------------------------------------------
+
+
+class OnnxExtractor(DescriptorExtractor):
+    """The ONNX Runtime engine (CPU provider, or a GPU provider when one is installed)."""
+
+    engine = "onnx"
+
+    def __init__(self, meta: BackboneMeta, model_bytes: bytes, path: Path):
+        super().__init__(meta)
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = max(1, os.cpu_count() or 1)
+        so.log_severity_level = 3
+        preferred = ("CUDAExecutionProvider", "ROCMExecutionProvider", "CoreMLExecutionProvider",
+                     "DmlExecutionProvider")
+        available = ort.get_available_providers()
+        providers = [p for p in preferred if p in available] + ["CPUExecutionProvider"]
+        self.session = ort.InferenceSession(model_bytes, so, providers=providers)
+        self.path = path
+        self._lock = threading.Lock()  # one run at a time: the session uses every core already
+
+    def _run(self, batch: np.ndarray) -> np.ndarray:
+        with self._lock:
+            return self.session.run(None, {"x": np.ascontiguousarray(batch, np.float32)})[0]
+
+
+def export_key(meta: BackboneMeta) -> str:
+    """The name of the export of ``meta`` (stable across processes and machines)."""
+    text = json.dumps({"meta": meta.to_dict(), "opset": OPSET, "format": EXPORT_FORMAT}, sort_keys=True)
+    return f"{meta.name}-{meta.head}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+
+
+def export_dirs() -> list[Path]:
+    """Where exports are looked for, in order; the last one is where new exports are written."""
+    dirs = []
+    if os.environ.get("MUSEUM_SEARCH_ONNX_DIR"):
+        dirs.append(Path(os.environ["MUSEUM_SEARCH_ONNX_DIR"]))
+    dirs.append(paths.resource("onnx"))
+    dirs.append(paths.cache_dir() / "onnx")
+    return dirs
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def read_export(folder: Path, meta: BackboneMeta) -> bytes | None:
+    """The model bytes of ``meta``'s export in ``folder`` if it is there and intact, else None."""
+    key = export_key(meta)
+    onnx_file, side = folder / f"{key}.onnx", folder / f"{key}.json"
+    try:
+        info = json.loads(side.read_text(encoding="utf-8"))
+        data = onnx_file.read_bytes()
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        log.warning("the ONNX export %s cannot be read (%s); exporting it again", onnx_file, exc)
+        return None
+    if not isinstance(info, dict) or info.get("sha256") != _sha256(data) or info.get("meta") != meta.to_dict():
+        log.warning("the ONNX export %s is damaged or does not match its description; exporting it again",
+                    onnx_file)
+        return None
+    return data
+
+
+def write_export(folder: Path, meta: BackboneMeta, data: bytes) -> Path:
+    """Write an export and its sidecar atomically (temporary files, then ``os.replace``)."""
+    key = export_key(meta)
+    folder.mkdir(parents=True, exist_ok=True)
+    out = folder / f"{key}.onnx"
+    token = f"{os.getpid()}.{secrets.token_hex(4)}"
+    for name, payload in ((f"{key}.onnx", data),
+                          (f"{key}.json", json.dumps({"meta": meta.to_dict(), "sha256": _sha256(data),
+                                                      "opset": OPSET, "format": EXPORT_FORMAT},
+                                                     indent=1).encode())):
+        tmp = folder / f".{name}.{token}.tmp"
+        try:
+            with open(tmp, "wb") as f:
+                f.write(payload)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, folder / name)
+        finally:
+            tmp.unlink(missing_ok=True)
+    return out
+
+
+class ExportMismatch(MuseumSearchError):
+    """The exported graph does not give the torch model's descriptors."""
+
+
+def _same_padding_forward(self, x):
+    """``efficientnet_lite_pytorch``'s TF "same" padding with the sizes as traced tensors (its own
+    forward computes them in Python, which a trace would freeze at the export's input size)."""
+    import torch
+    import torch.nn.functional as F
+
+    shape = torch._shape_as_tensor(x)
+    pads = []
+    for i, dim in ((1, -1), (0, -2)):  # width, then height (F.pad's order)
+        size, k, s, d = shape[dim], self.weight.shape[dim], self.stride[i], self.dilation[i]
+        total = torch.clamp((torch.div(size + s - 1, s, rounding_mode="floor") - 1) * s + (k - 1) * d + 1 - size,
+                            min=0)
+        before = torch.div(total, 2, rounding_mode="floor")
+        pads += [before, total - before]
+    return F.conv2d(F.pad(x, pads), self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+
+
+class _traceable_padding:
+    """While exporting: EfficientNet-Lite's dynamic "same" padding in traceable form."""
+
+    def __enter__(self):
+        try:
+            from efficientnet_lite_pytorch import utils
+        except ImportError:
+            self.cls = None
+            return self
+        self.cls, self.original = utils.Conv2dDynamicSamePadding, utils.Conv2dDynamicSamePadding.forward
+        self.cls.forward = _same_padding_forward
+        return self
+
+    def __exit__(self, *exc):
+        if self.cls is not None:
+            self.cls.forward = self.original
+        return False
+
+
+def check_export(ext: DescriptorExtractor, onnx_ext: DescriptorExtractor, seed: int = 0) -> float:
+    """The smallest cosine between the two engines' descriptors of random inputs of sizes other than
+    the export's (odd sides included); raises :class:`ExportMismatch` below 0.9999."""
+    rng = np.random.default_rng(seed)
+    if ext.meta.input_policy == "fixed":
+        shapes = [(224, 224), (224, 224)]
+    else:
+        n = ext.meta.size
+        shapes = [(n, n - 37), (n - 51, n)]
+    worst = 1.0
+    for h, w in shapes:
+        x = [rng.standard_normal((3, h, w)).astype(np.float32) for _ in range(2)]
+        a, b = ext.describe(x), onnx_ext.describe(x)
+        worst = min(worst, float(np.min(np.sum(a * b, axis=1))))
+    if worst < 0.9999:
+        raise ExportMismatch(f"the exported graph's descriptors differ from torch's (cosine {worst:.4f}) on "
+                             "inputs of other sizes")
+    return worst
+
+
+def export(config: BackboneConfig, *, download: bool = True) -> tuple[BackboneMeta, bytes]:
+    """Export the torch model of ``config`` to ONNX (dynamic batch, height and width), checked
+    against torch on inputs of other sizes (:func:`check_export`)."""
+    import io
+    import warnings
+
+    import torch
+
+    ext = build_torch_extractor(config, download=download)
+
+    class _Forward(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = ext.model  # registered, so the weights are in the graph
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return ext.forward(x)
+
+    h, w = (224, 224) if ext.meta.input_policy == "fixed" else (ext.meta.size, int(ext.meta.size * 0.75))
+    x = torch.zeros(1, 3, h, w)
+    buf = io.BytesIO()
+    dynamic = {"x": {0: "batch"}, "descriptor": {0: "batch"}}
+    if ext.meta.input_policy != "fixed":
+        dynamic["x"].update({2: "height", 3: "width"})
+    with warnings.catch_warnings(), torch.inference_mode(), _traceable_padding():
+        warnings.simplefilter("ignore")  # the exporter's deprecation and tracer notes
+        torch.onnx.export(_Forward().eval(), (x,), buf, input_names=["x"], output_names=["descriptor"],
+                          dynamic_axes=dynamic, opset_version=OPSET, dynamo=False)
+    data = buf.getvalue()
+    check_export(ext, OnnxExtractor(ext.meta, data, Path("<export>")))
+    return ext.meta, data
+
+
+def onnx_extractor(config: BackboneConfig, *, download: bool = True) -> DescriptorExtractor:
+    """The ONNX engine's extractor for ``config`` (exported on first use), or the torch engine's
+    where the ONNX path cannot be built (see the module docstring)."""
+    if not onnx_available():
+        _say_once(config.name, "onnxruntime is not installed")
+        return build_torch_extractor(config, download=download)
+    if config.head == "rmac":
+        _say_once(config.name, "R-MAC regions depend on the image size, which an exported graph would fix")
+        return build_torch_extractor(config, download=download)
+    meta = meta_for(REGISTRY[config.name], config)
+    key = (meta,)
+    with _lock:
+        if key in _sessions:
+            return _sessions[key]
+        data, where = None, None
+        for folder in export_dirs():
+            data = read_export(folder, meta)
+            if data is not None:
+                where = folder / f"{export_key(meta)}.onnx"
+                break
+        if data is None:
+            if not torch_available():
+                raise MuseumSearchError(
+                    f"no ONNX export of {meta.describe()} here and torch is not installed to make one; "
+                    "install museum-search with torch once, or copy the export into "
+                    f"{export_dirs()[-1]}")
+            try:
+                exported_meta, data = export(config, download=download)
+            except ExportMismatch as exc:
+                _say_once(config.name, str(exc))
+                return build_torch_extractor(config, download=download)
+            except (WeightsUnavailableError, MuseumSearchError):
+                raise
+            except Exception as exc:  # noqa: BLE001 - the exporter raises many types
+                _say_once(config.name, f"the export failed: {str(exc).splitlines()[0][:200]}")
+                return build_torch_extractor(config, download=download)
+            if exported_meta != meta:
+                raise MuseumSearchError(f"the exported model describes {exported_meta}, not {meta}")
+            try:
+                where = write_export(export_dirs()[-1], meta, data)
+            except OSError as exc:
+                log.warning("cannot keep the ONNX export in %s (%s); it is used from memory", export_dirs()[-1], exc)
+                where = export_dirs()[-1] / f"{export_key(meta)}.onnx"
+        try:
+            ext = OnnxExtractor(meta, data, where)
+        except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own exception types
+            _say_once(config.name, f"ONNX Runtime cannot load the model: {str(exc).splitlines()[0][:200]}")
+            return build_torch_extractor(config, download=download)
+        _sessions[key] = ext
+        return ext
+
+
+def describe_engine(ext: Any) -> str:
+    """What runs the network, in words (for ``info``, logs and the GUI)."""
+    if getattr(ext, "engine", "") == "onnx":
+        import onnxruntime as ort
+
+        return f"ONNX Runtime {ort.__version__} ({', '.join(ext.session.get_providers())})"
+    import torch
+
+    return f"PyTorch {torch.__version__} (eager)"
+
+
+__all__ = ["ENGINES", "OnnxExtractor", "current", "default", "describe_engine", "export", "export_key",
+           "onnx_available", "onnx_extractor", "read_export", "resolve", "set_engine", "write_export"]

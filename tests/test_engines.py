@@ -1,0 +1,157 @@
+"""Inference engines (core/engines.py): ONNX Runtime against PyTorch, the export cache, fallbacks."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from museum_search.core import engines
+from museum_search.core.backbones import BackboneConfig, Extractor, build_extractor
+from museum_search.core.engines import OnnxExtractor
+from museum_search.core.images import load_image
+
+
+@pytest.fixture(scope="module")
+def sample_images(sample_collection):
+    return [load_image(p, max_side=512) for p in sorted((sample_collection / "collection").glob("*.jpg"))]
+
+
+@pytest.fixture()
+def fresh_cache(tmp_path, monkeypatch):
+    """An empty export cache and no export kept in memory."""
+    monkeypatch.setenv("MUSEUM_SEARCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(engines, "_sessions", {})
+    monkeypatch.setattr(engines, "_said", set())
+    return tmp_path / "cache" / "onnx"
+
+
+@pytest.mark.parametrize("config", [
+    BackboneConfig(size=160),
+    BackboneConfig(size=160, scales=(1.0, 0.707)),
+    BackboneConfig(head="logits"),
+    BackboneConfig(name="efficientnet_lite0", size=160),  # TF "same" padding, traced per input size
+    BackboneConfig(name="efficientnet_lite0", head="mac", size=160),
+], ids=["mobilenet-gem", "mobilenet-gem-2-scales", "mobilenet-logits", "lite0-gem", "lite0-mac"])
+def test_engines_give_the_same_descriptors(config, sample_images):
+    onnx = build_extractor(config, engine="onnx")
+    torch_ = build_extractor(config, engine="torch")
+    assert isinstance(onnx, OnnxExtractor) and isinstance(torch_, Extractor)
+    assert onnx.meta == torch_.meta  # an index built with one is queried with the other
+    a, b = onnx.describe_images(sample_images), torch_.describe_images(sample_images)
+    cos = np.sum(a * b, axis=1)
+    assert cos.min() >= 0.9999, cos.min()
+    np.testing.assert_allclose(np.linalg.norm(a, axis=1), 1.0, atol=1e-5)
+
+
+def test_export_is_cached_checked_and_rebuilt_when_damaged(fresh_cache, sample_images, monkeypatch, caplog):
+    config = BackboneConfig(size=128)
+    first = build_extractor(config, engine="onnx")
+    (model,) = fresh_cache.glob("*.onnx")
+    side = json.loads(model.with_suffix(".json").read_text())
+    assert side["meta"] == first.meta.to_dict() and len(side["sha256"]) == 64
+    expected = first.describe_images(sample_images[:3])
+
+    # a new process (empty memory) loads the export without exporting again
+    monkeypatch.setattr(engines, "_sessions", {})
+    real_export = engines.export
+    monkeypatch.setattr(engines, "export", lambda *a, **k: pytest.fail("exported again"))
+    again = build_extractor(config, engine="onnx")
+    np.testing.assert_allclose(again.describe_images(sample_images[:3]), expected, atol=1e-6)
+
+    # a damaged export is never trusted: it is exported again, and the results stay right
+    data = bytearray(model.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    model.write_bytes(bytes(data))
+    calls = []
+    monkeypatch.setattr(engines, "export", lambda *a, **k: calls.append(1) or real_export(*a, **k))
+    monkeypatch.setattr(engines, "_sessions", {})
+    with caplog.at_level(logging.WARNING):
+        rebuilt = build_extractor(config, engine="onnx")
+    assert calls == [1] and "damaged" in caplog.text
+    np.testing.assert_allclose(rebuilt.describe_images(sample_images[:3]), expected, atol=1e-5)
+    assert json.loads(model.with_suffix(".json").read_text())["sha256"] == side["sha256"]  # same export again
+    assert not list(fresh_cache.glob("*.tmp"))
+
+
+def test_falls_back_to_torch_and_says_so_once(fresh_cache, monkeypatch, caplog):
+    with caplog.at_level(logging.WARNING):
+        ext = build_extractor(BackboneConfig(head="rmac", size=128), engine="onnx")
+        build_extractor(BackboneConfig(head="rmac", size=128), engine="onnx")
+    assert isinstance(ext, Extractor)
+    assert caplog.text.count("R-MAC") == 1 and "using torch" in caplog.text
+
+    caplog.clear()
+    monkeypatch.setattr(engines, "onnx_available", lambda: False)
+    with caplog.at_level(logging.WARNING):
+        assert isinstance(build_extractor(BackboneConfig(size=96), engine="onnx"), Extractor)
+    assert "onnxruntime is not installed" in caplog.text
+
+    caplog.clear()
+    monkeypatch.setattr(engines, "onnx_available", lambda: True)
+
+    def broken(*_a, **_k):
+        raise RuntimeError("Exporting the operator 'aten::magic' to ONNX opset version 17 is not supported")
+
+    monkeypatch.setattr(engines, "export", broken)
+    with caplog.at_level(logging.WARNING):
+        assert isinstance(build_extractor(BackboneConfig(size=112), engine="onnx"), Extractor)
+    assert "aten::magic" in caplog.text and not list(fresh_cache.glob("*.onnx"))
+
+
+def test_engine_choice(monkeypatch):
+    from museum_search.core.errors import MuseumSearchError
+
+    monkeypatch.setattr(engines, "_engine", None)
+    monkeypatch.setenv("MUSEUM_SEARCH_ENGINE", "torch")
+    assert engines.current() == "torch"
+    monkeypatch.delenv("MUSEUM_SEARCH_ENGINE")
+    assert engines.current() == "onnx"  # installed here: the default
+    engines.set_engine("torch")
+    assert engines.current() == "torch" and engines.chosen() == "torch"
+    with pytest.raises(MuseumSearchError, match="unknown inference engine"):
+        engines.set_engine("tensorflow")
+
+
+def test_index_built_with_one_engine_is_queried_with_the_other(collection, tmp_path):
+    from museum_search.core.extract import run
+    from museum_search.core.index import build_index
+    from museum_search.core.query import QueryPipeline, QuerySettings, load_query
+
+    index = run(build_index(collection, tmp_path / "index", verification=False)).index  # the default: onnx
+    query = load_query(sorted(collection.glob("*.jpg"))[0])
+    answers = {}
+    for engine in ("onnx", "torch"):
+        ext = build_extractor(index.meta.config(), engine=engine)
+        (answers[engine],) = QueryPipeline(index, QuerySettings(verify=False), extractor=ext).answer([query])
+    assert [r.path for r in answers["onnx"].results] == [r.path for r in answers["torch"].results]
+    np.testing.assert_allclose([r.cosine for r in answers["onnx"].results],
+                               [r.cosine for r in answers["torch"].results], atol=1e-4)
+
+
+def test_queries_need_no_torch_once_exported(sample_index, sample_collection):
+    """What the frozen kiosk does: load an index and answer a photo with torch not importable."""
+    build_extractor(sample_index.meta.config(), engine="onnx")  # the export exists (the session's cache)
+    query = sample_collection / "queries" / "q05.jpg"
+    code = textwrap.dedent(f"""
+        import importlib.abc, sys
+        class NoTorch(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in ("torch", "torchvision", "efficientnet_lite_pytorch"):
+                    raise ImportError("no torch in this build: " + name)
+        sys.meta_path.insert(0, NoTorch())
+        from museum_search.core.index import Index
+        from museum_search.core.query import QueryPipeline, load_query
+        pipe = QueryPipeline(Index.load({str(sample_index.path)!r}))
+        (a,) = pipe.answer([load_query({str(query)!r})])
+        print(type(pipe.extractor).__name__, a.top.instance, a.in_collection, "torch" in sys.modules)
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["OnnxExtractor", "turbulent_night", "True", "False"]
