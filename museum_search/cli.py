@@ -215,7 +215,7 @@ def _recalibrate(index, report, max_known_rejected: float, verified: bool) -> No
     """Store the verdict's operating point chosen on this labelled query set in the index."""
     new, f = report.recalibrated(max_known_rejected)
     index.store_verdict(new)
-    what = f"at least {new.min_inliers} matching points" if verified else f"cosine at least {new.min_cosine:.3f}"
+    what = new.rule(verified)
     print(f"verdict re-calibrated and stored in {index.path}: {what}; on these queries it rejects "
           f"{100 * f['unknown_rejected']:.1f} % of the unknown objects and wrongly rejects "
           f"{100 * f['known_rejected']:.1f} % of the known ones")

@@ -23,7 +23,9 @@ from museum_search.core.index import Index, writer_lock
 from museum_search.core.rerank import RerankOptions
 from museum_search.core.verdict import Verdict, operating_points, recalibrated
 from museum_search.gui import workers
-from museum_search.gui.evaluation_tab import SORT_ROLE, VALUE_ROLE, VERDICT_FIGURES, EvaluationTab, stars
+from museum_search.core.evaluation.stats import stars
+from museum_search.gui.evaluation_tab import VALUE_ROLE, VERDICT_FIGURES, EvaluationTab
+from museum_search.gui.widgets.query_table import SORT_ROLE
 from museum_search.gui.state import AppState, Settings
 from museum_search.gui.widgets.plots import HIST_BINS, VERDICT_CURVES, RunningBuffer
 

@@ -71,6 +71,19 @@ class QuerySettings:
     verify_top: int = 20  # how many references are verified
     verdict: Verdict | None = None  # None: the index's own calibration
 
+    def label(self) -> str:
+        """:meth:`describe` with the re-rankers' parameters, e.g.
+        ``icfrr, verified (top 20) (K 2/2, β 0.50, 5 it)`` (a run's name)."""
+        o, names = self.options, self.rerank.split(",")
+        params = []
+        if "icfrr" in names:
+            params.append(f"K {o.k_q or 'auto'}/{o.k_g or 'auto'}, β {o.beta:.2f}, {o.iterations} it"
+                          + ("" if o.icfrr_mode == "paper" else ", reference"))
+        if "aqe" in names or "dba" in names:
+            params.append(f"n {o.qe_n}, α {o.qe_alpha:g}")
+        text = self.describe() if self.rerank else f"no re-ranking, {self.describe()}"
+        return text + (f" ({'; '.join(params)})" if params else "")
+
     def describe(self) -> str:
         parts = [self.rerank.replace(",", "+")] if self.rerank else []
         parts.append(f"verified (top {self.verify_top})" if self.verify else "not verified")

@@ -68,6 +68,14 @@ class Verdict:
             return True, f"cosine {cosine:.3f} at least {self.min_cosine:.3f} (not verified)"
         return False, f"cosine {cosine:.3f} below {self.min_cosine:.3f} (not verified)"
 
+    def threshold(self, verified: bool = True) -> float:
+        """The threshold that decides: inliers when verified, else the cosine."""
+        return float(self.min_inliers if verified else self.min_cosine)
+
+    def rule(self, verified: bool = True) -> str:
+        """The decision in words, e.g. "at least 12 matching points"."""
+        return f"at least {self.min_inliers} matching points" if verified else f"cosine at least {self.min_cosine:g}"
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

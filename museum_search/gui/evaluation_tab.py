@@ -48,7 +48,8 @@ from PySide6.QtWidgets import (
 
 from ..core.errors import MuseumSearchError
 from ..core.evaluation.querysets import LAYOUTS, QuerySet, load_queryset
-from ..core.evaluation.reports import COMPARED, report_dict, unknown_instances_warning
+from ..core.evaluation.reports import COMPARED, confidence_intervals, unknown_instances_warning
+from ..core.evaluation.stats import stars
 from ..core.evaluation.runner import EvalReport, EvalStep
 from ..core.evaluation.sweep import PARAMETER_NAMES, SweepPoint, SweepStep, parse_values
 from ..core.index import Index
@@ -80,7 +81,6 @@ RERANKER_ORDER = (("aqe", "αQE"), ("dba", "DBA"), ("icfrr", "ICFRR"))
 #: The verdict's figures (keys of ``summary["verdict"]``) in the comparison table.
 VERDICT_FIGURES = {"unknown_rejected": "Unknown\nrejected", "known_rejected": "Known\nrejected",
                    "accuracy": "Accuracy"}
-SIGNIFICANCE = ((0.001, "***"), (0.01, "**"), (0.05, "*"))
 JOB_TITLES = {"evaluation": "Evaluation", "sweep": "ICFRR sweep", "verdict": "Storing the verdict"}
 QUERY_THUMB = 180
 RESULT_THUMB = 104
@@ -89,41 +89,8 @@ VALUE_ROLE = Qt.ItemDataRole.UserRole + 1  # numbers behind a comparison cell
 NO_INDEX = "No index. Open or build one in the Collection tab, or browse to an index folder."
 
 
-def stars(p: float | None) -> str:
-    """'***', '**', '*' for p <= 0.001, 0.01, 0.05; '' otherwise."""
-    if p is None or not math.isfinite(p):
-        return ""
-    for alpha, s in SIGNIFICANCE:
-        if p <= alpha:
-            return s
-    return ""
-
-
-def describe_settings(settings: QuerySettings) -> str:
-    """A run's label: ``settings.describe()`` with the re-rankers' parameters, e.g.
-    ``icfrr, verified (top 20) (K 2/2, β 0.50, 5 it)``."""
-    o, names = settings.options, settings.rerank.split(",")
-    params = []
-    if "icfrr" in names:
-        params.append(f"K {o.k_q or 'auto'}/{o.k_g or 'auto'}, β {o.beta:.2f}, {o.iterations} it"
-                      + ("" if o.icfrr_mode == "paper" else ", reference"))
-    if "aqe" in names or "dba" in names:
-        params.append(f"n {o.qe_n}, α {o.qe_alpha:g}")
-    text = settings.describe() if settings.rerank else f"no re-ranking, {settings.describe()}"
-    return text + (f" ({'; '.join(params)})" if params else "")
-
-
 def _pct(x: float | None) -> str:
     return "n/a" if x is None or not math.isfinite(x) else f"{100 * x:.1f} %"
-
-
-def _threshold(verdict: Verdict, verified: bool) -> float:
-    """The threshold of ``verdict`` that decides: inliers when verified, else cosine."""
-    return float(verdict.min_inliers if verified else verdict.min_cosine)
-
-
-def _rule(verdict: Verdict, verified: bool) -> str:
-    return f"at least {verdict.min_inliers} matching points" if verified else f"cosine at least {verdict.min_cosine:g}"
 
 
 def _row(*items: QWidget | str | tuple | None) -> QHBoxLayout:
@@ -191,13 +158,6 @@ class _EvalResult:
     report: EvalReport
     cis: dict[str, tuple[float, float, float]]
     pr: tuple[np.ndarray, np.ndarray]
-
-
-def confidence_intervals(report: EvalReport, index: Index, seed: int = 0) -> dict[str, tuple[float, float, float]]:
-    """``{metric: (mean, low, high)}`` for MP@1, MAP, AMNRO: the report's 95 % bootstrap intervals."""
-    ci = report_dict(report, index, seed=seed)["summary"]["ci95"]
-    return {m: (report.summary[m], *(math.nan if x is None else x for x in ci.get(m, (None, None))))
-            for m in COMPARED}
 
 
 def _prepare(index: Index, icfrr: bool) -> Generator[str, None, Any]:
@@ -757,7 +717,7 @@ class EvaluationTab(QWidget):
         self.progress.setFormat("%v / %m queries")
         self._start("evaluation", _evaluation_job(index, queryset, settings, self.batch_size),
                     lambda res: self._evaluation_done(res, index, settings, total))
-        status = f"Evaluating {total:,} queries: {describe_settings(settings)}"
+        status = f"Evaluating {total:,} queries: {settings.label()}"
         icfrr = "icfrr" in self.rerank_names() and settings.options.k_q is None
         advice = icfrr_advice(index.labels) if icfrr else None
         self._set_status(f"{status}. {advice}" if advice else status)
@@ -869,7 +829,7 @@ class EvaluationTab(QWidget):
         self.plots.stop_live()
         key = self._next_key
         self._next_key += 1
-        name = f"{describe_settings(settings)} · {datetime.now():%H:%M:%S}"
+        name = f"{settings.label()} · {datetime.now():%H:%M:%S}"
         run = EvalRun(key, name, res.report, index, settings, self.plots.buffer.copy(), res.pr, res.cis,
                       run_colour(key - 1), total)
         s, v = res.report.summary, run.verdict_figures
@@ -1071,7 +1031,7 @@ class EvaluationTab(QWidget):
                 row["ci"][metric] = (mean, lo, hi)
                 self.summary_table.setItem(r, c, self._cell(f"{_fmt(mean)} [{_fmt(lo)}, {_fmt(hi)}]", (mean, lo, hi)))
             v = run.verdict_figures
-            tip = (f"{_rule(run.report.verdict, run.verified)} ({v['calibration']}); {v['known_queries']} known "
+            tip = (f"{run.report.verdict.rule(run.verified)} ({v['calibration']}); {v['known_queries']} known "
                    f"and {v['unknown_queries']} unknown queries")
             for c, key in enumerate(VERDICT_FIGURES, start=5):
                 row["verdict"][key] = v[key]
@@ -1111,9 +1071,9 @@ class EvaluationTab(QWidget):
             self.candidate_label.setText("")
             return
         v, verdict = run.verdict_figures, run.report.verdict
-        self.verdict_plot.set_points(run.operating_points, _threshold(verdict, run.verified), run.verified)
+        self.verdict_plot.set_points(run.operating_points, verdict.threshold(run.verified), run.verified)
         self.verdict_label.setText(
-            f"<b>In use</b>: {html.escape(_rule(verdict, run.verified))}<br><small>{html.escape(v['calibration'])}"
+            f"<b>In use</b>: {html.escape(verdict.rule(run.verified))}<br><small>{html.escape(v['calibration'])}"
             f"</small><br>Unknown objects rejected: <b>{_pct(v['unknown_rejected'])}</b> of {v['unknown_queries']}"
             f"<br>Known objects wrongly rejected: <b>{_pct(v['known_rejected'])}</b> of {v['known_queries']}<br>"
             f"Accuracy: <b>{_pct(v['accuracy'])}</b> (right answer or right rejection)")
@@ -1128,12 +1088,12 @@ class EvaluationTab(QWidget):
                                          "collection and of objects that are not (an empty ground truth).")
             return
         new, _ = run.report.recalibrated(self.max_known_spin.value() / 100)
-        t = _threshold(new, run.verified)
+        t = new.threshold(run.verified)
         pts = run.operating_points
         i = int(np.argmin(np.abs(pts["threshold"] - t)))
         self.verdict_plot.set_candidate(t)
         self.candidate_label.setText(
-            f"→ {_rule(new, run.verified)}: on these queries it rejects {_pct(pts['unknown_rejected'][i])} of the "
+            f"→ {new.rule(run.verified)}: on these queries it rejects {_pct(pts['unknown_rejected'][i])} of the "
             f"unknown objects and wrongly {_pct(pts['known_rejected'][i])} of the known ones "
             f"(accuracy {_pct(pts['accuracy'][i])}).")
 
@@ -1157,7 +1117,7 @@ class EvaluationTab(QWidget):
         self.progress.setRange(0, 0)
         self._start("verdict", lambda: _store_verdict_job(index, new, reload),
                     lambda reloaded: self._verdict_stored(run, new, reloaded))
-        self._set_status(f"Storing the verdict ({_rule(new, run.verified)}) in {index.path}…")
+        self._set_status(f"Storing the verdict ({new.rule(run.verified)}) in {index.path}…")
         return True
 
     def _verdict_stored(self, run: EvalRun, verdict: Verdict, reloaded: Index | None) -> None:
@@ -1290,4 +1250,4 @@ class EvaluationTab(QWidget):
             QThread.msleep(10)
 
 
-__all__ = ["EvaluationTab", "EvalRun", "confidence_intervals", "describe_settings", "stars"]
+__all__ = ["EvaluationTab", "EvalRun"]

@@ -78,6 +78,13 @@ def report_dict(report: EvalReport, index, rankings: bool = False, ci: bool = Tr
             "skipped": [{"query": p, "reason": why} for p, why in report.skipped]}
 
 
+def confidence_intervals(report: EvalReport, index, seed: int = 0) -> dict[str, tuple[float, float, float]]:
+    """``{metric: (mean, low, high)}`` for MP@1, MAP, AMNRO: the report's 95 % bootstrap intervals."""
+    ci = report_dict(report, index, seed=seed)["summary"]["ci95"]
+    return {m: (report.summary[m], *(math.nan if x is None else x for x in ci.get(m, (None, None))))
+            for m in COMPARED}
+
+
 def atomic_write(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file, so a crash leaves the old file."""
     path = Path(path)

@@ -228,6 +228,16 @@ def paired_bootstrap_test(
     )
 
 
+SIGNIFICANCE_STARS = ((0.001, "***"), (0.01, "**"), (0.05, "*"))
+
+
+def stars(p: float | None) -> str:
+    """'***', '**', '*' for p <= 0.001, 0.01, 0.05; '' otherwise."""
+    if p is None or not np.isfinite(p):
+        return ""
+    return next((s for alpha, s in SIGNIFICANCE_STARS if p <= alpha), "")
+
+
 def paired_test_by_query(run: dict[str, float], baseline: dict[str, float], higher_is_better: bool = True,
                          seed: int | None = 0) -> BootstrapResult | None:
     """:func:`paired_bootstrap_test` on the queries both runs evaluated (values by query name,
