@@ -102,7 +102,7 @@ def test_steady_frames_show_the_object_card_then_live_again(qtbot, make_demo, da
     assert w.card_artist_text() == data.entry["artist"]
     assert w.card_year_text() == data.entry["year"]
     assert w.card_description_text() == data.entry["description"]
-    assert w.card_confidence_text() == f"Verified: {answer.top.inliers} matching points"
+    assert w.card_confidence_text() == f"Verified: {answer.top_inliers} matching points"
     assert w.card_title_text() != NOT_IN_COLLECTION
     assert w.card_has_photo()  # the reference photo of the match
     w.grab().save("/tmp/demo_card.png")

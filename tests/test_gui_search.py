@@ -101,7 +101,7 @@ def test_search_tab_gives_the_cli_answer_and_describes_once(qtbot, make_tab, dat
     assert [r.rank for r in tab.results()] == [1, 2, 3, 4, 5] and tab.grid.results() == tab.results()
     assert "In the collection" in tab.banner.text() and html.escape(cli.reason) in tab.banner.text()
     top = answer.results[0]
-    assert top.inliers is not None and top.inliers >= tab._shown_pipeline.verdict.min_inliers
+    assert top.inliers is not None and answer.top_inliers >= tab._shown_pipeline.verdict.min_inliers
     card = tab.grid.cards()[0].evidence_label.text()
     assert f"cosine {top.cosine:.2f} · {top.inliers} inliers" in card and "score" not in card
     assert tab.message.isHidden()

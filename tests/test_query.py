@@ -54,12 +54,14 @@ def test_default_answers_are_verified(sample_index, known_query):
     assert sample_index.local is not None and len(sample_index.local) == len(sample_index)
     (a,) = pipe.answer([load_query(path)])
     assert a.top.instance == instance
-    assert a.top.inliers is not None and a.top.inliers >= pipe.verdict.min_inliers
-    assert a.in_collection and a.reason.startswith("verified")
-    assert all(r.inliers is not None for r in a.results)  # the top k are in the verified shortlist
-    # ranking: every reference with enough inliers comes before those without
     gate = pipe.verdict.min_inliers
-    ok = [r.inliers >= gate for r in a.results]
+    assert a.top_inliers >= gate  # the object's best photo
+    assert a.top_inliers == max(r.inliers for r in a.results if r.instance == instance)
+    assert a.in_collection and a.reason.startswith(f"verified: {a.top_inliers} matching points")
+    assert all(r.inliers is not None for r in a.results)  # the top k are in the verified shortlist
+    # ranking: the photos of every object verified (one photo with enough inliers) come first
+    objects = {r.instance for r in a.results if r.inliers >= gate}
+    ok = [r.instance in objects for r in a.results]
     assert ok == sorted(ok, reverse=True)
     # the score is what the ranking sorts by; the cosine is the global evidence alone
     assert a.top.score > a.top.cosine and 0 < a.top.cosine <= 1
@@ -85,7 +87,7 @@ def test_file_and_array_and_runner_agree(sample_index, known_query, sample_colle
     assert int(rec.ranking[0]) == from_file.top.row
     assert rec.in_collection == from_file.in_collection and rec.reason == from_file.reason
     assert rec.top_cosine == pytest.approx(from_file.top.cosine, abs=1e-6)
-    assert rec.top_inliers == from_file.top.inliers
+    assert rec.top_inliers == from_file.top_inliers
 
 
 def test_evidence_draws_the_reference_in_the_query(sample_index, known_query):
@@ -169,3 +171,13 @@ def test_sample_verdict_meets_the_open_set_targets(sample_index, sample_collecti
     assert rep.summary["mp@1"] == 1.0
     q20 = next(r for r in rep.records if r.query.endswith("q20.jpg"))
     assert not q20.in_collection and q20.rival_inliers > 0
+
+
+def test_object_inliers_lift_whole_objects_and_leave_lookalikes_to_the_cosine():
+    from museum_search.core.query import object_inliers
+
+    inl = np.array([63, 65, 48, 41, 5, 20, 3, 0])
+    lab = np.array(["32", "32", "29", "29", "29", "7", "8", "7"])
+    # 32 and 29 verify alike (65 < 2 x 48): one level for both, every photo of them (also the 5)
+    # 7 is verified on its own (20 < 65 / 2); 8 is not verified (3 < the gate): no change
+    np.testing.assert_array_equal(object_inliers(inl, lab, 12), [65, 65, 65, 65, 65, 20, 3, 20])

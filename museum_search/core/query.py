@@ -15,12 +15,13 @@ asked about.
 * **re-rankers**: ICFRR, αQE or DBA (``settings.rerank``) change the global scores.
 * **verification** (on by default): the best ``verify_top`` references by global score are matched
   with the photo (SIFT, RANSAC homography, :mod:`.rerank.spatial`), using the reference features
-  stored with the index. A reference with at least the verdict's ``min_inliers`` gets the bonus
-  ``min(inliers, 50) / 50`` on its score; fewer inliers than that are noise and change nothing, so
-  where a homography does not hold (3D objects) the global ranking is kept.
+  stored with the index. An object with a photo of at least the verdict's ``min_inliers`` gets the
+  bonus ``min(inliers, 50) / 50`` on each of its shortlisted photos (:func:`object_inliers`: objects
+  verified alike share one level); fewer inliers are noise and change nothing.
 * **ranking**: :func:`search.ranking` (by score, ties by row).
 * **verdict**: from the top result's evidence (:class:`.verdict.Verdict`, calibrated per index):
-  its cosine, its inliers and the most inliers any other object got (an answer must be distinct).
+  its cosine, the inliers of its object's best photo and the most inliers any other object got on
+  the same part of the photo (an answer must be distinct).
 """
 
 from __future__ import annotations
@@ -159,6 +160,7 @@ class Answer:
     verified: dict[int, int]  # row → inliers, for the verified shortlist
     ranking: np.ndarray | None = None  # (G,) every row, best first (when asked for)
     rival: int = 0  # most inliers of a verified reference of another object than the top result's
+    top_inliers: int | None = None  # the best inliers of a photo of the top result's object (None: not verified)
 
     @property
     def top(self) -> Result | None:
@@ -169,12 +171,33 @@ class Answer:
         top = self.top
         if top is None:
             return VerdictEvidence(float("nan"), None, known, correct)
-        return VerdictEvidence(top.cosine, top.inliers, known, correct, self.rival)
+        return VerdictEvidence(top.cosine, self.top_inliers, known, correct, self.rival)
 
     def to_dict(self) -> dict[str, Any]:
         return {"query": self.query, "in_collection": self.in_collection, "reason": self.reason,
-                "rival_inliers": self.rival if self.verified else None,
+                "inliers": self.top_inliers, "rival_inliers": self.rival if self.verified else None,
                 "results": [r.to_dict() for r in self.results]}
+
+
+def object_inliers(inliers: np.ndarray, labels: np.ndarray, gate: int) -> np.ndarray:
+    """The inliers each verified reference is ranked by: the best of its object, or of the objects
+    verification cannot tell from it (best inliers within :data:`.verdict.DISTINCT` of each other).
+
+    So verification lifts the objects it verifies, with every photo of them in the shortlist (a 3D
+    object's other views do not verify, they are the same object), and leaves the order among the
+    photos of objects it verifies alike (near-identical objects: two boxes of one brand in COIL-100)
+    to the global score. Photos of objects with no reference at ``gate`` keep their count."""
+    inliers = np.asarray(inliers)
+    ok = inliers >= gate
+    best: dict[str, int] = {}
+    for lab, n in zip(labels[ok], inliers[ok]):
+        best[lab] = max(best.get(lab, 0), int(n))
+    out = inliers.copy()
+    for i in range(len(out)):
+        mine = best.get(labels[i])
+        if mine is not None:  # every shortlisted photo of a verified object, verified itself or not
+            out[i] = max(b for b in best.values() if max(b, mine) < DISTINCT * min(b, mine))
+    return out
 
 
 class QueryPipeline:
@@ -260,7 +283,9 @@ class QueryPipeline:
                 inl = self._spatial.verify_features(qf, short, self.index)
                 verified = {int(r): int(n) for r, n in zip(short, inl)}
                 scores = scores.copy()
-                scores[short] = blend(scores[short], inl, self._spatial.params, self.verdict.min_inliers)
+                scores[short] = blend(scores[short], object_inliers(inl, self.index.labels[short],
+                                                                    self.verdict.min_inliers),
+                                      self._spatial.params, self.verdict.min_inliers)
         labels = self.index.labels if s.per_instance else None
         top = ranking(scores, s.k, labels=labels)
         results = []
@@ -272,18 +297,21 @@ class QueryPipeline:
             results.append(Result(rank, row, float(scores[row]), float(cos[row]),
                                   verified.get(row) if s.verify else None, it.path,
                                   str(self.index.root / it.path), it.instance, dict(it.metadata)))
-        rival = 0
+        rival, top_inliers = 0, None
         if results:
             best = results[0]
-            if qf is not None and best.inliers is not None:
-                rival = self._rival(query, qf, best, verified)
-            known, reason = self.verdict.decide(best.cosine, best.inliers, rival)
+            if qf is not None and best.row in verified:
+                # the object's evidence: the best verified photo of the top result's object
+                top_inliers, top_row = max((n, r) for r, n in verified.items()
+                                           if self.index.items[r].instance == best.instance)
+                rival = self._rival(query, qf, best.instance, top_row, top_inliers, verified)
+            known, reason = self.verdict.decide(best.cosine, top_inliers, rival)
         else:
             known, reason = False, "the collection is empty"
         full = ranking(scores) if full_ranking else None
-        return Answer(query.name, results, known, reason, scores, cos, verified, full, rival)
+        return Answer(query.name, results, known, reason, scores, cos, verified, full, rival, top_inliers)
 
-    def _rival(self, query: QueryImage, qf, best: Result, verified: dict[int, int]) -> int:
+    def _rival(self, query: QueryImage, qf, instance: str, row: int, inliers: int, verified: dict[int, int]) -> int:
         """The most inliers a reference of another object has *on the same part of the photo* as
         the top result (see :data:`.verdict.DISTINCT`).
 
@@ -292,18 +320,18 @@ class QueryPipeline:
         rival strong enough to matter is set aside only when it is verified itself (at least the
         verdict's inliers: a second object in the photo) and the outlines of the two references,
         projected into the photo, overlap by less than half (intersection over union)."""
-        others = sorted(((n, r) for r, n in verified.items() if self.index.items[r].instance != best.instance),
+        others = sorted(((n, r) for r, n in verified.items() if self.index.items[r].instance != instance),
                         reverse=True)
-        weak = [n for n, _ in others if n * DISTINCT <= best.inliers]
-        strong = [(n, r) for n, r in others if n * DISTINCT > best.inliers]
+        weak = [n for n, _ in others if n * DISTINCT <= inliers]
+        strong = [(n, r) for n, r in others if n * DISTINCT > inliers]
         gate = self.verdict.min_inliers
-        if strong and (self.rivals_anywhere or best.inliers < gate):
+        if strong and (self.rivals_anywhere or inliers < gate):
             return strong[0][0]
         mine = None
         for n, r in strong:
             if n < gate:  # not an object of its own: what it shares with the top result matches
                 return n
-            mine = self.evidence(query, best.row, qf).outline if mine is None else mine
+            mine = self.evidence(query, row, qf).outline if mine is None else mine
             theirs = self.evidence(query, r, qf).outline
             if mine is None or theirs is None or outline_overlap(mine, theirs) >= 0.5:
                 return n

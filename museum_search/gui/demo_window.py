@@ -639,7 +639,8 @@ class DemoWindow(QWidget):
         description = _meta(best, "description")
         c.description.setText(description)
         c.description.setVisible(bool(description))
-        c.confidence.setText(f"Verified: {best.inliers} matching points" if best.inliers is not None
+        n = rec.answer.top_inliers  # the object's evidence, as the verdict used it
+        c.confidence.setText(f"Verified: {n} matching points" if n is not None
                              else f"Similarity {round(100 * max(0.0, best.cosine))} % (not verified)")
         c.confidence.setVisible(True)
         if rec.photo is not None:

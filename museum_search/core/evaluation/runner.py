@@ -185,7 +185,7 @@ def evaluate(
                         relevance=np.asarray(rel[j], bool), n_relevant=int(n_rel[j]),
                         unknown=unknown_of[lo + ok_pos[j]],
                         in_collection=ans.in_collection, reason=ans.reason,
-                        top_cosine=top.cosine if top else float("nan"), top_inliers=top.inliers if top else None,
+                        top_cosine=top.cosine if top else float("nan"), top_inliers=ans.top_inliers,
                         rival_inliers=ans.rival,
                     )
                     records.append(rec)
