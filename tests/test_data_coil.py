@@ -63,13 +63,14 @@ def test_icfrr_raises_map(coil):
 
 
 def test_verification_does_not_hurt_3d_objects(coil):
-    """A homography does not hold between views of a 3D object 20° apart: verification must leave
-    the results as they are, within one query's worth of MP@1 and 0.005 of MAP."""
+    """A homography does not hold between most views of a 3D object 20° apart, and near-identical
+    objects (two boxes of one brand) verify alike: verification must not make results worse.
+    Lifting whole verified objects (their unverified views with them) makes them better."""
     index, qs = coil
     default = run_evaluation(index, qs)  # no flags: regions, verification, calibrated verdict
     unverified = run_evaluation(index, qs, QuerySettings(verify=False))
     d, u = default.summary, unverified.summary
     print(f"COIL-100 default pipeline MAP {d['map']:.4f} MP@1 {d['mp@1']:.4f}; verification off MAP "
           f"{u['map']:.4f} MP@1 {u['mp@1']:.4f}; verdict {d['verdict']}")
-    # measured (bench_recognition): MAP 0.9013 -> 0.9000 with verification, MP@1 1.000 both
-    assert d["map"] >= u["map"] - 0.005 and d["mp@1"] >= u["mp@1"] - 1 / 299
+    # measured (bench_recognition): MAP 0.9013 -> 0.918 with verification, MP@1 1.000 both
+    assert d["map"] >= u["map"] and d["mp@1"] >= u["mp@1"] and d["amnro"] <= u["amnro"]

@@ -107,6 +107,9 @@ class OnnxExtractor(DescriptorExtractor):
         so = ort.SessionOptions()
         so.intra_op_num_threads = max(1, os.cpu_count() or 1)
         so.log_severity_level = 3
+        # input sizes vary from photo to photo: ORT's memory pattern is planned per input shape, so a
+        # new shape would pay for a new plan (the first query of each aspect ratio)
+        so.enable_mem_pattern = False
         preferred = ("CUDAExecutionProvider", "ROCMExecutionProvider", "CoreMLExecutionProvider",
                      "DmlExecutionProvider")
         available = ort.get_available_providers()

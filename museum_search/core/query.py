@@ -225,14 +225,12 @@ class QueryPipeline:
         self.timings: dict[str, float] = {}
 
     def warm_up(self) -> None:
-        """Run the network and the local features once on a synthetic photo, so that the first
-        visitor's query is not slower than the others (lazy initialisation in torch and OpenCV).
-        The views call it on a worker when an index is opened."""
+        """Answer a synthetic photo once, so that the first visitor's query is not slower than the
+        others (lazy initialisation in the engine and OpenCV, the stored reference features read
+        from disk)."""
         rng = np.random.default_rng(0)
         img = cv2.GaussianBlur(rng.integers(0, 255, (480, 640, 3), dtype=np.uint8), (0, 0), 3)
-        q = QueryImage("warm-up", img)
-        self.extractor.describe(self.inputs(q))
-        extract_features(q.image, self._spatial.params)
+        self.answer([QueryImage("warm-up", img)])
 
     # ---- describe ---------------------------------------------------------------------------
     def inputs(self, query: QueryImage) -> list[np.ndarray]:
