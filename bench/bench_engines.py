@@ -106,17 +106,23 @@ def main(argv=None) -> int:
     queries = sorted((DATA / "paintings" / "queries" / "qsd1_w1").glob("*.jpg"))[:30]
     results: dict = {"machine": "2-core CPU, shared; one run", "onnxruntime": __import__("onnxruntime").__version__,
                      "torch": __import__("torch").__version__}
+    out = HERE / "results" / "engines.json"
+
+    def save() -> None:  # after each part: a long run stopped half-way keeps what it measured
+        out.write_text(json.dumps(results, indent=1))
+
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         results["indexing"] = indexing(DATA / "paintings" / "references", tmp)
+        save()
         engines.set_engine("onnx")
         idx = tmp / "index-verified"
         drive(build_index(DATA / "paintings" / "references", idx))
         engines.set_engine(None)
         results["latency"] = latency(idx, queries)
+        save()
     results["agreement"] = agreement(refs[:20] if args.quick else refs)
-    out = HERE / "results" / "engines.json"
-    out.write_text(json.dumps(results, indent=1))
+    save()
     print(f"written {out}")
     return 0
 
