@@ -35,9 +35,10 @@ NOISE_INLIERS = 8
 #: The smallest inlier threshold calibration chooses: noise plus a margin.
 MIN_CALIBRATED = 12
 #: A verified answer must be distinct: its inliers at least this many times those of the best
-#: reference of any *other* object in the verified shortlist. Matches on what many objects share (the
-#: same frame moulding, the museum's label cards) reach several objects alike; a photo of the
-#: object itself matches that object far better than any other (Lowe's ratio test, per object).
+#: reference of any *other* object in the verified shortlist that matches the same part of the photo
+#: (``QueryPipeline._rival``). Matches on what many objects share (the same frame moulding, the
+#: museum's label cards) reach several objects alike; a photo of the object itself matches that
+#: object far better than any other (Lowe's ratio test, per object).
 DISTINCT = 2.0
 
 
@@ -53,7 +54,8 @@ class Verdict:
     def decide(self, cosine: float, inliers: int | None, rival: int = 0) -> tuple[bool, str]:
         """(in the collection?, the reason in words) for the top result's evidence.
 
-        ``rival``: the most inliers any reference of another object got (see :data:`DISTINCT`)."""
+        ``rival``: the most inliers a reference of another object got on the same part of the photo
+        (see :data:`DISTINCT`)."""
         if inliers is not None:
             if inliers >= self.min_inliers and inliers < DISTINCT * rival:
                 return False, (f"not distinct: {inliers} matching points, but another object has {rival} "
