@@ -24,7 +24,6 @@ import os
 import secrets
 import threading
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -41,7 +40,7 @@ EXPORT_FORMAT = 1
 
 _engine: str | None = None  # set by the CLI's --engine and the GUI's Settings
 _lock = threading.Lock()
-_sessions: dict[tuple, "OnnxExtractor"] = {}
+_sessions: dict[BackboneMeta, "OnnxExtractor"] = {}
 _said: set[tuple[str, str]] = set()
 
 
@@ -287,10 +286,9 @@ def onnx_extractor(config: BackboneConfig, *, download: bool = True) -> Descript
         _say_once(config.name, "R-MAC regions depend on the image size, which an exported graph would fix")
         return build_torch_extractor(config, download=download)
     meta = meta_for(REGISTRY[config.name], config)
-    key = (meta,)
     with _lock:
-        if key in _sessions:
-            return _sessions[key]
+        if meta in _sessions:
+            return _sessions[meta]
         data, where = None, None
         for folder in export_dirs():
             data = read_export(folder, meta)
@@ -325,20 +323,9 @@ def onnx_extractor(config: BackboneConfig, *, download: bool = True) -> Descript
         except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own exception types
             _say_once(config.name, f"ONNX Runtime cannot load the model: {str(exc).splitlines()[0][:200]}")
             return build_torch_extractor(config, download=download)
-        _sessions[key] = ext
+        _sessions[meta] = ext
         return ext
 
 
-def describe_engine(ext: Any) -> str:
-    """What runs the network, in words (for ``info``, logs and the GUI)."""
-    if getattr(ext, "engine", "") == "onnx":
-        import onnxruntime as ort
-
-        return f"ONNX Runtime {ort.__version__} ({', '.join(ext.session.get_providers())})"
-    import torch
-
-    return f"PyTorch {torch.__version__} (eager)"
-
-
-__all__ = ["ENGINES", "OnnxExtractor", "current", "default", "describe_engine", "export", "export_key",
+__all__ = ["ENGINES", "OnnxExtractor", "current", "default", "export", "export_key",
            "onnx_available", "onnx_extractor", "read_export", "resolve", "set_engine", "write_export"]
