@@ -254,12 +254,15 @@ def _print_summary(s: dict[str, Any]) -> None:
         print(f"  {label:<8} {pct(s.get(key)):>8}   {iv}")
     base = s.get("baseline")
     if base:
-        print(f"against baseline {base['baseline']} ({base['paired_queries']} paired queries, one-tailed bootstrap):")
+        print(f"against baseline {base['baseline']} ({base['paired_queries']} paired queries; one-tailed paired "
+              "randomization test, the bootstrap test's p next to it):")
         for key in ("mp@1", "map", "amnro"):
             b = base[key]
             levels = [lvl for lvl, sig in b["significant"].items() if sig]
             verdict = f"significant at {min(levels, key=float)}" if levels else "not significant"
-            print(f"  {key:<6} delta {b['delta']:+.4f}  p = {b['p_value']:.4f}  {verdict}")
+            how = "exact" if b["exact"] else "Monte Carlo"
+            print(f"  {key:<6} delta {b['delta']:+.4f}  p = {b['p_value']:.4f} ({b['test']}, {how}, "
+                  f"{b['differing_queries']} differing)  bootstrap p = {b['bootstrap_p_value']:.4f}  {verdict}")
 
 
 def cmd_gui(args: argparse.Namespace) -> int:
@@ -371,8 +374,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--rankings", action="store_true", help="include full rankings in the JSON")
     s.add_argument("--csv", type=Path, default=None, metavar="FILE", help="write per-query CSV")
     s.add_argument("--trec", type=Path, default=None, metavar="PREFIX", help="write PREFIX.run and PREFIX.qrels")
-    s.add_argument("--baseline", type=Path, default=None, metavar="RUN.json", help="bootstrap test against this run")
-    s.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    s.add_argument("--baseline", type=Path, default=None, metavar="RUN.json",
+                   help="paired randomization test (and bootstrap test) against this run")
+    s.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and of Monte Carlo randomization")
     s.add_argument("--batch-size", type=int, default=8)
     s.add_argument("--weights", default=None)
     s.add_argument("--calibrate-verdict", type=float, default=None, metavar="SHARE",

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import QMessageBox
 
 from museum_search.core.evaluation.querysets import load_queryset
 from museum_search.core.evaluation.runner import precision_recall_curve, run_evaluation
-from museum_search.core.evaluation.stats import paired_bootstrap_test
+from museum_search.core.evaluation.stats import paired_bootstrap_test, paired_randomization_test
 from museum_search.core.index import Index, writer_lock
 from museum_search.core.rerank import RerankOptions
 from museum_search.core.verdict import Verdict, operating_points, recalibrated
@@ -188,9 +188,17 @@ def test_evaluate_compare_and_export(qtbot, tab, data, tmp_path):
         p = other["p"][metric]
         assert p is not None and 0.0 < p <= 1.0
         assert other["stars"][metric] == stars(p)
-        direct = paired_bootstrap_test(run2.report.per_query_values(key), run1.report.per_query_values(key),
-                                       higher_is_better=higher)
+        # the randomization test is the default; the bootstrap p and the differing queries are shown with it
+        values = (run2.report.per_query_values(key), run1.report.per_query_values(key))
+        direct = paired_randomization_test(*values, higher_is_better=higher)
         assert p == pytest.approx(direct.p_value)
+        boot = paired_bootstrap_test(*values, higher_is_better=higher).p_value
+        assert other["bootstrap_p"][metric] == pytest.approx(boot)
+        differing = int(np.count_nonzero(np.nan_to_num(values[0] - values[1])))
+        assert other["differing"][metric] == differing
+        cell = tab.summary_table.item(1, P_MAP + ("mp@1", "map", "amnro").index(metric) - 1).text()
+        assert f"({differing} differing; bootstrap " in cell and cell.startswith(
+            f"{p:.3f}" if p >= 0.001 else "<0.001")
     assert tab.summary_table.item(1, P_MAP).data(VALUE_ROLE) == other["p"]["map"]
     assert tab.summary_table.item(0, P_MAP).text() == "baseline"
 

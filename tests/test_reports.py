@@ -6,12 +6,17 @@ import json
 import numpy as np
 import pytest
 
+from museum_search.cli import _print_summary
 from museum_search.core.evaluation import reports
 from museum_search.core.evaluation.querysets import load_queryset
 from museum_search.core.evaluation.runner import (
     evaluate,
     precision_recall_curve,
     run_evaluation,
+)
+from museum_search.core.evaluation.stats import (
+    paired_bootstrap_test,
+    paired_randomization_test,
 )
 from museum_search.core.query import QuerySettings
 from museum_search.core.rerank import RerankOptions
@@ -85,17 +90,44 @@ def test_json_and_csv(sample_run, sample_index, tmp_path):
     assert len(open_rows) == 3 and all(r["ap"] == "" for r in open_rows)
 
 
-def test_baseline_comparison_and_pr_curve(sample_run, sample_index, sample_collection, tmp_path):
+def test_baseline_comparison_and_pr_curve(sample_run, sample_index, sample_collection, tmp_path, capsys):
     report, qs = sample_run
     base = reports.write_json(report, sample_index, tmp_path / "base.json")
     # the same run against itself: no difference, not significant
     cmp_same = reports.compare_with_baseline(base, tmp_path / "base.json")
     assert cmp_same["paired_queries"] == report.summary["queries"]
     assert cmp_same["map"]["delta"] == 0 and not any(cmp_same["map"]["significant"].values())
+    assert (cmp_same["map"]["test"], cmp_same["map"]["p_value"], cmp_same["map"]["differing_queries"]) == \
+        ("randomization", 1.0, 0)
     icfrr = run_evaluation(sample_index, qs, QuerySettings(rerank="icfrr", options=RerankOptions()))
     doc = reports.report_dict(icfrr, sample_index)
     cmp = reports.compare_with_baseline(doc, tmp_path / "base.json")
     assert cmp["map"]["delta"] == pytest.approx(icfrr.summary["map"] - report.summary["map"], abs=1e-5)
+    # summary.baseline.<metric>: the randomization test's p (the default), the bootstrap's next to it
+    evaluated = [(a, b) for a, b in zip(doc["queries"], base["queries"]) if a["ap"] is not None]
+    assert [a["query"] for a, _ in evaluated] == [b["query"] for _, b in evaluated]
+    for name, (key, higher) in reports.COMPARED.items():
+        run_v = np.array([a[key] for a, _ in evaluated], float)
+        base_v = np.array([b[key] for _, b in evaluated], float)
+        c = cmp[name]
+        assert c["test"] == "randomization"
+        assert c["differing_queries"] == int(np.count_nonzero(run_v != base_v))
+        assert c["p_value"] == pytest.approx(
+            paired_randomization_test(run_v, base_v, higher_is_better=higher).p_value, abs=1e-6)
+        assert c["bootstrap_p_value"] == pytest.approx(
+            paired_bootstrap_test(run_v, base_v, higher_is_better=higher).p_value, abs=1e-6)
+        assert c["significant"] == {str(a): c["p_value"] <= a for a in (0.05, 0.01, 0.001)}
+    # the CLI says which test, and the number of differing queries with each p-value
+    _print_summary({**doc["summary"], "baseline": cmp})
+    out = capsys.readouterr().out
+    header = next(row for row in out.splitlines() if row.startswith("against baseline"))
+    assert f"({cmp['paired_queries']} paired queries; one-tailed paired randomization test" in header
+    for name in reports.COMPARED:
+        c = cmp[name]
+        line = next(row for row in out.splitlines() if row.strip().startswith(name + " "))
+        how = "exact" if c["exact"] else "Monte Carlo"
+        assert f"p = {c['p_value']:.4f} (randomization, {how}, {c['differing_queries']} differing)" in line
+        assert f"bootstrap p = {c['bootstrap_p_value']:.4f}" in line
     recall, precision = precision_recall_curve(report)
     assert recall[0] == 0 and recall[-1] == 1
     assert np.all(np.diff(precision) <= 1e-12)  # interpolated precision never increases

@@ -1,6 +1,10 @@
-"""Bootstrap confidence intervals and the paired one-tailed bootstrap test (paper 001, 5.4)."""
+"""Bootstrap confidence intervals, the paired one-tailed bootstrap test (paper 001, 5.4) and the
+paired randomization test (the default, Smucker, Allan & Carterette 2007)."""
 
 from __future__ import annotations
+
+import itertools
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -12,6 +16,8 @@ from museum_search.core.evaluation.stats import (
     bootstrap_ci,
     bootstrap_cis,
     paired_bootstrap_test,
+    paired_randomization_test,
+    paired_test_by_query,
 )
 
 
@@ -179,3 +185,190 @@ def test_constant_improvement_is_significant():
     base = ap_like(np.random.default_rng(11), 25)
     r = paired_bootstrap_test(base + 0.05, base, seed=0)
     assert r.significant_at[0.001]
+
+
+# ----------------------------------------------------------------------------------------------
+# paired randomization (sign-flip permutation) test, the default
+# ----------------------------------------------------------------------------------------------
+
+
+def enumerated_p(run, base, higher_is_better=True):
+    """One-tailed p-value written out: every sign assignment of the non-zero differences, by
+    itertools.product, in exact rational arithmetic (the inputs' floats are exact rationals)."""
+    d = [Fraction(float(x)) - Fraction(float(y)) for x, y in zip(run, base)]
+    d = [x if higher_is_better else -x for x in d if x != 0]
+    observed = sum(d)
+    hits = sum(sum(s * abs(x) for s, x in zip(signs, d)) >= observed
+               for signs in itertools.product((1, -1), repeat=len(d)))
+    return hits / 2 ** len(d)
+
+
+def qsd2_w3_example():
+    """The issue's case: MP@1 on 30 queries, 2 of them improved from 0 to 1, the others equal."""
+    base = np.array([1.0] * 20 + [0.0] * 10)
+    run = base.copy()
+    run[[21, 27]] = 1.0
+    return run, base
+
+
+def test_randomization_qsd2_w3_example_is_not_significant():
+    run, base = qsd2_w3_example()
+    r = paired_randomization_test(run, base)
+    sign_test = sps.binomtest(2, 2, p=0.5, alternative="greater").pvalue  # 2 of 2 improved
+    assert sign_test == enumerated_p(run, base) == 0.25
+    assert r.p_value == pytest.approx(sign_test, abs=1e-15)
+    assert (r.test, r.exact, r.differing_queries, r.n_queries, r.n_resamples) == ("randomization", True, 2, 30, 4)
+    assert not any(r.significant_at.values()) and r.stars() == ""
+    # the studentized bootstrap, the former default, calls the same data significant
+    boot = paired_bootstrap_test(run, base)
+    assert boot.p_value < 0.05
+    # paired_test_by_query (CLI --baseline, GUI) gives the randomization p and the bootstrap one
+    names = [f"{i:05d}.jpg" for i in range(30)]
+    res = paired_test_by_query(dict(zip(names, run)), dict(zip(names, base)))
+    assert (res.test, res.p_value, res.differing_queries) == ("randomization", r.p_value, 2)
+    assert res.bootstrap_p_value == boot.p_value
+    assert res.delta == pytest.approx(2 / 30)
+
+
+@pytest.mark.parametrize("case", range(12))
+def test_randomization_exact_matches_enumeration(case):
+    rng = np.random.default_rng(100 + case)
+    n = int(rng.integers(2, 14))
+    if case % 3 == 0:  # MP@1-like 0/1 values: many zeros and ties
+        base, run = rng.integers(0, 2, n).astype(float), rng.integers(0, 2, n).astype(float)
+    elif case % 3 == 1:  # grades in steps of 1/4: ties among the non-zero differences
+        base, run = rng.integers(0, 5, n) / 4, rng.integers(0, 5, n) / 4
+    else:  # AP-like values
+        base = ap_like(rng, n)
+        run = np.where(rng.random(n) < 0.3, base, ap_like(rng, n))
+    for higher in (True, False):
+        r = paired_randomization_test(run, base, higher_is_better=higher)
+        assert r.exact and r.differing_queries == int(np.count_nonzero(run != base))
+        assert r.p_value == pytest.approx(enumerated_p(run, base, higher), abs=1e-12)
+        assert r.significant_at == {a: r.p_value <= a for a in SIGNIFICANCE_LEVELS}
+
+
+def test_randomization_exact_matches_scipy_exact():
+    rng = np.random.default_rng(21)
+    base = ap_like(rng, 13)
+    run = base + rng.normal(0.08, 0.1, 13)
+    run[[2, 7]] = base[[2, 7]]  # zeros: scipy enumerates 2^13 arrangements, they contribute nothing
+
+    def mean_difference(x, y, axis):
+        return np.mean(x - y, axis=axis)
+
+    for higher, alternative in ((True, "greater"), (False, "less")):
+        ref = sps.permutation_test((run, base), mean_difference, permutation_type="samples", vectorized=True,
+                                   n_resamples=np.inf, alternative=alternative)
+        r = paired_randomization_test(run, base, higher_is_better=higher)
+        assert r.exact and r.differing_queries == 11
+        assert r.p_value == pytest.approx(ref.pvalue, rel=1e-12)
+    assert 0.001 < paired_randomization_test(run, base).p_value < 0.1  # an informative case
+
+
+def integer_exact_p(diffs):
+    """Exact one-tailed p for integer differences: the distribution of sum(+-|d_i|) by convolution."""
+    counts = {0: 1}
+    for x in (abs(int(v)) for v in diffs if v != 0):
+        nxt: dict[int, int] = {}
+        for total, c in counts.items():
+            nxt[total + x] = nxt.get(total + x, 0) + c
+            nxt[total - x] = nxt.get(total - x, 0) + c
+        counts = nxt
+    observed = int(sum(diffs))
+    return Fraction(sum(c for t, c in counts.items() if t >= observed), sum(counts.values()))
+
+
+def test_randomization_monte_carlo_agrees_with_exact_and_scipy():
+    # 80 queries, 54 differing (Monte Carlo): grades 0..4, so the exact p is known by convolution
+    rng = np.random.default_rng(22)
+    base = rng.integers(0, 5, 80).astype(float)
+    run = np.clip(base + rng.choice([-2, -1, -1, 0, 1, 1, 2], 80), 0, 4)
+    exact = float(integer_exact_p(run - base))
+    assert 0.005 < exact < 0.2  # informative: neither 0 nor 1
+    b = 9999
+    se = np.sqrt(exact * (1 - exact) / b)
+    r = paired_randomization_test(run, base, n_resamples=b, seed=3)
+    assert not r.exact and r.n_resamples == b and r.differing_queries == int(np.count_nonzero(run - base)) > 20
+    assert abs(r.p_value - exact) < 4.5 * se
+
+    def mean_difference(x, y, axis):
+        return np.mean(x - y, axis=axis)
+
+    ref = sps.permutation_test((run, base), mean_difference, permutation_type="samples", vectorized=True,
+                               n_resamples=b, alternative="greater", rng=np.random.default_rng(4))
+    assert abs(ref.pvalue - exact) < 4.5 * se
+    assert abs(r.p_value - ref.pvalue) < 4.5 * np.sqrt(2) * se
+    # lower is better: the other tail, as scipy's "less"
+    low = paired_randomization_test(run, base, n_resamples=b, seed=3, higher_is_better=False)
+    other = float(integer_exact_p(base - run))
+    assert abs(low.p_value - other) < 4.5 * np.sqrt(other * (1 - other) / b) + 1 / b
+
+
+def test_randomization_exact_up_to_exact_max_then_seeded_monte_carlo():
+    rng = np.random.default_rng(23)
+    base = ap_like(rng, 40)
+    run = base + rng.normal(0.03, 0.1, 40)
+    r20 = paired_randomization_test(run[:20], base[:20])
+    assert r20.exact and r20.n_resamples == 2**20
+    assert r20.p_value * 2**20 == round(r20.p_value * 2**20)  # a count of assignments
+    r21 = paired_randomization_test(run[:21], base[:21], seed=5)
+    assert not r21.exact and r21.n_resamples == 9999
+    assert r21 == paired_randomization_test(run[:21], base[:21], seed=5)  # reproducible
+    assert paired_randomization_test(run[:21], base[:21], seed=6).p_value != r21.p_value
+    exact21 = paired_randomization_test(run[:21], base[:21], exact_max=21)
+    assert exact21.exact and exact21.n_resamples == 2**21
+    assert abs(r21.p_value - exact21.p_value) < 4.5 * np.sqrt(exact21.p_value * (1 - exact21.p_value) / 9999)
+    with pytest.raises(ValueError):
+        paired_randomization_test(run, base, exact_max=41)
+
+
+def test_randomization_extremes_and_tails():
+    v = ap_like(np.random.default_rng(24), 30)
+    same = paired_randomization_test(v, v.copy())
+    assert same.p_value == 1.0 and same.differing_queries == 0 and same.exact and same.delta == 0
+    # every query better: exactly one assignment of 2^D is as extreme; Monte Carlo is never 0
+    assert paired_randomization_test(v[:12] + 0.1, v[:12]).p_value == 2.0**-12
+    mc = paired_randomization_test(v + 0.1, v, n_resamples=999)
+    assert not mc.exact and mc.p_value == 1 / 1000 and mc.stars() == "***"
+    # with distinct sums, the two tails share only the observed assignment
+    run = ap_like(np.random.default_rng(25), 30)
+    hi = paired_randomization_test(run[:15], v[:15])
+    lo = paired_randomization_test(run[:15], v[:15], higher_is_better=False)
+    assert hi.p_value + lo.p_value == pytest.approx(1 + 2.0**-15)
+    # lower-is-better metrics (MNRO): a lower run is the improvement
+    base = np.random.default_rng(26).uniform(0.2, 0.6, 30)
+    better = paired_randomization_test(base - 0.1, base, higher_is_better=m.HIGHER_IS_BETTER["amnro"])
+    assert better.significant_at[0.001] and better.delta < 0
+
+
+def test_randomization_size_under_the_null():
+    # exact test, 12 differing queries: P(p <= 0.05) = 204/4096 under the null
+    rng = np.random.default_rng(27)
+    trials = 400
+    rejections = sum(paired_randomization_test(base + rng.normal(0, 0.1, 12), base).significant_at[0.05]
+                     for base in (ap_like(rng, 12) for _ in range(trials)))
+    nominal = 204 / 4096
+    assert abs(rejections / trials - nominal) < 4 * np.sqrt(nominal * (1 - nominal) / trials)
+
+
+def test_randomization_pairing_and_open_set_handling():
+    base = np.array([0.1, np.nan, 0.5, 0.7, 0.2])
+    run = np.array([0.3, np.nan, 0.6, 0.9, 0.3])
+    r = paired_randomization_test(run, base)
+    assert r.n_queries == 4 and r.differing_queries == 4 and r.p_value == 1 / 16
+    with pytest.raises(ValueError, match="same queries"):
+        paired_randomization_test(np.array([0.3, 0.2, 0.6, 0.9, 0.3]), base)
+    with pytest.raises(ValueError):
+        paired_randomization_test(run[:3], base)
+
+
+def test_paired_test_by_query_uses_common_queries():
+    run = {"a": 0.9, "b": 0.5, "c": None, "d": 0.7, "e": 0.4}
+    base = {"a": 0.2, "b": 0.5, "c": 0.3, "d": 0.1, "x": 0.0, "e": 0.1}
+    res = paired_test_by_query(run, base, seed=1)
+    common_run, common_base = [0.9, 0.5, 0.7, 0.4], [0.2, 0.5, 0.1, 0.1]
+    assert res.n_queries == 4 and res.differing_queries == 3 and res.test == "randomization"
+    assert res.p_value == enumerated_p(common_run, common_base) == 1 / 8
+    assert res.bootstrap_p_value == paired_bootstrap_test(common_run, common_base, seed=1).p_value
+    assert paired_test_by_query({"a": 0.1}, {"a": 0.2}) is None

@@ -476,8 +476,11 @@ class EvaluationTab(QWidget):
         sh.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         note = QLabel("Intervals: 95 % percentile bootstrap over queries. Verdict (“in this collection”): "
                       "unknown objects rejected, known objects wrongly rejected, accuracy (right answer or right "
-                      "rejection); n/a without such queries. p: paired one-tailed bootstrap test that the run is "
-                      "better than the baseline (for AMNRO, lower is better); * p ≤ 0.05, ** p ≤ 0.01, *** p ≤ 0.001.")
+                      "rejection); n/a without such queries. p: paired one-tailed randomization test that the run "
+                      "is better than the baseline (for AMNRO, lower is better), exact up to 20 differing queries; "
+                      "in brackets the number of queries that differ (the only ones it uses) and the paired "
+                      "bootstrap test's p, which is too small when few queries differ; "
+                      "* p ≤ 0.05, ** p ≤ 0.01, *** p ≤ 0.001 (randomization p).")
         note.setWordWrap(True)
         compare_page = QWidget()
         cl = QVBoxLayout(compare_page)
@@ -1001,7 +1004,8 @@ class EvaluationTab(QWidget):
 
     # ---- comparison -------------------------------------------------------------------------
     def _paired(self, run: EvalRun, base: EvalRun, metric: str):
-        """Paired one-tailed bootstrap test of ``run`` against ``base`` on their common queries."""
+        """Paired one-tailed randomization test (bootstrap p alongside) of ``run`` against ``base`` on their
+        common queries."""
         from ..core.evaluation.stats import paired_test_by_query
 
         key = (run.key, base.key, metric)
@@ -1019,7 +1023,7 @@ class EvaluationTab(QWidget):
         for r, run in enumerate(runs):
             row: dict[str, Any] = {"key": run.key, "name": run.name, "queries": run.report.summary["queries"],
                                    "baseline": base is not None and run.key == base.key, "ci": {}, "p": {},
-                                   "stars": {}, "delta": {}, "verdict": {}}
+                                   "stars": {}, "delta": {}, "verdict": {}, "differing": {}, "bootstrap_p": {}}
             label = run.name + ("  (baseline)" if row["baseline"] else "")
             name_item = QTableWidgetItem(self._colour_icon(run.colour), label)
             name_item.setData(VALUE_ROLE, run.key)
@@ -1047,10 +1051,19 @@ class EvaluationTab(QWidget):
                     else:
                         p = float(res.p_value)
                         row["delta"][metric] = float(res.delta)
+                        row["differing"][metric] = res.differing_queries
+                        row["bootstrap_p"][metric] = res.bootstrap_p_value
                         better = "lower" if not COMPARED[metric][1] else "higher"
-                        text = f"{p:.3f} {stars(p)}".strip() if p >= 0.001 else f"<0.001 {stars(p)}"
-                        tip = (f"Δ = {res.delta:+.3f} ({better} is better) over {res.n_queries} paired queries; "
-                               f"one-tailed p = {p:.4f}")
+                        boot = res.bootstrap_p_value
+                        p_text, boot_text = ((f"{x:.3f}" if x >= 0.001 else "<0.001") for x in (p, boot))
+                        text = (f"{p_text} {stars(p)}".rstrip()
+                                + f" ({res.differing_queries} differing; bootstrap {boot_text})")
+                        how = (f"exact, all {res.n_resamples:,} sign assignments" if res.exact
+                               else f"Monte Carlo, {res.n_resamples:,} random sign assignments")
+                        tip = (f"Δ = {res.delta:+.3f} ({better} is better) over {res.n_queries} paired queries, "
+                               f"{res.differing_queries} of them differing; one-tailed p = {p:.4f} (paired "
+                               f"{res.test} test, {how}); paired bootstrap test p = {boot:.4f} (studentized, "
+                               f"over all {res.n_queries} queries)")
                 row["p"][metric] = p
                 row["stars"][metric] = stars(p)
                 item = self._cell(text, p)

@@ -138,7 +138,12 @@ def write_trec(report: EvalReport, index, prefix: Path, run_name: str = "museum-
 
 
 def compare_with_baseline(doc: dict[str, Any], baseline_path: Path, seed: int = 0) -> dict[str, Any]:
-    """Paired one-tailed bootstrap test of this run against a baseline run JSON (same queries)."""
+    """Paired one-tailed tests of this run against a baseline run JSON, on the queries both evaluated.
+
+    ``{"baseline", "paired_queries", metric: {"test", "p_value", "exact", "differing_queries",
+    "bootstrap_p_value", "delta", "significant"}}``: ``p_value`` and ``significant`` are the
+    randomization test's (:func:`.stats.paired_test_by_query`), ``bootstrap_p_value`` the bootstrap
+    test's on the same queries."""
     try:
         base = json.loads(Path(baseline_path).read_text(encoding="utf-8"))
         base_q = {q["query"]: q for q in base["queries"]}
@@ -155,6 +160,7 @@ def compare_with_baseline(doc: dict[str, Any], baseline_path: Path, seed: int = 
         if res is None:
             raise MuseumSearchError(f"the baseline run {baseline_path} has fewer than 2 queries in common "
                                     "with this run")
-        out[name] = {"delta": _num(res.delta), "p_value": _num(res.p_value),
-                     "significant": {str(k): bool(v) for k, v in res.significant_at.items()}}
+        out[name] = {"test": res.test, "p_value": _num(res.p_value), "exact": res.exact,
+                     "differing_queries": res.differing_queries, "bootstrap_p_value": _num(res.bootstrap_p_value),
+                     "delta": _num(res.delta), "significant": {str(k): bool(v) for k, v in res.significant_at.items()}}
     return out
