@@ -449,9 +449,7 @@ def test_building_into_another_collections_index_asks_first(tab, qtbot, tmp_path
     assert Index.load(a_index).root == b.resolve()
 
 
-def test_folder_that_is_not_an_index_is_refused_and_left_alone(tab, qtbot, tmp_path, monkeypatch):
-    from PySide6.QtWidgets import QFileDialog
-
+def test_folder_that_is_not_an_index_is_refused_and_left_alone(tab, qtbot, tmp_path):
     b = _museum(tmp_path, "museum-b")
     docs = tmp_path / "Documents"
     (docs / "letters").mkdir(parents=True)
@@ -482,11 +480,113 @@ def test_folder_that_is_not_an_index_is_refused_and_left_alone(tab, qtbot, tmp_p
     assert not (b.parent / "collection-index").exists()
 
     # Choose…: picking the full "Documents" folder means "put it in there": a new folder inside
-    monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: str(docs))
     qtbot.mouseClick(tab.index_button, _left())
+    chooser = tab.index_chooser
+    qtbot.waitUntil(chooser.isVisible, timeout=5000)
+    chooser.selectFile(str(docs))
+    chooser.accept()
+    assert not chooser.isVisible()
     assert tab.index_edit.text() == str(docs / "collection-index")
     assert tab.index_hint.text() == "A new folder will be created for the index."
     assert _snapshot(docs) == before
+
+
+def test_index_chooser_creates_a_new_folder_after_asking(tab, qtbot, tmp_path):
+    """The chooser used to refuse a folder that did not exist yet ("Directory not found")."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QDialogButtonBox
+
+    from museum_search.gui.collection_tab import FolderChooser
+
+    b = _museum(tmp_path, "museum-b")
+    tab.set_collection(b)
+    suggested = b.parent / "collection-index"
+    assert tab.index_edit.text() == str(suggested) and not suggested.exists()
+    before = _snapshot(tmp_path)
+
+    qtbot.mouseClick(tab.index_button, _left())
+    chooser = tab.index_chooser
+    assert isinstance(chooser, FolderChooser)
+    qtbot.waitUntil(chooser.isVisible, timeout=5000)
+    assert chooser.testOption(FolderChooser.Option.DontUseNativeDialog)
+    assert chooser.directory().absolutePath() == str(b.parent)  # opened where the suggestion goes,
+    assert chooser.name_edit.text() == "collection-index"  # with its name typed in
+    choose = chooser.findChild(QDialogButtonBox).button(QDialogButtonBox.StandardButton.Open)
+    assert choose.isEnabled()  # Qt disables it for a folder that does not exist
+
+    # another new folder, two levels deep, typed by hand; Enter asks first, Cancel makes nothing
+    target = tmp_path / "Indexes 2026" / "museum b"
+    chooser.name_edit.setFocus()
+    chooser.name_edit.setText(str(target))  # pasted (typing would pop the path completer up)
+    assert choose.isEnabled()
+    qtbot.keyClick(chooser.name_edit, Qt.Key.Key_Return)
+    box = chooser.confirm_box
+    assert box is not None and box.isVisible() and box.objectName() == "createFolderDialog"
+    assert str(target) in box.text() and str(target.parent) in box.informativeText()
+    box.button(box.StandardButton.Cancel).click()
+    assert not target.parent.exists() and chooser.isVisible()
+    assert _snapshot(tmp_path) == before
+
+    qtbot.keyClick(chooser.name_edit, Qt.Key.Key_Return)
+    chooser.confirm_box.button(chooser.confirm_box.StandardButton.Yes).click()  # "Create"
+    assert target.is_dir() and not any(target.iterdir())
+    assert chooser.created == [target.parent, target]
+    assert not chooser.isVisible()
+    assert tab.index_edit.text() == str(target)
+    assert tab.index_hint.text() == "Empty folder: the index will be saved in it."
+    assert "New folder" in tab.status_label.text()
+    after = _snapshot(tmp_path)
+    assert {k: v for k, v in after.items() if k not in before} == {"Indexes 2026": b"<dir>",
+                                                                   "Indexes 2026/museum b": b"<dir>"}
+    assert all(after[k] == v for k, v in before.items())  # nothing else touched
+
+    # an existing folder is chosen as before, nothing asked
+    qtbot.mouseClick(tab.index_button, _left())
+    chooser = tab.index_chooser
+    chooser.selectFile(str(target))
+    chooser.accept()
+    assert chooser.confirm_box is None and tab.index_edit.text() == str(target)
+
+
+def test_double_click_on_a_thumbnail_opens_the_large_view(tab, qtbot, tmp_path):
+    from PySide6.QtCore import Qt
+
+    from museum_search.core.index import Index
+
+    a = _museum(tmp_path, "museum-a")
+    index = Index.load(_core_index(a, tmp_path / "a-index"))
+    tab.state.set_index(index)
+    view = tab.browser.view
+    qtbot.waitUntil(lambda: tab.browser.visible_count() == len(index), timeout=5000)
+    idx = tab.browser.proxy.index(1, 0)
+    rect = view.visualRect(idx)
+    assert rect.isValid()
+    # a double-click as the window system sends it: press, release, then the double-click
+    # (QTest's mouseDClick alone sends only the last one)
+    qtbot.mouseClick(view.viewport(), _left(), pos=rect.center())
+    assert tab.reference_dialog is None  # a single click selects, nothing more
+    qtbot.mouseDClick(view.viewport(), _left(), pos=rect.center())
+    dialog = tab.reference_dialog
+    assert dialog is not None and dialog.isVisible() and dialog.objectName() == "referenceDialog"
+    item = index.items[dialog.row]
+    assert dialog.row == idx.data(Qt.ItemDataRole.UserRole + 3)  # the row that was double-clicked
+    assert dialog.path == Path(index.root) / item.path
+    assert item.instance in dialog.windowTitle()
+    qtbot.waitUntil(dialog.photo.has_image, timeout=30_000)  # the photo, large (not the thumbnail)
+    assert max(dialog.photo.image().width(), dialog.photo.image().height()) > tab.browser.thumb_size
+    texts = [lab.text() for lab in dialog.findChildren(type(tab.status_label))]
+    assert item.instance in texts and str(dialog.path) in texts
+    assert all(v in texts for v in item.metadata.values() if v)  # the catalogue entry
+    dialog.close()
+    qtbot.waitUntil(lambda: not dialog.is_busy(), timeout=30_000)
+
+    # Enter on the current thumbnail does the same
+    view.setFocus()
+    view.setCurrentIndex(tab.browser.proxy.index(0, 0))
+    qtbot.keyClick(view, Qt.Key.Key_Return)
+    assert tab.reference_dialog is not dialog and tab.reference_dialog.isVisible()
+    assert tab.reference_dialog.row == 0
+    tab.reference_dialog.close()
 
 
 LOCK_HOLDER = """

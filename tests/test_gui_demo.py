@@ -3,20 +3,28 @@
 from __future__ import annotations
 
 import csv
+import logging
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from PySide6.QtCore import QSettings, Qt
+from PySide6.QtCore import QPoint, QSettings, Qt
 
 from museum_search.core.capture import FileSequenceCamera, OpenCVCamera, list_cameras
 from museum_search.core.images import load_image
 from museum_search.core.query import QueryPipeline, QuerySettings, query_from_array
-from museum_search.gui import workers
+from museum_search.gui import demo_window, workers
 from museum_search.gui.demo_window import (
+    ASK_STAFF,
     EXIT_KEYS_SETTING,
     HINT,
+    LOOKUP_FAILED,
     NOT_IN_COLLECTION,
+    TRYING_AGAIN,
     DemoWindow,
 )
 from museum_search.gui.state import Settings
@@ -26,6 +34,8 @@ pytestmark = pytest.mark.gui
 SAMPLE = Path(__file__).resolve().parents[1] / "resources" / "sample"
 TIMEOUT = 120_000  # ms; describing a frame takes about a second, more on a loaded machine
 CAMERA_SIDE = 960  # the replayed camera's frames
+#: Words for the technician, never for visitors.
+TECHNICIAN_WORDS = ("Settings", "number", "camera 63", "Error", "error", "Traceback", "Exception", "exception")
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
@@ -154,13 +164,122 @@ def test_escape_leaves_unless_an_exit_combination_is_set(qtbot, make_demo, data)
     assert not locked.isVisible()
 
 
-def test_no_camera_shows_a_full_screen_message(qtbot, make_demo, data):
+def _assert_for_visitors(text: str, *details: str) -> None:
+    for word in TECHNICIAN_WORDS + details:
+        assert word not in text, f"{word!r} shown to visitors: {text!r}"
+
+
+def test_no_camera_asks_for_staff_and_logs_the_details(qtbot, make_demo, data, caplog):
+    caplog.set_level(logging.INFO, logger=demo_window.__name__)
     missing = 0 if not list_cameras(1) else 63
     w = make_demo(data.index, camera=missing)  # the default factory: OpenCV webcams
     assert w.camera_factory is OpenCVCamera
     _wait_mode(qtbot, w, "error")
-    assert f"No camera found at number {missing}" in w.message_text()
-    assert w.message_page.isVisible()
-    qtbot.mouseClick(w, Qt.MouseButton.LeftButton)  # try again: still no camera, still no crash
+    assert w.problem() == "camera" and w.message_page.isVisible()
+    shown = w.visible_text()
+    assert ASK_STAFF in shown and "camera" in shown  # who to ask, and what is wrong, in plain words
+    # the technician's details (camera number, the camera's own message) are in the log only
+    logged = "\n".join(r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR)
+    assert f"camera {missing} cannot be used" in logged and f"No camera found at number {missing}" in logged
+    _assert_for_visitors(shown, "No camera found", f" {missing}")
+
+    # a touch on "try again" is answered at once: a ring, then "Trying again…" in place of the message
+    before = w.grab().toImage()
+    qtbot.mouseClick(w, Qt.MouseButton.LeftButton, pos=QPoint(200, 150))
+    assert w.ripple.active() and w.ripple.touches == 1
+    assert w.mode == "retrying" and w.message_text().startswith(TRYING_AGAIN)
+    assert w.message_page.isVisible() and TRYING_AGAIN in w.visible_text()
+    assert w.grab().toImage() != before  # what the visitor sees has changed
+    # the camera is still missing: after "Trying again…" has been seen, the message says it was tried
     _wait_mode(qtbot, w, "error")
-    assert "No camera found" in w.message_text()
+    assert w.problem() == "camera" and "tried again" in w.message_text()
+    assert ASK_STAFF in w.visible_text()
+    _assert_for_visitors(w.visible_text(), "No camera found")
+
+
+def test_a_failed_look_up_says_try_again_and_a_touch_goes_back_to_the_camera(qtbot, make_demo, data, caplog,
+                                                                             monkeypatch):
+    secret = "RuntimeError: descriptor buffer 0x7f overflowed"
+
+    def broken(pipeline, frame):
+        raise RuntimeError(secret)
+
+    monkeypatch.setattr(demo_window, "_recognize", broken)
+    caplog.set_level(logging.INFO, logger=demo_window.__name__)
+    w = make_demo(data.index, data.known, steady_seconds=60)
+    _wait_mode(qtbot, w, "live")
+    qtbot.waitUntil(lambda: w.camera_view.latest_frame() is not None, timeout=TIMEOUT)
+    qtbot.mouseClick(w, Qt.MouseButton.LeftButton)
+    _wait_mode(qtbot, w, "error")
+    assert w.problem() == "lookup" and LOOKUP_FAILED in w.visible_text()
+    _assert_for_visitors(w.visible_text(), secret, "0x7f")
+    assert any(secret in r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR)
+    qtbot.mouseClick(w, Qt.MouseButton.LeftButton)  # the kiosk itself works: straight back to the camera
+    assert w.mode == "live" and w.hint_text() == HINT
+
+
+def test_every_touch_is_answered_even_while_busy(qtbot, make_demo, data):
+    w = make_demo(data.index, data.known, steady_seconds=60)
+    _wait_mode(qtbot, w, "starting", "live")
+    for n in (1, 2):
+        qtbot.mouseClick(w.camera_view.view, Qt.MouseButton.LeftButton, pos=QPoint(40, 40))
+        assert w.ripple.active() and w.ripple.touches == n
+        assert w.ripple.isVisible()
+    qtbot.keyClick(w, Qt.Key.Key_Space)
+    assert w.ripple.touches == 3
+    qtbot.waitUntil(lambda: not w.ripple.active(), timeout=5000)
+    assert not w.ripple.isVisible()
+
+
+def test_full_screen_fills_the_screen(qtbot, make_demo, data):
+    w = make_demo(data.index, data.known, steady_seconds=60)
+    assert w.geometry() != w.screen().geometry()  # 1280×720 in a window first
+    w.showFullScreen()
+    qtbot.waitUntil(lambda: w.isFullScreen(), timeout=5000)
+    assert w.geometry() == w.screen().geometry()
+
+
+KIOSK_WITHOUT_WM = """
+import sys
+from PySide6.QtCore import QSettings, QTimer
+from PySide6.QtWidgets import QApplication
+
+app = QApplication([])
+from museum_search.gui import workers
+from museum_search.gui.demo_window import DemoWindow
+from museum_search.gui.state import Settings
+
+
+def no_camera(number):
+    raise OSError("no camera in this test")
+
+
+w = DemoWindow(None, Settings(QSettings(sys.argv[1], QSettings.Format.IniFormat)), no_camera)
+w.showFullScreen()
+
+
+def report():
+    print("window", *w.geometry().getRect(), "screen", *w.screen().geometry().getRect(), flush=True)
+    w.shutdown()
+    app.quit()
+
+
+QTimer.singleShot(1500, report)
+app.exec()
+workers.wait_all(10000)
+"""
+
+
+@pytest.mark.skipif(shutil.which("xvfb-run") is None, reason="needs xvfb-run (an X server without a window manager)")
+def test_full_screen_without_a_window_manager(tmp_path):
+    """A bare X session (Xvfb, no window manager): nobody acts on the full-screen request, so the
+    kiosk sizes itself to the screen (it used to open as a small window in a corner)."""
+    env = {**os.environ, "QT_QPA_PLATFORM": "xcb"}
+    proc = subprocess.run(
+        ["xvfb-run", "-a", "-s", "-screen 0 1024x700x24", sys.executable, "-c", KIOSK_WITHOUT_WM,
+         str(tmp_path / "settings.ini")],
+        capture_output=True, text=True, timeout=180, env=env, cwd=Path(__file__).resolve().parents[1],
+        check=False)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("window")), None)
+    assert line is not None, proc.stdout + proc.stderr
+    assert line == "window 0 0 1024 700 screen 0 0 1024 700"

@@ -13,7 +13,12 @@ index that happens to be open. The field under *Index* says what is in the folde
 empty, this collection's index, another collection's index, or a folder that cannot be used),
 *Build* refuses what ``core.index.check_output_folder`` refuses and asks before replacing the index
 of another collection. The core takes the index's writer lock before any work, so a second writer
-gets a clear message instead of a half-written index.
+gets a clear message instead of a half-written index. *Choose…* opens a :class:`FolderChooser`,
+which also makes new folders: its New Folder button, or a typed path that does not exist yet
+(created, after a confirmation, and nothing else).
+
+Double-clicking a thumbnail (or Enter on it) opens the reference large, with its catalogue entry
+(:class:`ReferenceDialog`).
 """
 
 from __future__ import annotations
@@ -28,8 +33,11 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QAbstractButton,
     QComboBox,
+    QDialog,
+    QDialogButtonBox,
     QFileDialog,
     QFormLayout,
+    QFrame,
     QGroupBox,
     QHBoxLayout,
     QHeaderView,
@@ -38,6 +46,7 @@ from PySide6.QtWidgets import (
     QMessageBox,
     QProgressBar,
     QPushButton,
+    QScrollArea,
     QSizePolicy,
     QSpinBox,
     QSplitter,
@@ -60,6 +69,7 @@ from ..core.backbones import (
 )
 from ..core.errors import MuseumSearchError, OutputFolderError
 from ..core.extract import ExtractProgress
+from ..core.images import load_image
 from ..core.index import (
     MANIFEST,
     BuildReport,
@@ -76,6 +86,8 @@ from ..core.index import (
 from ..core.labels import RULES, describe, find_catalogue, label_collection
 from . import workers
 from .state import AppState
+from .widgets.camera_view import ImageView
+from .widgets.result_grid import catalogue_form
 from .widgets.thumbnails import ThumbnailBrowser, ThumbnailCache
 
 log = logging.getLogger(__name__)
@@ -98,6 +110,8 @@ HEAD_LABELS = {
 }
 INDEX_DIR_NAME = "indexes"
 SAMPLE_INDEX_NAME = "sample"
+#: Longest side of the photo in the large view of a reference.
+REFERENCE_SIDE = 1600
 
 
 def sample_index_dir() -> Path:
@@ -194,6 +208,121 @@ def _nearest_existing(path: Path) -> Path:
     return Path.home()
 
 
+class FolderChooser(QFileDialog):
+    """Choose a folder, or make a new one: Qt's own folder dialog (the same on every platform, with
+    its New Folder button) that also takes a typed path that does not exist yet. Such a path is
+    created (with its missing parents) only after the user confirmed it in ``confirm_box``; nothing
+    that exists is ever touched. Show it with ``open()``; ``fileSelected`` gives the folder."""
+
+    def __init__(self, parent: QWidget | None, title: str, start: str | Path):
+        start = Path(start)
+        super().__init__(parent, title, str(_nearest_existing(start)))
+        self.setObjectName("folderChooser")
+        self.setFileMode(QFileDialog.FileMode.Directory)
+        self.setOption(QFileDialog.Option.ShowDirsOnly, True)
+        self.setOption(QFileDialog.Option.DontUseNativeDialog, True)
+        self.setLabelText(QFileDialog.DialogLabel.FileName, "Folder:")
+        self.created: list[Path] = []  # folders this dialog made, outermost first
+        self.confirm_box: QMessageBox | None = None
+        if not start.exists():
+            self.selectFile(str(start))  # the suggestion, typed in: Enter creates it
+        self.name_edit = self.findChild(QLineEdit, "fileNameEdit")
+        if self.name_edit is not None:  # Qt disables Choose for a folder that does not exist: not here
+            self.name_edit.textChanged.connect(self._enable_choose)
+            self._enable_choose()
+
+    def new_folder(self) -> Path | None:
+        """The typed folder when it does not exist yet and could be made (else None)."""
+        if self.name_edit is not None and not self.name_edit.text().strip():
+            return None
+        files = self.selectedFiles()
+        if len(files) != 1:
+            return None
+        target = Path(files[0])
+        if not target.is_absolute() or target.exists() or target.is_symlink():
+            return None  # an existing folder (or file, or dangling link): Qt's own checks
+        parent = next(p for p in target.parents if p.exists())
+        return target if parent.is_dir() else None
+
+    def _enable_choose(self, *_args) -> None:
+        box = self.findChild(QDialogButtonBox)
+        button = box.button(QDialogButtonBox.StandardButton.Open) if box is not None else None
+        if button is not None and self.new_folder() is not None:
+            button.setEnabled(True)
+
+    def accept(self) -> None:
+        target = self.new_folder()
+        if target is None:
+            super().accept()  # an existing folder (Qt's own checks)
+            return
+        missing = [p for p in (target, *target.parents) if not p.exists()][::-1]
+        box = QMessageBox(QMessageBox.Icon.Question, self.windowTitle(), f"Create the new folder {target}?",
+                          QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel, self)
+        box.setObjectName("createFolderDialog")
+        box.setInformativeText("It does not exist yet." if len(missing) == 1 else
+                               "It does not exist yet; " + ", ".join(str(p) for p in missing[:-1])
+                               + " will be created too.")
+        box.button(QMessageBox.StandardButton.Yes).setText("Create")
+        box.setDefaultButton(QMessageBox.StandardButton.Yes)
+        box.finished.connect(lambda _r, box=box: self._confirmed(box, missing))
+        self.confirm_box = box
+        box.open()
+
+    def _confirmed(self, box: QMessageBox, missing: list[Path]) -> None:
+        self.confirm_box = None
+        if box.clickedButton() is not box.button(QMessageBox.StandardButton.Yes):
+            return  # the dialog stays open, nothing made
+        try:
+            for folder in missing:
+                folder.mkdir()  # one level at a time: each one made here is recorded
+                self.created.append(folder)
+        except OSError as exc:
+            workers.show_error(self, "Cannot create the folder", exc)
+            return
+        super().accept()
+
+
+class ReferenceDialog(QDialog):
+    """One reference of the collection, large: its photo (decoded on a worker) and its catalogue
+    entry (instance, metadata, file)."""
+
+    def __init__(self, index: Index, row: int, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setObjectName("referenceDialog")
+        item = index.items[row]
+        self.row = row
+        self.path = Path(index.root) / item.path
+        title = next((v for k, v in item.metadata.items() if k.strip().lower() == "title" and v), "")
+        self.setWindowTitle(f"{title} ({item.instance})" if title else item.instance)
+        self.photo = ImageView("Loading…", dark=False)
+        self.photo.setObjectName("referencePhoto")
+        self.photo.setMinimumSize(320, 240)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+        buttons.rejected.connect(self.reject)
+        lay = QVBoxLayout(self)
+        lay.addWidget(self.photo, 1)
+        lay.addLayout(catalogue_form(item.instance, item.metadata, str(self.path)))
+        lay.addWidget(buttons)
+        screen = (parent.screen() if parent is not None else None) or self.screen()
+        room = screen.availableGeometry().size() if screen is not None else None
+        self.resize(min(1000, int(room.width() * 0.9)) if room else 1000,
+                    min(780, int(room.height() * 0.9)) if room else 780)
+        path = self.path
+        self._job = workers.start(lambda: load_image(path, max_side=REFERENCE_SIDE),
+                                  on_result=self.photo.set_image, on_error=self._failed)
+        self.finished.connect(lambda _r: self.shutdown())
+
+    def is_busy(self) -> bool:
+        return self._job.running
+
+    def shutdown(self) -> None:
+        if self._job.running:
+            self._job.cancel()
+
+    def _failed(self, exc: BaseException) -> None:
+        self.photo.set_message(workers.error_message(exc), error=True)
+
+
 def format_duration(seconds: float | None) -> str:
     """``0:42``, ``12:05``, ``1:02:03``; ``…`` when unknown."""
     if seconds is None:
@@ -261,6 +390,8 @@ class CollectionTab(QWidget):
         self._last_progress: ExtractProgress | None = None
         self._described: ExtractProgress | None = None  # the last progress of the describing stage
         self._last_collection: Path | None = None
+        self.index_chooser: FolderChooser | None = None
+        self.reference_dialog: ReferenceDialog | None = None
         self._build_ui()
         self.state.index_changed.connect(self._index_changed)
         if self.state.index is not None:
@@ -433,11 +564,20 @@ class CollectionTab(QWidget):
         ll.addWidget(index_box)
         ll.addWidget(self.skipped_box, 1)
         left.setMinimumWidth(360)
+        # on a small screen (1024×700) the controls scroll instead of squeezing wrapped texts
+        self.controls = QScrollArea()
+        self.controls.setObjectName("collectionControls")
+        self.controls.setWidgetResizable(True)
+        self.controls.setFrameShape(QFrame.Shape.NoFrame)
+        self.controls.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.controls.setWidget(left)
+        self.controls.setMinimumWidth(360 + self.controls.verticalScrollBar().sizeHint().width())
 
         self.browser = ThumbnailBrowser(self)
         self.browser.setObjectName("collectionBrowser")
+        self.browser.activated.connect(self.show_reference)
         splitter = QSplitter(Qt.Orientation.Horizontal)
-        splitter.addWidget(left)
+        splitter.addWidget(self.controls)
         splitter.addWidget(self.browser)
         splitter.setStretchFactor(0, 0)
         splitter.setStretchFactor(1, 1)
@@ -663,8 +803,22 @@ class CollectionTab(QWidget):
             self.status_label.setText("Cancelling…")
             self.cancel_button.setEnabled(False)
 
+    def show_reference(self, row: int) -> ReferenceDialog | None:
+        """Open the reference at ``row`` of the open index large (a double-click on its thumbnail)."""
+        index = self.browser.model.collection_index
+        if index is None or not 0 <= row < len(index):
+            return None
+        if self.reference_dialog is not None:
+            self.reference_dialog.close()
+            self.reference_dialog.deleteLater()
+        self.reference_dialog = ReferenceDialog(index, row, self)
+        self.reference_dialog.open()
+        return self.reference_dialog
+
     def shutdown(self) -> None:
         """Cancel running work and wait for it (called when the window closes)."""
+        if self.reference_dialog is not None:
+            self.reference_dialog.shutdown()
         for job in (self._job, self._label_job):
             if job is not None and job.running:
                 job.cancel()
@@ -863,8 +1017,9 @@ class CollectionTab(QWidget):
             else:
                 self._labelling_inputs_changed()
 
-    def _choose_index_dir(self) -> None:
-        """Choose (or create, with the dialog's New Folder button) where the index is saved.
+    def _choose_index_dir(self) -> FolderChooser:
+        """Choose or create where the index is saved (:class:`FolderChooser`, opened on the
+        folder in the field; a folder that does not exist yet is typed in, ready to be made).
 
         A folder that cannot hold the index itself but may hold folders (a non-empty folder such as
         "Indexes", or the folder that contains the collection) gets a new sub-folder named after
@@ -872,16 +1027,23 @@ class CollectionTab(QWidget):
         """
         text = self.index_edit.text().strip()
         collection_text = self.collection_edit.text().strip()
-        collection = Path(collection_text) if collection_text else None
         if text:
-            start = _nearest_existing(Path(text))
-        elif collection is not None:
-            start = _nearest_existing(collection.parent)
+            start = Path(text)
+        elif collection_text:
+            start = _nearest_existing(Path(collection_text).parent)
         else:
             start = Path.home()
-        folder = QFileDialog.getExistingDirectory(self, "Choose or create the folder for the index", str(start))
-        if not folder:
-            return
+        if self.index_chooser is not None:
+            self.index_chooser.close()
+            self.index_chooser.deleteLater()
+        self.index_chooser = FolderChooser(self, "Choose or create the folder for the index", start)
+        self.index_chooser.fileSelected.connect(self._index_dir_chosen)
+        self.index_chooser.open()
+        return self.index_chooser
+
+    def _index_dir_chosen(self, folder: str) -> None:
+        collection_text = self.collection_edit.text().strip()
+        collection = Path(collection_text) if collection_text else None
         chosen = Path(folder)
         check = check_index_folder(chosen, collection)
         if (check.kind == "refused" and collection is not None and chosen.is_dir()
@@ -893,6 +1055,8 @@ class CollectionTab(QWidget):
                                           f"folder inside it, {inside.name}.")
                 return
         self._set_index_dir(chosen)
+        if self.index_chooser is not None and chosen in self.index_chooser.created:
+            self.status_label.setText(f"New folder {chosen} created for the index.")
 
     def _set_index_dir(self, folder: str | Path) -> None:
         self.index_edit.setText(str(folder))

@@ -24,6 +24,17 @@ Auto-triggering rules (so the kiosk does not chatter):
 Leaving: Esc, unless the setting ``demo/exit_keys`` holds a key combination (e.g.
 ``Ctrl+Shift+Q``); then Esc does nothing, only that combination closes the window, and close
 requests from the window system (Alt+F4, the title bar) are refused.
+
+Full screen: :meth:`DemoWindow.showFullScreen` also sizes the window to its screen, so the kiosk
+fills the screen in a bare X session without a window manager (where nobody acts on the
+full-screen request), and follows the screen when its resolution changes.
+
+Who reads what: the visitor sees plain words only (:data:`ASK_STAFF` when the camera is missing or
+the kiosk cannot start, :data:`LOOKUP_FAILED` when one look-up failed); the technician's details
+(camera number, the exception) go to the ``museum_search.gui.demo_window`` logger. Every touch gets
+a visible answer: a ring where the screen was touched, and a change of state where there is one
+(a touch on a problem screen shows :data:`TRYING_AGAIN` for at least
+:attr:`DemoWindow.RETRY_MIN_MS` before it says whether that helped).
 """
 
 from __future__ import annotations
@@ -34,9 +45,34 @@ from dataclasses import dataclass
 
 import cv2
 import numpy as np
-from PySide6.QtCore import QElapsedTimer, QEvent, QKeyCombination, QRectF, QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QKeySequence, QPainter, QPalette
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QStackedLayout, QVBoxLayout, QWidget
+from PySide6.QtCore import (
+    QElapsedTimer,
+    QEvent,
+    QKeyCombination,
+    QPointF,
+    QRect,
+    QRectF,
+    QSize,
+    Qt,
+    QTimer,
+    Signal,
+)
+from PySide6.QtGui import (
+    QColor,
+    QGuiApplication,
+    QKeySequence,
+    QPainter,
+    QPalette,
+    QPen,
+)
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QSizePolicy,
+    QStackedLayout,
+    QVBoxLayout,
+    QWidget,
+)
 
 from ..core.capture import STEADY_THRESHOLD, CameraSource, OpenCVCamera, is_steady
 from ..core.errors import ImageError
@@ -48,7 +84,8 @@ from .widgets.camera_view import CameraView, ImageView
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EXIT_KEYS_SETTING", "GETTING_READY", "HINT", "NOT_IN_COLLECTION", "DemoWindow"]
+__all__ = ["ASK_STAFF", "EXIT_KEYS_SETTING", "GETTING_READY", "HINT", "LOOKUP_FAILED", "NOT_IN_COLLECTION",
+           "TRYING_AGAIN", "DemoWindow"]
 
 #: Settings key of the key combination that closes the kiosk (empty: Esc closes it).
 EXIT_KEYS_SETTING = "demo/exit_keys"
@@ -60,6 +97,23 @@ NOT_IN_COLLECTION_BODY = ("We could not find it among the objects of this exhibi
                           "object, or hold this one a little closer and steadier.")
 CONTINUE = "Touch the screen to continue"
 TRY_AGAIN = "Touch the screen to try again"
+# what visitors read when something is wrong (the details go to the log, for the technician)
+ASK_STAFF = "Please ask a member of staff"
+CAMERA_DOWN = "The camera of this screen is not working right now."
+CAMERA_STILL_DOWN = "We tried again, but the camera is still not working."
+NOT_READY = "This screen is not ready right now."
+STILL_NOT_READY = "We tried again, but this screen is still not ready."
+LOOKUP_FAILED = "Sorry, that did not work"
+LOOKUP_FAILED_BODY = "Please try again, holding the object still in front of the camera."
+TRYING_AGAIN = "Trying again…"
+TRYING_AGAIN_BODY = "One moment, please."
+PHOTO_MISSING = "Photo not available"
+#: problem → (headline, detail, detail after a touch did not help)
+_PROBLEMS = {
+    "camera": (ASK_STAFF, CAMERA_DOWN, CAMERA_STILL_DOWN),
+    "setup": (ASK_STAFF, NOT_READY, STILL_NOT_READY),
+    "lookup": (LOOKUP_FAILED, LOOKUP_FAILED_BODY, LOOKUP_FAILED_BODY),
+}
 #: Longest side of the reference photo shown on the result card.
 PHOTO_SIDE = 1600
 
@@ -121,6 +175,13 @@ def _pretty_instance(instance: str) -> str:
     return text[:1].upper() + text[1:]
 
 
+def _set_flag(label: QLabel, name: str, on: bool) -> None:
+    """Set a property the style sheet selects on (``QLabel#x[name="true"]``) and restyle."""
+    label.setProperty(name, on)
+    label.style().unpolish(label)
+    label.style().polish(label)
+
+
 class _Countdown(QWidget):
     """A thin bar that empties while a card is shown (how long until the live view returns)."""
 
@@ -159,6 +220,64 @@ class _Countdown(QWidget):
         if f > 0:
             p.setBrush(QColor(_ACCENT))
             p.drawRoundedRect(QRectF(r.x(), r.y(), r.width() * f, r.height()), r.height() / 2, r.height() / 2)
+        p.end()
+
+
+class _Ripple(QWidget):
+    """A ring that grows and fades where the screen was touched: every touch is answered at once,
+    even when it changes nothing else (the kiosk is busy, or getting ready)."""
+
+    DURATION_MS = 450
+
+    def __init__(self, parent: QWidget):
+        super().__init__(parent)
+        self.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents, True)
+        self.setAttribute(Qt.WidgetAttribute.WA_NoSystemBackground, True)
+        self.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        self.radius = 80
+        self.touches = 0  # how many touches were answered
+        self._pos = QPointF()
+        self._clock = QElapsedTimer()
+        self._tick = QTimer(self, interval=16)
+        self._tick.timeout.connect(self._step)
+        self.hide()
+
+    def pulse(self, pos: QPointF) -> None:
+        self.touches += 1
+        self._pos = QPointF(pos)
+        self._clock.start()
+        self.setGeometry(self.parentWidget().rect())
+        self.show()
+        self.raise_()
+        self._tick.start()
+        self._repaint_ring()
+
+    def active(self) -> bool:
+        return self._tick.isActive()
+
+    def _step(self) -> None:
+        if self._clock.elapsed() >= self.DURATION_MS:
+            self._tick.stop()
+            self.hide()
+        self._repaint_ring()
+
+    def _repaint_ring(self) -> None:
+        r = int(self.radius) + 8
+        self.update(QRect(int(self._pos.x()) - r, int(self._pos.y()) - r, 2 * r, 2 * r))
+
+    def paintEvent(self, event) -> None:
+        if not self._clock.isValid():
+            return
+        t = min(1.0, self._clock.elapsed() / self.DURATION_MS)
+        p = QPainter(self)
+        p.setRenderHint(QPainter.RenderHint.Antialiasing)
+        ring, fill = QColor(_ACCENT), QColor(_ACCENT)
+        ring.setAlphaF(0.9 * (1.0 - t))
+        fill.setAlphaF(0.25 * (1.0 - t))
+        p.setPen(QPen(ring, max(3.0, self.radius / 12)))
+        p.setBrush(fill)
+        r = self.radius * (0.35 + 0.65 * t)
+        p.drawEllipse(self._pos, r, r)
         p.end()
 
 
@@ -328,7 +447,9 @@ class DemoWindow(QWidget):
     mode_changed = Signal(str)
     recognized = Signal(object)  # the list of Results (best first)
 
-    MODES = ("starting", "live", "recognizing", "result", "unknown", "error")
+    MODES = ("starting", "live", "recognizing", "result", "unknown", "error", "retrying")
+    #: A touch on a problem screen shows "Trying again…" at least this long (ms).
+    RETRY_MIN_MS = 1200
 
     def __init__(self, index, settings: Settings, camera_factory=None, parent: QWidget | None = None, *,
                  steady_seconds: float = 1.0, result_seconds: float = 8.0,
@@ -350,7 +471,12 @@ class DemoWindow(QWidget):
 
         self._mode = "starting"
         self._pipeline: QueryPipeline | None = None
-        self._camera_error: str | None = None
+        self._camera_error: str | None = None  # the technician's text of the last camera failure
+        self._camera_ok = False  # the camera opened (and has not failed since)
+        self._problem: str | None = None  # the problem shown: a key of _PROBLEMS
+        self._pending_problem: str | None = None  # to show once "Trying again…" has been seen
+        self._retry_clock = QElapsedTimer()
+        self._fitted_screen = None  # the screen whose size the window follows (full screen)
         self._load_job: workers.Job | None = None
         self._job: workers.Job | None = None
         self._closing = False
@@ -366,17 +492,16 @@ class DemoWindow(QWidget):
         self._trigger_ref: np.ndarray | None = None  # the frame of the last trigger
         self._quiet_ref: np.ndarray | None = None  # a still scene found "not in the collection"
 
-        self.camera_view = CameraView(max_fps=max_fps)
+        self.camera_view = CameraView(max_fps=max_fps, messages=False)  # the kiosk says what visitors read
         self.camera_view.setObjectName("demoCamera")
         view = self.camera_view.view
-        view.set_message("")
         pal = view.palette()  # black letterbox around the video, light messages
         pal.setColor(QPalette.ColorRole.Dark, QColor("#000000"))
         pal.setColor(QPalette.ColorRole.BrightText, QColor(_TEXT))
         view.setPalette(pal)
         self.camera_view.frame_shown.connect(self._on_frame)
         self.camera_view.failed.connect(self._camera_failed)
-        self.camera_view.started.connect(lambda _name: self.camera_view.view.set_message(""))
+        self.camera_view.started.connect(self._camera_started)
         self.live_page = _LivePage(self.camera_view)
         self.card_page = _CardPage()
         self.message_page = _MessagePage()
@@ -388,8 +513,11 @@ class DemoWindow(QWidget):
                   self.message_page, self.card_page.photo):
             w.setFocusPolicy(Qt.FocusPolicy.NoFocus)  # keys always reach the window
 
+        self.ripple = _Ripple(self)
         self._result_timer = QTimer(self, singleShot=True)
         self._result_timer.timeout.connect(self.back_to_live)
+        self._problem_timer = QTimer(self, singleShot=True)  # shows _pending_problem
+        self._problem_timer.timeout.connect(self._show_pending_problem)
         self._restyle()
         self._set_mode("starting")
         self._load_pipeline()
@@ -397,7 +525,7 @@ class DemoWindow(QWidget):
     # ---- public API ----------------------------------------------------------------------
     @property
     def mode(self) -> str:
-        """One of :attr:`MODES`: starting, live, recognizing, result, unknown, error."""
+        """One of :attr:`MODES`: starting, live, recognizing, result, unknown, error, retrying."""
         return self._mode
 
     @property
@@ -432,10 +560,33 @@ class DemoWindow(QWidget):
             self._steady_since = None  # a fresh still period is needed
             self._set_mode("live")
 
+    def showFullScreen(self) -> None:
+        """Full screen, with or without a window manager.
+
+        A window manager acts on the full-screen request; without one (a bare X kiosk session)
+        nobody does and the window would keep its own size, in a corner. So the window is also
+        given its screen's geometry, and follows it when the screen's resolution changes."""
+        screen = self.screen() or QGuiApplication.primaryScreen()
+        if screen is not None:
+            if self._fitted_screen is not screen:
+                if self._fitted_screen is not None:
+                    self._fitted_screen.geometryChanged.disconnect(self._fit_screen)
+                screen.geometryChanged.connect(self._fit_screen)
+                self._fitted_screen = screen
+            self.setGeometry(screen.geometry())
+        super().showFullScreen()
+        self.raise_()
+        self.activateWindow()  # keyboard focus without a window manager (Esc, the exit keys)
+
+    def _fit_screen(self, *_args) -> None:
+        if self.isFullScreen() and self._fitted_screen is not None:
+            self.setGeometry(self._fitted_screen.geometry())
+
     def shutdown(self) -> None:
         """Stop the camera, timers and background work (the window closes)."""
         self._closing = True
         self._result_timer.stop()
+        self._problem_timer.stop()
         self.card_page.countdown.stop()
         self.camera_view.stop(message=None)
         for job in (self._job, self._load_job):
@@ -475,9 +626,21 @@ class DemoWindow(QWidget):
         return self.live_page.status.text() if not self.live_page.status.isHidden() else ""
 
     def message_text(self) -> str:
-        """Headline and detail of the full-screen message (error mode)."""
+        """Headline and detail of the full-screen message (error and retrying modes)."""
         page = self.message_page
         return "\n".join(t for t in (page.headline.text(), page.detail.text()) if t)
+
+    def problem(self) -> str | None:
+        """The problem shown or last shown: "camera", "setup", "lookup" (None: none yet)."""
+        return self._problem
+
+    def visible_text(self) -> str:
+        """Everything a visitor can read now (labels shown, texts painted in the pictures)."""
+        texts = [lab.text() for lab in self.findChildren(QLabel) if lab.text() and lab.isVisibleTo(self)]
+        for view in (self.camera_view.view, self.card_page.photo):
+            if view.isVisibleTo(self) and view.message():
+                texts.append(view.message())
+        return "\n".join(texts)
 
     # ---- start-up ------------------------------------------------------------------------
     def _load_pipeline(self) -> None:
@@ -487,25 +650,30 @@ class DemoWindow(QWidget):
             self._pipeline = pipeline
             if self._mode == "starting":
                 self._set_mode("live")
+            elif self._mode == "retrying":
+                self._retry_succeeded()
 
         def failed(exc: BaseException) -> None:
-            self._show_error("The demo cannot start", workers.error_message(exc))
+            log.error("kiosk: the query pipeline of the index %s could not be built: %s",
+                      getattr(index, "path", None), workers.error_message(exc))  # traceback: debug level
+            self._show_problem("setup")
 
         self._load_job = workers.start(lambda: QueryPipeline(index, settings), on_result=done, on_error=failed)
 
     def _start_camera(self) -> None:
         self._started_camera = True
         self._camera_error = None
+        self._camera_ok = False
         self._prev = None
         self._steady_since = None
         number = self.settings.camera
         try:
             source: CameraSource = self.camera_factory(number)
         except Exception as exc:  # noqa: BLE001 - a factory failure is a camera failure
+            log.debug("kiosk: the camera factory failed for camera %s", number, exc_info=exc)
             self._camera_failed(workers.error_message(exc))
             return
         self.camera_view.start(source)
-        self.camera_view.view.set_message("")
 
     def showEvent(self, event) -> None:
         super().showEvent(event)
@@ -529,36 +697,77 @@ class DemoWindow(QWidget):
             self._stack.setCurrentWidget(self.message_page)
         self.mode_changed.emit(mode)
 
-    def _show_error(self, headline: str, detail: str) -> None:
+    def _show_problem(self, kind: str) -> None:
+        """Tell the visitor that something is wrong, in plain words (``kind``: a key of
+        ``_PROBLEMS``; the caller has logged the details). After a touch on a problem screen the
+        answer waits until "Trying again…" has been seen."""
+        if self._closing:
+            return
+        if self._mode == "retrying":
+            if self._pending_problem is None or kind != "lookup":
+                self._pending_problem = kind
+            self._problem_timer.start(max(0, self.RETRY_MIN_MS - self._retry_clock.elapsed()))
+            return
+        self._show_message(kind, retried=False)
+
+    def _show_pending_problem(self) -> None:
+        kind, self._pending_problem = self._pending_problem, None
+        if kind is not None and self._mode == "retrying" and not self._closing:
+            self._show_message(kind, retried=True)
+
+    def _show_message(self, kind: str, retried: bool) -> None:
         self._result_timer.stop()
         self.card_page.countdown.stop()
-        self.message_page.headline.setText(headline)
-        self.message_page.detail.setText(detail)
+        headline, detail, detail_again = _PROBLEMS[kind]
+        self._problem = kind
+        page = self.message_page
+        page.headline.setText(headline)
+        page.detail.setText(detail_again if retried else detail)
+        page.action.setText(TRY_AGAIN)
+        self._set_calm(False)
         self._set_mode("error")
 
     def _retry(self) -> None:
-        """A touch on the error screen: start again whatever is not working."""
+        """A touch on a problem screen: say "Trying again…" and start again what is not working."""
+        if self._problem == "lookup" and self._pipeline is not None and self._camera_ok:
+            self._set_mode("live")  # one look-up failed; the kiosk itself works
+            return
+        self._pending_problem = None
+        self._retry_clock.start()
+        page = self.message_page
+        page.headline.setText(TRYING_AGAIN)
+        page.detail.setText(TRYING_AGAIN_BODY)
+        page.action.setText("")
+        self._set_calm(True)
+        self._set_mode("retrying")
         if self._pipeline is None and (self._load_job is None or not self._load_job.running):
-            self._set_mode("starting")
             self._load_pipeline()
-        elif self._pipeline is None:
-            self._set_mode("starting")
-        if not self.camera_view.is_running():
-            self._start_camera()
-            if self._mode == "error":  # the factory failed at once
-                return
-        if self._mode == "error":
-            self._set_mode("live" if self._pipeline is not None else "starting")
+        if not self._camera_ok:
+            self._start_camera()  # a failure comes back through _camera_failed
+        self._retry_succeeded()
+
+    def _retry_succeeded(self) -> None:
+        """Leave "Trying again…" once the camera works (for the look-up: and the pipeline)."""
+        if self._mode != "retrying" or not self._camera_ok or self._pending_problem is not None:
+            return
+        self._problem_timer.stop()
+        self._set_mode("live" if self._pipeline is not None else "starting")
 
     # ---- camera --------------------------------------------------------------------------
+    def _camera_started(self, name: str) -> None:
+        log.info("kiosk: camera %s (%s) opened", self.settings.camera, name)
+        self._camera_ok = True
+        self._retry_succeeded()
+
     def _camera_failed(self, text: str) -> None:
         self._camera_error = text
+        self._camera_ok = False
         self._prev = None
         self._steady_since = None
         if self._closing:
             return
-        headline = "No camera found" if "no camera" in text.lower() else "The camera is not working"
-        self._show_error(headline, text)
+        log.error("kiosk: camera %s cannot be used: %s", self.settings.camera, text)
+        self._show_problem("camera")
 
     def _on_frame(self) -> None:
         full = self.camera_view.latest_frame()
@@ -621,10 +830,11 @@ class DemoWindow(QWidget):
         self.recognized.emit(list(rec.results))
 
     def _recognition_failed(self, exc: BaseException) -> None:
+        self._job = None
         if self._closing:
             return
-        self._show_error("Something went wrong", f"The object could not be looked up: "
-                                                 f"{workers.error_message(exc)}")
+        log.error("kiosk: a camera frame could not be looked up: %s", workers.error_message(exc))
+        self._show_problem("lookup")
 
     def _fill_result_card(self, rec: _Recognition) -> None:
         c, best = self.card_page, rec.results[0]
@@ -646,7 +856,9 @@ class DemoWindow(QWidget):
         if rec.photo is not None:
             c.photo.set_image(rec.photo)
         else:
-            c.photo.set_message("Photo not available" + (f": {rec.photo_error}" if rec.photo_error else ""))
+            log.warning("kiosk: the photo %s of %s cannot be shown: %s", best.abspath, best.instance,
+                        rec.photo_error)
+            c.photo.set_message(PHOTO_MISSING)
         c.show_caption(False)
         c.footer.setText(CONTINUE)
         self._set_sorry(False)
@@ -668,13 +880,15 @@ class DemoWindow(QWidget):
         self._set_sorry(True)
 
     def _set_sorry(self, sorry: bool) -> None:
-        title = self.card_page.title
-        title.setProperty("sorry", sorry)
-        title.style().unpolish(title)
-        title.style().polish(title)
+        _set_flag(self.card_page.title, "sorry", sorry)
+
+    def _set_calm(self, calm: bool) -> None:
+        _set_flag(self.message_page.headline, "calm", calm)
 
     # ---- input ---------------------------------------------------------------------------
-    def _touched(self) -> None:
+    def _touched(self, pos: QPointF | None = None) -> None:
+        """Every touch: a ring where it landed, and what it means in the current mode."""
+        self.ripple.pulse(QPointF(self.rect().center()) if pos is None else pos)
         if self._mode == "live":
             self._trigger(auto=False)
         elif self._mode in ("result", "unknown"):
@@ -684,7 +898,7 @@ class DemoWindow(QWidget):
 
     def mousePressEvent(self, event) -> None:
         if event.button() in (Qt.MouseButton.LeftButton, Qt.MouseButton.RightButton):
-            self._touched()
+            self._touched(event.position())
             event.accept()
             return
         super().mousePressEvent(event)
@@ -737,6 +951,7 @@ class DemoWindow(QWidget):
             return max(12, round(n * u))
 
         self.card_page.set_margins(px(72))
+        self.ripple.radius = px(90)
         self.setStyleSheet(f"""
             QWidget#demoWindow {{ background: {_BG}; }}
             QWidget#demoCard {{ background: {_CARD}; }}
@@ -758,6 +973,7 @@ class DemoWindow(QWidget):
                                   border-radius: {px(10)}px; padding: {px(8)}px {px(16)}px; }}
             QLabel#demoFooter {{ font-size: {px(28)}px; color: {_MUTED}; }}
             QLabel#demoHeadline {{ font-size: {px(84)}px; font-weight: 700; color: {_SORRY}; }}
+            QLabel#demoHeadline[calm="true"] {{ color: {_ACCENT}; }}
             QLabel#demoDetail {{ font-size: {px(36)}px; }}
         """)
         self.live_page._place()

@@ -6,7 +6,10 @@ signals ``frame_ready`` only when the GUI has taken the previous frame, so a bus
 builds up a queue of stale frames: frames it had no time for are simply dropped.
 
 :class:`CameraView` shows the frames (an :class:`ImageView`, which paints an image scaled to fit,
-aspect preserved) and a clear message when the camera cannot be used.
+aspect preserved) and a clear message when the camera cannot be used. A view that speaks to
+someone else (the kiosk's visitors) passes ``messages=False``: the view then never paints the
+camera's own status or error text (camera number, exception); it only signals ``failed`` and the
+owner says what it wants to.
 """
 
 from __future__ import annotations
@@ -180,10 +183,12 @@ class CameraView(QWidget):
     failed = Signal(str)  # message shown in the view
     frame_shown = Signal()
 
-    def __init__(self, parent: QWidget | None = None, max_fps: float = 30.0):
+    def __init__(self, parent: QWidget | None = None, max_fps: float = 30.0, messages: bool = True):
+        """``messages=False``: the view paints frames only, never status or error text."""
         super().__init__(parent)
         self.max_fps = max_fps
-        self.view = ImageView("Camera off")
+        self.messages = messages
+        self.view = ImageView("Camera off" if messages else "")
         self.view.setObjectName("cameraImage")
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
@@ -199,7 +204,7 @@ class CameraView(QWidget):
         self.stop(message=None)
         self._latest = None
         self._source_name = str(getattr(source, "name", "camera"))
-        self.view.set_message(f"Starting {self._source_name}…")
+        self._say(f"Starting {self._source_name}…")
         w = CameraWorker(source, self.max_fps)
         w.frame_ready.connect(self._on_frame)
         w.opened.connect(self._on_opened)
@@ -222,7 +227,7 @@ class CameraView(QWidget):
         if not w.wait(5000):
             log.warning("the camera thread did not stop within 5 s")
         if message is not None:
-            self.view.set_message(message)
+            self._say(message)
         self.stopped.emit()
 
     def is_running(self) -> bool:
@@ -239,8 +244,12 @@ class CameraView(QWidget):
         return self.view.message()
 
     # ---- worker callbacks (GUI thread) ---------------------------------------------------
+    def _say(self, text: str, error: bool = False) -> None:
+        """Show a status or error text in place of the picture (only with ``messages``)."""
+        self.view.set_message(text if self.messages else "", error=error and self.messages)
+
     def _on_opened(self, name: str) -> None:
-        self.view.set_message(f"{name}: waiting for the first image…")
+        self._say(f"{name}: waiting for the first image…")
         self.started.emit(name)
 
     def _on_frame(self) -> None:
@@ -257,7 +266,7 @@ class CameraView(QWidget):
 
     def _on_failed(self, text: str) -> None:
         self._latest = None
-        self.view.set_message(text, error=True)
+        self._say(text, error=True)
         self.failed.emit(text)
 
     def _on_finished(self, w: CameraWorker) -> None:

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from PySide6.QtCore import QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QFontMetrics, QPixmap
 from PySide6.QtWidgets import (
+    QFormLayout,
     QFrame,
     QGridLayout,
     QLabel,
@@ -62,6 +63,23 @@ def evidence_text(result: Result) -> str:
         return f"score {result.score:.3f}"
     inliers = getattr(result, "inliers", None)
     return f"cosine {cosine:.2f} · " + ("not verified" if inliers is None else f"{inliers} inliers")
+
+
+def catalogue_form(instance: str, metadata: dict[str, str] | None, path: str,
+                   before: Sequence[tuple[str, str]] = ()) -> QFormLayout:
+    """A reference's catalogue entry as a form for a large view: ``before`` (e.g. rank, evidence),
+    the instance, each metadata field that has a value, and the file; plain text, wrapped and
+    selectable."""
+    form = QFormLayout()
+    rows = [*before, ("Instance", instance)]
+    rows += [(f"{k[:1].upper()}{k[1:]}", v) for k, v in (metadata or {}).items() if v]
+    for name, text in [*rows, ("File", path)]:
+        lab = QLabel(text)
+        lab.setTextFormat(Qt.TextFormat.PlainText)
+        lab.setWordWrap(True)
+        lab.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        form.addRow(f"{name}:", lab)
+    return form
 
 
 def result_tooltip(result: Result) -> str:

@@ -593,7 +593,7 @@ _GAP = 8  # between items
 class ThumbnailBrowser(QWidget):
     """A filter field, a grid of thumbnails of an index and a "12 of 287 references" count."""
 
-    #: Emitted with the row (in the index) of a double-clicked reference.
+    #: Emitted with the row (in the index) of a reference double-clicked (or Enter on it).
     activated = Signal(int)
 
     def __init__(self, parent: QWidget | None = None, thumb_size: int = 128, cache: ThumbnailCache | None = None):
@@ -628,7 +628,7 @@ class ThumbnailBrowser(QWidget):
         self.view.setVerticalScrollMode(QAbstractItemView.ScrollMode.ScrollPerPixel)
         self.view.verticalScrollBar().setSingleStep(24)
         self.view.setModel(self.proxy)
-        self.view.doubleClicked.connect(self._double_clicked)
+        self.view.activated.connect(self._activated)  # double-click, or Enter
 
         # Typing in a 10,000-item collection: filter once the user pauses.
         self._filter_timer = QTimer(self, singleShot=True, interval=120)
@@ -699,7 +699,7 @@ class ThumbnailBrowser(QWidget):
             shown = self.proxy.rowCount()
             self.count_label.setText(f"{shown:,} of {total:,} reference{'s' if total != 1 else ''}")
 
-    def _double_clicked(self, idx: QModelIndex) -> None:
+    def _activated(self, idx: QModelIndex) -> None:
         row = self.proxy.data(idx, ROW_ROLE)
         if row is not None:
             self.activated.emit(int(row))
