@@ -92,7 +92,7 @@ def test_missing_webcam_fails_fast_with_clear_message():
     assert time.perf_counter() - t0 < 3.0
     assert isinstance(info.value, MuseumSearchError)
     assert "No camera found at number" in str(info.value)
-    assert "Settings" in str(info.value)
+    assert "choose another camera" in str(info.value) and "Settings" not in str(info.value)
     cam.close()  # harmless after a failed open
 
 

@@ -198,7 +198,9 @@ def test_no_camera_shows_message(qtbot, make_tab):
     tab.start_camera(missing)
     expected = f"No camera found at number {missing}"
     qtbot.waitUntil(lambda: expected in tab.message.text(), timeout=10_000)
-    assert expected in tab.camera_view.message() and "Settings" in tab.message.text()
+    # the camera is chosen right here, in the Camera list, not in Settings
+    assert expected in tab.camera_view.message() and "Camera list" in tab.message.text()
+    assert "Settings" not in tab.message.text()
     qtbot.waitUntil(lambda: not tab.camera_view.is_running(), timeout=10_000)
     assert not tab.capture_button.isEnabled() and tab.camera_button.text() == "Start camera"
     assert not tab.capture()  # nothing to capture: a message, no query

@@ -54,8 +54,8 @@ class CameraError(MuseumSearchError):
 
 
 def no_camera_message(index: int) -> str:
-    return (f"No camera found at number {index}. Connect a webcam or choose another camera in "
-            f"Settings.")
+    """Where the camera is chosen differs (the Search tab's Camera list, ``--camera N``): views add that."""
+    return f"No camera found at number {index}. Connect a webcam or choose another camera."
 
 
 @runtime_checkable

@@ -774,7 +774,7 @@ class SearchTab(QWidget):
             self.capture_button.setEnabled(True)
 
     def _camera_failed(self, text: str) -> None:
-        self.show_message(text, "error")
+        self.show_message(f"{text} The Camera list next to “Start camera” shows the cameras found.", "error")
         self.camera_button.setChecked(False)
         self.camera_button.setText("Start camera")
         self.capture_button.setEnabled(False)
@@ -806,7 +806,7 @@ class SearchTab(QWidget):
             self._probed = True
             self._fill_cameras(list(found))
             if not found:
-                self.camera_combo.setToolTip("No camera was detected; the number set in Settings is tried.")
+                self.camera_combo.setToolTip("No camera was detected; the number in the list is tried.")
 
         self._probe_job = workers.start(lambda: list_cameras(), on_result=done)
 
