@@ -16,6 +16,7 @@
 # start test.
 #
 # Output: dist/museum-search/ (museum-search-gui, museum-search, _internal/), build/onnx/, build/build-report.txt.
+# On Linux museum-search-gui is a launcher script that starts museum-search in GUI mode (see museum-search.spec).
 # Runs on Linux and macOS (bash); on Windows run the pyinstaller line by hand (see packaging/README.md).
 set -euo pipefail
 
@@ -96,7 +97,7 @@ run() {  # run the frozen program with a clean environment
 }
 RES=$(find "$DIST" -maxdepth 3 -type d -name resources -path '*/resources' | head -n 1)
 [ -n "$RES" ] && [ -d "$RES/sample/collection" ] || fail "resources/sample not bundled"
-n_exports=$(find "$RES/onnx" -maxdepth 1 -name '*.onnx' 2>/dev/null | wc -l)
+n_exports=$(find "$RES/onnx" -maxdepth 1 \( -name '*.onnx' -o -name '*.onnx.xz' \) 2>/dev/null | wc -l)
 [ "$n_exports" -gt 0 ] || fail "no ONNX exports bundled in ${RES#"$DIST"/}/onnx"
 # torch-free: no torch (nor its CUDA libraries) in the bundle
 for heavy in torch torchvision nvidia triton cuda; do
@@ -112,14 +113,15 @@ out=$(run "$DIST/$NAME-gui" --version) || fail "$NAME-gui --version exited $?"
 log "smoke: --version OK ($out)"
 
 # index the bundled sample collection with the bundled ONNX exports, then recognise one sample query
-check_top1() {  # INDEX QUERY -> the top-1 instance must be the ground truth
+check_top1() {  # INDEX QUERY [query options...] -> the top-1 instance must be the ground truth
     local index=$1 query=$2 expected got
+    shift 2
     expected=$(awk -F, -v q="$query" '$1 == q {print $2}' "$RES/sample/queries/ground_truth.csv")
-    got=$(run "$DIST/$NAME" query "$index" "$RES/sample/queries/$query" -k 1 --json \
+    got=$(run "$DIST/$NAME" query "$index" "$RES/sample/queries/$query" -k 1 --json "$@" \
         | "$PYTHON" -c 'import json, sys; print(json.load(sys.stdin)[0]["results"][0]["instance"])') \
         || fail "query $query on $index"
     [ -n "$expected" ] && [ "$got" = "$expected" ] || fail "top-1 of $query is '$got', expected '$expected'"
-    log "smoke: query $query -> $got (top-1 correct)"
+    log "smoke: query $query${*:+ $*} -> $got (top-1 correct)"
 }
 for backbone in mobilenet_v2 efficientnet_lite0; do
     t1=$(now)
@@ -129,6 +131,7 @@ for backbone in mobilenet_v2 efficientnet_lite0; do
     check_top1 "$SMOKE/index-$backbone" q01.jpg
 done
 check_top1 "$SMOKE/index-mobilenet_v2" q15.jpg
+check_top1 "$SMOKE/index-mobilenet_v2" q15.jpg --rerank icfrr  # scipy.sparse, the part of scipy that is bundled
 
 # the GUI must start offscreen, open the index and still be running after GUI_SECONDS (timeout's 124)
 gui_start() {  # PLATFORM [launcher...]

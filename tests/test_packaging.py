@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
 import tomllib
 import types
 from pathlib import Path
@@ -66,11 +67,36 @@ class _Analysis(_Target):
             (Path(s).stem, s, "PYSOURCE") for s in scripts
         ]
         self.pure = []
-        self.datas = list(kwargs["datas"])
-        self.binaries = list(kwargs["binaries"]) + [
-            ("PySide6/Qt/plugins/platforms/libqxcb.so", "/qt/libqxcb.so", "BINARY"),
-            ("PySide6/Qt/plugins/platforms/libqoffscreen.so", "/qt/libqoffscreen.so", "BINARY"),
+        # PyInstaller's TOC entries: (destination path, source path, type)
+        self.datas = [(f"{dest}/{Path(src).name}", src, "DATA") for src, dest in kwargs["datas"]] + [
+            ("PySide6/Qt/translations/qtbase_de.qm", "/qt/translations/qtbase_de.qm", "DATA"),
         ]
+        self.binaries = [(f"{dest}/{Path(src).name}", src, "BINARY") for src, dest in kwargs["binaries"]] + [
+            (f"PySide6/Qt/plugins/{name}", f"/qt/plugins/{name}", "BINARY") for name in _FAKE_IMPORTS
+            if "/" in name] + [
+            ("libgtk-3.so.0", "/lib/libgtk-3.so.0", "BINARY"),
+            ("libglib-2.0.so.0", "/lib/libglib-2.0.so.0", "BINARY"),
+            ("libQt6Core.so.6", "PySide6/Qt/lib/libQt6Core.so.6", "SYMLINK"),
+        ]
+
+
+#: What each fake binary loads (PyInstaller's bindepend.get_imports, by source path's name): the GTK3 theme
+#: loads GTK and GLib; xcb loads GLib too, so only GTK must go with the theme.
+_FAKE_IMPORTS = {
+    "platforms/libqxcb.so": ["libglib-2.0.so.0", "libQt6Core.so.6"],
+    "platforms/libqoffscreen.so": ["libQt6Core.so.6"],
+    "platforms/libqeglfs.so": ["libQt6Core.so.6"],
+    "platformthemes/libqgtk3.so": ["libgtk-3.so.0", "libglib-2.0.so.0", "libQt6Core.so.6"],
+    "imageformats/libqjpeg.so": ["libQt6Core.so.6"],
+    "imageformats/libqsvg.so": ["libQt6Core.so.6"],
+}
+
+
+def _fake_get_imports(src, search_paths=None):
+    for name, loads in _FAKE_IMPORTS.items():
+        if src.endswith(name):
+            return {(lib, f"/lib/{lib}") for lib in loads}
+    return set()
 
 
 def _fake_export(folder: Path, name: str, head: str = "gem", *, payload: bytes | None = None) -> Path:
@@ -100,13 +126,18 @@ def _exec_spec(monkeypatch, onnx_dir: Path) -> dict:
     hooks = types.ModuleType("PyInstaller.utils.hooks")
     hooks.collect_data_files = lambda pkg, **kw: [(f"/site/{pkg}/data/file.txt", f"{pkg}/data")]
     hooks.collect_dynamic_libs = lambda pkg, **kw: [(f"/site/{pkg}/capi/lib{pkg}.so.1.0", f"{pkg}/capi")]
-    for name in ("PyInstaller", "PyInstaller.utils"):
+    bindepend = types.ModuleType("PyInstaller.depend.bindepend")
+    bindepend.get_imports = _fake_get_imports
+    for name in ("PyInstaller", "PyInstaller.utils", "PyInstaller.depend"):
         monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
     monkeypatch.setitem(sys.modules, "PyInstaller.utils.hooks", hooks)
+    monkeypatch.setitem(sys.modules, "PyInstaller.depend.bindepend", bindepend)
     monkeypatch.setenv("MUSEUM_SEARCH_BUILD_ONNX", str(onnx_dir))
     _Target.made = []
+    dist = onnx_dir.parent / "dist"
+    (dist / "museum-search").mkdir(parents=True, exist_ok=True)  # what COLLECT would have made
     namespace = {
-        "__name__": "__main__", "__file__": str(SPEC), "SPECPATH": str(PACKAGING),
+        "__name__": "__main__", "__file__": str(SPEC), "SPECPATH": str(PACKAGING), "DISTPATH": str(dist),
         "Analysis": _Analysis, "PYZ": _Target, "EXE": _Target, "COLLECT": _Target, "BUNDLE": _Target,
     }
     exec(compile(SPEC.read_text(encoding="utf-8"), str(SPEC), "exec"), namespace)  # noqa: S102 - our own spec file
@@ -125,7 +156,10 @@ def test_spec_reads_name_and_version_from_the_project(spec_run):
     assert spec_run["VERSION"] == museum_search.__version__
 
 
-def test_spec_builds_two_executables_in_one_folder(spec_run):
+@pytest.mark.parametrize("platform", ["win32", "darwin"])
+def test_spec_builds_two_executables_in_one_folder(monkeypatch, onnx_dir, platform):
+    monkeypatch.setattr(sys, "platform", platform)
+    _exec_spec(monkeypatch, onnx_dir)
     exes = [t for t in _Target.made if "exclude_binaries" in t.kwargs]
     by_name = {t.kwargs["name"]: t for t in exes}
     assert set(by_name) == {"museum-search-gui", "museum-search"}
@@ -141,6 +175,76 @@ def test_spec_builds_two_executables_in_one_folder(spec_run):
         t for t in _Target.made if t.kwargs.get("name") == "museum-search" and "exclude_binaries" not in t.kwargs
     ]
     assert set(collect.args[:2]) == set(exes)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the launcher is a POSIX shell script")
+def test_spec_on_linux_has_one_executable_and_a_gui_launcher(monkeypatch, onnx_dir, tmp_path):
+    """On Linux museum-search-gui is a script that runs museum-search in GUI mode, with its arguments, from
+    wherever it is linked."""
+    ns = _exec_spec(monkeypatch, onnx_dir)
+    exes = [t for t in _Target.made if "exclude_binaries" in t.kwargs]
+    assert [t.kwargs["name"] for t in exes] == ["museum-search"]
+    (collect,) = [t for t in _Target.made if t.kwargs.get("name") == "museum-search" and "exclude_binaries" not in t.kwargs]
+    assert collect.args[0] is exes[0]
+    folder = Path(ns["DISTPATH"]) / "museum-search"
+    launcher = folder / "museum-search-gui"
+    assert os.access(launcher, os.X_OK)
+    # a stand-in for the frozen console program: prints the entry it was asked for and its arguments
+    (folder / "museum-search").write_text('#!/bin/sh\necho "entry=$MUSEUM_SEARCH_FROZEN_ENTRY args=$*"\n')
+    (folder / "museum-search").chmod(0o755)
+    link = tmp_path / "bin" / "museum-search-gui"  # packaging/README: linked from /usr/local/bin
+    link.parent.mkdir()
+    link.symlink_to(launcher)
+    out = subprocess.run([str(link), "INDEX DIR", "--demo"], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "entry=gui args=INDEX DIR --demo"
+    # entry_cli.py turns that into the GUI's main, and removes the variable for child processes
+    text = (PACKAGING / "entry_cli.py").read_text(encoding="utf-8")
+    assert 'os.environ.pop("MUSEUM_SEARCH_FROZEN_ENTRY", "") == "gui"' in text
+    assert "from museum_search.gui.app import main" in text
+
+
+def test_spec_leaves_out_unused_files_and_the_libraries_only_they_load(monkeypatch, onnx_dir):
+    monkeypatch.setattr(sys, "platform", "linux")
+    _exec_spec(monkeypatch, onnx_dir)
+    analysis = next(t for t in _Target.made if isinstance(t, _Analysis))
+    binaries = {dest for dest, _src, _typ in analysis.binaries}
+    datas = {dest for dest, _src, _typ in analysis.datas}
+    for kept in ("PySide6/Qt/plugins/platforms/libqxcb.so", "PySide6/Qt/plugins/platforms/libqoffscreen.so",
+                 "PySide6/Qt/plugins/imageformats/libqsvg.so", "libglib-2.0.so.0", "libQt6Core.so.6"):
+        assert kept in binaries, kept
+    for gone in ("PySide6/Qt/plugins/platformthemes/libqgtk3.so", "PySide6/Qt/plugins/platforms/libqeglfs.so",
+                 "PySide6/Qt/plugins/imageformats/libqjpeg.so",
+                 "libgtk-3.so.0",  # loaded only by the GTK3 theme
+                 "onnxruntime/capi/libonnxruntime.so.1.0"):  # ONNX Runtime's C API: nothing loads it
+        assert gone not in binaries, gone
+    assert "PySide6/Qt/translations/qtbase_de.qm" not in datas
+    assert any(d.startswith("resources/onnx/") for d in datas)
+
+
+def test_runtime_hook_stands_in_for_qtopengl():
+    """Without PySide6.QtOpenGL (left out of the build), pyqtgraph still imports and draws a plot, and any use
+    of the stand-in says what is missing."""
+    code = textwrap.dedent(f"""
+        import importlib.util, os, sys
+        os.environ["QT_QPA_PLATFORM"] = "offscreen"
+        real = importlib.util.find_spec
+        importlib.util.find_spec = lambda name, *a: None if name == "PySide6.QtOpenGL" else real(name, *a)
+        exec(open({str(PACKAGING / "rthook_qtopengl.py")!r}).read())
+        importlib.util.find_spec = real
+        from PySide6.QtWidgets import QApplication
+        import pyqtgraph as pg
+        app = QApplication([])
+        w = pg.PlotWidget(); w.plot([1, 2, 3], [3, 1, 2]); w.resize(200, 150); w.show(); app.processEvents()
+        assert not w.grab().isNull()
+        import PySide6.QtOpenGL as gl
+        try:
+            gl.QOpenGLBuffer
+        except AttributeError as exc:
+            print("stand-in:", exc)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "stand-in: PySide6.QtOpenGL.QOpenGLBuffer: OpenGL drawing is not part of this build" in out.stdout
 
 
 def test_spec_bundles_resources_and_onnx_exports(spec_run, onnx_dir):
@@ -224,8 +328,8 @@ def test_spec_excludes_what_the_app_does_not_use(spec_run):
         assert name in excludes, name
     # ...but nothing the app imports
     for name in ("PySide6.QtCore", "PySide6.QtGui", "PySide6.QtWidgets", "PySide6.QtSvg", "PySide6.QtOpenGLWidgets",
-                 "pyqtgraph", "superqt", "onnxruntime", "cv2", "scipy", "numpy", "PIL", "tqdm", "simplejpeg",
-                 "platformdirs", "unittest"):
+                 "pyqtgraph", "superqt", "onnxruntime", "cv2", "scipy", "scipy.sparse", "numpy", "PIL",
+                 "PIL.TiffImagePlugin", "tqdm", "simplejpeg", "platformdirs", "unittest", "pygments", "lzma"):
         assert name not in excludes, name
 
 

@@ -20,6 +20,7 @@ import hashlib
 import importlib.util
 import json
 import logging
+import lzma
 import os
 import secrets
 import threading
@@ -142,16 +143,26 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def export_file(folder: Path, meta: BackboneMeta) -> Path:
+    """The file of ``meta``'s export in ``folder``: ``<key>.onnx``, or ``<key>.onnx.xz`` (compressed with xz,
+    as the frozen build bundles them) when only that one is there."""
+    plain = folder / f"{export_key(meta)}.onnx"
+    packed = plain.with_name(plain.name + ".xz")
+    return packed if packed.is_file() and not plain.is_file() else plain
+
+
 def read_export(folder: Path, meta: BackboneMeta) -> bytes | None:
-    """The model bytes of ``meta``'s export in ``folder`` if it is there and intact, else None."""
-    key = export_key(meta)
-    onnx_file, side = folder / f"{key}.onnx", folder / f"{key}.json"
+    """The model bytes of ``meta``'s export in ``folder`` if it is there and intact, else None.
+    The sidecar's SHA-256 is that of the ``.onnx`` bytes, also for an ``.onnx.xz`` file."""
+    onnx_file, side = export_file(folder, meta), folder / f"{export_key(meta)}.json"
     try:
         info = json.loads(side.read_text(encoding="utf-8"))
         data = onnx_file.read_bytes()
+        if onnx_file.suffix == ".xz":
+            data = lzma.decompress(data)
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, lzma.LZMAError) as exc:
         log.warning("the ONNX export %s cannot be read (%s); exporting it again", onnx_file, exc)
         return None
     if not isinstance(info, dict) or info.get("sha256") != _sha256(data) or info.get("meta") != meta.to_dict():
@@ -161,16 +172,28 @@ def read_export(folder: Path, meta: BackboneMeta) -> bytes | None:
     return data
 
 
-def write_export(folder: Path, meta: BackboneMeta, data: bytes) -> Path:
-    """Write an export and its sidecar atomically (temporary files, then ``os.replace``)."""
+def export_info(folder: Path, meta: BackboneMeta) -> dict:
+    """The sidecar of ``meta``'s export in ``folder`` (``{}`` if there is none or it cannot be read)."""
+    try:
+        info = json.loads((folder / f"{export_key(meta)}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return info if isinstance(info, dict) else {}
+
+
+def write_export(folder: Path, meta: BackboneMeta, data: bytes, *, weights: str = "float32",
+                 compress: bool = False) -> Path:
+    """Write an export and its sidecar atomically (temporary files, then ``os.replace``).
+    ``weights`` says how the weights are stored (``"float16"``: see :func:`half_weights`); ``compress``
+    writes ``<key>.onnx.xz`` (xz, about 20 % smaller: the frozen build's bundled exports)."""
     key = export_key(meta)
     folder.mkdir(parents=True, exist_ok=True)
-    out = folder / f"{key}.onnx"
+    out = folder / (f"{key}.onnx.xz" if compress else f"{key}.onnx")
     token = f"{os.getpid()}.{secrets.token_hex(4)}"
-    for name, payload in ((f"{key}.onnx", data),
-                          (f"{key}.json", json.dumps({"meta": meta.to_dict(), "sha256": _sha256(data),
-                                                      "opset": OPSET, "format": EXPORT_FORMAT},
-                                                     indent=1).encode())):
+    side = {"meta": meta.to_dict(), "sha256": _sha256(data), "opset": OPSET, "format": EXPORT_FORMAT,
+            "weights": weights}
+    payload = lzma.compress(data, preset=9 | lzma.PRESET_EXTREME) if compress else data
+    for name, payload in ((out.name, payload), (f"{key}.json", json.dumps(side, indent=1).encode())):
         tmp = folder / f".{name}.{token}.tmp"
         try:
             with open(tmp, "wb") as f:
@@ -243,9 +266,46 @@ def check_export(ext: DescriptorExtractor, onnx_ext: DescriptorExtractor, seed: 
     return worst
 
 
-def export(config: BackboneConfig, *, download: bool = True) -> tuple[BackboneMeta, bytes]:
+#: Weight tensors smaller than this stay float32 in :func:`half_weights` (biases, BN-folded scales: no gain).
+HALF_MIN_ELEMENTS = 1024
+
+
+def half_weights(data: bytes) -> bytes:
+    """The export ``data`` with its large float32 weights stored as float16, each followed by a Cast
+    back to float32: the file is half the size and the network still computes in float32 (ONNX
+    Runtime folds the casts into float32 constants when it loads the model, so it runs as fast).
+    Rounding the weights moves the descriptors by a cosine of about 3e-6; :func:`export` checks the
+    result against torch like any export. Used for the frozen build's bundled exports (needs ``onnx``)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    model = onnx.load_from_string(data)
+    graph = model.graph
+    names = {n for node in graph.node for n in (*node.input, *node.output)} | {i.name for i in graph.initializer}
+    kept, halves, casts = [], [], []
+    for init in graph.initializer:
+        if init.data_type != TensorProto.FLOAT or int(np.prod(init.dims)) < HALF_MIN_ELEMENTS:
+            kept.append(init)
+            continue
+        stored = f"{init.name}__float16"
+        if stored in names:
+            raise ValueError(f"half_weights: the graph already has a tensor named {stored}")
+        halves.append(numpy_helper.from_array(numpy_helper.to_array(init).astype(np.float16), stored))
+        casts.append(helper.make_node("Cast", [stored], [init.name], to=TensorProto.FLOAT,
+                                      name=f"{init.name}__to_float32"))
+    del graph.initializer[:]
+    graph.initializer.extend(kept + halves)
+    nodes = list(graph.node)
+    del graph.node[:]
+    graph.node.extend(casts + nodes)  # the casts first: the graph stays topologically sorted
+    onnx.checker.check_model(model)
+    return model.SerializeToString()
+
+
+def export(config: BackboneConfig, *, download: bool = True, half: bool = False) -> tuple[BackboneMeta, bytes]:
     """Export the torch model of ``config`` to ONNX (dynamic batch, height and width), checked
-    against torch on inputs of other sizes (:func:`check_export`)."""
+    against torch on inputs of other sizes (:func:`check_export`). ``half``: weights stored as
+    float16 (:func:`half_weights`), checked the same way."""
     import io
     import warnings
 
@@ -272,6 +332,8 @@ def export(config: BackboneConfig, *, download: bool = True) -> tuple[BackboneMe
         torch.onnx.export(_Forward().eval(), (x,), buf, input_names=["x"], output_names=["descriptor"],
                           dynamic_axes=dynamic, opset_version=OPSET, dynamo=False)
     data = buf.getvalue()
+    if half:
+        data = half_weights(data)
     check_export(ext, OnnxExtractor(ext.meta, data, Path("<export>")))
     return ext.meta, data
 
@@ -293,7 +355,7 @@ def onnx_extractor(config: BackboneConfig, *, download: bool = True) -> Descript
         for folder in export_dirs():
             data = read_export(folder, meta)
             if data is not None:
-                where = folder / f"{export_key(meta)}.onnx"
+                where = export_file(folder, meta)
                 break
         if data is None:
             if not torch_available():
@@ -327,5 +389,5 @@ def onnx_extractor(config: BackboneConfig, *, download: bool = True) -> Descript
         return ext
 
 
-__all__ = ["ENGINES", "OnnxExtractor", "current", "default", "export", "export_key",
-           "onnx_available", "onnx_extractor", "read_export", "resolve", "set_engine", "write_export"]
+__all__ = ["ENGINES", "OnnxExtractor", "current", "default", "export", "export_file", "export_info", "export_key",
+           "half_weights", "onnx_available", "onnx_extractor", "read_export", "resolve", "set_engine", "write_export"]
