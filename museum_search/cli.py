@@ -1,4 +1,4 @@
-"""`museum-search` command line: index, update, query, evaluate, info, backbones, gui, demo.
+"""`museum-search` command line: index, import, update, query, evaluate, info, backbones, gui, demo.
 
 Exit codes: 0 ok, 2 usage error (argparse), 1 anything else with a one-line message on stderr,
 130 when interrupted with Ctrl-C (nothing on disk is changed then).
@@ -79,6 +79,17 @@ def cmd_index(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_import(args: argparse.Namespace) -> int:
+    from .core.importing import import_index
+
+    report = _drive(import_index(args.descriptors, args.items, args.output, float16=args.float16, root=args.root),
+                    "importing")
+    for notice in report.notices:
+        print(f"notice: {notice}", file=sys.stderr)
+    print(f"index written to {args.output}: {report.summary()}")
+    return 0
+
+
 def cmd_update(args: argparse.Namespace) -> int:
     from .core.index import Index, update_index
 
@@ -113,15 +124,41 @@ def _verdict_override(args: argparse.Namespace, pipe) -> None:
         pipe.verdict = replace(pipe.verdict, min_cosine=args.threshold, source="--threshold")
 
 
+def _descriptor_pipeline(args: argparse.Namespace, index):
+    """The pipeline of ``--descriptors`` queries, with the notice that they are not verified."""
+    from .core.query import DESCRIPTORS_NOT_VERIFIED, QueryPipeline
+
+    if not args.no_verify:
+        print(f"notice: {DESCRIPTORS_NOT_VERIFIED}", file=sys.stderr)
+    pipe = QueryPipeline.for_descriptors(index, query_settings(args))
+    _verdict_override(args, pipe)
+    return pipe
+
+
 def cmd_query(args: argparse.Namespace) -> int:
-    from .core.errors import ImageError, MuseumSearchError
+    from .core.errors import MuseumSearchError
     from .core.index import Index
+
+    if bool(args.images) == bool(args.descriptors):
+        raise MuseumSearchError("give query photos or --descriptors Q.npy (one of the two)")
+    index = Index.load(args.index)
+    out: list[dict[str, Any]] = []
+    for answer in (_descriptor_answers if args.descriptors else _photo_answers)(args, index):
+        out.append(answer.to_dict())
+        if not args.json:
+            _print_answer(answer)
+    if args.json:
+        json.dump(out, sys.stdout, ensure_ascii=False, indent=2)
+        print()
+    return 0
+
+
+def _photo_answers(args: argparse.Namespace, index):
+    from .core.errors import ImageError, MuseumSearchError
     from .core.query import QueryPipeline, load_query
 
-    index = Index.load(args.index)
     pipe = QueryPipeline(index, query_settings(args), weights=args.weights)
     _verdict_override(args, pipe)
-    out: list[dict[str, Any]] = []
     failures = 0
     for path in args.images:
         try:
@@ -130,16 +167,18 @@ def cmd_query(args: argparse.Namespace) -> int:
             print(f"{PROG}: skipped {exc}", file=sys.stderr)
             failures += 1
             continue
-        (answer,) = pipe.answer([query])
-        out.append(answer.to_dict())
-        if not args.json:
-            _print_answer(answer)
-    if args.json:
-        json.dump(out, sys.stdout, ensure_ascii=False, indent=2)
-        print()
+        yield pipe.answer([query])[0]
     if failures == len(args.images):
         raise MuseumSearchError("none of the query images could be read")
-    return 0
+
+
+def _descriptor_answers(args: argparse.Namespace, index):
+    from .core.importing import descriptor_queries
+
+    queries = descriptor_queries(args.descriptors, index)
+    pipe = _descriptor_pipeline(args, index)
+    for lo in range(0, len(queries), 64):  # a bounded score matrix, whatever the number of queries
+        yield from pipe.answer(queries[lo:lo + 64])
 
 
 def _print_answer(answer) -> None:
@@ -160,7 +199,9 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"labelling: {index.labelling.rule}; gallery ranks stored: {index.has_gallery_ranks}")
     from .core.verdict import Verdict
 
-    if index.local is None:
+    if index.meta.imported:
+        print("verification: none (imported descriptors: queries are descriptors, --descriptors)")
+    elif index.local is None:
         print("verification: no local features stored (rebuild the index to verify answers)")
     else:
         print(f"verification: local features of {len(index.local)} references "
@@ -183,17 +224,27 @@ def cmd_backbones(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
+    from .core.errors import MuseumSearchError
     from .core.evaluation import reports
     from .core.evaluation.querysets import load_queryset
     from .core.evaluation.runner import evaluate
     from .core.index import Index
     from .core.query import QueryPipeline
 
+    if bool(args.queries) == bool(args.descriptors) or bool(args.descriptors) != bool(args.ground_truth):
+        raise MuseumSearchError("give a query folder, or --descriptors Q.npy with --ground-truth GT.csv")
     index = Index.load(args.index)
-    queryset = load_queryset(args.queries, layout=args.layout, regex=args.regex)
-    print(f"queries: {queryset.describe()}", file=sys.stderr)
-    pipe = QueryPipeline(index, query_settings(args), weights=args.weights)
-    _verdict_override(args, pipe)
+    if args.descriptors:
+        from .core.importing import descriptor_queryset
+
+        queryset = descriptor_queryset(args.descriptors, args.ground_truth, index)
+        print(f"queries: {queryset.describe()}", file=sys.stderr)
+        pipe = _descriptor_pipeline(args, index)
+    else:
+        queryset = load_queryset(args.queries, layout=args.layout, regex=args.regex)
+        print(f"queries: {queryset.describe()}", file=sys.stderr)
+        pipe = QueryPipeline(index, query_settings(args), weights=args.weights)
+        _verdict_override(args, pipe)
     report = _drive(evaluate(index, queryset, pipeline=pipe, batch_size=args.batch_size), "evaluating")
     _print_skips(report.skipped)
     doc = reports.report_dict(report, index, rankings=args.rankings, seed=args.seed)
@@ -344,6 +395,21 @@ def build_parser() -> argparse.ArgumentParser:
     _add_engine_option(s)
     s.set_defaults(func=cmd_index)
 
+    s = sub.add_parser("import", help="make an index of descriptors computed elsewhere (bring your own descriptors)",
+                       description="Make an index of descriptors computed elsewhere; it is searched, re-ranked, "
+                                   "answered and evaluated like an index of photos, with queries given as "
+                                   "descriptors (query/evaluate --descriptors). Every row is L2-normalized.")
+    s.add_argument("descriptors", type=Path, metavar="DESCRIPTORS.npy",
+                   help="(N, D) numeric array saved with numpy.save, one row per reference (no pickles)")
+    s.add_argument("--items", type=Path, required=True, metavar="ITEMS.csv",
+                   help="CSV path,instance[,metadata...]: one row per descriptor row, in the same order; the "
+                        "files need not exist")
+    s.add_argument("-o", "--output", type=Path, required=True, help="index folder to write")
+    s.add_argument("--root", type=Path, default=None,
+                   help="folder the relative paths of ITEMS.csv are relative to (default: the folder of ITEMS.csv)")
+    s.add_argument("--float16", action="store_true", help="store descriptors as float16 (half the size)")
+    s.set_defaults(func=cmd_import)
+
     s = sub.add_parser("update", help="re-index new/changed files of an index's collection, drop deleted ones")
     s.add_argument("index", type=Path)
     s.add_argument("--checksum", action="store_true",
@@ -356,7 +422,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("query", help="which objects of the collection do these photos show?")
     s.add_argument("index", type=Path)
-    s.add_argument("images", type=Path, nargs="+")
+    s.add_argument("images", type=Path, nargs="*")
+    s.add_argument("--descriptors", type=Path, default=None, metavar="Q.npy",
+                   help="queries given as descriptors instead of photos: a (Q, D) array (numpy.save), named "
+                        "row 0, row 1... (not verified: there is no photo to match)")
     s.add_argument("-k", type=int, default=5, help="number of results (default 5)")
     s.add_argument("--per-instance", action="store_true", help="one result per instance")
     s.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -367,7 +436,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("evaluate", help="measure MP@1, MAP, AMNRO... on a labelled query set")
     s.add_argument("index", type=Path)
-    s.add_argument("queries", type=Path, help="query folder (CLICIDE, GaRoFou, folder-per-instance, ground_truth.csv)")
+    s.add_argument("queries", type=Path, nargs="?", default=None,
+                   help="query folder (CLICIDE, GaRoFou, folder-per-instance, ground_truth.csv)")
+    s.add_argument("--descriptors", type=Path, default=None, metavar="Q.npy",
+                   help="queries given as descriptors instead of a query folder: a (Q, D) array (numpy.save); "
+                        "needs --ground-truth")
+    s.add_argument("--ground-truth", type=Path, default=None, metavar="GT.csv",
+                   help="with --descriptors: CSV query,instance[,grade] where query is a row of Q.npy "
+                        "(row N or N, from 0); an empty instance marks an open-set query")
     s.add_argument("--layout", default="auto", choices=("auto", "clicide", "garofou", "folder", "csv", "regex"))
     s.add_argument("--regex", default=None, help="regex for --layout regex")
     s.add_argument("--json", type=Path, default=None, metavar="FILE", help="write summary + per-query JSON")

@@ -51,6 +51,12 @@ DEFAULT_BACKBONE = "mobilenet_v2"
 DEFAULT_HEAD = "gem"
 DEFAULT_SIZE = 256
 
+#: The backbone name in the meta of an index whose descriptors were computed elsewhere
+#: (``museum-search import``, :mod:`.importing`): there is no network to describe a photo with.
+IMPORTED = "imported"
+#: Why a photo cannot be asked about such an index.
+IMPORTED_PHOTO = "this index holds imported descriptors: query it with --descriptors"
+
 
 @dataclass(frozen=True)
 class BackboneConfig:
@@ -110,7 +116,14 @@ class BackboneMeta:
     def config(self, weights: str | None = None) -> BackboneConfig:
         return BackboneConfig(self.name, self.head, self.size, self.scales, self.gem_p, weights)
 
+    @property
+    def imported(self) -> bool:
+        """The descriptors were computed elsewhere and imported (no network to run here)."""
+        return self.name == IMPORTED
+
     def describe(self) -> str:
+        if self.imported:
+            return f"imported descriptors ({self.dim}-d)"
         if self.head == "logits":
             return f"{self.name} logits @{self.size}×{self.size} ({self.dim}-d)"
         scales = "" if self.scales == (1.0,) else f", scales {'/'.join(f'{s:g}' for s in self.scales)}"
@@ -368,6 +381,33 @@ class DescriptorExtractor:
         return self.describe([self.preprocess(im) for im in images])
 
 
+def imported_meta(dim: int) -> BackboneMeta:
+    """The meta of descriptors computed elsewhere: only their dimension is known."""
+    return BackboneMeta(IMPORTED, IMPORTED, "none", "none", 0, (1.0,), 0.0, int(dim), (0.0, 0.0, 0.0),
+                        (1.0, 1.0, 1.0))
+
+
+class NoNetwork(DescriptorExtractor):
+    """Stands in for the network where none runs: an index of imported descriptors, or a job whose
+    queries are given as descriptors. Asked to describe a photo, it refuses with ``reason``."""
+
+    engine = "none"
+
+    def __init__(self, meta: BackboneMeta, reason: str = IMPORTED_PHOTO):
+        super().__init__(meta)
+        self.reason = reason
+
+    @property
+    def max_side(self) -> int:
+        return 32  # no photo is ever described
+
+    def preprocess(self, image: np.ndarray) -> np.ndarray:
+        raise MuseumSearchError(self.reason)
+
+    def _run(self, batch: np.ndarray) -> np.ndarray:
+        raise MuseumSearchError(self.reason)
+
+
 class Extractor(DescriptorExtractor):
     """The torch engine: a backbone + head in PyTorch eager mode."""
 
@@ -472,7 +512,10 @@ def build_torch_extractor(config: BackboneConfig, *, download: bool = True, cach
 
 def extractor_for_meta(meta: BackboneMeta, weights: str | None = None,
                        engine: str | None = None) -> DescriptorExtractor:
-    """The extractor that produces descriptors compatible with an index built with ``meta``."""
+    """The extractor that produces descriptors compatible with an index built with ``meta``
+    (:class:`NoNetwork` for imported descriptors: a photo is refused with :data:`IMPORTED_PHOTO`)."""
+    if meta.imported:
+        return NoNetwork(meta)
     ext = build_extractor(meta.config(weights), engine=engine)
     if ext.meta != meta:
         raise MuseumSearchError(
@@ -483,8 +526,8 @@ def extractor_for_meta(meta: BackboneMeta, weights: str | None = None,
 
 
 __all__ = [
-    "HEADS", "BackboneConfig", "BackboneMeta", "BackboneSpec", "DescriptorExtractor", "Extractor", "REGISTRY",
-    "available_backbones", "build_extractor", "build_torch_extractor", "extractor_for_meta", "meta_for",
-    "resolve_weights",
+    "HEADS", "IMPORTED", "IMPORTED_PHOTO", "BackboneConfig", "BackboneMeta", "BackboneSpec", "DescriptorExtractor",
+    "Extractor", "NoNetwork", "REGISTRY", "available_backbones", "build_extractor", "build_torch_extractor",
+    "extractor_for_meta", "imported_meta", "meta_for", "resolve_weights",
     "DEFAULT_BACKBONE", "DEFAULT_HEAD", "DEFAULT_SIZE",
 ]

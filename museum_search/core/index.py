@@ -685,6 +685,10 @@ def update_index(
     The index's writer lock is held from the start.
     """
     root = index.root
+    if index.meta.imported:
+        raise MuseumSearchError("this index holds imported descriptors: there is no network here "
+                                "to describe new files; import the updated descriptors again (museum-search "
+                                "import DESCRIPTORS.npy --items ITEMS.csv -o INDEX)")
     if not root.is_dir():
         raise MuseumSearchError(f"the collection folder of this index is gone: {root}")
     if index.path is None:

@@ -11,7 +11,9 @@ asked about.
   (:func:`query_from_array`). That image is what verification and the views see.
 * **describe**: the image is shrunk to the backbone's input size, then cut into its regions
   (``extract.QUERY_REGIONS``: the whole photo and its left/right/top/bottom 60 %) and each region
-  is described; a reference's *cosine* is its best dot product over the regions.
+  is described; a reference's *cosine* is its best dot product over the regions. A query given as
+  a descriptor (:func:`descriptor_query`, computed elsewhere: ``query --descriptors``) skips this
+  step, and verification, which needs a photo (:meth:`QueryPipeline.for_descriptors`).
 * **re-rankers**: ICFRR, αQE or DBA (``settings.rerank``) change the global scores.
 * **verification** (on by default): the best ``verify_top`` references by global score are matched
   with the photo (SIFT, RANSAC homography, :mod:`.rerank.spatial`), using the reference features
@@ -28,13 +30,13 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 import cv2
 import numpy as np
 
-from .backbones import Extractor, extractor_for_meta
+from .backbones import Extractor, NoNetwork, extractor_for_meta
 from .errors import ImageError, MuseumSearchError
 from .extract import query_crops
 from .images import decode_image, load_image
@@ -57,6 +59,9 @@ log = logging.getLogger(__name__)
 
 #: Longest side of the decoded query photo: what verification and the views use.
 VERIFY_SIDE = SpatialParams().max_side
+#: Why the answers to queries given as descriptors are not verified.
+DESCRIPTORS_NOT_VERIFIED = ("queries given as descriptors have no photo to match: verification is skipped "
+                            "and the verdict uses the cosine (not verified)")
 
 
 @dataclass
@@ -95,10 +100,12 @@ class QuerySettings:
 
 @dataclass
 class QueryImage:
-    """A query photo as decoded once: RGB uint8, at most :data:`VERIFY_SIDE` px."""
+    """A query photo as decoded once: RGB uint8, at most :data:`VERIFY_SIDE` px; or a query given
+    by its descriptor (``image`` None, see :func:`descriptor_query`)."""
 
     name: str
-    image: np.ndarray
+    image: np.ndarray | None
+    descriptors: np.ndarray | None = None  # (D,) L2-normalized, for a query given as a descriptor
 
 
 def _shrink(image: np.ndarray, side: int) -> np.ndarray:
@@ -125,6 +132,12 @@ def query_from_array(image: np.ndarray, name: str = "camera") -> QueryImage:
 def query_from_bytes(data: bytes, name: str = "<pasted>") -> QueryImage:
     """Encoded image bytes (clipboard, drag-and-drop of data) as a query."""
     return QueryImage(name, decode_image(data, name, max_side=VERIFY_SIDE))
+
+
+def descriptor_query(descriptor: np.ndarray, name: str) -> QueryImage:
+    """A query given by its (D,) descriptor, computed elsewhere and L2-normalized (see
+    :func:`.importing.check_descriptors`): it has no photo, so it is neither described nor verified."""
+    return QueryImage(name, None, np.asarray(descriptor, np.float32).reshape(-1))
 
 
 @dataclass
@@ -224,6 +237,14 @@ class QueryPipeline:
         self.verdict = self.settings.verdict or Verdict.of_index(index)
         self.timings: dict[str, float] = {}
 
+    @classmethod
+    def for_descriptors(cls, index: Index, settings: QuerySettings | None = None) -> "QueryPipeline":
+        """The pipeline for queries given as descriptors (:func:`descriptor_query`), on any index of
+        their dimension: no network is loaded (a photo is refused) and verification is off, since
+        there is no photo to match (:data:`DESCRIPTORS_NOT_VERIFIED`); the re-rankers work as usual."""
+        settings = replace(settings or QuerySettings(), verify=False)
+        return cls(index, settings, extractor=NoNetwork(index.meta, "this job's queries are descriptors, not photos"))
+
     def warm_up(self) -> None:
         """Answer a synthetic photo once, so that the first visitor's query is not slower than the
         others (lazy initialisation in the engine and OpenCV, the stored reference features read
@@ -239,10 +260,22 @@ class QueryPipeline:
         return [self.extractor.preprocess(c) for c in query_crops(small, self.settings.regions)]
 
     def describe(self, queries: Sequence[QueryImage]) -> np.ndarray:
-        """(Q, R, D) region descriptors ((Q, 1, D) for whole-image queries)."""
-        inputs = [x for q in queries for x in self.inputs(q)]
-        r = len(inputs) // max(1, len(queries))
-        return self.extractor.describe(inputs).reshape(len(queries), r, -1)
+        """(Q, R, D) region descriptors ((Q, 1, D) for whole-image queries). A query given as a
+        descriptor is not described: its descriptor stands for each of the R regions."""
+        photos = [q for q in queries if q.descriptors is None]
+        if photos:
+            inputs = [x for q in photos for x in self.inputs(q)]
+            described = self.extractor.describe(inputs).reshape(len(photos), len(inputs) // len(photos), -1)
+            if len(photos) == len(queries):
+                return described
+        out = np.empty((len(queries), described.shape[1] if photos else 1, self.index.meta.dim), np.float32)
+        rows = iter(described) if photos else iter(())
+        for i, q in enumerate(queries):
+            if q.descriptors is not None and q.descriptors.shape != (self.index.meta.dim,):
+                raise MuseumSearchError(f"query {q.name} is a {q.descriptors.size}-d descriptor, the index "
+                                        f"holds {self.index.meta.dim}-d descriptors")
+            out[i] = next(rows) if q.descriptors is None else q.descriptors
+        return out
 
     # ---- answer -----------------------------------------------------------------------------
     def answer(self, queries: Sequence[QueryImage], descriptors: np.ndarray | None = None, *,
@@ -273,7 +306,7 @@ class QueryPipeline:
         s = self.settings
         verified: dict[int, int] = {}
         qf = None
-        if s.verify and s.verify_top > 0:
+        if s.verify and s.verify_top > 0 and query.image is not None:
             short = ranking(scores, s.verify_top)
             short = short[np.isfinite(scores[short])]
             if len(short):

@@ -10,6 +10,8 @@ Layouts:
   relevant instances; an empty instance = an open-set query (its object is not in the collection);
   ``grade``/``relevance`` 0..3 for graded relevance (default 1).
 - ``regex``: a regular expression with a group ``instance`` searched in the relative path.
+- ``descriptors``: queries given as descriptors, rows of an array, with a ground truth like the
+  CSV's whose query column names rows (:func:`museum_search.core.importing.descriptor_queryset`).
 
 Filename rules are those of :mod:`museum_search.core.labels`, so queries and references agree.
 """
@@ -22,6 +24,9 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Callable
+
+import numpy as np
 
 from museum_search.core.errors import LabelError
 from museum_search.core.labels import (
@@ -52,6 +57,7 @@ LAYOUT_NAMES = {
     "folder": "Folder-per-instance layout",
     "csv": "CSV ground truth",
     "regex": "Regular expression",
+    "descriptors": "Query descriptors",
 }
 
 GROUND_TRUTH_NAME = "ground_truth.csv"
@@ -63,9 +69,10 @@ _GRADE = re.compile(r"^(\d+)(?:\.0*)?$")
 
 @dataclass(frozen=True)
 class Query:
-    path: str  # absolute path of the query image
+    path: str  # absolute path of the query image (``row N`` for a query given as a descriptor)
     relevant: frozenset[str]  # instance ids; empty = open-set query
     grades: dict[str, int] = field(default_factory=dict, hash=False)  # 1..3 per relevant instance
+    row: int | None = None  # a query given as a descriptor: its row in ``QuerySet.descriptors``
 
     @property
     def is_open_set(self) -> bool:
@@ -78,6 +85,8 @@ class QuerySet:
     root: str
     queries: list[Query]
     ignored: list[tuple[str, str]]  # (path relative to root, reason)
+    #: queries given as descriptors: (N, D) L2-normalized rows, ``Query.row`` of each (else None)
+    descriptors: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def n_open_set(self) -> int:
@@ -134,10 +143,11 @@ class QuerySet:
                 q.path,
                 frozenset(q.relevant & keep),
                 {i: g for i, g in q.grades.items() if i in keep},
+                q.row,
             )
             for q in self.queries
         ]
-        return QuerySet(self.layout, self.root, queries, list(self.ignored))
+        return QuerySet(self.layout, self.root, queries, list(self.ignored), self.descriptors)
 
     def describe(self) -> str:
         """One line, e.g. ``ground_truth.csv: 30 queries over 33 instances (9 with several relevant instances)``."""
@@ -232,6 +242,31 @@ def _read_ground_truth(
 
     ``unusable``: query files already ignored with their reason (not reported again).
     """
+    by_rel = set(rels)
+    by_name: dict[str, list[str]] = {}
+    for rel in rels:
+        by_name.setdefault(PurePosixPath(rel).name, []).append(rel)
+
+    def resolve(cell: str, line: int) -> tuple[str, str | None]:
+        entry = normalize_relpath(cell)
+        rel = entry if entry in by_rel else None
+        if rel is None and len(by_name.get(PurePosixPath(entry).name, [])) == 1:
+            rel = by_name[PurePosixPath(entry).name][0]
+        return entry, rel
+
+    return read_ground_truth_rows(csv_path, rels, resolve, unusable)
+
+
+def read_ground_truth_rows(
+    csv_path: Path, names: list[str], resolve: Callable[[str, int], tuple[str, str | None]],
+    unusable: Iterable[str] = (),
+) -> tuple[dict[str, dict[str, int]], list[tuple[str, str]]]:
+    """Per query name: {instance: grade} (empty = open-set), plus ignored entries, of a ground truth
+    ``query,instance[,grade]`` over the queries ``names``.
+
+    ``resolve(cell, line)``: (the query cell as shown, the name of the query it designates, or None
+    when there is no such query: ignored) or an error; ``unusable``: entries already ignored.
+    """
     header, rows, lines = read_csv_table(csv_path)
     q_col = find_column(header, QUERY_COLUMNS)
     i_col = find_column(header, CATALOGUE_INSTANCE_COLUMNS)
@@ -242,21 +277,15 @@ def _read_ground_truth(
             f"{csv_path} has no {missing} (columns: {', '.join(header)}). "
             "Use a header like query,instance (optionally grade)."
         )
-    by_rel = set(rels)
-    by_name: dict[str, list[str]] = {}
-    for rel in rels:
-        by_name.setdefault(PurePosixPath(rel).name, []).append(rel)
-
     truth: dict[str, dict[str, int]] = {}
     ignored: list[tuple[str, str]] = []
     missing_files: set[str] = set(unusable)
     for line, row in zip(lines, rows):
-        entry = normalize_relpath(row.get(q_col, ""))
+        if not row.get(q_col, ""):
+            continue
+        entry, rel = resolve(row[q_col], line)
         if not entry:
             continue
-        rel = entry if entry in by_rel else None
-        if rel is None and len(by_name.get(PurePosixPath(entry).name, [])) == 1:
-            rel = by_name[PurePosixPath(entry).name][0]
         if rel is None:
             if entry not in missing_files:
                 missing_files.add(entry)
@@ -277,9 +306,9 @@ def _read_ground_truth(
                     "fix the value (0 = not relevant, 1 = relevant, 3 = highly relevant)."
                 )
         grades[instance] = max(grade, grades.get(instance, 0))
-    for rel in rels:
-        if rel not in truth:
-            ignored.append((rel, f"not listed in {csv_path.name}"))
+    for name in names:
+        if name not in truth:
+            ignored.append((name, f"not listed in {csv_path.name}"))
     return truth, ignored
 
 

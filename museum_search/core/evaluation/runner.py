@@ -29,7 +29,7 @@ from ..backbones import Extractor
 from ..errors import ImageError, MuseumSearchError
 from ..index import Index
 from ..progress import Progress, drive
-from ..query import QueryPipeline, QuerySettings, load_query
+from ..query import QueryPipeline, QuerySettings, descriptor_query, load_query
 from ..verdict import Evidence, open_set_figures, recalibrated
 from .metrics import relevance_matrix, summarize
 from .querysets import QuerySet
@@ -143,7 +143,11 @@ def evaluate(
 
     ``settings``: the pipeline's settings (default: the defaults a visitor gets: query regions,
     verification, the index's calibrated verdict); or pass a ready ``pipeline``.
+    Queries given as descriptors (``queryset.descriptors``) are neither decoded nor described, and
+    by default answered by :meth:`QueryPipeline.for_descriptors` (no network, not verified).
     """
+    if queryset.descriptors is not None and pipeline is None:
+        pipeline = QueryPipeline.for_descriptors(index, settings)
     pipe = pipeline or QueryPipeline(index, settings or QuerySettings(), extractor=extractor, weights=weights)
     known = set(index.instances)
     qs = queryset.restricted_to(known)
@@ -165,7 +169,10 @@ def evaluate(
     try:
         for lo in range(0, total, batch_size):
             chunk = queries[lo : lo + batch_size]
-            decoded = list(pool.map(_decode, [q.path for q in chunk]))
+            if qs.descriptors is not None:  # queries given as descriptors: nothing to decode or describe
+                decoded = [descriptor_query(qs.descriptors[q.row], q.path) for q in chunk]
+            else:
+                decoded = list(pool.map(_decode, [q.path for q in chunk]))
             new_skips = [(q.path, d) for q, d in zip(chunk, decoded) if isinstance(d, str)]
             skipped.extend(new_skips)
             ok_pos = [i for i, d in enumerate(decoded) if not isinstance(d, str)]
