@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray
+from PySide6.QtCore import QByteArray, Qt
 from PySide6.QtGui import QAction, QIcon, QKeySequence
 from PySide6.QtWidgets import (
     QComboBox, QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QKeySequenceEdit, QLabel,
@@ -113,7 +113,7 @@ class MainWindow(QMainWindow):
         self.recent_menu.aboutToShow.connect(self._fill_recent)
         m.addSeparator()
         a = QAction("&Settings…", self, shortcut=QKeySequence("Ctrl+,"))
-        a.triggered.connect(lambda: SettingsDialog(self.state, self).exec())
+        a.triggered.connect(self._settings_dialog)
         m.addAction(a)
         a = QAction("&Demo mode (kiosk)", self, shortcut=QKeySequence("F11"))
         a.triggered.connect(self._start_demo)
@@ -131,6 +131,11 @@ class MainWindow(QMainWindow):
         a = QAction("&About museum-search", self)
         a.triggered.connect(self._about)
         h.addAction(a)
+
+    def _settings_dialog(self) -> None:
+        dialog = SettingsDialog(self.state, self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)  # not one kept per opening
+        dialog.exec()
 
     def _fill_recent(self) -> None:
         self.recent_menu.clear()
