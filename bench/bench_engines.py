@@ -8,7 +8,9 @@ Writes bench/results/engines.json:
 - query latency of the default pipeline (regions, verification), split into decode / forward
   (describe) / search / verification, median over the queries, for both engines.
 
-    .venv/bin/python bench/bench_engines.py [--quick]
+- bundled: the frozen build's exports (float16 weights, xz) against torch, for every paintings reference.
+
+    .venv/bin/python bench/bench_engines.py [--quick] [--part all|agreement|bundled] [--configs B/H ...]
 """
 
 from __future__ import annotations
@@ -39,11 +41,13 @@ BACKBONES = ("mobilenet_v2", "efficientnet_lite0", "efficientnet_lite1", "effici
 HEADS = ("gem", "gap", "mac", "logits", "rmac")
 
 
-def agreement(refs: list[Path]) -> dict:
+def agreement(refs: list[Path], only: set[str] | None = None) -> dict:
     images = [load_image(p, max_side=512) for p in refs]
     out = {}
     for name in BACKBONES:
         for head in HEADS:
+            if only and f"{name}/{head}" not in only:
+                continue
             cfg = BackboneConfig(name=name, head=head)
             onnx, torch_ = build_extractor(cfg, engine="onnx"), build_extractor(cfg, engine="torch")
             a, b = onnx.describe_images(images), torch_.describe_images(images)
@@ -51,6 +55,28 @@ def agreement(refs: list[Path]) -> dict:
             out[f"{name}/{head}"] = {"engine_used": onnx.engine, "min_cosine": float(cos.min()),
                                      "mean_cosine": float(cos.mean()), "references": len(images)}
             print(f"agreement {name:<20} {head:<7} {onnx.engine:<5} min cosine {cos.min():.7f}", flush=True)
+    return out
+
+
+def bundled(refs: list[Path], folder: Path) -> dict:
+    """The frozen build's exports (float16 weights, xz; packaging/export_models.py) against torch."""
+    from museum_search.core.backbones import REGISTRY, meta_for
+
+    images = [load_image(p, max_side=512) for p in refs]
+    out = {}
+    for cfg in [*(BackboneConfig(name=n) for n in BACKBONES), BackboneConfig(head="logits")]:
+        meta = meta_for(REGISTRY[cfg.name], cfg)
+        data = engines.read_export(folder, meta)
+        if data is None:
+            raise SystemExit(f"no intact export of {meta.describe()} in {folder}: run packaging/export_models.py")
+        a = engines.OnnxExtractor(meta, data, folder).describe_images(images)
+        b = build_extractor(cfg, engine="torch").describe_images(images)
+        cos = np.sum(a * b, axis=1)
+        out[f"{cfg.name}/{cfg.head}"] = {"weights": engines.export_info(folder, meta).get("weights"),
+                                         "file_bytes": engines.export_file(folder, meta).stat().st_size,
+                                         "min_cosine": float(cos.min()), "mean_cosine": float(cos.mean()),
+                                         "references": len(images)}
+        print(f"bundled   {cfg.name:<20} {cfg.head:<7} min cosine {cos.min():.7f}", flush=True)
     return out
 
 
@@ -98,6 +124,12 @@ def latency(index_path: Path, queries: list[Path]) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="20 references for the agreement")
+    ap.add_argument("--part", choices=("all", "agreement", "bundled"), default="all",
+                    help="run one part and merge it into the existing engines.json (default: all parts)")
+    ap.add_argument("--configs", nargs="*", metavar="BACKBONE/HEAD",
+                    help="with --part agreement: only these configurations (merged with those already measured)")
+    ap.add_argument("--bundled-dir", type=Path, default=REPO / "build" / "onnx",
+                    help="with --part bundled: the frozen build's exports (default build/onnx)")
     args = ap.parse_args(argv)
     refs = sorted((DATA / "paintings" / "references").glob("*.jpg"))
     if not refs:
@@ -111,6 +143,16 @@ def main(argv=None) -> int:
     def save() -> None:  # after each part: a long run stopped half-way keeps what it measured
         out.write_text(json.dumps(results, indent=1))
 
+    if args.part != "all":  # one part, merged into the results of earlier runs
+        results = {**json.loads(out.read_text()), **{k: results[k] for k in ("onnxruntime", "torch")}}
+        if args.part == "bundled":
+            results["bundled"] = bundled(refs[:20] if args.quick else refs, args.bundled_dir)
+        else:
+            measured = agreement(refs[:20] if args.quick else refs, set(args.configs or []) or None)
+            results["agreement"] = {**results.get("agreement", {}), **measured}
+        save()
+        print(f"written {out}")
+        return 0
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         results["indexing"] = indexing(DATA / "paintings" / "references", tmp)

@@ -274,7 +274,7 @@ def half_weights(data: bytes) -> bytes:
     """The export ``data`` with its large float32 weights stored as float16, each followed by a Cast
     back to float32: the file is half the size and the network still computes in float32 (ONNX
     Runtime folds the casts into float32 constants when it loads the model, so it runs as fast).
-    Rounding the weights moves the descriptors by a cosine of about 3e-6; :func:`export` checks the
+    Rounding the weights moves the descriptors by a cosine of at most 1.4e-5 (the 287 paintings); :func:`export` checks the
     result against torch like any export. Used for the frozen build's bundled exports (needs ``onnx``)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
