@@ -33,6 +33,8 @@ def _drive(gen, desc: str):
                 p = next(gen)
             except StopIteration as stop:
                 return stop.value
+            if p.total <= 0:
+                continue  # a step of unknown length (loading the network, gallery ranks): no count
             if bar is None:
                 bar = _progress_bar(p.total, desc)
             bar.n = p.done

@@ -44,6 +44,54 @@ def sample_index(tmp_path_factory, sample_collection):
     return report.index
 
 
+@pytest.fixture(scope="session")
+def single_photo_index(tmp_path_factory, sample_collection):
+    """The sample's objects with one reference photo each, like the paintings (no verification:
+    a quick build): a collection ICFRR cannot help."""
+    import shutil
+
+    from museum_search.core.extract import run
+    from museum_search.core.index import LabellingSpec, build_index
+
+    coll = tmp_path_factory.mktemp("one-photo") / "collection"
+    coll.mkdir()
+    rows = ["file,instance"]
+    for f in sorted((sample_collection / "collection").glob("*-1.jpg")):
+        shutil.copy2(f, coll / f.name)
+        rows.append(f"{f.name},{f.stem.rsplit('-', 1)[0]}")
+    (coll / "catalogue.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return run(build_index(coll, None, labelling=LabellingSpec("catalogue", str(coll / "catalogue.csv")),
+                           verification=False)).index
+
+
+@pytest.fixture()
+def block(monkeypatch):
+    """``block(owner, "name")`` makes ``owner.name`` wait until ``.release`` is set, then do what it
+    did; ``.started`` is set when it is called. Everything is released at the end of the test.
+    (A job must stop while such a call still runs: cancelling never waits for it.)"""
+    import threading
+    from types import SimpleNamespace
+
+    made = []
+
+    def make(owner, name):
+        b = SimpleNamespace(release=threading.Event(), started=threading.Event())
+        real = getattr(owner, name)
+
+        def blocked(*a, **k):
+            b.started.set()
+            b.release.wait(120)
+            return real(*a, **k)
+
+        monkeypatch.setattr(owner, name, blocked)
+        made.append(b)
+        return b
+
+    yield make
+    for b in made:
+        b.release.set()
+
+
 @pytest.fixture()
 def collection(tmp_path, sample_collection):
     """A copy of 3 objects of the sample collection (so tests can change files)."""

@@ -14,13 +14,14 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from PySide6.QtCore import QSettings, Qt
-from PySide6.QtWidgets import QMessageBox
+from PySide6.QtWidgets import QMessageBox, QScrollArea
 
 from museum_search.core.evaluation.querysets import load_queryset
-from museum_search.core.evaluation.runner import precision_recall_curve, run_evaluation
+from museum_search.core.evaluation.runner import (DESCRIBING, GALLERY_RANKS, LOADING, VERIFYING,
+                                                  precision_recall_curve, run_evaluation)
 from museum_search.core.evaluation.stats import paired_bootstrap_test, paired_randomization_test
 from museum_search.core.index import Index, writer_lock
-from museum_search.core.rerank import RerankOptions
+from museum_search.core.rerank import RerankOptions, icfrr_advice
 from museum_search.core.verdict import Verdict, operating_points, recalibrated
 from museum_search.gui import workers
 from museum_search.core.evaluation.stats import stars
@@ -235,9 +236,25 @@ def test_sweep_plots_one_point_per_value(qtbot, tab, data):
     assert tab.load_queryset_path(data.queries)
     tab.set_rerank([], RerankOptions(beta=0.5, iterations=5), verify=False)
     tab.regions_check.setChecked(False)
+    # the sweep's controls are on its page
+    for w in (tab.sweep_param_combo, tab.sweep_values_edit, tab.sweep_button, tab.sweep_cancel_button):
+        assert tab.sweep_page.isAncestorOf(w)
+    shown = []  # (stage of the last record, status shown then)
+    set_status = tab._set_status
+    tab._set_status = lambda text: (shown.append((getattr(tab._last_progress, "stage", None), text)),
+                                    set_status(text))
     with qtbot.waitSignal(tab.sweep_finished, timeout=TIMEOUT) as blocker:
         assert tab.run_sweep("k", [1, 2])
+        assert tab.pages.currentWidget() is tab.sweep_page and tab.sweep_cancel_button.isEnabled()
     qtbot.waitUntil(lambda: not tab.is_running(), timeout=TIMEOUT)
+    # the status says what is happening: describing while describing (the bug: "Ranking the
+    # collection against itself" while the queries were described), then the value answered
+    n = len(tab.queryset.queries)
+    describing = [text for stage, text in shown if stage == DESCRIBING]
+    assert describing and all(t.startswith("Describing the query photos: ") for t in describing)
+    assert f"Describing the query photos: {n} of {n}" in " ".join(describing)
+    assert not any(t.startswith("Ranking the collection") for stage, t in shown if stage != GALLERY_RANKS)
+    assert tab.sweep_status.text().startswith("Sweep done: best MAP")
     points = blocker.args[0]
     assert [p.value for p in points] == [1.0, 2.0] and tab.sweep_points == points
     assert [(p.options.k_q, p.options.k_g, p.options.beta) for p in points] == [(1, 1, 0.5), (2, 2, 0.5)]
@@ -444,3 +461,155 @@ def test_live_plots_redraw_on_the_timer_not_per_record(qtbot):
     np.testing.assert_array_equal(buf.x, [1, 2, 3, 4, 5])
     np.testing.assert_allclose(buf.series("map"), [0, 0.1, 0.2, 0.3, 0.4])
     np.testing.assert_allclose(buf.ap, [0, 0.1, 0.3, 0.4])  # NaN (open-set) dropped
+
+
+# ---------------------------------------------------------------------------------------------
+# layout, waiting, the ICFRR warning (issue 13)
+
+
+def _fully_visible(w) -> bool:
+    """Shown, and not cut by its parents (a button cut in half fails)."""
+    return w.isVisible() and w.visibleRegion().boundingRect() == w.rect()
+
+
+def test_layout_holds_at_1024x700_and_up(qtbot, data, tmp_path):
+    """Run and export buttons uncut, the sweep's controls on its page, every plot in view, the
+    legend of four runs outside the plots, the settings scrolled to when the window is short."""
+    from museum_search.gui.main_window import MainWindow
+    from museum_search.gui.widgets.plots import run_colour
+
+    state = AppState(Settings(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)))
+    win = MainWindow(state)
+    qtbot.addWidget(win)
+    win.show()
+    state.set_index(data.index)
+    tab = win.evaluation_tab
+    win.tabs.setCurrentWidget(tab)
+    try:
+        assert tab.load_queryset_path(data.queries)
+        tab.set_rerank([], verify=False)
+        tab.regions_check.setChecked(False)
+        run = _evaluate(qtbot, tab)
+        for k in range(2, 5):  # four runs compared, long names
+            tab.add_run(replace(run, key=100 + k, colour=run_colour(k),
+                                name=f"icfrr + dba, not verified (K 7/7, β 0.35, 9 it) · run number {k}"))
+        tab.select_run(tab.runs[0])
+        for size in ((1024, 700), (1600, 1000)):
+            win.resize(*size)
+            qtbot.waitUntil(lambda: (win.width(), win.height()) == size, timeout=5000)
+            qtbot.wait(100)
+            for b in (tab.run_button, tab.cancel_button, tab.remove_run_button, tab.export_json_button,
+                      tab.export_csv_button, tab.progress):
+                assert _fully_visible(b), (size, b.text() if hasattr(b, "text") else b)
+            # every plot lies inside the plots' view
+            view = tab.plots.viewport().rect()
+            for item in (tab.plots.running_plot, tab.plots.pr_plot, *tab.plots.hist_plots.values()):
+                rect = tab.plots.mapFromScene(item.sceneBoundingRect()).boundingRect()
+                assert view.adjusted(-1, -1, 1, 1).contains(rect), (size, item)
+            # the runs are named outside the data: no legend in a plot, one legend beside them
+            assert tab.plots.running_plot.legend is None and tab.plots.pr_plot.legend is None
+            legend = tab.plots.legend
+            assert legend.isVisible() and [e[0] for e in legend.entries()][1:] == [r.name for r in tab.runs[1:]]
+            top_left = legend.mapTo(win, legend.rect().topLeft())
+            plots_top_left = tab.plots.mapTo(win, tab.plots.rect().topLeft())
+            assert not legend.rect().translated(top_left).intersects(tab.plots.rect().translated(plots_top_left))
+            for lbl in legend.labels():  # long names elided to the room there is, in full in the tooltip
+                assert lbl.fontMetrics().horizontalAdvance(lbl.text()) <= lbl.width()
+                assert lbl.toolTip() == lbl.full_text() and (lbl.text() == lbl.full_text() or "…" in lbl.text())
+            # the settings scroll: the last one can be brought into view
+            scroll = tab.findChild(QScrollArea, "evalControlsScroll")
+            scroll.ensureWidgetVisible(tab.verify_check)
+            qtbot.wait(50)
+            assert _fully_visible(tab.verify_check), size
+            # the sweep's page shows its controls
+            tab.pages.setCurrentWidget(tab.sweep_page)
+            qtbot.wait(50)
+            for w in (tab.sweep_param_combo, tab.sweep_values_edit, tab.sweep_button, tab.sweep_cancel_button):
+                assert _fully_visible(w), (size, w)
+            tab.pages.setCurrentIndex(0)
+    finally:
+        win.close()
+        assert workers.wait_all(TIMEOUT)
+
+
+@pytest.mark.parametrize("phase", ["loading", "describing", "answering", "sweep describing", "sweep answering"])
+def test_cancel_does_not_wait_for_the_call_under_way(qtbot, tab, data, block, phase):
+    """Cancel stops the job while a long call (loading the network, describing photos, answering
+    one) is still running: the job yields every 0.1 s while it waits."""
+    from museum_search.core.evaluation import runner
+    from museum_search.core.query import QueryPipeline
+
+    owner, name, stage = {
+        "loading": (runner, "extractor_for_meta", LOADING),
+        "describing": (QueryPipeline, "describe", DESCRIBING),
+        "answering": (QueryPipeline, "answer", VERIFYING),
+        "sweep describing": (QueryPipeline, "describe", DESCRIBING),
+        "sweep answering": (QueryPipeline, "answer", "answering at K_q = K_g = 1"),
+    }[phase]
+    assert tab.load_queryset_path(data.queries)
+    tab.set_rerank([], verify=True)
+    tab.regions_check.setChecked(False)
+    blocked = block(owner, name)
+    try:
+        assert tab.run_sweep("k", [1, 2]) if phase.startswith("sweep") else tab.run_evaluation()
+        qtbot.waitUntil(lambda: blocked.started.is_set() and getattr(tab._last_progress, "stage", None) == stage,
+                        timeout=TIMEOUT)
+        assert tab.status_label.text().startswith(stage[:1].upper() + stage[1:])
+        tab.cancel()
+        qtbot.waitUntil(lambda: not tab.is_running(), timeout=30_000)
+        assert not blocked.release.is_set()  # stopped while the call was still blocked
+        assert "cancelled" in tab.status_label.text()
+        assert tab.run_button.isEnabled() and not tab.cancel_button.isEnabled() and tab.runs == []
+    finally:
+        blocked.release.set()
+
+
+def test_icfrr_warning_wherever_icfrr_runs_on_a_collection_it_cannot_help(qtbot, tab, data, single_photo_index):
+    assert tab.load_queryset_path(data.queries)
+    tab.set_rerank([], verify=False)
+    tab.regions_check.setChecked(False)
+    # a collection with 3-4 photos per object: ICFRR may help, no warning
+    tab.set_rerank(["icfrr"], verify=False)
+    assert tab.icfrr_warning.isHidden() and tab.sweep_warning.isHidden()
+    # one photo per object: core's warning above Run and on the sweep's page
+    tab.pages.setCurrentWidget(tab.sweep_page)
+    tab.state.set_index(single_photo_index)
+    advice = icfrr_advice(single_photo_index.labels)
+    assert advice and "cannot help" in advice
+    assert tab.icfrr_warning.isVisibleTo(tab) and tab.icfrr_warning.text() == f"⚠ {advice}"
+    assert tab.sweep_warning.isVisibleTo(tab) and advice in tab.sweep_warning.text()
+    tab.set_rerank(["icfrr"], RerankOptions(k_q=3, k_g=3), verify=False)  # by hand: still no help
+    assert tab.icfrr_warning.isVisibleTo(tab)
+    tab.set_rerank([], verify=False)
+    assert tab.icfrr_warning.isHidden() and tab.sweep_warning.isVisibleTo(tab)  # a sweep always runs ICFRR
+    # a run: the warning stays in view while it runs, then in the status and on the run
+    tab.set_rerank(["icfrr"], verify=False)
+    run = _evaluate(qtbot, tab)
+    assert run.report.summary["icfrr_advice"] == advice
+    assert tab.icfrr_warning.isVisibleTo(tab)
+    assert advice in tab.status_label.text()
+    item = tab.runs_list.item(0)
+    assert item.text().startswith("⚠ ") and advice in item.toolTip()
+
+
+def test_search_tab_shows_the_icfrr_warning(qtbot, tmp_path, single_photo_index, data):
+    from museum_search.gui.search_tab import SearchTab
+
+    state = AppState(Settings(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)))
+    st = SearchTab(state)
+    qtbot.addWidget(st)
+    st.show()
+    try:
+        state.set_index(single_photo_index)
+        assert st.icfrr_warning.isHidden()
+        st.set_reranker("icfrr")
+        advice = icfrr_advice(single_photo_index.labels, st.rerank_options())
+        assert advice and st.icfrr_warning.isVisibleTo(st) and st.icfrr_warning.text() == f"⚠ {advice}"
+        st.set_reranker("")
+        assert st.icfrr_warning.isHidden()
+        st.set_reranker("icfrr")
+        state.set_index(data.index)  # 3-4 photos per object: gone
+        assert st.icfrr_warning.isHidden()
+    finally:
+        st.shutdown()
+        assert workers.wait_all(TIMEOUT)

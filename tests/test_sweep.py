@@ -10,13 +10,15 @@ import pytest
 
 from museum_search.core.errors import MuseumSearchError
 from museum_search.core.evaluation.querysets import load_queryset
-from museum_search.core.evaluation.runner import evaluate
+from museum_search.core.evaluation.runner import DESCRIBING, EVALUATING, GALLERY_RANKS, LOADING, evaluate
 from museum_search.core.evaluation.sweep import (
     SweepPoint,
+    SweepStep,
     options_at,
     parse_values,
     sweep,
 )
+from museum_search.core.progress import Progress
 from museum_search.core.extract import run
 from museum_search.core.query import QuerySettings
 from museum_search.core.rerank import RerankOptions
@@ -90,11 +92,17 @@ def test_sweep_equals_evaluate_at_each_value(eval_data):
     gen = sweep(index, qs, "k", [1, 2], base, extractor=extractor)
     points = run(gen, steps.append)
 
-    describing = [s for s in steps if s.stage == "describing"]
-    evaluating = [s for s in steps if s.stage == "evaluating"]
-    assert describing and describing[-1].done == describing[-1].total == len(qs.queries)
+    n = len(qs.queries)
+    describing = [s for s in steps if isinstance(s, SweepStep) and s.stage == DESCRIBING]
+    evaluating = [s for s in steps if isinstance(s, SweepStep) and s.stage == EVALUATING]
+    assert [s.done for s in describing] == list(range(1, n + 1)) and {s.total for s in describing} == {n}
     assert all(s.value is None and s.summary is None for s in describing)
-    assert [(s.value, s.done, s.total) for s in evaluating] == [(1.0, 1, 2), (2.0, 2, 2)]
+    # after each value: counted in answers (queries x values)
+    assert [(s.value, s.done, s.total) for s in evaluating] == [(1.0, n, 2 * n), (2.0, 2 * n, 2 * n)]
+    # every record says what is happening; the answers' heartbeats name the value
+    assert all(isinstance(s, Progress) and s.stage for s in steps)
+    others = {s.stage for s in steps if not isinstance(s, SweepStep)} - {DESCRIBING, LOADING, GALLERY_RANKS}
+    assert others <= {"answering at K_q = K_g = 1", "answering at K_q = K_g = 2"}
     assert [p.value for p in points] == [1.0, 2.0] and all(isinstance(p, SweepPoint) for p in points)
     assert (points[1].options.k_q, points[1].options.k_g, points[1].options.beta) == (2, 2, 0.5)
 
@@ -122,7 +130,9 @@ def test_closing_a_sweep_stops_it(eval_data):
     qs = load_queryset(qdir)
     gen = sweep(index, qs, "beta", [0.1, 0.2, 0.3], RerankOptions(), extractor=extractor_for_meta(index.meta))
     first = next(gen)
-    assert first.stage == "describing" and first.done >= 1
+    while not isinstance(first, SweepStep):  # heartbeats while the first photo is described
+        first = next(gen)
+    assert first.stage == DESCRIBING and first.done == 1
     gen.close()  # no exception, nothing left running
     with pytest.raises(StopIteration):
         next(gen)

@@ -3,20 +3,42 @@
 Long work in core (indexing, local features, calibration, evaluation, sweeps) is a generator that
 yields :class:`Progress` records and returns its result; the CLI draws them with tqdm, the GUI runs
 the generator on a worker thread (``gui/workers.py``). Closing the generator cancels the job.
+
+A generator can only be stopped where it yields, so a single call that runs for seconds (loading
+a network, describing a batch of photos, verifying a photo's shortlist) would hold a cancel back:
+:func:`wait` runs such a call on a helper thread and yields a heartbeat record while it runs, so a
+job stops within one heartbeat (0.1 s) in every phase.
+
+``Progress.eta`` extrapolates the stage's rate so far; :class:`EtaEstimator` gives a steadier one
+(the rate over a recent window, smoothed in time), which the GUI's worker fills in.
 """
 
 from __future__ import annotations
 
+import math
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from typing import Callable, Generator, TypeVar
+from typing import Callable, Generator, Hashable, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
+P = TypeVar("P", bound="Progress")
+
+#: Seconds between heartbeats while :func:`wait` waits (the longest a cancel waits for).
+HEARTBEAT = 0.1
 
 
 @dataclass
 class Progress:
-    """``done`` of ``total`` steps of ``stage``; the file (or query) just handled; new skips."""
+    """``done`` of ``total`` steps of ``stage``; the file (or query) just handled; new skips.
+
+    ``total == 0``: a step of unknown length (e.g. "loading the network"); ``stage`` says what is
+    happening in words a user reads.
+    """
 
     done: int
     total: int
@@ -24,10 +46,16 @@ class Progress:
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, reason), new since last
     elapsed: float = 0.0  # seconds since this stage started
     stage: str = "describing"
+    #: a steadier estimate of :attr:`eta`, filled in by an :class:`EtaEstimator` (None: not set;
+    #: NaN: the estimator does not know yet)
+    smoothed_eta: float | None = field(default=None, repr=False, compare=False)
 
     @property
     def eta(self) -> float | None:
-        """Seconds left in this stage, extrapolated from its rate so far (None before the first step)."""
+        """Seconds left in this stage: the smoothed estimate when one was filled in, else the
+        stage's rate so far extrapolated (None before the first step)."""
+        if self.smoothed_eta is not None:
+            return None if math.isnan(self.smoothed_eta) else self.smoothed_eta
         if self.done <= 0 or self.elapsed <= 0:
             return None
         return self.elapsed / self.done * max(0, self.total - self.done)
@@ -35,6 +63,156 @@ class Progress:
     @property
     def fraction(self) -> float:
         return self.done / self.total if self.total else 1.0
+
+
+class EtaEstimator:
+    """A steady ETA for a sequence of :class:`Progress` records of one job.
+
+    ``elapsed / done`` since the start of a stage swings when steps come in bursts (a batch of
+    answers at once), and lags when the rate changes (a slow first step that loads something, a
+    machine that gets busy). Here the rate is measured over the last ``window`` seconds of the
+    stage (from the first record of its oldest moment), and the estimate moves towards each new
+    reading with a time constant of ``smoothing`` seconds, counting down in between: records
+    arriving at the same moment do not move it, and a new rate takes over within a few seconds.
+    There is no estimate before two records at different times.
+
+    The stage starts again (its readings are forgotten) when ``total`` changes, or ``done`` or
+    ``elapsed`` go back; records with ``total == 0`` have no ETA. Records of different ``stage``
+    names with the same counts are one stage (an evaluation's "describing" and "verifying"
+    heartbeats count the same queries).
+    """
+
+    def __init__(self, window: float = 15.0, smoothing: float = 3.0):
+        self.window = float(window)
+        self.smoothing = float(smoothing)
+        self._reset(None)
+
+    def _reset(self, total: int | None) -> None:
+        self._total = total
+        self._samples: deque[tuple[float, int]] = deque()  # (elapsed, done): the first record of each moment
+        self._last: tuple[float, int] | None = None
+        self._eta: float | None = None
+        self._at = 0.0
+
+    def update(self, p: Progress) -> float | None:
+        """The ETA after ``p`` (seconds), also stored in ``p.smoothed_eta``; None while unknown
+        (before two records at different times in the stage)."""
+        if p.total <= 0:
+            p.smoothed_eta = math.nan
+            return None
+        t, d = float(p.elapsed), int(p.done)
+        if p.total != self._total or (self._last is not None and (d < self._last[1] or t < self._last[0])):
+            self._reset(p.total)
+        self._last = (t, d)
+        if d >= p.total:
+            self._eta, self._at = 0.0, t
+            p.smoothed_eta = 0.0
+            return 0.0
+        # the rate over the window, from the first record of its oldest moment (records that come
+        # at the same moment, a burst, are counted from its start)
+        if not self._samples or self._samples[-1][0] < t:
+            self._samples.append((t, d))
+        while len(self._samples) > 2 and self._samples[1][0] <= t - self.window:
+            self._samples.popleft()
+        t0, d0 = self._samples[0]
+        reading = (p.total - d) * (t - t0) / (d - d0) if d > d0 and t > t0 else None
+        if self._eta is None:
+            if reading is None:
+                p.smoothed_eta = math.nan
+                return None
+            self._eta = reading
+        else:
+            dt = max(0.0, t - self._at)
+            predicted = max(0.0, self._eta - dt)  # counting down since the last estimate
+            a = 1.0 - math.exp(-dt / self.smoothing) if self.smoothing > 0 else 1.0
+            self._eta = predicted if reading is None else predicted + a * (reading - predicted)
+        self._at = t
+        p.smoothed_eta = self._eta
+        return self._eta
+
+
+def with_eta(gen: Generator[T, None, R], estimator: EtaEstimator | None = None) -> Generator[T, None, R]:
+    """``gen``, with :attr:`Progress.smoothed_eta` filled in on its records (closing it closes ``gen``)."""
+    est = estimator or EtaEstimator()
+    try:
+        while True:
+            try:
+                item = next(gen)
+            except StopIteration as stop:
+                return stop.value
+            if isinstance(item, Progress):
+                est.update(item)
+            yield item
+    finally:
+        gen.close()
+
+
+# ---- waiting for one long call without blocking a cancel ----------------------------------------
+
+_shared: dict[Hashable, Future] = {}
+_shared_lock = threading.Lock()
+
+
+def _call(fn: Callable[[], R], key: Hashable | None) -> Future:
+    """A future of ``fn()`` run on its own (daemon) thread; ``key``: share a call still running."""
+    with _shared_lock:
+        if key is not None and key in _shared:
+            return _shared[key]
+        fut: Future = Future()
+
+        def target() -> None:
+            try:
+                if fut.set_running_or_notify_cancel():
+                    try:
+                        fut.set_result(fn())
+                    except BaseException as exc:  # noqa: BLE001 - handed to the waiting job
+                        fut.set_exception(exc)
+            finally:
+                if key is not None:
+                    with _shared_lock:
+                        if _shared.get(key) is fut:
+                            del _shared[key]
+
+        if key is not None:
+            _shared[key] = fut
+        threading.Thread(target=target, name="museum-search-wait", daemon=True).start()
+        return fut
+
+
+def wait(
+    call: Callable[[], R] | Future,
+    beat: P | Callable[[], P],
+    *,
+    key: Hashable | None = None,
+    announce: bool = False,
+    interval: float = HEARTBEAT,
+) -> Generator[P, None, R]:
+    """Run ``call()`` (or wait for a ``Future``) on a helper thread; yield ``beat`` every
+    ``interval`` seconds until it is done; return its result (its exception is raised here).
+
+    ``beat``: the record to yield, or a function making it (e.g. with a fresh ``elapsed``).
+    ``announce``: yield it once at once, so that a new stage is shown before the call ends.
+    ``key``: calls with the same key share one call while it runs (a job started again after a
+    cancel waits for the call already under way instead of starting a second one).
+
+    Closing the generator stops the waiting at once: the call itself cannot be interrupted, so it
+    runs to its end on its thread and its result is dropped; what it keeps (a loaded network, an
+    index's gallery ranks) is there for the next job.
+    """
+    fut = call if isinstance(call, Future) else _call(call, key)
+
+    def make() -> P:
+        return beat() if callable(beat) else beat
+
+    if announce and not fut.done():
+        yield make()
+    while True:
+        try:
+            return fut.result(timeout=interval)
+        except FutureTimeout:
+            if fut.done():  # the call's own TimeoutError
+                raise
+            yield make()
 
 
 def drive(gen: Generator[T, None, R], on_progress: Callable[[T], object] | None = None) -> R:
@@ -49,3 +227,12 @@ def drive(gen: Generator[T, None, R], on_progress: Callable[[T], object] | None 
                 on_progress(item)
     finally:
         gen.close()
+
+
+def stopwatch() -> Callable[[], float]:
+    """Seconds since this call (for ``elapsed`` in records)."""
+    t0 = time.perf_counter()
+    return lambda: time.perf_counter() - t0
+
+
+__all__ = ["HEARTBEAT", "EtaEstimator", "Progress", "drive", "stopwatch", "wait", "with_eta"]

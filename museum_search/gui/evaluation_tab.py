@@ -5,18 +5,23 @@ and their parameters, geometric verification, query regions), ``runner.evaluate`
 query with the query pipeline (the answers and the "in this collection" verdict a visitor gets),
 and the tab shows what comes back.
 
-Left: the index (the open one, or another index folder), the query set (folder + layout, with
-what was detected), the pipeline settings, Run / Cancel and progress, the list of finished runs
-(checked runs are compared; the selected run fills the plots and the table), the export buttons
-and the ICFRR sweep. Right: live plots (:mod:`.widgets.plots`) above four pages: the per-query
-table with the selected query's top results, the comparison of runs (95 % bootstrap intervals, the
-verdict's figures, paired one-tailed bootstrap tests against a baseline run), the verdict's figures
+Left (scrolls when the window is short): the index (the open one, or another index folder), the
+query set (folder + layout, with what was detected), the pipeline settings (with core's warning
+when ICFRR cannot help this collection, ``rerank.icfrr_advice``), Run / Cancel, progress and the
+stage in words, and the list of finished runs (checked runs are compared; the selected run fills
+the plots and the table) with its export buttons. Right: live plots (:mod:`.widgets.plots`; the
+legend of the runs drawn sits above them, outside the data) above four pages: the per-query
+table with the selected query's top results, the comparison of runs (95 % bootstrap intervals,
+the verdict's figures, paired one-tailed tests against a baseline run), the verdict's figures
 against its threshold (``verdict.operating_points``) with its re-calibration from the labelled
-queries (``verdict.recalibrated``, stored in the index), and the sweep plot.
+queries (``verdict.recalibrated``, stored in the index), and the ICFRR sweep with its own
+controls.
 
 All long work runs through :func:`.workers.start` (one job at a time): an evaluation is
-``runner.evaluate`` (the extractor is built inside the job), a sweep is
+``runner.evaluate`` (the network from core's process-wide cache), a sweep is
 ``core.evaluation.sweep.sweep`` (queries described once), storing a verdict is ``Index.save``.
+Both yield records naming their stage at least every 0.1 s, so Cancel takes effect at once in
+every phase; the status line shows the stage and a smoothed ETA (``progress.EtaEstimator``).
 Progress items arrive on the GUI thread; the plots only append to buffers there and redraw at 10 Hz.
 """
 
@@ -35,14 +40,14 @@ from typing import Any, Generator, Sequence
 
 import numpy as np
 from PySide6.QtCore import (
-    QItemSelectionModel, QModelIndex, QSortFilterProxyModel, Qt,
-    QThread, Signal,
+    QEvent, QItemSelectionModel, QModelIndex, QSortFilterProxyModel, Qt,
+    Signal,
 )
 from PySide6.QtGui import QColor, QIcon, QPixmap
 from PySide6.QtWidgets import (
     QAbstractItemView, QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFrame, QGridLayout,
     QGroupBox, QHBoxLayout, QHeaderView, QLabel, QLineEdit, QListWidget, QListWidgetItem, QProgressBar,
-    QPushButton, QScrollArea, QSpinBox, QSplitter, QTableView, QTableWidget, QTableWidgetItem,
+    QPushButton, QScrollArea, QSizePolicy, QSpinBox, QSplitter, QTableView, QTableWidget, QTableWidgetItem,
     QTabWidget, QVBoxLayout, QWidget,
 )
 
@@ -50,9 +55,10 @@ from ..core.errors import MuseumSearchError
 from ..core.evaluation.querysets import LAYOUTS, QuerySet, load_queryset
 from ..core.evaluation.reports import COMPARED, confidence_intervals, unknown_instances_warning
 from ..core.evaluation.stats import stars
-from ..core.evaluation.runner import EvalReport, EvalStep
-from ..core.evaluation.sweep import PARAMETER_NAMES, SweepPoint, SweepStep, parse_values
+from ..core.evaluation.runner import DESCRIBING, EvalReport, EvalStep
+from ..core.evaluation.sweep import PARAMETER_NAMES, SweepPoint, SweepStep, parse_values, sweep_advice
 from ..core.index import Index
+from ..core.progress import Progress, wait
 from ..core.query import QuerySettings
 from ..core.rerank import RerankOptions, icfrr_advice
 from ..core.search import Result, results_for
@@ -114,6 +120,29 @@ def _split(orientation: Qt.Orientation, *parts: tuple[QWidget, int, int]) -> QSp
     return sp
 
 
+class _FitScroll(QScrollArea):
+    """A scroll area as tall as its contents when there is room (Qt caps a scroll area's size
+    hint at a few hundred pixels), shorter, with a scroll bar, when there is not."""
+
+    def setWidget(self, widget: QWidget) -> None:  # noqa: N802 - Qt API
+        super().setWidget(widget)
+        widget.installEventFilter(self)
+
+    def eventFilter(self, obj, event) -> bool:  # noqa: N802 - Qt API
+        if obj is self.widget() and event.type() in (QEvent.Type.LayoutRequest, QEvent.Type.Resize):
+            self.updateGeometry()  # its contents changed (a label wraps, a box shows): ask again
+        return False
+
+    def sizeHint(self):  # noqa: N802 - Qt API
+        hint = super().sizeHint()
+        w = self.widget()
+        if w is not None:
+            width = self.viewport().width()
+            h = w.heightForWidth(width) if w.hasHeightForWidth() and width > 0 else -1
+            hint.setHeight((h if h > 0 else w.sizeHint().height()) + 2 * self.frameWidth())
+        return hint
+
+
 # --------------------------------------------------------------------------------------------
 # Runs
 
@@ -160,16 +189,9 @@ class _EvalResult:
     pr: tuple[np.ndarray, np.ndarray]
 
 
-def _prepare(index: Index, icfrr: bool) -> Generator[str, None, Any]:
-    """Load the network (and the gallery ranks ICFRR needs), saying so; returns the extractor."""
-    from ..core.backbones import extractor_for_meta
-
-    yield "Loading the network…"
-    extractor = extractor_for_meta(index.meta)
-    if icfrr and not index.has_gallery_ranks:
-        yield "Ranking the collection against itself (ICFRR, once per index)…"
-        index.gallery_ranks()
-    return extractor
+#: The stage after the answers (``Progress.stage``).
+SUMMARIZING = "computing the confidence intervals"
+WARNING_STYLE = "QLabel { color: #8a5300; background: #fff4e0; border: 1px solid #e0b060; border-radius: 3px; padding: 4px; }"
 
 
 def _evaluation_job(index: Index, queryset: QuerySet, settings: QuerySettings,
@@ -177,19 +199,35 @@ def _evaluation_job(index: Index, queryset: QuerySet, settings: QuerySettings,
     """Background job: evaluate with the query pipeline, then intervals and PR."""
     from ..core.evaluation.runner import evaluate, precision_recall_curve
 
-    extractor = yield from _prepare(index, "icfrr" in settings.rerank.split(","))
-    report = yield from evaluate(index, queryset, settings, extractor=extractor, batch_size=batch_size)
-    yield "Computing confidence intervals…"
-    return _EvalResult(report, confidence_intervals(report, index), precision_recall_curve(report))
+    report = yield from evaluate(index, queryset, settings, batch_size=batch_size)
+    t0 = time.perf_counter()
+    cis, pr = yield from wait(lambda: (confidence_intervals(report, index), precision_recall_curve(report)),
+                              lambda: Progress(0, 0, stage=SUMMARIZING, elapsed=time.perf_counter() - t0))
+    return _EvalResult(report, cis, pr)
 
 
 def _sweep_job(index: Index, queryset: QuerySet, parameter: str, values: list[float],
                settings: QuerySettings, batch_size: int = BATCH_SIZE) -> Generator[Any, None, list[SweepPoint]]:
     from ..core.evaluation.sweep import sweep
 
-    extractor = yield from _prepare(index, True)
-    return (yield from sweep(index, queryset, parameter, values, settings.options, extractor=extractor,
-                             batch_size=batch_size, settings=settings))
+    return (yield from sweep(index, queryset, parameter, values, settings.options, batch_size=batch_size,
+                             settings=settings))
+
+
+def progress_text(p: Progress) -> str:
+    """A progress record in words: the stage, the count, the item, the time left."""
+    if isinstance(p, EvalStep):
+        text = f"{p.done:,} of {p.total:,} queries answered"
+    else:
+        text = p.stage[:1].upper() + p.stage[1:]
+        if p.total <= 0:
+            return text + "…"
+        text += f": {p.done:,} of {p.total:,}"
+    if p.current:
+        text += f" — {Path(p.current).name}"
+    if p.done < p.total and p.eta is not None:
+        text += f" ({format_duration(p.eta)} left)"
+    return text
 
 
 def _store_verdict_job(index: Index, verdict: Verdict, reload: bool) -> Index | None:
@@ -225,6 +263,7 @@ class EvaluationTab(QWidget):
         self._job_token = 0
         self._job_started = 0.0
         self._job_produced = False
+        self._last_progress: Progress | None = None
         self._sweep_label = ""
         self._next_key = 1
         self._selected_key: int | None = None
@@ -294,7 +333,9 @@ class EvaluationTab(QWidget):
         # re-ranking
         d = RerankOptions()
         self.rerank_checks: dict[str, QCheckBox] = {}
-        rr_box = QGroupBox("Re-ranking (none when nothing is ticked) and verification")
+        rr_box = QGroupBox("Re-ranking and verification")
+        rr_box.setToolTip("Re-rankers in the order they are applied (none when nothing is ticked), then geometric "
+                          "verification of the top results")
         rl = QGridLayout(rr_box)
         for name, label in RERANKER_ORDER:
             cb = QCheckBox(label)
@@ -304,7 +345,7 @@ class EvaluationTab(QWidget):
         self.rerank_checks["icfrr"].setToolTip("Iterative cluster-free re-ranking: diffusion over the collection")
         self.rerank_checks["aqe"].setToolTip("α-weighted query expansion")
         self.rerank_checks["dba"].setToolTip("Database-side augmentation")
-        self.verify_check = QCheckBox("Verify (geometric)")
+        self.verify_check = QCheckBox("Verify")
         self.verify_check.setObjectName("verify")
         self.verify_check.setChecked(True)
         self.verify_check.setToolTip("As the Search tab does: match the top references with the photo (homography "
@@ -327,13 +368,24 @@ class EvaluationTab(QWidget):
         self.qe_alpha_spin.setValue(d.qe_alpha)
         self.qe_alpha_spin.setToolTip("α: weighting power of the neighbours")
         self.verify_top_spin = self._spin(1, 1000, QuerySettings().verify_top, "Top results verified geometrically")
+        # compact rows: the panel stays narrow enough for the plots at 1024 px
         rl.addWidget(self.rerank_checks["icfrr"], 0, 0)
-        rl.addLayout(_row("K_q", self.kq_spin, "K_g", self.kg_spin, "β", self.beta_spin), 0, 1)
-        rl.addLayout(_row("iterations", self.iter_spin, (self.mode_combo, 1)), 1, 1)
-        rl.addWidget(self.rerank_checks["aqe"], 2, 0)
-        rl.addLayout(_row(self.rerank_checks["dba"], "n", self.qe_n_spin, "α", self.qe_alpha_spin, None), 2, 1)
-        rl.addWidget(self.verify_check, 3, 0)
-        rl.addLayout(_row("top", self.verify_top_spin, None), 3, 1)
+        rl.addLayout(_row("K_q", self.kq_spin, "K_g", self.kg_spin, None), 0, 1)
+        rl.addLayout(_row("β", self.beta_spin, "iterations", self.iter_spin, None), 1, 1)
+        rl.addWidget(self.mode_combo, 2, 1)
+        rl.addWidget(self.rerank_checks["aqe"], 3, 0)
+        rl.addLayout(_row(self.rerank_checks["dba"], "n", self.qe_n_spin, "α", self.qe_alpha_spin, None), 3, 1)
+        rl.addWidget(self.verify_check, 4, 0)
+        rl.addLayout(_row("top", self.verify_top_spin, None), 4, 1)
+        rl.setColumnStretch(1, 1)
+        # core's warning when ICFRR cannot help this collection (shown while ICFRR is ticked, above Run)
+        self.icfrr_warning = QLabel("")
+        self.icfrr_warning.setObjectName("icfrrWarning")
+        self.icfrr_warning.setWordWrap(True)
+        self.icfrr_warning.setStyleSheet(WARNING_STYLE)
+        self.icfrr_warning.hide()
+        for spin in (self.kq_spin, self.kg_spin):
+            spin.valueChanged.connect(lambda _v: self._update_icfrr_warnings())
 
         # run
         self.run_button = QPushButton("Run evaluation")
@@ -362,6 +414,8 @@ class EvaluationTab(QWidget):
         self.runs_list.currentItemChanged.connect(self._run_item_changed)
         self.runs_list.itemChanged.connect(self._run_checked_changed)
         self.runs_list.setMinimumHeight(70)
+        # the settings above take their height first; the list gets the rest (at least 70 px)
+        self.runs_list.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Ignored)
         self.remove_run_button = QPushButton("Remove")
         self.remove_run_button.clicked.connect(self.remove_selected_run)
         self.export_json_button = QPushButton("Export JSON…")
@@ -375,23 +429,6 @@ class EvaluationTab(QWidget):
         rbl.addWidget(self.runs_list, 1)
         rbl.addLayout(_row(self.remove_run_button, None, self.export_json_button, self.export_csv_button))
 
-        # sweep
-        self.sweep_param_combo = QComboBox()
-        self.sweep_param_combo.setObjectName("sweepParameter")
-        self.sweep_param_combo.addItem("K_q = K_g", "k")
-        self.sweep_param_combo.addItem("β", "beta")
-        self.sweep_param_combo.currentIndexChanged.connect(self._sweep_param_changed)
-        self.sweep_values_edit = QLineEdit("1:5")
-        self.sweep_values_edit.setObjectName("sweepValues")
-        self.sweep_values_edit.setToolTip("Values: 1,2,5 or a range start:stop:step (stop included)")
-        self.sweep_button = QPushButton("Run sweep")
-        self.sweep_button.setObjectName("runSweep")
-        self.sweep_button.setToolTip("Evaluate ICFRR at each value (other ICFRR settings from above); "
-                                     "the queries are described once")
-        self.sweep_button.clicked.connect(lambda: self.run_sweep())
-        sweep_box = QGroupBox("ICFRR sweep")
-        sweep_box.setLayout(_row(self.sweep_param_combo, (self.sweep_values_edit, 1), self.sweep_button))
-
         left = QWidget()
         left.setObjectName("evalControls")
         ll = QVBoxLayout(left)
@@ -399,22 +436,31 @@ class EvaluationTab(QWidget):
         ll.addWidget(index_box)
         ll.addWidget(qs_box)
         ll.addWidget(rr_box)
-        ll.addLayout(run_row)
-        ll.addWidget(self.progress)
-        ll.addWidget(self.status_label)
-        ll.addWidget(runs_box, 1)
-        ll.addWidget(sweep_box)
-        scroll = QScrollArea()
+        ll.addStretch(1)
+        scroll = _FitScroll()
+        scroll.setObjectName("evalControlsScroll")
         scroll.setWidgetResizable(True)
         scroll.setFrameShape(QFrame.Shape.NoFrame)
         scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         scroll.setWidget(left)
-        scroll.setMinimumWidth(left.sizeHint().width() + 16)
+        # the settings scroll; Run / Cancel, the progress, the status and the runs with their export
+        # buttons stay in view below them
+        left_column = QWidget()
+        left_column.setObjectName("evalLeft")
+        lc = QVBoxLayout(left_column)
+        lc.setContentsMargins(0, 0, 0, 0)
+        lc.addWidget(scroll)
+        lc.addWidget(self.icfrr_warning)
+        lc.addLayout(run_row)
+        lc.addWidget(self.progress)
+        lc.addWidget(self.status_label)
+        lc.addWidget(runs_box, 1)
+        left_column.setMinimumWidth(max(left.sizeHint().width(), runs_box.sizeHint().width()) + 16)
 
         # plots
         self.plots = EvaluationPlots()
         self.plots.setObjectName("evalPlots")
-        self.plots.setMinimumHeight(260)
+        self.plots.setMinimumHeight(240)
 
         # per-query page
         self.table_model = QueryTableModel(self)
@@ -488,7 +534,32 @@ class EvaluationTab(QWidget):
         cl.addWidget(self.summary_table, 1)
         cl.addWidget(note)
 
-        # sweep page
+        # sweep page: its controls, core's ICFRR warning, the plot and the table
+        self.sweep_param_combo = QComboBox()
+        self.sweep_param_combo.setObjectName("sweepParameter")
+        self.sweep_param_combo.addItem("K_q = K_g", "k")
+        self.sweep_param_combo.addItem("β", "beta")
+        self.sweep_param_combo.currentIndexChanged.connect(self._sweep_param_changed)
+        self.sweep_values_edit = QLineEdit("1:5")
+        self.sweep_values_edit.setObjectName("sweepValues")
+        self.sweep_values_edit.setToolTip("Values: 1,2,5 or a range start:stop:step (stop included)")
+        self.sweep_button = QPushButton("Run sweep")
+        self.sweep_button.setObjectName("runSweep")
+        self.sweep_button.setToolTip("Evaluate ICFRR at each value; the other ICFRR settings, query regions and "
+                                     "verification come from the controls on the left. The queries are described once.")
+        self.sweep_button.clicked.connect(lambda: self.run_sweep())
+        self.sweep_cancel_button = QPushButton("Cancel")
+        self.sweep_cancel_button.setObjectName("cancelSweep")
+        self.sweep_cancel_button.setEnabled(False)
+        self.sweep_cancel_button.clicked.connect(self.cancel)
+        self.sweep_warning = QLabel("")
+        self.sweep_warning.setObjectName("sweepWarning")
+        self.sweep_warning.setWordWrap(True)
+        self.sweep_warning.setStyleSheet(WARNING_STYLE)
+        self.sweep_warning.hide()
+        self.sweep_status = QLabel("Other ICFRR settings, query regions and verification: the controls on the left.")
+        self.sweep_status.setObjectName("sweepStatus")
+        self.sweep_status.setWordWrap(True)
         self.sweep_plot = SweepPlot()
         self.sweep_plot.setObjectName("sweepPlot")
         self.sweep_table = QTableWidget(0, 4)
@@ -499,7 +570,15 @@ class EvaluationTab(QWidget):
         self.sweep_table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
         self.sweep_table.setMinimumWidth(260)
         self.sweep_table.setMaximumWidth(360)
-        sweep_page = _split(Qt.Orientation.Horizontal, (self.sweep_plot, 3, 700), (self.sweep_table, 1, 300))
+        sweep_split = _split(Qt.Orientation.Horizontal, (self.sweep_plot, 3, 700), (self.sweep_table, 1, 300))
+        self.sweep_page = QWidget()
+        self.sweep_page.setObjectName("sweepPage")
+        spl = QVBoxLayout(self.sweep_page)
+        spl.addLayout(_row("Sweep", self.sweep_param_combo, "over", (self.sweep_values_edit, 1), self.sweep_button,
+                           self.sweep_cancel_button))
+        spl.addWidget(self.sweep_warning)
+        spl.addWidget(self.sweep_status)
+        spl.addWidget(sweep_split, 1)
 
         # verdict page
         self.verdict_plot = VerdictPlot()
@@ -536,10 +615,16 @@ class EvaluationTab(QWidget):
         self.pages.addTab(self.queries_splitter, "Queries")
         self.pages.addTab(compare_page, "Compare runs")
         self.pages.addTab(verdict_page, "Verdict")
-        self.pages.addTab(sweep_page, "ICFRR sweep")
+        self.pages.addTab(self.sweep_page, "ICFRR sweep")
 
-        self.right_splitter = _split(Qt.Orientation.Vertical, (self.plots, 2, 330), (self.pages, 3, 470))
-        self.splitter = _split(Qt.Orientation.Horizontal, (scroll, 0, scroll.minimumWidth()),
+        plots_box = QWidget()
+        pbl = QVBoxLayout(plots_box)
+        pbl.setContentsMargins(0, 0, 0, 0)
+        pbl.setSpacing(2)
+        pbl.addWidget(self.plots.legend)
+        pbl.addWidget(self.plots, 1)
+        self.right_splitter = _split(Qt.Orientation.Vertical, (plots_box, 2, 330), (self.pages, 3, 470))
+        self.splitter = _split(Qt.Orientation.Horizontal, (left_column, 0, left_column.minimumWidth()),
                                (self.right_splitter, 1, 1200))
         lay = QVBoxLayout(self)
         lay.addWidget(self.splitter)
@@ -561,6 +646,24 @@ class EvaluationTab(QWidget):
         for w in (self.qe_n_spin, self.qe_alpha_spin):
             w.setEnabled(on["aqe"] or on["dba"])
         self.verify_top_spin.setEnabled(self.verify_check.isChecked())
+        self._update_icfrr_warnings()
+
+    def icfrr_advice(self) -> str | None:
+        """Core's warning for the evaluation the controls describe (None: ICFRR not ticked, or it can help)."""
+        if self.index is None or not self.rerank_checks["icfrr"].isChecked():
+            return None
+        return icfrr_advice(self.index.labels, self.rerank_options())
+
+    def sweep_advice(self) -> str | None:
+        """Core's warning for the sweep the controls describe (a sweep always runs ICFRR)."""
+        if self.index is None:
+            return None
+        return sweep_advice(self.index.labels, self.sweep_param_combo.currentData(), self.rerank_options())
+
+    def _update_icfrr_warnings(self) -> None:
+        for label, advice in ((self.icfrr_warning, self.icfrr_advice()), (self.sweep_warning, self.sweep_advice())):
+            label.setText(f"⚠ {advice}" if advice else "")
+            label.setVisible(bool(advice))
 
     # ---- index and query set ----------------------------------------------------------------
     def set_index(self, index: Index | None) -> None:
@@ -575,6 +678,7 @@ class EvaluationTab(QWidget):
                                      f"instances — {html.escape(index.meta.describe())}")
             self.index_label.setToolTip(f"{index.describe()}\n{where}")
         self._update_detected()
+        self._update_icfrr_warnings()
         self._update_buttons()
 
     def open_index(self, path: str | os.PathLike) -> bool:
@@ -720,10 +824,8 @@ class EvaluationTab(QWidget):
         self.progress.setFormat("%v / %m queries")
         self._start("evaluation", _evaluation_job(index, queryset, settings, self.batch_size),
                     lambda res: self._evaluation_done(res, index, settings, total))
-        status = f"Evaluating {total:,} queries: {settings.label()}"
-        icfrr = "icfrr" in self.rerank_names() and settings.options.k_q is None
-        advice = icfrr_advice(index.labels) if icfrr else None
-        self._set_status(f"{status}. {advice}" if advice else status)
+        self._set_status(f"Evaluating {total:,} queries: {settings.label()}")
+        self._update_icfrr_warnings()  # stays shown while the run goes on
         return True
 
     def run_sweep(self, parameter: str | None = None, values: Sequence[float] | str | None = None) -> bool:
@@ -746,11 +848,12 @@ class EvaluationTab(QWidget):
         self.sweep_plot.start(label, integer=parameter == "k")
         self.sweep_table.setRowCount(0)
         self.sweep_table.setHorizontalHeaderLabels([label, "MP@1", "MAP", "AMNRO"])
-        self.pages.setCurrentWidget(self.sweep_plot.parentWidget())
+        self.pages.setCurrentWidget(self.sweep_page)
         self.progress.setRange(0, 0)
         self._start("sweep", _sweep_job(self.index, self.queryset, parameter, vals, self.query_settings(),
                                         self.batch_size), self._sweep_done)
         self._set_status(f"ICFRR sweep of {label} over {len(vals)} value{'s' if len(vals) != 1 else ''}")
+        self._update_icfrr_warnings()
         return True
 
     def _start(self, kind: str, gen, on_result) -> None:
@@ -758,6 +861,7 @@ class EvaluationTab(QWidget):
         token = self._job_token
         self._job_kind = kind
         self._job_produced = False
+        self._last_progress = None
         self._job_started = time.perf_counter()
         self._job = workers.start(
             gen,
@@ -780,24 +884,20 @@ class EvaluationTab(QWidget):
         if isinstance(item, str):
             self._set_status(item)
             return
+        if not isinstance(item, Progress):
+            return
+        self._last_progress = item
         if isinstance(item, EvalStep):
             self.plots.add_step(item)
+        elif isinstance(item, SweepStep) and item.summary is not None:
+            self._add_sweep_row(item.value, item.summary)
+        if item.total > 0:  # (a step of unknown length leaves the bar as it is: busy from the start)
+            if self._job_kind == "sweep":
+                self.progress.setFormat("%v / %m queries described" if item.stage == DESCRIBING else "%v / %m answers")
             if self.progress.maximum() != item.total:
                 self.progress.setRange(0, item.total)
             self.progress.setValue(item.done)
-            if item.record is not None or item.done == item.total:
-                self.status_label.setText(f"{item.done:,} of {item.total:,} queries — "
-                                          f"{Path(item.current).name if item.current else ''} "
-                                          f"({format_duration(item.eta or 0)} left)" if item.done < item.total else
-                                          f"{item.done:,} of {item.total:,} queries")
-        elif isinstance(item, SweepStep):
-            if item.stage == "describing":
-                self.progress.setFormat("describing queries %v / %m")
-            else:
-                self.progress.setFormat("values %v / %m")
-                self._add_sweep_row(item.value, item.summary)
-            self.progress.setRange(0, item.total)
-            self.progress.setValue(item.done)
+        self._set_status(progress_text(item))
 
     def _on_result(self, token: int, handler, result: Any) -> None:
         if token == self._job_token:
@@ -820,9 +920,19 @@ class EvaluationTab(QWidget):
             self.plots.stop_live()
         if job is not None and job.cancelled:
             done, total = self.progress.value(), max(0, self.progress.maximum())
-            self._set_status(f"{JOB_TITLES[self._job_kind]} cancelled after {done:,} of {total:,}.")
-        if self._job_kind == "evaluation" and not self._job_produced and self.selected_run() is not None:
-            self.select_run(self.selected_run())  # back to the selected run's plots (partial curves dropped)
+            last = self._last_progress
+            self._set_status(f"{JOB_TITLES[self._job_kind]} cancelled after {done:,} of {total:,}." if total else
+                             f"{JOB_TITLES[self._job_kind]} cancelled"
+                             + (f" while {last.stage}." if last is not None and last.total <= 0 else "."))
+            if self._job_kind == "sweep":
+                self.sweep_status.setText(self.status_label.text())
+        run = self.selected_run()
+        if self._job_kind == "evaluation" and not self._job_produced and run is not None:
+            # back to the selected run's plots (the partial curves are dropped); the table and the
+            # other pages still show it
+            self.plots.show_buffer(run.buffer, run.total)
+            self.plots.set_pr(run.pr, run.colour)
+            self._refresh_overlays()
         if self.progress.maximum() == 0:
             self.progress.setRange(0, 1)
         self._update_buttons()
@@ -841,6 +951,8 @@ class EvaluationTab(QWidget):
         open_set = f", {s['open_set_queries']} open-set not averaged" if s.get("open_set_queries") else ""
         warning = unknown_instances_warning(s)
         warning = f"\n⚠ {warning}." if warning else ""
+        if s.get("icfrr_advice"):
+            warning += f"\n⚠ {s['icfrr_advice']}"
         self._set_status(f"Done in {format_duration(took)}: MP@1 {_fmt(s['mp@1'])}, MAP {_fmt(s['map'])}, "
                          f"AMNRO {_fmt(s['amnro'])} over {s['queries']:,} queries{open_set}{skipped}. Verdict: "
                          f"unknown rejected {_pct(v['unknown_rejected'])}, known rejected {_pct(v['known_rejected'])}"
@@ -852,8 +964,10 @@ class EvaluationTab(QWidget):
         self.sweep_points = list(points)
         if points:
             best = max(points, key=lambda p: (p.summary["map"] if math.isfinite(p.summary["map"]) else -1))
-            self._set_status(f"Sweep done: best MAP {_fmt(best.summary['map'])} at {self._sweep_label} = "
-                             f"{best.value:g}.")
+            advice = points[0].summary.get("icfrr_advice")
+            text = f"Sweep done: best MAP {_fmt(best.summary['map'])} at {self._sweep_label} = {best.value:g}."
+            self._set_status(text + (f"\n⚠ {advice}" if advice else ""))
+            self.sweep_status.setText(text)  # the sweep's page shows the warning above it already
         self.sweep_finished.emit(self.sweep_points)
 
     def _add_sweep_row(self, value: float, summary: dict) -> None:
@@ -867,6 +981,8 @@ class EvaluationTab(QWidget):
 
     def _set_status(self, text: str) -> None:
         self.status_label.setText(text)
+        if self._job_kind == "sweep" and self._job is not None:  # the sweep's own page says it too
+            self.sweep_status.setText(text)
 
     def _update_buttons(self) -> None:
         busy = self.is_running()
@@ -874,6 +990,7 @@ class EvaluationTab(QWidget):
         self.run_button.setEnabled(not busy and ready)
         self.sweep_button.setEnabled(not busy and ready)
         self.cancel_button.setEnabled(busy and self._job_kind != "verdict")
+        self.sweep_cancel_button.setEnabled(busy and self._job_kind == "sweep")
         run = self.selected_run()
         self.store_verdict_button.setEnabled(not busy and run is not None and run.report.can_recalibrate)
         self.max_known_spin.setEnabled(not busy and run is not None and run.report.can_recalibrate)
@@ -889,14 +1006,15 @@ class EvaluationTab(QWidget):
     def add_run(self, run: EvalRun) -> None:
         """Keep ``run`` (ticked for comparison) and select it."""
         self.runs.append(run)
-        item = QListWidgetItem(self._colour_icon(run.colour), run.name)
+        s = run.report.summary
+        advice = s.get("icfrr_advice")
+        item = QListWidgetItem(self._colour_icon(run.colour), ("⚠ " if advice else "") + run.name)
         item.setData(Qt.ItemDataRole.UserRole, run.key)
         item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
-        s = run.report.summary
         warning = unknown_instances_warning(s)
         item.setToolTip(f"{run.name}\nMP@1 {_fmt(s['mp@1'])}  MAP {_fmt(s['map'])}  AMNRO {_fmt(s['amnro'])}\n"
                         f"{run.report.index_description}\n{run.report.queryset_description}"
-                        + (f"\n⚠ {warning}" if warning else ""))
+                        + (f"\n⚠ {warning}" if warning else "") + (f"\n⚠ {advice}" if advice else ""))
         self.runs_list.blockSignals(True)
         item.setCheckState(Qt.CheckState.Checked)
         self.runs_list.addItem(item)
@@ -1250,6 +1368,7 @@ class EvaluationTab(QWidget):
         text = self.sweep_values_edit.text().strip()
         if not text or text in defaults.values():
             self.sweep_values_edit.setText(defaults[self.sweep_param_combo.currentData()])
+        self._update_icfrr_warnings()
 
     def shutdown(self, timeout_ms: int = 15000) -> None:
         """Cancel the running job and wait (bounded) for its thread to stop (the window is closing)."""
@@ -1260,7 +1379,7 @@ class EvaluationTab(QWidget):
         job.cancel()
         deadline = time.monotonic() + timeout_ms / 1000
         while job.worker.is_running and time.monotonic() < deadline:
-            QThread.msleep(10)
+            time.sleep(0.01)  # (PySide6 6.12's QThread.msleep drops a reference to None per call)
 
 
 __all__ = ["EvaluationTab", "EvalRun"]

@@ -379,6 +379,13 @@ class SearchTab(QWidget):
         rl.setContentsMargins(0, 0, 0, 0)
         rl.addLayout(controls)
         rl.addLayout(rerank_row)
+        # core's warning while ICFRR re-ranks a collection it cannot help (stays while ICFRR is chosen)
+        self.icfrr_warning = QLabel()
+        self.icfrr_warning.setObjectName("icfrrWarning")
+        self.icfrr_warning.setWordWrap(True)
+        self.icfrr_warning.setStyleSheet(f"QLabel {{ {_MESSAGE_STYLE['warning']} padding:4px; border-radius:4px; }}")
+        self.icfrr_warning.hide()
+        rl.addWidget(self.icfrr_warning)
         rl.addWidget(self.banner)
         rl.addWidget(self.message)
         rl.addWidget(self.grid, 1)
@@ -624,6 +631,7 @@ class SearchTab(QWidget):
         if index is not None and self._extractor is not None and self._extractor.meta != index.meta:
             self._extractor = None
         self._suggest_icfrr(index)
+        self._update_icfrr_warning()
         if index is None:
             self.grid.clear(NO_INDEX)
             self.status.setText("")
@@ -667,14 +675,26 @@ class SearchTab(QWidget):
     def _rerank_changed(self, _i: int) -> None:
         name = self.reranker()
         self.param_stack.setCurrentWidget(self._pages["qe" if name in ("aqe", "dba") else name])
-        advice = icfrr_advice(self.state.index.labels) if name == "icfrr" and self.state.index is not None else None
-        if advice:
-            self.show_message(advice, "warning")
+        self._update_icfrr_warning()
         self._rerank_timer.stop()
         self._reconcile()
 
     def _param_changed(self, *_args) -> None:
+        self._update_icfrr_warning()
         self._rerank_timer.start()  # wait for the user to stop clicking
+
+    def icfrr_advice(self) -> str | None:
+        """Core's warning when the chosen ICFRR cannot help the open collection (else None)."""
+        if self.reranker() != "icfrr" or self.state.index is None:
+            return None
+        return icfrr_advice(self.state.index.labels, self.rerank_options())
+
+    def _update_icfrr_warning(self) -> None:
+        if not hasattr(self, "icfrr_warning"):  # spin boxes set while the controls are built
+            return
+        advice = self.icfrr_advice()
+        self.icfrr_warning.setText(f"⚠ {advice}" if advice else "")
+        self.icfrr_warning.setVisible(bool(advice))
 
     # ---- background work -----------------------------------------------------------------
     def _wanted(self) -> tuple | None:

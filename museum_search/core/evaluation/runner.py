@@ -7,6 +7,16 @@ record of the query just ranked (its full ranking, per-query metrics) and the ru
 plots can follow live; it returns the :class:`EvalReport` at the end. Closing the generator
 cancels the run (nothing is written by the runner itself).
 
+Between the records it yields plain :class:`~museum_search.core.progress.Progress` records whose
+``stage`` says what is happening (:data:`LOADING`, :data:`GALLERY_RANKS`, :data:`DESCRIBING`,
+:data:`VERIFYING` or :data:`SEARCHING`), at least every 0.1 s while a call runs
+(:func:`~museum_search.core.progress.wait`), so a cancel takes effect within 0.1 s in every
+phase. The network comes from the process-wide cache of :mod:`museum_search.core.engines` (and
+:func:`~museum_search.core.backbones.build_torch_extractor`): loaded by the first job of a
+process, reused by every later one, the CLI's, the Search tab's and the kiosk's included. The
+first query is described alone so that the first record (and plotted point) comes after one
+query, not a batch.
+
 Conventions (see :mod:`museum_search.core.evaluation.metrics`): a reference is relevant to a
 query iff its instance is in the query's relevant set; queries without a relevant reference in
 the index are excluded from the means and counted apart: open-set queries (their ground truth is
@@ -19,17 +29,19 @@ so AP and MNRO see every relevant reference.
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any, Generator
+from typing import Any, Callable, Generator
 
 import numpy as np
 
-from ..backbones import Extractor
+from ..backbones import Extractor, extractor_for_meta
 from ..errors import ImageError, MuseumSearchError
 from ..index import Index
-from ..progress import Progress, drive
-from ..query import QueryPipeline, QuerySettings, descriptor_query, load_query
+from ..progress import Progress, drive, wait
+from ..query import QueryImage, QueryPipeline, QuerySettings, descriptor_query, load_query
+from ..rerank import icfrr_advice
 from ..verdict import Evidence, open_set_figures, recalibrated
 from .metrics import relevance_matrix, summarize
 from .querysets import QuerySet
@@ -38,6 +50,14 @@ from .querysets import QuerySet
 RECORD_METRICS = {"p@1": "p@1", "p@5": "p@5", "ap": "map", "mnro": "amnro", "nmrr": "anmrr", "rr": "mrr"}
 #: Means reported in the summary, in display order.
 SUMMARY_KEYS = ("mp@1", "map", "amnro", "anmrr", "p@5", "mrr", "r-precision")
+
+#: Stages of an evaluation (``Progress.stage``), in words a user reads.
+LOADING = "loading the network"
+GALLERY_RANKS = "ranking the collection against itself (for ICFRR, once per index)"
+DESCRIBING = "describing the query photos"
+VERIFYING = "searching, verifying the top results"
+SEARCHING = "searching the collection"
+EVALUATING = "evaluating"  # an EvalStep: one query answered and measured
 
 
 @dataclass
@@ -138,17 +158,20 @@ def evaluate(
     weights: str | None = None,
     batch_size: int = 8,
     pipeline: QueryPipeline | None = None,
-) -> Generator[EvalStep, None, EvalReport]:
+) -> Generator[Progress, None, EvalReport]:
     """Answer every query of ``queryset`` with the query pipeline (see the module docstring).
 
     ``settings``: the pipeline's settings (default: the defaults a visitor gets: query regions,
     verification, the index's calibrated verdict); or pass a ready ``pipeline``.
+    ``batch_size``: queries described at once (after the first, described alone); each query is
+    then answered on its own. Yields an :class:`EvalStep` per query and, while calls run,
+    :class:`~museum_search.core.progress.Progress` records naming the stage.
     Queries given as descriptors (``queryset.descriptors``) are neither decoded nor described, and
     by default answered by :meth:`QueryPipeline.for_descriptors` (no network, not verified).
     """
     if queryset.descriptors is not None and pipeline is None:
         pipeline = QueryPipeline.for_descriptors(index, settings)
-    pipe = pipeline or QueryPipeline(index, settings or QuerySettings(), extractor=extractor, weights=weights)
+    pipe = yield from query_pipeline(index, settings, extractor=extractor, weights=weights, pipeline=pipeline)
     known = set(index.instances)
     qs = queryset.restricted_to(known)
     queries = qs.queries
@@ -165,51 +188,53 @@ def evaluate(
     done = 0
     means = _RunningMeans()
     running: dict[str, float] = means.current()
-    pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="eval-decode")
+    answering = VERIFYING if pipe.settings.verify else SEARCHING
+
+    def elapsed() -> float:
+        return time.perf_counter() - start
+
+    if qs.descriptors is not None:  # queries given as descriptors: nothing to decode or describe
+        feed = (Described(j, descriptor_query(qs.descriptors[q.row], q.path), None) for j, q in enumerate(queries))
+    else:
+        feed = described(pipe, [q.path for q in queries], batch_size,
+                         lambda path: Progress(done, total, path, stage=DESCRIBING, elapsed=elapsed()))
     try:
-        for lo in range(0, total, batch_size):
-            chunk = queries[lo : lo + batch_size]
-            if qs.descriptors is not None:  # queries given as descriptors: nothing to decode or describe
-                decoded = [descriptor_query(qs.descriptors[q.row], q.path) for q in chunk]
-            else:
-                decoded = list(pool.map(_decode, [q.path for q in chunk]))
-            new_skips = [(q.path, d) for q, d in zip(chunk, decoded) if isinstance(d, str)]
-            skipped.extend(new_skips)
-            ok_pos = [i for i, d in enumerate(decoded) if not isinstance(d, str)]
-            ok = [chunk[i] for i in ok_pos]
-            if ok:
-                answers = pipe.answer([decoded[i] for i in ok_pos], full_ranking=True)
-                ranking = np.stack([a.ranking for a in answers])
-                rel, n_rel = relevance_matrix(ranking, labels, [set(q.relevant) for q in ok])
-                per = summarize(rel, n_rel, ks=(1, 5), n_collection=len(index), gtm=gtm)["per_query"]
-                for j, (q, ans) in enumerate(zip(ok, answers)):
-                    top = ans.results[0] if ans.results else None
-                    rec = QueryRecord(
-                        position=lo + ok_pos[j], query=q.path, relevant=sorted(q.relevant),
-                        metrics={name: float(per[key][j]) for name, key in RECORD_METRICS.items()},
-                        ranking=ranking[j].astype(np.int32),
-                        scores=np.take(ans.scores, ranking[j]).astype(np.float32),
-                        relevance=np.asarray(rel[j], bool), n_relevant=int(n_rel[j]),
-                        unknown=unknown_of[lo + ok_pos[j]],
-                        in_collection=ans.in_collection, reason=ans.reason,
-                        top_cosine=top.cosine if top else float("nan"), top_inliers=ans.top_inliers,
-                        rival_inliers=ans.rival,
-                    )
-                    records.append(rec)
-                    rels.append(rec.relevance)
-                    nrels.append(rec.n_relevant)
-                    unknowns.append(rec.unknown)
-                    running = means.add(rec)
-                    done += 1
-                    yield EvalStep(done, total, rec.query, new_skips if j == 0 else [], time.perf_counter() - start,
-                                   record=rec, running=running)
-            for _ in range(len(chunk) - len(ok)):
+        for item in feed:
+            if isinstance(item, Progress):
+                yield item
+                continue
+            q = queries[item.position]
+            if item.image is None:
+                skipped.append((q.path, item.reason))
                 done += 1
-                yield EvalStep(done, total, None, new_skips if not ok else [], time.perf_counter() - start,
-                               running=running)
-                new_skips = []
+                yield EvalStep(done, total, None, [(q.path, item.reason)], elapsed(), running=running)
+                continue
+            ans = (yield from wait(lambda: pipe.answer([item.image], item.descriptors, full_ranking=True),
+                                   lambda: Progress(done, total, q.path, stage=answering, elapsed=elapsed())))[0]
+            ranking = np.asarray(ans.ranking)[None]
+            rel, n_rel = relevance_matrix(ranking, labels, [set(q.relevant)])
+            per = summarize(rel, n_rel, ks=(1, 5), n_collection=len(index), gtm=gtm)["per_query"]
+            top = ans.results[0] if ans.results else None
+            rec = QueryRecord(
+                position=item.position, query=q.path, relevant=sorted(q.relevant),
+                metrics={name: float(per[key][0]) for name, key in RECORD_METRICS.items()},
+                ranking=ranking[0].astype(np.int32),
+                scores=np.take(ans.scores, ranking[0]).astype(np.float32),
+                relevance=np.asarray(rel[0], bool), n_relevant=int(n_rel[0]),
+                unknown=unknown_of[item.position],
+                in_collection=ans.in_collection, reason=ans.reason,
+                top_cosine=top.cosine if top else float("nan"), top_inliers=ans.top_inliers,
+                rival_inliers=ans.rival,
+            )
+            records.append(rec)
+            rels.append(rec.relevance)
+            nrels.append(rec.n_relevant)
+            unknowns.append(rec.unknown)
+            running = means.add(rec)
+            done += 1
+            yield EvalStep(done, total, rec.query, [], elapsed(), record=rec, running=running)
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        feed.close()
     summary, per_query = summary_of(index, rels, nrels, len(skipped), gtm, unknowns)
     summary.update(pipeline_summary(pipe, [r.evidence for r in records]))
     # the query set as loaded: restricting it would describe unknown instances as open-set
@@ -217,9 +242,92 @@ def evaluate(
                       pipe.settings.describe(), per_query, pipe.verdict)
 
 
+def query_pipeline(index: Index, settings: QuerySettings | None = None, *, extractor: Extractor | None = None,
+                   weights: str | None = None, pipeline: QueryPipeline | None = None
+                   ) -> Generator[Progress, None, QueryPipeline]:
+    """The query pipeline of a job (``pipeline`` when given), built with progress: the network
+    (:data:`LOADING`: the process-wide cache of :mod:`museum_search.core.engines` and
+    :mod:`museum_search.core.backbones`, so only the first job of a process loads it), then, when
+    ICFRR re-ranks, the collection's gallery ranks (:data:`GALLERY_RANKS`, once per index). Both
+    run through :func:`~museum_search.core.progress.wait`: a cancel does not wait for them, and
+    a job started again meanwhile waits for the same call instead of starting another."""
+    from .. import engines
+
+    t0 = time.perf_counter()
+    if pipeline is None:
+        if extractor is None:
+            extractor = yield from wait(
+                lambda: extractor_for_meta(index.meta, weights),
+                lambda: Progress(0, 0, stage=LOADING, elapsed=time.perf_counter() - t0),
+                key=("extractor", index.meta, weights, engines.current()))
+        pipeline = QueryPipeline(index, settings or QuerySettings(), extractor=extractor)
+    if "icfrr" in [n.strip().lower() for n in pipeline.settings.rerank.split(",")] and not index.has_gallery_ranks:
+        t1 = time.perf_counter()
+        yield from wait(index.gallery_ranks,
+                        lambda: Progress(0, 0, stage=GALLERY_RANKS, elapsed=time.perf_counter() - t1),
+                        key=("gallery ranks", id(index)), announce=True)
+    return pipeline
+
+
+@dataclass
+class Described:
+    """A query of :func:`described`: its decoded photo and descriptors, or why it cannot be used."""
+
+    position: int  # in the list of paths
+    image: QueryImage | None
+    descriptors: np.ndarray | None  # (1, R, D)
+    reason: str = ""  # why the photo cannot be used (image None)
+
+
+def described(pipe: QueryPipeline, paths: list[str], batch_size: int,
+              beat: Callable[[str], Progress]) -> Generator[Progress | Described, None, None]:
+    """Decode (on two threads, ahead) and describe the photos at ``paths``, in order: the first
+    alone (the first answer comes after one photo), then ``batch_size`` at a time. Yields one
+    :class:`Described` per path, and ``beat(path)`` at least every 0.1 s while a decode or a
+    description runs. Used by the runner and the sweep, so both describe alike."""
+    pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="eval-decode")
+    pending: deque[Future] = deque()
+    ahead = 0
+
+    def fill(upto: int) -> None:
+        nonlocal ahead
+        while ahead < min(len(paths), upto):
+            pending.append(pool.submit(_decode, paths[ahead]))
+            ahead += 1
+
+    try:
+        i = 0
+        while i < len(paths):
+            n = 1 if i == 0 else max(1, batch_size)
+            chunk: list[tuple[int, Any]] = []
+            for j in range(i, min(len(paths), i + n)):
+                fill(j + 1 + max(1, batch_size))
+                decoded = yield from wait(pending.popleft(), lambda: beat(paths[j]))
+                chunk.append((j, decoded))
+            ok = [(j, d) for j, d in chunk if not isinstance(d, str)]
+            desc = None
+            if ok:
+                desc = yield from wait(lambda: pipe.describe([d for _, d in ok]), lambda: beat(paths[ok[0][0]]))
+            k = 0
+            for j, d in chunk:
+                if isinstance(d, str):
+                    yield Described(j, None, None, d)
+                else:
+                    yield Described(j, d, desc[k : k + 1])
+                    k += 1
+            i += len(chunk)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
 def pipeline_summary(pipe: QueryPipeline, evidence: list[Evidence]) -> dict[str, Any]:
-    """The settings and the verdict's figures of a run, for its summary (runner and sweep)."""
+    """The settings and the verdict's figures of a run, for its summary (runner and sweep).
+
+    ``icfrr_advice``: when ICFRR re-ranks a collection it cannot help
+    (:func:`~museum_search.core.rerank.icfrr_advice`), the warning; else None."""
+    icfrr = "icfrr" in [n.strip().lower() for n in pipe.settings.rerank.split(",")]
     return {"query_regions": bool(pipe.settings.regions), "verified": bool(pipe.settings.verify),
+            "icfrr_advice": icfrr_advice(pipe.index.labels, pipe.settings.options) if icfrr else None,
             "verdict": {**open_set_figures(evidence, pipe.verdict),
                         "min_inliers": pipe.verdict.min_inliers if pipe.settings.verify else None,
                         "min_cosine": None if pipe.settings.verify else pipe.verdict.min_cosine,

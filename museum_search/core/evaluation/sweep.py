@@ -6,10 +6,15 @@ query once, then for each value answers the queries with the query pipeline
 and computes the metrics. It is a generator (see
 ``docs/CONVENTIONS.md``):
 
-* while the queries are described it yields ``SweepStep(done, total, stage="describing")`` (a
-  :class:`museum_search.core.progress.Progress`) with ``done``/``total`` counted in query images;
-* after each value it yields ``SweepStep(done, total, stage="evaluating", value=…, summary=…)`` with
-  ``done``/``total`` counted in values and ``summary`` the same dict as
+* while the network loads and the gallery ranks are computed it yields
+  :class:`~museum_search.core.progress.Progress` records of those stages, as the runner does
+  (:func:`~museum_search.core.evaluation.runner.query_pipeline`);
+* as the queries are described it yields ``SweepStep(done, total, stage=DESCRIBING)`` with
+  ``done``/``total`` counted in query images (and heartbeats of the same stage while a call runs);
+* while the queries are answered at a value it yields ``Progress(done, total, stage="answering at
+  K_q = K_g = 3")`` at least every 0.1 s, counted in answers (usable queries × values);
+* after each value it yields ``SweepStep(done, total, stage=EVALUATING, value=…, summary=…)``,
+  counted in answers too, with ``summary`` the same dict as
   :attr:`museum_search.core.evaluation.runner.EvalReport.summary`;
 * it returns the list of :class:`SweepPoint` (one per value, in the order given).
 
@@ -32,16 +37,16 @@ from typing import Any, Generator, Sequence
 
 import numpy as np
 
-from ..backbones import Extractor, extractor_for_meta
+from ..backbones import Extractor
 from ..errors import MuseumSearchError
 from ..index import Index
-from ..progress import Progress
+from ..progress import HEARTBEAT, Progress, wait
 from ..query import QueryPipeline, QuerySettings
-from ..rerank import RerankOptions
+from ..rerank import RerankOptions, icfrr_advice
 from ..verdict import Evidence
 from .metrics import relevance_matrix
 from .querysets import QuerySet
-from .runner import _decode, nmrr_gtm, pipeline_summary, summary_of
+from .runner import DESCRIBING, EVALUATING, Described, described, nmrr_gtm, pipeline_summary, query_pipeline, summary_of
 
 PARAMETERS = ("k", "beta")
 PARAMETER_NAMES = {"k": "K_q = K_g", "beta": "β"}
@@ -49,10 +54,11 @@ PARAMETER_NAMES = {"k": "K_q = K_g", "beta": "β"}
 
 @dataclass
 class SweepStep(Progress):
-    """The progress record of a sweep: ``stage`` "describing" (units: queries) or "evaluating"
-    (units: values), with the value just evaluated and its summary (None while describing)."""
+    """The progress record of a sweep: ``stage`` :data:`DESCRIBING` (units: queries) or
+    :data:`EVALUATING` (units: answers), with the value just evaluated and its summary (None while
+    describing)."""
 
-    stage: str = "evaluating"
+    stage: str = EVALUATING
     value: float | None = None
     summary: dict[str, Any] | None = None
 
@@ -76,6 +82,14 @@ def options_at(base: RerankOptions, parameter: str, value: float) -> RerankOptio
             raise MuseumSearchError(f"β must be a number >= 0, got {value:g}")
         return replace(base, beta=float(value))
     raise MuseumSearchError(f"unknown sweep parameter {parameter!r}; choose 'k' (K_q = K_g) or 'beta'")
+
+
+def sweep_advice(labels, parameter: str, base_options: RerankOptions | None = None) -> str | None:
+    """The ICFRR warning (:func:`museum_search.core.rerank.icfrr_advice`) for a sweep of
+    ``parameter`` from ``base_options`` on a collection with these ``labels``: a sweep of K sets
+    K_q and K_g by hand; a sweep of β keeps the base's K (suggested when not set)."""
+    base = base_options or RerankOptions()
+    return icfrr_advice(labels, replace(base, k_q=1, k_g=1) if parameter == "k" else base)
 
 
 def parse_values(text: str, parameter: str = "k") -> list[float]:
@@ -127,7 +141,7 @@ def sweep(
     weights: str | None = None,
     batch_size: int = 8,
     settings: QuerySettings | None = None,
-) -> Generator[SweepStep, None, list[SweepPoint]]:
+) -> Generator[Progress, None, list[SweepPoint]]:
     """Evaluate ICFRR at each of ``values`` of ``parameter`` (see the module docstring).
 
     ``names``: the re-rankers applied at each value (must include ``"icfrr"``), in order.
@@ -144,52 +158,74 @@ def sweep(
     base_options = base_options or RerankOptions()
     base = settings or QuerySettings()
     option_sets = [options_at(base_options, parameter, v) for v in values]
-    extractor = extractor or extractor_for_meta(index.meta, weights)
-    pipes = [QueryPipeline(index, replace(base, rerank=",".join(names), options=o), extractor=extractor)
-             for o in option_sets]
+    first = yield from query_pipeline(index, replace(base, rerank=",".join(names), options=option_sets[0]),
+                                      extractor=extractor, weights=weights)
+    pipes = [first] + [QueryPipeline(index, replace(base, rerank=",".join(names), options=o),
+                                     extractor=first.extractor) for o in option_sets[1:]]
     known = set(index.instances)
     qs = queryset.restricted_to(known)
     queries = qs.queries
     unknown_of = [sorted(q.relevant - known) for q in queryset.queries]
     labels = index.labels
     gtm = nmrr_gtm(labels, queries)
+    n = len(queries)
     start = time.perf_counter()
 
-    # 1. decode and describe every query once, in the runner's batches
-    batches: list[tuple[list[int], list[Any], np.ndarray]] = []  # (positions, decoded, descriptors)
+    def elapsed() -> float:
+        return time.perf_counter() - start
+
+    # 1. decode and describe every query once, as the runner does
+    usable: list[Described] = []
+    seen = 0
     skipped = 0
-    for lo in range(0, len(queries), batch_size):
-        decoded = [_decode(q.path) for q in queries[lo : lo + batch_size]]
-        pos = [lo + i for i, d in enumerate(decoded) if not isinstance(d, str)]
-        skipped += sum(isinstance(d, str) for d in decoded)
-        images = [decoded[p - lo] for p in pos]
-        if images:
-            batches.append((pos, images, pipes[0].describe(images)))
-        done = min(len(queries), lo + batch_size)
-        yield SweepStep(done, len(queries), stage="describing", elapsed=time.perf_counter() - start)
+    feed = described(first, [q.path for q in queries], batch_size,
+                     lambda path: Progress(seen, n, path, stage=DESCRIBING, elapsed=elapsed()))
+    try:
+        for item in feed:
+            if isinstance(item, Progress):
+                yield item
+                continue
+            seen += 1
+            if item.image is None:
+                skipped += 1
+            else:
+                usable.append(item)
+            yield SweepStep(seen, n, queries[item.position].path, stage=DESCRIBING, elapsed=elapsed())
+    finally:
+        feed.close()
     points: list[SweepPoint] = []
 
-    # 2. answer and measure at each value
+    # 2. answer and measure at each value (one query at a time, as the runner does)
+    m = len(usable)
+    total = m * len(values)
+    start = time.perf_counter()
+    beat_at = time.perf_counter()
     for i, (value, pipe) in enumerate(zip(values, pipes)):
+        stage = f"answering at {PARAMETER_NAMES[parameter]} = {value:g}"
         rels: list[np.ndarray] = []
         nrels: list[np.ndarray] = []
         unknown: list[list[str]] = []
         evidence: list[Evidence] = []
-        for pos, images, desc in batches:
-            answers = pipe.answer(images, desc, full_ranking=True)
-            ranking = np.stack([a.ranking for a in answers])
-            rel, n_rel = relevance_matrix(ranking, labels, [set(queries[p].relevant) for p in pos])
+        for j, item in enumerate(usable):
+            done = i * m + j
+            ans = (yield from wait(lambda: pipe.answer([item.image], item.descriptors, full_ranking=True),
+                                   lambda: Progress(done, total, item.image.name, stage=stage, elapsed=elapsed())))[0]
+            rel, n_rel = relevance_matrix(np.asarray(ans.ranking)[None], labels,
+                                          [set(queries[item.position].relevant)])
             rels.append(np.asarray(rel, bool))
             nrels.append(np.asarray(n_rel))
-            unknown.extend(unknown_of[p] for p in pos)
-            evidence.extend(a.evidence(bool(n > 0), bool(np.asarray(r)[:1].any()))
-                            for a, r, n in zip(answers, rel, n_rel))
+            unknown.append(unknown_of[item.position])
+            evidence.append(ans.evidence(bool(n_rel[0] > 0), bool(np.asarray(rel[0])[:1].any())))
+            if time.perf_counter() - beat_at >= HEARTBEAT:  # fast answers: still a chance to stop
+                beat_at = time.perf_counter()
+                yield Progress(done + 1, total, item.image.name, stage=stage, elapsed=elapsed())
         summary, per_query = summary_of(index, rels, nrels, skipped, gtm, unknown)
         summary.update(pipeline_summary(pipe, evidence))
         points.append(SweepPoint(value, option_sets[i], summary, per_query))
-        yield SweepStep(i + 1, len(values), f"{PARAMETER_NAMES[parameter]} = {value:g}",
-                        elapsed=time.perf_counter() - start, value=value, summary=summary)
+        yield SweepStep((i + 1) * m, total, f"{PARAMETER_NAMES[parameter]} = {value:g}", stage=EVALUATING,
+                        elapsed=elapsed(), value=value, summary=summary)
     return points
 
 
-__all__ = ["PARAMETERS", "PARAMETER_NAMES", "SweepPoint", "SweepStep", "options_at", "parse_values", "sweep"]
+__all__ = ["PARAMETERS", "PARAMETER_NAMES", "SweepPoint", "SweepStep", "options_at", "parse_values", "sweep",
+           "sweep_advice"]

@@ -18,7 +18,14 @@ Items exposed for tests and callers: ``running_curves[metric]`` (metric in ``MET
 ``histograms["ap" | "mnro"]`` (step curves: ``getData()`` gives bin edges and counts),
 ``pr_curve``, ``running_overlays[key][metric]``, ``pr_overlays[key]``.
 
-:class:`SweepPlot` plots MAP and MP@1 against an ICFRR parameter (``sweep_curves``).
+No legend is drawn over the data: the running means' title names the metrics in their colours,
+and ``plots.legend`` (a :class:`RunLegend`, a plain widget the caller places next to the plots)
+names the runs drawn, each with its line (colour of its precision–recall curve, dash of its
+running means), names elided to the space there is (full names in the tooltips). Titles may be
+narrower than their text, so a narrow window shrinks the plots instead of pushing one off-screen.
+
+:class:`SweepPlot` plots MAP and MP@1 against an ICFRR parameter (``sweep_curves``), its legend in
+the title.
 
 :class:`VerdictPlot` plots the "in this collection" verdict's figures against its threshold
 (``verdict.operating_points``: ``verdict_curves[key]`` for ``VERDICT_CURVES``), with vertical lines
@@ -32,14 +39,14 @@ from typing import Iterable, Sequence
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, QTimer
-from PySide6.QtGui import QColor, QPalette
-from PySide6.QtWidgets import QWidget
+from PySide6.QtCore import QSize, Qt, QTimer
+from PySide6.QtGui import QColor, QPainter, QPalette, QPen, QPixmap
+from PySide6.QtWidgets import QGridLayout, QLabel, QSizePolicy, QWidget
 
 __all__ = [
     "METRICS", "METRIC_LABELS", "METRIC_COLOURS", "RUN_COLOURS", "HIST_BINS",
-    "RunningBuffer", "Overlay", "EvaluationPlots", "SweepPlot", "VerdictPlot", "VERDICT_CURVES", "IntegerAxis",
-    "run_colour",
+    "RunningBuffer", "Overlay", "EvaluationPlots", "RunLegend", "SweepPlot", "VerdictPlot", "VERDICT_CURVES",
+    "IntegerAxis", "run_colour",
 ]
 
 #: Running means plotted live (keys of ``EvalStep.running``).
@@ -138,6 +145,101 @@ def _legend(plot: pg.PlotItem, fg: QColor, bg: QColor, columns: int = 1) -> pg.L
                           pen=pg.mkPen(QColor(fg).lighter(250)))
 
 
+def _title(plot: pg.PlotItem, text: str, fg: QColor) -> None:
+    """Set ``plot``'s title without making its text width the plot's minimum width."""
+    plot.setTitle(text, color=fg, size="10pt")
+    plot.titleLabel.setMinimumWidth(0)
+
+
+#: Ticks of an axis over [0, 1]: labels at 0, 0.5 and 1 only, so narrow plots stay legible.
+UNIT_TICKS = [[(0.0, "0"), (0.5, "0.5"), (1.0, "1")], [(0.25, ""), (0.75, "")]]
+
+
+def _coloured(label: str, colour: str) -> str:
+    return f"<span style='color:{colour}; font-weight:bold'>{label}</span>"
+
+
+def _line_pixmap(colour: str, style: Qt.PenStyle, width: int = 30, height: int = 12) -> QPixmap:
+    """A line sample as drawn in the plots (for the legend)."""
+    pm = QPixmap(width, height)
+    pm.fill(Qt.GlobalColor.transparent)
+    p = QPainter(pm)
+    p.setRenderHint(QPainter.RenderHint.Antialiasing)
+    pen = QPen(QColor(colour), 2.0)
+    pen.setStyle(style)
+    p.setPen(pen)
+    p.drawLine(1, height // 2, width - 1, height // 2)
+    p.end()
+    return pm
+
+
+class _ElidedLabel(QLabel):
+    """A one-line label that elides its text to its width (the full text in its tooltip)."""
+
+    def __init__(self, text: str, parent: QWidget | None = None):
+        super().__init__(parent)
+        self._full = text
+        self.setToolTip(text)
+        self.setMinimumWidth(40)
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self._elide()
+
+    def full_text(self) -> str:
+        return self._full
+
+    def sizeHint(self) -> QSize:  # noqa: N802 - Qt API
+        return QSize(self.fontMetrics().horizontalAdvance(self._full) + 4, super().sizeHint().height())
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt API
+        super().resizeEvent(event)
+        self._elide()
+
+    def _elide(self) -> None:
+        self.setText(self.fontMetrics().elidedText(self._full, Qt.TextElideMode.ElideMiddle, max(10, self.width())))
+
+
+class RunLegend(QWidget):
+    """The runs drawn in :class:`EvaluationPlots`, shown outside the plots (see the module doc)."""
+
+    COLUMNS = 2
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setObjectName("runLegend")
+        self._grid = QGridLayout(self)
+        self._grid.setContentsMargins(6, 0, 6, 0)
+        self._grid.setHorizontalSpacing(6)
+        self._grid.setVerticalSpacing(0)
+        self._entries: list[tuple[str, str, Qt.PenStyle]] = []
+        self.setVisible(False)
+
+    def entries(self) -> list[tuple[str, str, Qt.PenStyle]]:
+        """(name, colour, pen style) of each run named, in order."""
+        return list(self._entries)
+
+    def labels(self) -> list[_ElidedLabel]:
+        return [w for w in self.findChildren(_ElidedLabel)]
+
+    def set_entries(self, entries: Sequence[tuple[str, str, Qt.PenStyle]]) -> None:
+        while self._grid.count():
+            w = self._grid.takeAt(0).widget()
+            if w is not None:
+                w.setParent(None)  # gone at once (deleteLater alone leaves it drawn until the event loop runs)
+                w.deleteLater()
+        self._entries = list(entries)
+        for i, (name, colour, style) in enumerate(self._entries):
+            r, c = divmod(i, self.COLUMNS)
+            sample = QLabel()
+            sample.setPixmap(_line_pixmap(colour, style))
+            sample.setToolTip(name)
+            self._grid.addWidget(sample, r, 2 * c)
+            self._grid.addWidget(_ElidedLabel(name), r, 2 * c + 1)
+        for c in range(self.COLUMNS):
+            self._grid.setColumnStretch(2 * c + 1, 1 if len(self._entries) > c else 0)
+        # one entry: the plots already say everything (the run shown); two or more: name them
+        self.setVisible(len(self._entries) > 1)
+
+
 def _histogram(values: np.ndarray) -> np.ndarray:
     counts, _ = np.histogram(np.clip(values, 0.0, 1.0), bins=HIST_BINS)
     return counts.astype(float)
@@ -170,51 +272,51 @@ class EvaluationPlots(pg.GraphicsLayoutWidget):
         # running means
         self.running_plot: pg.PlotItem = self.addPlot(row=0, col=0, colspan=3,
                                                       axisItems={"bottom": IntegerAxis("bottom")})
-        self.running_plot.setTitle("Running means", color=self._fg, size="10pt")
+        _title(self.running_plot, "Running means: " + " · ".join(_coloured(METRIC_LABELS[m], METRIC_COLOURS[m])
+                                                                  for m in METRICS), self._fg)
         self.running_plot.setLabel("bottom", "queries processed", color=self._fg)
         _style_plot(self.running_plot, self._fg)
         self.running_plot.setRange(xRange=(1, 10), yRange=(0.0, 1.0), padding=0.02)
+        self.running_plot.getAxis("left").setTicks(UNIT_TICKS)
         self.running_plot.enableAutoRange(axis="y", enable=False)
         self.running_plot.setMouseEnabled(x=True, y=False)
         self.running_plot.setDownsampling(mode="peak")
         self.running_plot.setClipToView(True)
-        # one row, right, half-way up: running MP@1 and MAP are usually high and AMNRO low
-        self.running_legend = _legend(self.running_plot, self._fg, self._bg, columns=4)
-        self.running_legend.anchor(itemPos=(1, 0.5), parentPos=(1, 0.5), offset=(-10, 0))
+        self.legend = RunLegend()  # the runs drawn, outside the data (the caller places it)
         self.running_curves: dict[str, pg.PlotDataItem] = {}
         for m in METRICS:
             self.running_curves[m] = self.running_plot.plot(
                 [], [], name=METRIC_LABELS[m], pen=pg.mkPen(METRIC_COLOURS[m], width=2), connect="finite")
         self.running_overlays: dict[object, dict[str, pg.PlotDataItem]] = {}
-        self._legend_samples: list[pg.PlotDataItem] = []
+        self._main_colour = RUN_COLOURS[0]
 
         # precision–recall
         self.pr_plot: pg.PlotItem = self.addPlot(row=1, col=2)
-        self.pr_plot.setTitle("Precision–recall (11-point)", color=self._fg, size="10pt")
+        _title(self.pr_plot, "Precision–recall (11-point)", self._fg)
         self.pr_plot.setLabel("bottom", "recall", color=self._fg)
         self.pr_plot.setLabel("left", "precision", color=self._fg)
+        self.pr_plot.getAxis("bottom").setTicks(UNIT_TICKS)
+        self.pr_plot.getAxis("left").setTicks(UNIT_TICKS)
         _style_plot(self.pr_plot, self._fg)
         self.pr_plot.setRange(xRange=(0, 1), yRange=(0, 1), padding=0.02)
         self.pr_plot.enableAutoRange(enable=False)
         self.pr_plot.setMouseEnabled(x=False, y=False)
-        # bottom left: precision is usually high at low recall
-        self.pr_legend = _legend(self.pr_plot, self._fg, self._bg)
-        self.pr_legend.anchor(itemPos=(0, 1), parentPos=(0, 1), offset=(10, -10))
         self.pr_curve = self.pr_plot.plot([], [], pen=pg.mkPen(RUN_COLOURS[0], width=2.5), symbol="o",
                                           symbolSize=5, symbolBrush=RUN_COLOURS[0], symbolPen=None)
         self.pr_overlays: dict[object, pg.PlotDataItem] = {}
-        self.pr_legend.setVisible(False)
 
         # histograms
         self.hist_plots: dict[str, pg.PlotItem] = {}
         self.histograms: dict[str, pg.PlotDataItem] = {}
-        for col, (key, title, colour) in enumerate((
-            ("ap", "Per-query AP (higher is better)", METRIC_COLOURS["map"]),
-            ("mnro", "Per-query MNRO (lower is better)", METRIC_COLOURS["amnro"]),
+        for col, (key, title, bottom, colour) in enumerate((
+            ("ap", "Per-query AP", "AP (higher is better)", METRIC_COLOURS["map"]),
+            ("mnro", "Per-query MNRO", "MNRO (lower is better)", METRIC_COLOURS["amnro"]),
         )):
             p = self.addPlot(row=1, col=col, axisItems={"left": IntegerAxis("left")})
-            p.setTitle(title, color=self._fg, size="10pt")
+            _title(p, title, self._fg)
             p.setLabel("left", "queries", color=self._fg)
+            p.setLabel("bottom", bottom, color=self._fg)
+            p.getAxis("bottom").setTicks(UNIT_TICKS)
             _style_plot(p, self._fg)
             p.setXRange(0, 1, padding=0.02)
             p.setYRange(0, 1, padding=0)
@@ -300,44 +402,54 @@ class EvaluationPlots(pg.GraphicsLayoutWidget):
         recall, precision = pr
         self.pr_curve.setData(np.asarray(recall, float), np.asarray(precision, float))
         c = colour or RUN_COLOURS[0]
+        self._main_colour = c
         self.pr_curve.setPen(pg.mkPen(c, width=2.5))
         self.pr_curve.setSymbolBrush(c)
 
     def set_overlays(self, overlays: Iterable[Overlay], main_name: str | None = None) -> None:
-        """Draw other runs: dashed running curves (metric colours) and PR curves (run colours)."""
-        for items in self.running_overlays.values():
-            for c in items.values():
-                self.running_plot.removeItem(c)
-        for c in self.pr_overlays.values():
-            self.pr_plot.removeItem(c)
-        self.running_overlays.clear()
-        self.pr_overlays.clear()
-        self.pr_legend.clear()
+        """Draw other runs: dashed running curves (metric colours) and PR curves (run colours);
+        the legend names the run shown (``main_name``) and the others. Curves of runs already
+        drawn are updated, not made again (creating plot items is what costs here: a cancel
+        restores the plots at once)."""
+        overlays = list(overlays)
+        entries: list[tuple[str, str, Qt.PenStyle]] = []
         if main_name:
-            self.pr_legend.addItem(self.pr_curve, main_name)
-        for sample in self._legend_samples:  # the main metrics stay first in the running legend
-            self.running_legend.removeItem(sample)
-        self._legend_samples = []
+            entries.append((main_name, self._main_colour, Qt.PenStyle.SolidLine))
+        wanted_running = {ov.key for ov in overlays if ov.buffer is not None and len(ov.buffer)}
+        wanted_pr = {ov.key for ov in overlays if ov.pr is not None}
+        for key in [k for k in self.running_overlays if k not in wanted_running]:
+            for c in self.running_overlays.pop(key).values():
+                self.running_plot.removeItem(c)
+        for key in [k for k in self.pr_overlays if k not in wanted_pr]:
+            self.pr_plot.removeItem(self.pr_overlays.pop(key))
         for ov in overlays:
             dash = DASHES[ov.dash % len(DASHES)]
-            if ov.buffer is not None and len(ov.buffer):
-                items = {}
+            if ov.key in wanted_running:
+                items = self.running_overlays.get(ov.key)
                 for m in METRICS:
-                    items[m] = self.running_plot.plot(
-                        ov.buffer.x, ov.buffer.series(m), connect="finite",
-                        pen=pg.mkPen(METRIC_COLOURS[m], width=1.5, style=dash))
-                    items[m].setZValue(-1)
+                    pen = pg.mkPen(METRIC_COLOURS[m], width=1.5, style=dash)
+                    if items is None or m not in items:
+                        items = items if items is not None else {}
+                        items[m] = self.running_plot.plot(ov.buffer.x, ov.buffer.series(m), connect="finite", pen=pen)
+                        items[m].setZValue(-1)
+                    else:
+                        items[m].setData(ov.buffer.x, ov.buffer.series(m), connect="finite")
+                        items[m].setPen(pen)
                 self.running_overlays[ov.key] = items
-                sample = pg.PlotDataItem([], [], pen=pg.mkPen(self._fg, width=1.5, style=dash))
-                self.running_legend.addItem(sample, ov.name)
-                self._legend_samples.append(sample)
-            if ov.pr is not None:
-                c = self.pr_plot.plot(np.asarray(ov.pr[0], float), np.asarray(ov.pr[1], float),
-                                      pen=pg.mkPen(ov.colour, width=1.5, style=dash))
-                c.setZValue(-1)
-                self.pr_overlays[ov.key] = c
-                self.pr_legend.addItem(c, ov.name)
-        self.pr_legend.setVisible(bool(self.pr_legend.items))
+            if ov.key in wanted_pr:
+                x, y = np.asarray(ov.pr[0], float), np.asarray(ov.pr[1], float)
+                pen = pg.mkPen(ov.colour, width=1.5, style=dash)
+                c = self.pr_overlays.get(ov.key)
+                if c is None:
+                    c = self.pr_plot.plot(x, y, pen=pen)
+                    c.setZValue(-1)
+                    self.pr_overlays[ov.key] = c
+                else:
+                    c.setData(x, y)
+                    c.setPen(pen)
+            if ov.key in wanted_running or ov.key in wanted_pr:
+                entries.append((ov.name, ov.colour, dash))
+        self.legend.set_entries(entries)
 
     def histogram_counts(self, key: str) -> np.ndarray:
         y = self.histograms[key].yData
@@ -354,14 +466,14 @@ class SweepPlot(pg.PlotWidget):
         self.setBackground(pal.color(QPalette.ColorRole.Base))
         plot = self.getPlotItem()
         _style_plot(plot, fg)
-        plot.setTitle("ICFRR sweep", color=fg, size="10pt")
+        _title(plot, "ICFRR sweep: " + " · ".join(_coloured(METRIC_LABELS[m], METRIC_COLOURS[m])
+                                                  for m in ("map", "mp@1")), fg)
         plot.setYRange(0, 1, padding=0.02)
         plot.enableAutoRange(axis="y", enable=False)
-        self.legend = plot.addLegend(offset=(-8, 8), labelTextColor=fg)
         self.sweep_curves: dict[str, pg.PlotDataItem] = {}
         for m in ("map", "mp@1"):
             c = METRIC_COLOURS[m]
-            self.sweep_curves[m] = plot.plot([], [], name=METRIC_LABELS[m], pen=pg.mkPen(c, width=2),
+            self.sweep_curves[m] = plot.plot([], [], pen=pg.mkPen(c, width=2),
                                              symbol="o", symbolSize=7, symbolBrush=c, symbolPen=None)
         self.values: list[float] = []
         self.points: dict[str, list[float]] = {"map": [], "mp@1": []}
@@ -418,7 +530,7 @@ class VerdictPlot(pg.PlotWidget):
         self.setBackground(pal.color(QPalette.ColorRole.Base))
         plot = self.getPlotItem()
         _style_plot(plot, self._fg)
-        plot.setTitle("Verdict: “in this collection” against its threshold", color=self._fg, size="10pt")
+        _title(plot, "Verdict: “in this collection” against its threshold", self._fg)
         plot.setLabel("left", "share of queries", color=self._fg)
         plot.setYRange(0, 1.16, padding=0.02)  # a band above 1 for the legend, clear of the curves
         plot.enableAutoRange(axis="y", enable=False)
