@@ -689,3 +689,21 @@ def test_sample_index_of_an_old_format_is_rebuilt_in_place(tab, qtbot, tmp_path,
     assert blocker.args == [True] and not _dialogs("replaceIndexDialog")
     assert Index.load(out).root == (sample / "collection").resolve()
     assert set(_snapshot(out)) != set(out_files)  # a new generation
+
+
+def test_build_progress_says_which_step_and_that_the_time_left_is_the_steps(tab):
+    """The build's stages each have their own count and ETA (core.index.BUILD_STAGES): the label names the
+    step, so an ETA that grows when local features start after describing is not read as the whole build's."""
+    from museum_search.core.index import BUILD_STAGES
+    from museum_search.core.progress import Progress
+
+    tab._job = object()  # as while a build runs
+    texts = []
+    for stage, total in zip(BUILD_STAGES, (287, 287, 120)):
+        tab._on_progress(Progress(total // 2, total, None, [], 10.0, stage=stage))
+        texts.append(tab.progress_label.text())
+    tab._job = None
+    assert texts[0].startswith("Step 1 of 3, describing: 143 / 287 — 0:10 left in this step"), texts[0]
+    assert texts[1].startswith("Step 2 of 3, local features: 143 / 287"), texts[1]
+    assert texts[2].startswith("Step 3 of 3, calibrating: 60 / 120"), texts[2]
+    assert all("left in this step" in t for t in texts)

@@ -95,6 +95,21 @@ def test_bool_references_survive_many_emits(qtbot):
         assert compat.guard_bool_refcounts() and sys.getrefcount(True) > compat.RESERVE // 2
 
 
+def test_none_references_survive_many_static_calls(qtbot):
+    """PySide6 6.12.0 takes a reference from None on each static void call (processEvents, msleep,
+    qWait): 20,000 of them, more than None has references, must not end the process."""
+    from PySide6.QtCore import QCoreApplication, QThread
+
+    from museum_search.gui import compat
+
+    for _ in range(10_000):
+        QCoreApplication.processEvents()
+        QThread.msleep(0)
+    assert sys.getrefcount(None) > 0
+    if sys.version_info < (3, 12) and compat.static_call_loses_none_reference():
+        assert compat.guard_bool_refcounts() and sys.getrefcount(None) > compat.RESERVE // 2
+
+
 @pytest.mark.gui
 def test_thumbnail_cache_stays_within_its_byte_budget(qtbot):
     from museum_search.gui.widgets.thumbnails import ThumbnailCache

@@ -604,6 +604,11 @@ def _unusable_name(rel: str) -> str | None:
     return None
 
 
+#: The stages of :func:`build_index` with verification, in order (``Progress.stage``); each has its
+#: own count and ETA. Without verification there is only the first.
+BUILD_STAGES = ("describing", "local features", "calibrating")
+
+
 def build_index(
     collection: str | Path,
     out: str | Path | None,

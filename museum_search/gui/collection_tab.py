@@ -71,6 +71,7 @@ from ..core.errors import MuseumSearchError, OutputFolderError
 from ..core.extract import ExtractProgress
 from ..core.images import load_image
 from ..core.index import (
+    BUILD_STAGES,
     MANIFEST,
     BuildReport,
     Index,
@@ -866,10 +867,15 @@ class CollectionTab(QWidget):
             self.progress_bar.setRange(0, p.total)
         self.progress_bar.setValue(p.done)
         current = self._relative(p.current) if p.current else ""
-        text = f"{p.done:,} / {p.total:,} — ETA {format_duration(p.eta)}"
+        # each stage has its own count and ETA: say which step of the build this is, and that the
+        # time left is this step's (the later steps take longer than describing)
+        text = f"{p.done:,} / {p.total:,} — {format_duration(p.eta)} left in this step"
         if p.stage == "describing":
             self._described = p
-        elif p.stage:  # later stages (local features, calibration) have their own count
+        if p.stage in BUILD_STAGES:
+            step = BUILD_STAGES.index(p.stage) + 1
+            text = f"Step {step} of {len(BUILD_STAGES)}, {p.stage}: {text}"
+        elif p.stage:
             text = f"{p.stage[:1].upper()}{p.stage[1:]}: {text}"
         if current:
             text += f" — {current}"

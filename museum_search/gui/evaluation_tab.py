@@ -58,6 +58,7 @@ from ..core.evaluation.stats import stars
 from ..core.evaluation.runner import DESCRIBING, EvalReport, EvalStep
 from ..core.evaluation.sweep import PARAMETER_NAMES, SweepPoint, SweepStep, parse_values, sweep_advice
 from ..core.index import Index
+from ..core.memory import compact_reports
 from ..core.progress import Progress, wait
 from ..core.query import QuerySettings
 from ..core.rerank import RerankOptions, icfrr_advice
@@ -1006,6 +1007,7 @@ class EvaluationTab(QWidget):
     def add_run(self, run: EvalRun) -> None:
         """Keep ``run`` (ticked for comparison) and select it."""
         self.runs.append(run)
+        compact_reports([r.report for r in self.runs])  # older runs keep the top ranks (core.memory)
         s = run.report.summary
         advice = s.get("icfrr_advice")
         item = QListWidgetItem(self._colour_icon(run.colour), ("⚠ " if advice else "") + run.name)

@@ -600,6 +600,11 @@ class SearchTab(QWidget):
 
     def show_result_dialog(self, result: Result) -> ResultDialog:
         query = self._query.item if self._query is not None else None
+        if self._dialog is not None:  # one at a time: a closed dialog (its photos, ~8 MB) is freed
+            if self._dialog._job.running:
+                self._dialog._job.cancel()
+            self._dialog.close()
+            self._dialog.deleteLater()
         self._dialog = ResultDialog(query, result, self._shown_pipeline, self)
         self._dialog.open()
         return self._dialog

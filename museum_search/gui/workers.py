@@ -25,6 +25,7 @@ from superqt.utils import GeneratorWorker, FunctionWorker
 
 from ..core.errors import MuseumSearchError
 from ..core.progress import EtaEstimator, with_eta
+from .lifetime import release_when_idle
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +134,7 @@ def start(
         if on_finished is not None:
             on_finished()
         job.finished.emit()
+        release_when_idle(worker)  # break the callbacks ↔ job cycle (lifetime.py)
 
     worker.finished.connect(done)
     _ACTIVE.add(job)
