@@ -8,7 +8,7 @@ plots can follow live; it returns the :class:`EvalReport` at the end. Closing th
 cancels the run (nothing is written by the runner itself).
 
 Between the records it yields plain :class:`~museum_search.core.progress.Progress` records whose
-``stage`` says what is happening (:data:`LOADING`, :data:`GALLERY_RANKS`, :data:`DESCRIBING`,
+``stage`` says what is happening (:data:`LOADING`, :data:`NEIGHBOURS`, :data:`DESCRIBING`,
 :data:`VERIFYING` or :data:`SEARCHING`), at least every 0.1 s while a call runs
 (:func:`~museum_search.core.progress.wait`), so a cancel takes effect within 0.1 s in every
 phase. The network comes from the process-wide cache of :mod:`museum_search.core.engines` (and
@@ -41,7 +41,7 @@ from ..errors import ImageError, MuseumSearchError
 from ..index import Index
 from ..progress import Progress, drive, wait
 from ..query import QueryImage, QueryPipeline, QuerySettings, descriptor_query, load_query
-from ..rerank import icfrr_advice
+from ..rerank import icfrr_advice, icfrr_k_g
 from ..verdict import Evidence, open_set_figures, recalibrated
 from .metrics import relevance_matrix, summarize
 from .querysets import QuerySet
@@ -53,7 +53,8 @@ SUMMARY_KEYS = ("mp@1", "map", "amnro", "anmrr", "p@5", "mrr", "r-precision")
 
 #: Stages of an evaluation (``Progress.stage``), in words a user reads.
 LOADING = "loading the network"
-GALLERY_RANKS = "ranking the collection against itself (for ICFRR, once per index)"
+NEIGHBOURS = "finding each reference's nearest neighbours (for ICFRR, once per index)"
+GALLERY_RANKS = NEIGHBOURS  # the name of this stage before index format 3 (no N x N gallery ranks)
 DESCRIBING = "describing the query photos"
 VERIFYING = "searching, verifying the top results"
 SEARCHING = "searching the collection"
@@ -243,14 +244,16 @@ def evaluate(
 
 
 def query_pipeline(index: Index, settings: QuerySettings | None = None, *, extractor: Extractor | None = None,
-                   weights: str | None = None, pipeline: QueryPipeline | None = None
-                   ) -> Generator[Progress, None, QueryPipeline]:
+                   weights: str | None = None, pipeline: QueryPipeline | None = None,
+                   neighbours: int | None = None) -> Generator[Progress, None, QueryPipeline]:
     """The query pipeline of a job (``pipeline`` when given), built with progress: the network
     (:data:`LOADING`: the process-wide cache of :mod:`museum_search.core.engines` and
     :mod:`museum_search.core.backbones`, so only the first job of a process loads it), then, when
-    ICFRR re-ranks, the collection's gallery ranks (:data:`GALLERY_RANKS`, once per index). Both
-    run through :func:`~museum_search.core.progress.wait`: a cancel does not wait for them, and
-    a job started again meanwhile waits for the same call instead of starting another."""
+    ICFRR re-ranks, each reference's nearest neighbours (:data:`NEIGHBOURS`, once per index):
+    ``neighbours`` of them (default: the pipeline's K_g; a sweep of K asks for its largest K), from
+    ``index.neighbour_lists``. Both run through :func:`~museum_search.core.progress.wait`: a cancel
+    does not wait for them, and a job started again meanwhile waits for the same call instead of
+    starting another."""
     from .. import engines
 
     t0 = time.perf_counter()
@@ -261,12 +264,21 @@ def query_pipeline(index: Index, settings: QuerySettings | None = None, *, extra
                 lambda: Progress(0, 0, stage=LOADING, elapsed=time.perf_counter() - t0),
                 key=("extractor", index.meta, weights, engines.current()))
         pipeline = QueryPipeline(index, settings or QuerySettings(), extractor=extractor)
-    if "icfrr" in [n.strip().lower() for n in pipeline.settings.rerank.split(",")] and not index.has_gallery_ranks:
-        t1 = time.perf_counter()
-        yield from wait(index.gallery_ranks,
-                        lambda: Progress(0, 0, stage=GALLERY_RANKS, elapsed=time.perf_counter() - t1),
-                        key=("gallery ranks", id(index)), announce=True)
+    if "icfrr" in [n.strip().lower() for n in pipeline.settings.rerank.split(",")]:
+        k = neighbours if neighbours is not None else icfrr_k_g(index.labels, pipeline.settings.options)
+        yield from neighbours_ready(index, k)
     return pipeline
+
+
+def neighbours_ready(index: Index, k: int) -> Generator[Progress, None, None]:
+    """Make each reference's ``k`` nearest neighbours available (``index.neighbour_lists(k)``),
+    yielding :data:`NEIGHBOURS` records while they are computed (nothing when they are at hand)."""
+    if index.has_neighbours(k):
+        return
+    t1 = time.perf_counter()
+    yield from wait(lambda: index.neighbour_lists(k),
+                    lambda: Progress(0, 0, stage=NEIGHBOURS, elapsed=time.perf_counter() - t1),
+                    key=("neighbour lists", id(index), int(k)), announce=True)
 
 
 @dataclass

@@ -6,9 +6,9 @@ query once, then for each value answers the queries with the query pipeline
 and computes the metrics. It is a generator (see
 ``docs/CONVENTIONS.md``):
 
-* while the network loads and the gallery ranks are computed it yields
-  :class:`~museum_search.core.progress.Progress` records of those stages, as the runner does
-  (:func:`~museum_search.core.evaluation.runner.query_pipeline`);
+* while the network loads and each reference's nearest neighbours are found (as many as the
+  largest K_g of the sweep) it yields :class:`~museum_search.core.progress.Progress` records of
+  those stages, as the runner does (:func:`~museum_search.core.evaluation.runner.query_pipeline`);
 * as the queries are described it yields ``SweepStep(done, total, stage=DESCRIBING)`` with
   ``done``/``total`` counted in query images (and heartbeats of the same stage while a call runs);
 * while the queries are answered at a value it yields ``Progress(done, total, stage="answering at
@@ -42,7 +42,7 @@ from ..errors import MuseumSearchError
 from ..index import Index
 from ..progress import HEARTBEAT, Progress, wait
 from ..query import QueryPipeline, QuerySettings
-from ..rerank import RerankOptions, icfrr_advice
+from ..rerank import RerankOptions, icfrr_advice, icfrr_k_g
 from ..verdict import Evidence
 from .metrics import relevance_matrix
 from .querysets import QuerySet
@@ -158,15 +158,16 @@ def sweep(
     base_options = base_options or RerankOptions()
     base = settings or QuerySettings()
     option_sets = [options_at(base_options, parameter, v) for v in values]
+    labels = index.labels
     first = yield from query_pipeline(index, replace(base, rerank=",".join(names), options=option_sets[0]),
-                                      extractor=extractor, weights=weights)
+                                      extractor=extractor, weights=weights,
+                                      neighbours=max(icfrr_k_g(labels, o) for o in option_sets))
     pipes = [first] + [QueryPipeline(index, replace(base, rerank=",".join(names), options=o),
                                      extractor=first.extractor) for o in option_sets[1:]]
     known = set(index.instances)
     qs = queryset.restricted_to(known)
     queries = qs.queries
     unknown_of = [sorted(q.relevant - known) for q in queryset.queries]
-    labels = index.labels
     gtm = nmrr_gtm(labels, queries)
     n = len(queries)
     start = time.perf_counter()

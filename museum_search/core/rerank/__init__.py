@@ -2,8 +2,11 @@
 
 Every re-ranker has a ``name`` and ``rerank(scores, **context) -> scores`` over a (Q, G) score
 matrix (higher is better). The pipeline builds the context each one needs from the index
-(descriptors, labels, gallery ranks, query descriptors, query images/paths) so callers only say
-``pipeline.apply(index, scores, query_descriptors, query_paths=...)``.
+(descriptors, labels, ICFRR's neighbour graph, query descriptors, query images/paths) so callers
+only say ``pipeline.apply(index, scores, query_descriptors, query_paths=...)``. Only what a stage
+needs is read: the gallery descriptors (a memory-mapped (N, D) matrix, converted to float32 whole)
+only for ``aqe``/``dba``; ICFRR reads each reference's ``K_g`` nearest neighbours
+(``index.neighbour_lists``), never an N x N matrix.
 
 They change the global scores before the query pipeline verifies its shortlist
 (:mod:`museum_search.core.query`; geometric verification is a step of that pipeline, not a
@@ -62,15 +65,20 @@ class Pipeline:
         from ..search import whole_image
 
         q = whole_image(query_descriptors)  # query expansion works on the whole-image descriptor
-        desc = np.asarray(index.descriptors, dtype=np.float32)
+        desc = None  # the gallery as float32: only for the stages that read descriptors (aqe, dba)
         for position, (name, stage) in enumerate(zip(self.names, self._stages)):
             ctx: dict[str, Any] = dict(
-                index=index, labels=index.labels, query_descriptors=q, descriptors=desc,
+                index=index, labels=index.labels, query_descriptors=q,
                 query_paths=list(query_paths) if query_paths is not None else None,
                 query_images=list(query_images) if query_images is not None else None,
             )
+            if name in ("aqe", "dba"):
+                if desc is None:
+                    desc = np.asarray(index.descriptors, dtype=np.float32)
+                ctx["descriptors"] = desc
             if name == "icfrr":
-                ctx["gallery_ranks"] = index.gallery_ranks()
+                params = stage.params_for(ctx["labels"])
+                ctx["graph"] = icfrr_graph(index, params.k_g, np.shape(scores)[-1])
                 # after another re-ranker the scores are no longer dot products: use them as s0
                 ctx["scores_are"] = "dot" if position == 0 else "neg_distance"
             if name == "dba":
@@ -81,6 +89,50 @@ class Pipeline:
 
 #: DBA-augmented gallery per index (dropped with the index), for the last (n, alpha) used.
 _DBA_CACHE: "weakref.WeakKeyDictionary[Any, tuple[tuple[int, float], np.ndarray]]" = weakref.WeakKeyDictionary()
+
+
+#: ICFRR graphs per index (dropped with the index): {(k_g, G): ICFRRGraph}, the last few used.
+_GRAPH_CACHE: "weakref.WeakKeyDictionary[Any, dict[tuple[int, int], Any]]" = weakref.WeakKeyDictionary()
+_GRAPHS_PER_INDEX = 2  # a sweep of K uses one at a time; 12 bytes x N x K_g each
+
+
+def icfrr_graph(index, k_g: int, size: int):
+    """The :class:`~.icfrr.ICFRRGraph` of ``index`` for ``k_g`` (capped at ``size - 1``), cached
+    per index and ``k_g``.
+
+    Built from ``index.neighbour_lists(k_g)`` (each reference's nearest other references, best
+    first) by :func:`~.icfrr.graph_from_neighbours`: O(N K_g), no N x N matrix. ``index``: any
+    object with ``neighbour_lists(k)`` that can be weakly referenced. ``size``: the number of
+    references (the columns of the scores).
+    """
+    from .icfrr import graph_from_neighbours
+
+    kg = max(0, min(int(k_g), int(size) - 1))
+    key = (kg, int(size))
+    graphs = _GRAPH_CACHE.get(index)
+    if graphs is None:
+        graphs = {}
+        _GRAPH_CACHE[index] = graphs
+    graph = graphs.get(key)
+    if graph is None:
+        if kg == 0:  # fewer than 2 references: no neighbours
+            graph = graph_from_neighbours(np.empty((int(size), 0), np.int32), 0, size=size)
+        else:
+            graph = graph_from_neighbours(index.neighbour_lists(kg), kg, size=size)
+        while len(graphs) >= _GRAPHS_PER_INDEX:
+            graphs.pop(next(iter(graphs)))
+        graphs[key] = graph
+    return graph
+
+
+def icfrr_k_g(labels, options: RerankOptions | None = None) -> int:
+    """The K_g ICFRR runs with: ``options.k_g`` when set by hand, else suggested from ``labels``
+    (:func:`~.icfrr.suggest_params`). The neighbour lists must hold at least this many."""
+    from .icfrr import suggest_params
+
+    if options is not None and options.k_g is not None:
+        return int(options.k_g)
+    return suggest_params(labels).k_g
 
 
 def _dba_gallery(index, desc: np.ndarray, opts: RerankOptions) -> np.ndarray:

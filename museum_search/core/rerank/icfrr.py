@@ -27,6 +27,14 @@ Conventions of this module
   maximum, standing for the paper's ``r[i, i] = inf`` (self-matches excluded, section 3.2). The
   diagonal is masked explicitly, never assumed to be the nearest neighbour: museum collections
   hold near-duplicates, and an identical copy with a lower index ties with the image itself.
+* **Neighbour lists** replace the dense matrix for large galleries: ICFRR only reads the ranks
+  ``r <= K_g``, i.e. each reference's ``K_g`` nearest other references. A ``(G, K_max)`` array of
+  them (best first, same arithmetic and ties as :func:`gallery_ranks`; the index stores it) gives
+  the same :class:`ICFRRGraph` for every ``K_g <= K_max`` (:func:`graph_from_neighbours`). The
+  dense functions stay as the test oracle and for small galleries.
+* **Unscored references**: ``-inf`` in the query scores (an approximate search scored a
+  shortlist only); ICFRR re-ranks the scored ones and leaves the others at ``-inf`` (see
+  :func:`icfrr`).
 
 Reranker protocol (shared with :mod:`.expansion`)
 -------------------------------------------------
@@ -39,7 +47,9 @@ Every reranker class has a ``name`` and one method::
 gallery as indexed (not DBA-augmented: ``DBAReranker`` augments it, or takes the cached result as
 ``dba_gallery=``), ``gallery_ranks`` the output of :func:`gallery_ranks` (optional: computed and
 cached from ``descriptors`` when missing), ``labels`` the ``G`` instance ids of the gallery, and
-``query_descriptors`` the ``(Q, D)`` queries. Keywords that a reranker does not use are accepted
+``query_descriptors`` the ``(Q, D)`` queries. ICFRR also takes ``graph=`` (a prepared
+:class:`ICFRRGraph`, what the pipeline passes) or ``neighbours=`` (neighbour lists) instead of
+the gallery ranks. Keywords that a reranker does not use are accepted
 and ignored (``**context``), so the same call works for every reranker. The result is a
 ``(Q, G)`` float32 matrix, higher is better, ranked with ties by reference index.
 
@@ -77,6 +87,7 @@ __all__ = [
     "ICFRRResult",
     "RankProgress",
     "gallery_ranks",
+    "graph_from_neighbours",
     "icfrr",
     "icfrr_loop",
     "iter_gallery_ranks",
@@ -465,6 +476,7 @@ _DENSE_OVERHEAD_SECONDS = 2e-3
 _SPARSE_PAIR_SECONDS = 5e-9
 _DENSE_MAX_BYTES = 1 << 28  # dense weights are used only up to 256 MB (G <= 8192)
 _FEW_DESCENTS = 0.2  # below this fraction of out-of-order neighbours, re-sort with merge sort
+_GATHER_MAX_PAIRS = 1 << 20  # up to this many (vote, neighbour) pairs, sums by gather + bincount
 
 
 @dataclass(frozen=True, eq=False)
@@ -477,6 +489,11 @@ class ICFRRGraph:
     ``Delta = (top-K_q indicator @ weights) / (K_q (G - 1))``. The sums are sums of integers, exact
     whatever the summation order (float64, or float32 while below 2**24), so every code path
     (sparse, dense BLAS, chunked, per-query loop) gives bit-identical Deltas.
+    Built by :func:`prepare_graph` (from dense gallery ranks) or :func:`graph_from_neighbours`
+    (from each reference's nearest neighbours: no (G, G) matrix anywhere); both give the same
+    ``weights`` (tested). ``full_size``: the ``G`` of the weights, when this graph is the
+    restriction of a larger gallery's graph to some of its references (:meth:`subgraph`;
+    0: ``size``).
     Memory: ``G * min(k_g, G - 1)`` entries (12 bytes each), plus a dense float32 copy
     (``4 G^2`` bytes, built on first use) when dense products are faster (large k_g, small G).
     """
@@ -484,7 +501,13 @@ class ICFRRGraph:
     size: int
     k_g: int
     weights: sp.csr_array
+    full_size: int = 0
     _dense: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def gallery_size(self) -> int:
+        """``G`` of Eq. 5 (the whole gallery, also for a :meth:`subgraph`)."""
+        return self.full_size or self.size
 
     def dense_weights(self) -> np.ndarray:
         w = self._dense.get("w")
@@ -503,13 +526,58 @@ class ICFRRGraph:
             return np.zeros((0, g))
         dense_ok = (
             4 * g * g <= _DENSE_MAX_BYTES
-            and max_abs_row * max(g - 1, 1) < (1 << 24)
+            and max_abs_row * max(self.gallery_size - 1, 1) < (1 << 24)
         )
-        if dense_ok:
-            pairs = np.count_nonzero(x) * self.k_g
-            if _DENSE_OVERHEAD_SECONDS + 2.0 * n * g * g / _DENSE_FLOPS < pairs * _SPARSE_PAIR_SECONDS:
-                return (x @ self.dense_weights()).astype(np.float64)
-        return (sp.csr_array(x.astype(np.float64)) @ self.weights).toarray()
+        r, c = np.nonzero(x)
+        pairs = len(r) * self.k_g
+        if dense_ok and _DENSE_OVERHEAD_SECONDS + 2.0 * n * g * g / _DENSE_FLOPS < pairs * _SPARSE_PAIR_SECONDS:
+            return (x @ self.dense_weights()).astype(np.float64)
+        if pairs > _GATHER_MAX_PAIRS:
+            return (sp.csr_array(x.astype(np.float64)) @ self.weights).toarray()
+        # Few votes (the usual case): gather the weight rows of the nonzero entries and add them up
+        # with one bincount, without scipy's per-call overhead (~0.5 ms, the bulk of a small query).
+        w = self.weights
+        starts = w.indptr[c].astype(np.int64)
+        counts = w.indptr[c + 1].astype(np.int64) - starts
+        total = int(counts.sum())
+        offsets = np.cumsum(counts) - counts
+        flat = np.repeat(starts - offsets, counts) + np.arange(total, dtype=np.int64)
+        vals = w.data[flat] * np.repeat(x[r, c].astype(np.float64), counts)
+        keys = np.repeat(r.astype(np.int64) * g, counts) + w.indices[flat]
+        return np.bincount(keys, weights=vals, minlength=n * g).reshape(n, g)
+
+    def subgraph(self, rows: np.ndarray) -> "ICFRRGraph":
+        """The weights among the references ``rows`` only (ascending, distinct): rows and columns
+        ``rows`` of :attr:`weights`, renumbered 0..m-1, with the values of the whole gallery (its
+        ranks and ``G``, kept as :attr:`gallery_size` for the normalizer of Eq. 5).
+
+        Cost O(m k_g log m), nothing of size G: the rows are gathered, and their columns looked up
+        in ``rows`` by binary search.
+        """
+        rows = np.asarray(rows, dtype=np.int64)
+        m = len(rows)
+        w = self.weights
+        regular = self._dense.get("regular")
+        if regular is None:  # every row holds exactly k_g entries (both builders): gather directly
+            regular = bool(w.nnz == self.size * self.k_g and np.array_equal(
+                w.indptr, np.arange(self.size + 1, dtype=np.int64) * self.k_g))
+            self._dense["regular"] = regular
+        if regular:
+            cols = w.indices.reshape(self.size, self.k_g)[rows].ravel()
+            vals = w.data.reshape(self.size, self.k_g)[rows].ravel()
+            counts = np.full(m, self.k_g, dtype=np.int64)
+        else:
+            part = w[rows]
+            cols, vals = part.indices, part.data
+            counts = np.diff(part.indptr).astype(np.int64)
+        pos = np.searchsorted(rows, cols)
+        np.minimum(pos, max(m - 1, 0), out=pos)
+        keep = rows[pos] == cols if m else np.zeros(len(cols), dtype=bool)
+        row_of = np.repeat(np.arange(m), counts)
+        indptr = np.zeros(m + 1, dtype=np.int64)
+        np.cumsum(np.bincount(row_of[keep], minlength=m), out=indptr[1:])
+        sub = sp.csr_array((vals[keep], pos[keep].astype(np.int32), indptr), shape=(m, m))
+        return ICFRRGraph(m, self.k_g, sub, self.gallery_size)
 
 
 def prepare_graph(gallery_ranks: np.ndarray, k_g: int, chunk: int | None = None) -> ICFRRGraph:
@@ -533,10 +601,67 @@ def prepare_graph(gallery_ranks: np.ndarray, k_g: int, chunk: int | None = None)
     return ICFRRGraph(g, kg, w)
 
 
+def graph_from_neighbours(neighbours: np.ndarray, k_g: int, size: int | None = None,
+                          chunk: int | None = None) -> ICFRRGraph:
+    """The :class:`ICFRRGraph` of ``k_g`` from each reference's nearest neighbours, no (G, G) matrix.
+
+    ``neighbours``: (G, K_max) integers, row ``j`` = the references nearest to ``j`` (``j`` itself
+    excluded), best first, with the arithmetic and tie rule of :func:`gallery_ranks`: the
+    reference at column ``p`` has rank ``r[j, neighbours[j, p]] = p + 1``. Only the first ``k_g``
+    columns are read, so the weights (``G - r`` for ``r <= k_g``) are identical to
+    ``prepare_graph(gallery_ranks(descriptors), k_g)`` (tested). ``k_g`` is capped at ``G - 1``
+    as there; a ``k_g`` beyond ``K_max`` is refused (ranks past ``K_max`` are unknown). ``size``:
+    ``G``, checked against the rows. Cost O(G k_g log k_g), in row chunks (memory-mapped lists
+    are read a chunk at a time); the lists are checked (in range, no self, no repeats).
+    """
+    nb = np.asarray(neighbours)  # a memmap stays one (read a chunk at a time below)
+    if nb.ndim != 2:
+        raise ValueError(f"neighbour lists must be a (G, K) matrix, got shape {nb.shape}")
+    if nb.dtype.kind not in "iu":
+        raise ValueError(f"neighbour lists must be integers, got {nb.dtype}")
+    g = nb.shape[0]
+    if size is not None and int(size) != g:
+        raise ValueError(f"the neighbour lists have {g} rows, the gallery {int(size)} references")
+    kg = max(0, min(int(k_g), g - 1))
+    if kg > nb.shape[1]:
+        raise ValueError(
+            f"ICFRR with K_g = {kg} needs each reference's {kg} nearest neighbours, the neighbour lists "
+            f"hold {nb.shape[1]}: compute them for K >= {kg} (or lower K_g)"
+        )
+    if g >= 1 << 31:
+        raise ValueError("galleries of 2**31 references or more are not supported")
+    step = max(1, _CHUNK_ELEMENTS // max(kg, 1)) if chunk is None else int(chunk)
+    if step < 1:
+        raise ValueError("chunk must be at least 1")
+    cols, data = [], []
+    for a in range(0, g, step):
+        top = np.asarray(nb[a : a + step, :kg], dtype=np.int64)
+        n = top.shape[0]
+        if top.size and (top.min() < 0 or top.max() >= g):
+            raise ValueError(f"neighbour lists hold rows outside 0..{g - 1}")
+        if np.any(top == np.arange(a, a + n)[:, None]):
+            raise ValueError("neighbour lists must not list a reference as its own neighbour")
+        order = np.argsort(top, axis=1, kind="stable")  # columns ascending, as prepare_graph stores them
+        c = np.take_along_axis(top, order, axis=1)
+        if kg > 1 and np.any(c[:, 1:] == c[:, :-1]):
+            raise ValueError("neighbour lists list a reference twice in a row: recompute them")
+        cols.append(c.astype(np.int32).ravel())
+        data.append((g - 1 - order).astype(np.float64).ravel())  # G - r, r = position + 1
+    indices = np.concatenate(cols) if cols else np.empty(0, np.int32)
+    values = np.concatenate(data) if data else np.empty(0, np.float64)
+    indptr = np.arange(g + 1, dtype=np.int64) * kg
+    w = sp.csr_array((values, indices, indptr), shape=(g, g))
+    return ICFRRGraph(g, kg, w)
+
+
 def _run_chunk(s0: np.ndarray, graph: ICFRRGraph, p: ICFRRParams, kq: int):
-    """Vectorized ICFRR on a block of queries; ``s0`` (n, G) float32 = -D."""
+    """Vectorized ICFRR on a block of queries; ``s0`` (n, G) float32 = -D.
+
+    On a :meth:`ICFRRGraph.subgraph` the columns are the sub-gallery's references and the
+    normalizer is that of the whole gallery (``graph.gallery_size - 1``).
+    """
     n, g = s0.shape
-    scale = p.beta / (kq * (g - 1))  # beta / (K_q (G - 1)): Eq. 3, 5, 6
+    scale = p.beta / (kq * (graph.gallery_size - 1))  # beta / (K_q (G - 1)): Eq. 3, 5, 6
     ref = p.mode == "reference"
     order = ranking_from_scores(s0)
     s = s0.copy()
@@ -600,16 +725,34 @@ def _as_graph(gallery_ranks: np.ndarray | ICFRRGraph, k_g: int) -> ICFRRGraph:
     return prepare_graph(gallery_ranks, k_g)
 
 
-def _initial_scores(query_scores: np.ndarray, scores_are: str) -> np.ndarray:
+def _check_scores(query_scores: np.ndarray, unscored: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """The (Q, G) query scores and their finite mask (None when every score is finite).
+
+    ``unscored``: -inf is allowed (a reference the search did not score); NaN and +inf are always
+    refused."""
     q = np.asarray(query_scores)
     if q.ndim != 2:
         raise ValueError(f"query scores must be a (Q, G) matrix, got shape {q.shape}")
-    if not np.all(np.isfinite(q)):
-        raise ValueError("query scores contain NaN or infinite values")
+    finite = np.isfinite(q)
+    n_finite = int(np.count_nonzero(finite))
+    if n_finite == q.size:
+        return q, None
+    if not unscored or int(np.count_nonzero(np.isneginf(q))) != q.size - n_finite:
+        what = "NaN or +inf (-inf marks a reference the search did not score)" if unscored else "NaN or infinite values"
+        raise ValueError(f"query scores contain {what}")
+    return q, finite
+
+
+def _to_s0(q: np.ndarray, scores_are: str, finite: np.ndarray | None = None) -> np.ndarray:
+    """``s(0)`` (float32) from checked scores (``finite``: their finite mask, None = all finite)."""
     if scores_are == "dot":
-        if q.size and (q.max() > 1 + _DOT_SLACK or q.min() < -1 - _DOT_SLACK):
+        if finite is None:
+            lo, hi = (q.min(), q.max()) if q.size else (0.0, 0.0)
+        else:  # over the scored references
+            lo, hi = np.min(q, where=finite, initial=np.inf), np.max(q, where=finite, initial=-np.inf)
+        if hi > 1 + _DOT_SLACK or lo < -1 - _DOT_SLACK:
             raise ValueError(
-                f"query scores range over [{q.min():.3g}, {q.max():.3g}]: not dot products of "
+                f"query scores range over [{lo:.3g}, {hi:.3g}]: not dot products of "
                 "L2-normalized descriptors, and -D = -sqrt(2 - 2 dot) would clamp them. Give ICFRR "
                 "the dot products (re-rank with it before re-rankers that change the score scale), "
                 "or pass scores_are='neg_distance' to use the scores as s(0) directly"
@@ -618,6 +761,12 @@ def _initial_scores(query_scores: np.ndarray, scores_are: str) -> np.ndarray:
     if scores_are == "neg_distance":
         return np.asarray(q, dtype=np.float32) + np.float32(0.0)
     raise ValueError(f"scores_are must be 'dot' or 'neg_distance' (got {scores_are!r})")
+
+
+def _initial_scores(query_scores: np.ndarray, scores_are: str, unscored: bool = False) -> np.ndarray:
+    """``s(0)`` from the query scores (-inf, when ``unscored`` allows it, stays -inf)."""
+    q, finite = _check_scores(query_scores, unscored)
+    return _to_s0(q, scores_are, finite)
 
 
 def icfrr(
@@ -636,8 +785,31 @@ def icfrr(
     used as ``s(0)`` as they are, so any higher-is-better score on a comparable scale works;
     ``beta * Delta`` adds at most ``beta``).
     ``gallery_ranks``: :func:`gallery_ranks` output, or a :class:`ICFRRGraph` from
-    :func:`prepare_graph` (reuse it across batches with the same ``k_g``).
+    :func:`prepare_graph` or :func:`graph_from_neighbours` (reuse it across batches with the same
+    ``k_g``).
     Returns :class:`ICFRRResult` with float32 final scores (higher is better).
+
+    **Partly scored queries.** An approximate search scores only a shortlist per query and gives
+    ``-inf`` to the other references. A row with ``-inf`` entries is re-ranked on its scored
+    references ``S`` only (``m = |S|``): the sub-graph of ``S`` (:meth:`ICFRRGraph.subgraph`:
+    the whole gallery's ranks, and its normalizer ``G - 1`` in Eq. 5), ``K_q`` capped at ``m``;
+    the others stay ``-inf``. This is exactly the update of Eq. 3-6 run on the whole gallery with
+    those ``-inf`` scores (``-inf + beta Delta = -inf``: they never move, and with ``K_q <= m``
+    they never vote), and :func:`icfrr_loop` does that literally (tested bit-identical). It is
+    also what ICFRR on the *true* scores of every reference gives at the top of the ranking: a
+    reference outside ``S`` starts below every scored one, and an update adds at most ``beta``
+    (``0 <= Delta <= 1``), so as long as the ``K_q``-th best scored reference stays above the
+    best unscored start plus what the updates can add (``t beta`` after ``t`` updates in paper
+    mode, ``beta`` in reference mode), the top-``K_q`` sets are the same, hence the same Delta and
+    the same scores on ``S``; and every scored reference whose final score is above that bound is
+    above every unscored one in both runs, so the two rankings agree down to it (tested on a
+    clustered gallery: same top 10). The only other difference: the full run's stopping rule also
+    watches the unscored tail, which a shortlist cannot see; in paper mode an extra update there
+    adds Delta once more to ``S``.
+    Rows without ``-inf`` take the full path: when every score is finite the result is
+    bit-identical to the full-gallery implementation. Cost of a partly scored row: O(G) to find
+    ``S`` and write the row, O(m K_g log m) for the sub-graph, then the iterations on ``m``
+    references only (sorts O(m log m), never O(G log G), nothing O(G^2)).
 
     Decisions (paper equation numbers):
 
@@ -668,8 +840,10 @@ def icfrr(
     """
     if not isinstance(params, ICFRRParams):
         raise TypeError("params must be an ICFRRParams")
-    s0 = _initial_scores(query_scores, scores_are)
-    q, g = s0.shape
+    if scores_are not in ("dot", "neg_distance"):
+        raise ValueError(f"scores_are must be 'dot' or 'neg_distance' (got {scores_are!r})")
+    qs, finite = _check_scores(query_scores, unscored=True)
+    q, g = qs.shape
     graph = _as_graph(gallery_ranks, params.k_g)
     if graph.size != g:
         raise ValueError(f"query scores have {g} columns, the gallery ranks {graph.size}")
@@ -678,16 +852,48 @@ def icfrr(
     if q == 0 or g < 2 or params.max_iter == 0:
         # Nothing to re-rank (G < 2: no gallery-gallery ranks; the ranking cannot change).
         conv[:] = g < 2
-        return ICFRRResult(s0, iters, conv)
+        return ICFRRResult(_to_s0(qs, scores_are, finite), iters, conv)
     kq = min(params.k_q, g)
     step = chunk_size if chunk_size is not None else max(1, _QUERY_CHUNK_ELEMENTS // g)
     if step < 1:
         raise ValueError("chunk_size must be at least 1")
-    out = np.empty_like(s0)
-    for a in range(0, q, step):
-        b = min(q, a + step)
-        out[a:b], iters[a:b], conv[a:b] = _run_chunk(s0[a:b], graph, params, kq)
+    if finite is None:
+        s0 = _to_s0(qs, scores_are)
+        out = np.empty_like(s0)
+        for a in range(0, q, step):
+            b = min(q, a + step)
+            out[a:b], iters[a:b], conv[a:b] = _run_chunk(s0[a:b], graph, params, kq)
+        return ICFRRResult(out, iters, conv)
+    # Some references unscored: the fully scored rows take the same path (in chunks of those
+    # rows); each other row runs on its scored references only. s(0) is computed (and checked)
+    # for the scored entries only, all of it before any update.
+    whole = np.flatnonzero(finite.all(axis=1))
+    s0_whole = _to_s0(qs[whole], scores_are) if len(whole) else None
+    partial = []
+    for r in np.flatnonzero(~finite.all(axis=1)):
+        scored = np.flatnonzero(finite[r])
+        partial.append((r, scored, _to_s0(qs[r, scored][None, :], scores_are)[0]))
+    out = np.full((q, g), -np.inf, dtype=np.float32)
+    for a in range(0, len(whole), step):
+        sel = whole[a : a + step]
+        out[sel], iters[sel], conv[sel] = _run_chunk(s0_whole[a : a + step], graph, params, kq)
+    for r, scored, s0_scored in partial:
+        out[r, scored], iters[r], conv[r] = _run_scored(s0_scored, scored, graph, params)
     return ICFRRResult(out, iters, conv)
+
+
+def _run_scored(s0: np.ndarray, scored: np.ndarray, graph: ICFRRGraph, p: ICFRRParams
+                ) -> tuple[np.ndarray, int, bool]:
+    """ICFRR on the scored references ``scored`` (ascending rows) of one partly scored query,
+    ``s0`` their initial scores; returns their final scores, the updates applied, convergence.
+
+    See "Partly scored queries" in :func:`icfrr`. The scored references are taken in ascending
+    row order, so ties (by sub-gallery position) are still broken by reference index.
+    """
+    if len(scored) == 0:
+        return s0, 0, True  # nothing scored: nothing to re-rank
+    s, it, cv = _run_chunk(s0[None, :], graph.subgraph(scored), p, min(p.k_q, len(scored)))
+    return s[0], int(it[0]), bool(cv[0])
 
 
 def icfrr_loop(
@@ -702,8 +908,10 @@ def icfrr_loop(
     For each query and iteration: sort, gather the ``K_q`` rank rows of the current top references,
     look up ``alpha`` (Eq. 5, as integers ``G - r``), average (Eq. 6), update (Eq. 3). Same
     arithmetic as :func:`icfrr`, so results are bit-identical. O(K_q G) per query and iteration.
+    Partly scored queries (``-inf`` entries, see :func:`icfrr`) run on the whole gallery as they
+    are, with ``K_q`` capped at the number of scored references: the oracle of the sub-gallery path.
     """
-    s0_all = _initial_scores(query_scores, scores_are)
+    s0_all = _initial_scores(query_scores, scores_are, unscored=True)
     ranks = _check_ranks(gallery_ranks)
     q, g = s0_all.shape
     if ranks.shape[0] != g:
@@ -713,10 +921,15 @@ def icfrr_loop(
     conv = np.full(q, g < 2)
     if g < 2 or params.max_iter == 0:
         return ICFRRResult(out, iters, conv)
-    kq, kg = min(params.k_q, g), min(params.k_g, g - 1)
-    scale = params.beta / (kq * (g - 1))
+    kg = min(params.k_g, g - 1)
     for qi in range(q):
         s0 = s0_all[qi]
+        m = int(np.count_nonzero(s0 > -np.inf))  # scored references (G unless some are -inf)
+        if m == 0:
+            conv[qi] = True
+            continue
+        kq = min(params.k_q, m)
+        scale = params.beta / (kq * (g - 1))
         s = s0.copy()
         order = np.argsort(-s, kind="stable")
         s0_sorted = s0[order]
@@ -759,9 +972,12 @@ def suggest_params(labels: Sequence[Hashable], *, beta: float = 0.5, max_iter: i
 class ICFRRReranker:
     """ICFRR behind the common reranker protocol (see module doc).
 
-    ``params=None`` uses :func:`suggest_params` on the gallery ``labels`` at each call. The gallery
-    ranks (when only ``descriptors`` are given) and the prepared graph are cached for the last
-    gallery seen (by object identity): pass the same arrays to reuse them.
+    ``params=None`` uses :func:`suggest_params` on the gallery ``labels`` at each call. The graph
+    comes from, in this order: ``graph=`` (an :class:`ICFRRGraph` for the parameters' ``k_g``),
+    ``neighbours=`` (neighbour lists, :func:`graph_from_neighbours`), ``gallery_ranks=``, or the
+    ``descriptors`` (dense gallery ranks, small galleries). The gallery ranks computed from
+    descriptors and the prepared graph are cached for the last gallery seen (by object identity):
+    pass the same arrays to reuse them.
     """
 
     name = "icfrr"
@@ -777,7 +993,7 @@ class ICFRRReranker:
         self.chunk_size = chunk_size
         self.scores_are = scores_are
         self._ranks_cache: tuple[np.ndarray, np.ndarray] | None = None  # (descriptors, ranks)
-        self._graph_cache: tuple[np.ndarray, int, ICFRRGraph] | None = None  # (ranks, k_g, graph)
+        self._graph_cache: tuple[np.ndarray, int, ICFRRGraph] | None = None  # (ranks or lists, k_g, graph)
         self.last_result: ICFRRResult | None = None
 
     def _ranks(self, descriptors: np.ndarray | None, gallery_ranks: np.ndarray | None) -> np.ndarray:
@@ -796,20 +1012,33 @@ class ICFRRReranker:
         descriptors: np.ndarray | None = None,
         gallery_ranks: np.ndarray | None = None,
         labels: Sequence[Hashable] | None = None,
+        graph: ICFRRGraph | None = None,
+        neighbours: np.ndarray | None = None,
         **context: Any,
     ) -> np.ndarray:
-        """(Q, G) float32 ICFRR scores (higher is better) from (Q, G) dot products ``scores``."""
+        """(Q, G) float32 ICFRR scores (higher is better) from (Q, G) dot products ``scores``
+        (``-inf``: references the search did not score, left at ``-inf``; see :func:`icfrr`)."""
         params = self.params
         if params is None:
             if labels is None:
                 raise ValueError("ICFRR without explicit parameters needs the gallery labels")
             params = suggest_params(labels)
-        ranks = self._ranks(descriptors, gallery_ranks)
-        kg = max(0, min(params.k_g, ranks.shape[0] - 1))
-        if self._graph_cache is None or self._graph_cache[0] is not ranks or self._graph_cache[1] != kg:
-            self._graph_cache = (ranks, kg, prepare_graph(ranks, kg))
+        if graph is None:
+            if neighbours is not None and gallery_ranks is None:
+                source = neighbours
+                g = neighbours.shape[0]
+                build = graph_from_neighbours
+            else:
+                source = self._ranks(descriptors, gallery_ranks)
+                g = source.shape[0]
+                build = prepare_graph
+            kg = max(0, min(params.k_g, g - 1))
+            cache = self._graph_cache
+            if cache is None or cache[0] is not source or cache[1] != kg:
+                self._graph_cache = (source, kg, build(source, kg))
+            graph = self._graph_cache[2]
         res = icfrr(
-            np.atleast_2d(scores), self._graph_cache[2], params, scores_are=self.scores_are, chunk_size=self.chunk_size
+            np.atleast_2d(scores), graph, params, scores_are=self.scores_are, chunk_size=self.chunk_size
         )
         self.last_result = res
         return res.scores
