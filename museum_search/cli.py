@@ -74,7 +74,8 @@ def cmd_index(args: argparse.Namespace) -> int:
     print(f"backbone: {extractor.meta.describe()}", file=sys.stderr)
     spec = LabellingSpec(args.labels, args.catalogue, args.regex)
     report = _drive(build_index(args.collection, args.output, config, spec, extractor=extractor,
-                                batch_size=args.batch_size, dtype="float16" if args.float16 else "float32"),
+                                batch_size=args.batch_size, dtype="float16" if args.float16 else "float32",
+                                ann=args.ann, neighbours=args.neighbours, ray=args.ray),
                     "indexing")
     _print_skips(report.skipped, report.labelling.ignored)
     print(f"index written to {args.output}: {report.summary()}")
@@ -84,8 +85,8 @@ def cmd_index(args: argparse.Namespace) -> int:
 def cmd_import(args: argparse.Namespace) -> int:
     from .core.importing import import_index
 
-    report = _drive(import_index(args.descriptors, args.items, args.output, float16=args.float16, root=args.root),
-                    "importing")
+    report = _drive(import_index(args.descriptors, args.items, args.output, float16=args.float16, root=args.root,
+                                 ann=args.ann, neighbours=args.neighbours), "importing")
     for notice in report.notices:
         print(f"notice: {notice}", file=sys.stderr)
     print(f"index written to {args.output}: {report.summary()}")
@@ -97,9 +98,17 @@ def cmd_update(args: argparse.Namespace) -> int:
 
     index = Index.load(args.index)
     report = _drive(update_index(index, weights=args.weights, batch_size=args.batch_size,
-                                 checksum=args.checksum), "updating")
+                                 checksum=args.checksum, ann=args.ann), "updating")
     _print_skips(report.skipped, report.labelling.ignored)
     print(f"index {args.index} updated: {report.summary()}")
+    return 0
+
+
+def cmd_upgrade(args: argparse.Namespace) -> int:
+    from .core.index import upgrade_index
+
+    index = _drive(upgrade_index(args.index, ann=args.ann, neighbours=args.neighbours), "converting")
+    print(f"index {args.index} converted to the current format: {index.describe()}")
     return 0
 
 
@@ -114,7 +123,7 @@ def query_settings(args: argparse.Namespace):
     )
     return QuerySettings(k=getattr(args, "k", 5), per_instance=getattr(args, "per_instance", False),
                          regions=not args.whole_image, rerank=args.rerank, options=opts,
-                         verify=not args.no_verify, verify_top=args.verify_top)
+                         verify=not args.no_verify, verify_top=args.verify_top, search=args.search)
 
 
 def _verdict_override(args: argparse.Namespace, pipe) -> None:
@@ -196,9 +205,16 @@ def _print_answer(answer) -> None:
 def cmd_info(args: argparse.Namespace) -> int:
     from .core.index import Index
 
-    index = Index.load(args.index)
+    index = Index.load(args.index, verify="full" if args.check else True)
     print(index.describe())
-    print(f"labelling: {index.labelling.rule}; gallery ranks stored: {index.has_gallery_ranks}")
+    if args.check:
+        print("every data file checked byte for byte: intact")
+    print(f"labelling: {index.labelling.rule}; nearest neighbours stored per reference (ICFRR): "
+          f"{index.neighbours_stored}")
+    if index.ann is not None:
+        print(f"approximate search: {index.ann.describe() if hasattr(index.ann, 'describe') else index.ann.params}")
+    else:
+        print("approximate search: none (every search is exact)")
     from .core.verdict import Verdict
 
     if index.meta.imported:
@@ -335,6 +351,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _add_rerank_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--search", choices=("auto", "exact", "ann"), default="auto",
+                   help="exact: score every reference; ann: approximate search (faiss), then exact scores of its "
+                        "shortlist (large indexes); auto (default): ann from a size where it is faster, if the "
+                        "index has an approximate index")
     p.add_argument("--whole-image", action="store_true",
                    help="describe each query as one whole image (the papers' protocol) instead of the "
                         "default best of 5 regions (whole, left/right/top/bottom 60%%)")
@@ -361,6 +381,17 @@ def _add_rerank_options(p: argparse.ArgumentParser) -> None:
     v.add_argument("--threshold", type=float, default=None,
                    help="with --no-verify: 'in the collection' needs at least this cosine (default: the "
                         "index's calibration)")
+
+
+def _add_derived_options(p: argparse.ArgumentParser, neighbours: bool = True) -> None:
+    from .core.index import K_MAX
+
+    p.add_argument("--ann", choices=("auto", "yes", "no"), default="auto",
+                   help="build an approximate-search index (faiss): auto (default) for large indexes, yes, no")
+    if neighbours:
+        p.add_argument("--neighbours", type=int, default=K_MAX, metavar="K",
+                       help=f"store each reference's K nearest neighbours, for ICFRR with K_g up to K "
+                            f"(default {K_MAX}; 0: none)")
 
 
 def _add_engine_option(p: argparse.ArgumentParser) -> None:
@@ -394,6 +425,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--weights", default=None, help="weights file for the backbone (offline use)")
     s.add_argument("--float16", action="store_true", help="store descriptors as float16 (half the size)")
     s.add_argument("--batch-size", type=int, default=8)
+    s.add_argument("--ray", nargs="?", const=True, default=None, metavar="ADDRESS",
+                   help="describe the photos as tasks on a Ray cluster: a local Ray instance without ADDRESS, "
+                        "an existing cluster with one (e.g. ray://head:10001); the collection must be on storage "
+                        "every worker reads at the same path. Needs: pip install 'museum-search[cluster]'")
+    _add_derived_options(s)
     _add_engine_option(s)
     s.set_defaults(func=cmd_index)
 
@@ -410,6 +446,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--root", type=Path, default=None,
                    help="folder the relative paths of ITEMS.csv are relative to (default: the folder of ITEMS.csv)")
     s.add_argument("--float16", action="store_true", help="store descriptors as float16 (half the size)")
+    _add_derived_options(s)
     s.set_defaults(func=cmd_import)
 
     s = sub.add_parser("update", help="re-index new/changed files of an index's collection, drop deleted ones")
@@ -419,8 +456,17 @@ def build_parser() -> argparse.ArgumentParser:
                         "by another of the same size and time (reads every file)")
     s.add_argument("--weights", default=None)
     s.add_argument("--batch-size", type=int, default=8)
+    _add_derived_options(s, neighbours=False)
     _add_engine_option(s)
     s.set_defaults(func=cmd_update)
+
+    s = sub.add_parser("upgrade", help="convert an index written by an older museum-search to the current format",
+                       description="Convert an index of format 2 in place: descriptors, items, local features and "
+                                   "verdict are kept; items move to SQLite, neighbour lists replace the N x N "
+                                   "gallery ranks. Atomic: a failure leaves the old index as it was.")
+    s.add_argument("index", type=Path)
+    _add_derived_options(s)
+    s.set_defaults(func=cmd_upgrade)
 
     s = sub.add_parser("query", help="which objects of the collection do these photos show?")
     s.add_argument("index", type=Path)
@@ -466,6 +512,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("info", help="describe an index")
     s.add_argument("index", type=Path)
+    s.add_argument("--check", action="store_true",
+                   help="check every byte of every data file (opening a large index checks sizes and samples)")
     s.set_defaults(func=cmd_info)
 
     s = sub.add_parser("backbones", help="list the available backbones")

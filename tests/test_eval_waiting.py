@@ -11,7 +11,7 @@ import pytest
 
 from museum_search.core.evaluation import runner
 from museum_search.core.evaluation.querysets import load_queryset
-from museum_search.core.evaluation.runner import (DESCRIBING, EVALUATING, GALLERY_RANKS, LOADING, SEARCHING,
+from museum_search.core.evaluation.runner import (DESCRIBING, EVALUATING, LOADING, NEIGHBOURS, SEARCHING,
                                                   VERIFYING, EvalStep, evaluate, run_evaluation)
 from museum_search.core.evaluation.sweep import SweepStep, sweep, sweep_advice
 from museum_search.core.index import Index
@@ -254,10 +254,10 @@ def test_an_evaluation_stops_in_every_phase(sample_index, queries, monkeypatch, 
     # loading the network
     _cancel_while(evaluate(sample_index, queries, settings), block(runner, "extractor_for_meta"), LOADING)
     monkeypatch.undo()
-    # the gallery ranks ICFRR needs (an index loaded again has none in memory)
+    # the neighbour lists ICFRR needs (as if the index had none stored)
     fresh = Index.load(sample_index.path)
-    monkeypatch.setattr(Index, "has_gallery_ranks", property(lambda self: False))
-    _cancel_while(evaluate(fresh, queries, settings), block(fresh, "gallery_ranks"), GALLERY_RANKS)
+    monkeypatch.setattr(Index, "has_neighbours", lambda self, k: False)
+    _cancel_while(evaluate(fresh, queries, settings), block(fresh, "neighbour_lists"), NEIGHBOURS)
     monkeypatch.undo()
     # describing the photos, then answering them (search, ICFRR, verification)
     _cancel_while(evaluate(sample_index, queries, settings), block(QueryPipeline, "describe"), DESCRIBING)

@@ -86,8 +86,8 @@ def test_killed_process_mid_save_leaves_old_index(collection, tmp_path):
         import museum_search.core.index as m
         idx = m.Index.load({str(out)!r}, mmap=False)
         real = m._write_npy
-        def slow(path, arr):
-            h = real(path, arr)
+        def slow(path, arr, dtype):
+            h = real(path, arr, dtype)
             print("wrote", path, flush=True)
             time.sleep(60)
             return h
@@ -187,14 +187,13 @@ def test_update_adds_changes_and_removes(collection, tmp_path):
     assert (report2.added, report2.removed) == (0, 0)
 
 
-def test_update_keeps_gallery_ranks_consistent(collection, tmp_path):
+def test_update_keeps_neighbour_lists_consistent(collection, tmp_path):
     from museum_search.core.rerank.icfrr import gallery_ranks
 
     out = tmp_path / "idx"
     _build(collection, out)
-    assert not Index.load(out).has_gallery_ranks
-    Index.load(out).gallery_ranks()  # computed once, then stored with the index
-    assert Index.load(out).has_gallery_ranks
+    n = len(Index.load(out))
+    assert Index.load(out).neighbours_stored == n - 1  # K_MAX capped at N - 1
     files = sorted(collection.glob("*.jpg"))
     files[0].unlink()
     shutil.copy2(files[2], collection / "copy.jpg")
@@ -202,8 +201,12 @@ def test_update_keeps_gallery_ranks_consistent(collection, tmp_path):
         f.write("copy.jpg,copy,,,,\n")
     run(update_index(Index.load(out)))
     up = Index.load(out)
-    assert up.has_gallery_ranks
-    np.testing.assert_array_equal(np.asarray(up.gallery_ranks()), gallery_ranks(np.asarray(up.descriptors)))
+    ranks = gallery_ranks(np.asarray(up.descriptors, np.float32))
+    nb = up.neighbour_lists(len(up) - 1)
+    # column p holds the reference of gallery rank p + 1: the dense ranks, without an N x N matrix
+    assert nb.shape == (len(up), len(up) - 1)
+    for i in range(len(up)):
+        np.testing.assert_array_equal(ranks[i, nb[i]], np.arange(1, len(up)))
 
 
 def test_build_skips_bad_files_with_reasons(collection, tmp_path):

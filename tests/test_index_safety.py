@@ -251,7 +251,7 @@ def test_disk_full_injected_mid_write(collection, tmp_path, monkeypatch):
     before = _snapshot(out)
     old = np.asarray(Index.load(out).descriptors).copy()
     new = _build(collection, None, BackboneConfig(size=80)).index
-    def write_then_full(f, arr):
+    def write_then_full(f, arr, dtype):
         f.write(b"\x93NUMPY partial")  # part of the file reaches the disk, then it is full
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 

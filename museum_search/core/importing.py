@@ -42,7 +42,7 @@ import numpy as np
 from .backbones import imported_meta
 from .errors import LabelError, MuseumSearchError
 from .evaluation.querysets import Query, QuerySet, read_ground_truth_rows
-from .index import Index, Item, LabellingSpec, check_output_folder, writer_lock
+from .index import K_MAX, Index, Item, LabellingSpec, check_output_folder, derive, writer_lock
 from .labels import CATALOGUE_FILE_COLUMNS, CATALOGUE_INSTANCE_COLUMNS, find_column, normalize_relpath, read_csv_table
 from .progress import Progress
 from .query import QueryImage, descriptor_query
@@ -252,8 +252,8 @@ def read_items(items_csv: str | os.PathLike, root: str | os.PathLike | None = No
 
 
 def import_index(descriptors: str | os.PathLike | np.ndarray, items_csv: str | os.PathLike,
-                 out: str | os.PathLike, *, float16: bool = False, root: str | os.PathLike | None = None
-                 ) -> Generator[Progress, None, ImportReport]:
+                 out: str | os.PathLike, *, float16: bool = False, root: str | os.PathLike | None = None,
+                 ann: str = "auto", neighbours: int = K_MAX) -> Generator[Progress, None, ImportReport]:
     """Write an index of descriptors computed elsewhere (a ``.npy`` file or an array) labelled by
     ``items_csv`` to ``out`` (see the module docstring); yields progress while it checks them.
 
@@ -279,6 +279,7 @@ def import_index(descriptors: str | os.PathLike | np.ndarray, items_csv: str | o
     spec = LabellingSpec(RULE, str(items_csv.resolve()))
     index = Index(root, imported_meta(desc.shape[1]), items, desc, spec)
     with writer_lock(out, collection=root):
+        yield from derive(index, ann=ann, neighbours=neighbours)
         index.save(out, dtype=dtype)
     notices = []
     if missing:

@@ -1,13 +1,21 @@
-"""The on-disk index of a collection: items, labels, metadata, descriptor matrix, gallery ranks.
+"""The on-disk index of a collection: descriptors, items and metadata, neighbour lists, ANN index.
 
-Format (a folder, no pickle anywhere)::
+Format 3 (a folder, no pickle anywhere)::
 
     INDEX/
       manifest.json                 format name and version, backbone meta, counts, times, labelling
-                                    rule, collection root, the data file names and their SHA-256
-      descriptors-<gen>.npy         (N, dim) float32 (or float16 on request), L2-normalized rows
-      items-<gen>.json              [{"path", "size", "mtime", "instance", "metadata"}], one per row
-      gallery_ranks-<gen>.npy       optional (N, N) 1-based gallery–gallery ranks (ICFRR)
+                                    rule, collection root, the data file names, their sizes and SHA-256
+      descriptors-<gen>.npy         (N, dim) float32 (or float16 on request), L2-normalized rows;
+                                    memory-mapped when loaded, never converted whole
+      items-<gen>.sqlite            items, catalogue metadata and their full-text index
+                                    (:mod:`.catalogue`): opening an index parses no large file
+      neighbours-<gen>.npy          (N, K_max) int32: each reference's nearest other references, best
+                                    first (what ICFRR reads its gallery ranks from, no N x N matrix)
+      ann-<gen>.faiss               optional approximate-search index (:mod:`.ann`), for large indexes
+      local_*-<gen>.npy             optional reference local features (verification)
+
+Format 2 (items in JSON, an N x N gallery-rank matrix) is refused with the command that converts it
+(:func:`upgrade_index`, ``museum-search upgrade INDEX``: the descriptors are kept).
 
 Saving is atomic: the data files of a new generation are written and fsynced under new names,
 then ``manifest.json`` is replaced in one ``os.replace``; only then are the old generation's files
@@ -38,12 +46,13 @@ import logging
 import os
 import re
 import secrets
+import sqlite3
 import threading
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Generator
+from typing import Any, Generator, Sequence
 
 import numpy as np
 
@@ -56,18 +65,31 @@ from .errors import (
 )
 from .extract import ExtractProgress, extract
 from .labels import Labelling, label_collection
+from .progress import drive
 
 log = logging.getLogger(__name__)
 
 FORMAT = "museum-search-index"
-VERSION = 2  # 2: manifest checksum, plain data-file names, item content hashes
+VERSION = 3  # 2: manifest checksum, plain data-file names, item content hashes; 3: SQLite items, neighbour lists, ANN
+UPGRADABLE = (2,)  # older versions upgrade_index() converts
 MANIFEST = "manifest.json"
 LOCK = ".museum-search.lock"
 JOURNAL = ".museum-search-pending.json"
 #: The data files of one generation: ``<kind>-<YYYYmmddTHHMMSS>-<6 hex>.<ext>``.
-DATA_FILE = re.compile(r"^[a-z_]+-\d{8}T\d{6}-[0-9a-f]{6}\.(npy|json|npz|bin)$")
+DATA_FILE = re.compile(r"^[a-z_]+-\d{8}T\d{6}-[0-9a-f]{6}\.(npy|json|npz|bin|sqlite|faiss)$")
 _OWN_FILES = (MANIFEST, LOCK, JOURNAL)
 _LOCAL_PARTS = ("offsets", "points", "descriptors", "sizes")  # reference local features
+#: Neighbours of each reference stored with an index (ICFRR reads its gallery ranks from them: any
+#: K_g up to this works on any index; a smaller index computes more when asked).
+K_MAX = 32
+#: Up to this many references, longer neighbour lists are computed when ICFRR asks for them (exact:
+#: seconds); a larger index is rebuilt with ``--neighbours K``.
+EXACT_NEIGHBOURS_MAX = 20_000
+#: Data files up to this size are checked byte for byte when an index is opened; larger ones by
+#: size and a sampled digest (``museum-search info --check`` reads every byte).
+FULL_CHECK_BYTES = 256 << 20
+_SAMPLE_BLOCKS, _SAMPLE_BLOCK = 64, 1 << 16
+_WRITE_ROWS = 1 << 15  # rows of a float16 <-> float32 conversion at a time
 
 
 @dataclass
@@ -96,15 +118,16 @@ class Index:
         self,
         root: str | Path,
         meta: BackboneMeta,
-        items: list[Item],
+        items: Sequence[Item],
         descriptors: np.ndarray,
         labelling: LabellingSpec | None = None,
         created: float | None = None,
         updated: float | None = None,
-        gallery_ranks: np.ndarray | None = None,
+        neighbours: np.ndarray | None = None,
         path: str | Path | None = None,
         local=None,
         verdict: dict | None = None,
+        ann=None,
     ):
         if descriptors.shape != (len(items), meta.dim):
             raise IndexFormatError(
@@ -112,14 +135,21 @@ class Index:
             )
         self.root = Path(root)
         self.meta = meta
+        #: a list of :class:`Item`, or a :class:`.catalogue.ItemStore` (SQLite) for a loaded index
         self.items = items
         self.descriptors = descriptors
         self.labelling = labelling or LabellingSpec()
         self.created = created or time.time()
         self.updated = updated or self.created
-        self._gallery_ranks = gallery_ranks
+        #: (N, K_max) nearest other references of each one, best first (None: not computed)
+        self._neighbours = neighbours
+        if neighbours is not None and (neighbours.ndim != 2 or neighbours.shape[0] != len(items)):
+            raise IndexFormatError(f"neighbour lists of shape {neighbours.shape} for {len(items)} items")
+        #: the approximate-search index (:class:`.ann.AnnIndex`) or None
+        self.ann = ann
         self.path = Path(path) if path else None
         self._labels: np.ndarray | None = None
+        self._catalogue = None
         #: reference local features for verification (``rerank.spatial.LocalFeatures``) or None
         self.local = local
         #: the "in the collection" calibration (``verdict.Verdict.to_dict()``) or None
@@ -135,7 +165,12 @@ class Index:
     def labels(self) -> np.ndarray:
         """Instance id of every reference, as a numpy array of str (cached)."""
         if self._labels is None:
-            self._labels = np.array([it.instance for it in self.items], dtype=object)
+            from .catalogue import ItemStore
+
+            if isinstance(self.items, ItemStore):
+                self._labels = self.items.instances()
+            else:
+                self._labels = np.array([it.instance for it in self.items], dtype=object)
         return self._labels
 
     @property
@@ -145,29 +180,63 @@ class Index:
     def abspath(self, i: int) -> Path:
         return self.root / self.items[i].path
 
+    def catalogue(self):
+        """The items as a :class:`.catalogue.ItemStore`: the SQLite file of a saved index, or one
+        made in memory for an index not saved yet (browsing and full-text filtering are SQL)."""
+        from .catalogue import ItemStore
+
+        if isinstance(self.items, ItemStore):
+            return self.items
+        if self._catalogue is None or len(self._catalogue) != len(self.items):
+            self._catalogue = ItemStore.in_memory(self.items)
+        return self._catalogue
+
     def describe(self) -> str:
         return (
             f"{len(self)} references of {len(self.instances)} instances, {self.meta.describe()}, "
             f"collection {self.root}"
         )
 
-    # ---- gallery ranks (ICFRR) -----------------------------------------------------------
+    # ---- neighbour lists (ICFRR) ---------------------------------------------------------
     @property
-    def has_gallery_ranks(self) -> bool:
-        return self._gallery_ranks is not None
+    def neighbours_stored(self) -> int:
+        """How many neighbours of each reference are stored (0: none)."""
+        return 0 if self._neighbours is None else int(self._neighbours.shape[1])
 
-    def gallery_ranks(self) -> np.ndarray:
-        """(N, N) gallery–gallery ranks, computed on first use and kept (saved with the index)."""
-        if self._gallery_ranks is None:
-            from .rerank.icfrr import gallery_ranks
+    def has_neighbours(self, k: int) -> bool:
+        """True when the nearest ``k`` neighbours of each reference are at hand (no computation)."""
+        return self._neighbours is not None and self._neighbours.shape[1] >= min(int(k), max(len(self) - 1, 0))
 
-            self._gallery_ranks = gallery_ranks(np.asarray(self.descriptors, dtype=np.float32))
-            if self.path is not None:  # keep them with the index so they are computed only once
-                try:
-                    self.save()
-                except (OSError, MuseumSearchError) as exc:
-                    log.warning("gallery ranks not saved with the index %s: %s", self.path, exc)
-        return self._gallery_ranks
+    def neighbour_lists(self, k: int) -> np.ndarray:
+        """(N, >= min(k, N - 1)) int32: each reference's nearest other references, best first, with
+        the arithmetic and tie rule of :func:`.rerank.icfrr.gallery_ranks` (the reference at column
+        ``p`` has gallery rank ``p + 1``).
+
+        The stored lists when they are long enough; else, for an index of up to
+        :data:`EXACT_NEIGHBOURS_MAX` references, they are computed (exactly, at least
+        :data:`K_MAX` of them) and saved with the index; a larger index refuses with what to do."""
+        k = int(k)
+        if self.has_neighbours(k):
+            return self._neighbours
+        if len(self) > EXACT_NEIGHBOURS_MAX:
+            raise MuseumSearchError(
+                f"ICFRR with K_g = {k} needs the {k} nearest neighbours of each reference; this index of "
+                f"{len(self):,} references stores {self.neighbours_stored}. Use K_g <= {self.neighbours_stored}, "
+                f"or rebuild the index with --neighbours {k}")
+        self._neighbours = drive(self.iter_neighbours(max(k, K_MAX)))
+        if self.path is not None:  # keep them with the index so they are computed only once
+            try:
+                self.save()
+            except (OSError, MuseumSearchError) as exc:
+                log.warning("neighbour lists not saved with the index %s: %s", self.path, exc)
+        return self._neighbours
+
+    def iter_neighbours(self, k: int = 0) -> Generator[Any, None, np.ndarray]:
+        """Compute the neighbour lists (``k`` each, default :data:`K_MAX`) as a progress generator;
+        with the approximate index when there is one (a large index), else exactly."""
+        from .ann import neighbour_lists
+
+        return (yield from neighbour_lists(self.descriptors, int(k or K_MAX), ann=self.ann))
 
     # ---- persistence ---------------------------------------------------------------------
     def store_verdict(self, verdict) -> None:
@@ -199,12 +268,16 @@ class Index:
         return target
 
     def _save_locked(self, target: Path, dtype: str) -> None:
+        from .catalogue import write_store
+
         _clean_journal(target)
         old_files = _manifest_files(target)
         gen = f"{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}"
-        files = {"descriptors": f"descriptors-{gen}.npy", "items": f"items-{gen}.json"}
-        if self._gallery_ranks is not None:
-            files["gallery_ranks"] = f"gallery_ranks-{gen}.npy"
+        files = {"descriptors": f"descriptors-{gen}.npy", "items": f"items-{gen}.sqlite"}
+        if self._neighbours is not None:
+            files["neighbours"] = f"neighbours-{gen}.npy"
+        if self.ann is not None:
+            files["ann"] = f"ann-{gen}.faiss"
         if self.local is not None:
             for part in _LOCAL_PARTS:
                 files[f"local_{part}"] = f"local_{part}-{gen}.npy"
@@ -214,21 +287,36 @@ class Index:
         _write_journal(target, [*files.values(), tmp_name])
         created: list[Path] = []
         try:
-            digests = {}
-            descriptors = np.asarray(self.descriptors, dtype=dtype)
+            digests, sizes, samples = {}, {}, {}
+
+            def record(key: str) -> None:
+                f = target / files[key]
+                _fsync_file(f)
+                digests[key], sizes[key] = _sha256(f), f.stat().st_size
+                if sizes[key] > FULL_CHECK_BYTES:
+                    samples[key] = _sample_digest(f)
+
             created.append(target / files["descriptors"])
-            digests["descriptors"] = _write_npy(target / files["descriptors"], descriptors)
-            items_blob = json.dumps([asdict(it) for it in self.items], ensure_ascii=False, indent=0).encode("utf-8")
+            _write_npy(target / files["descriptors"], self.descriptors, dtype)
+            record("descriptors")
             created.append(target / files["items"])
-            digests["items"] = _write_bytes(target / files["items"], items_blob)
-            if "gallery_ranks" in files:
-                created.append(target / files["gallery_ranks"])
-                digests["gallery_ranks"] = _write_npy(target / files["gallery_ranks"], np.asarray(self._gallery_ranks))
+            write_store(target / files["items"], self.items)
+            record("items")
+            if self._neighbours is not None:
+                created.append(target / files["neighbours"])
+                _write_npy(target / files["neighbours"], self._neighbours, "int32")
+                record("neighbours")
+            if self.ann is not None:
+                created.append(target / files["ann"])
+                _write_bytes(target / files["ann"], self.ann.to_bytes())
+                record("ann")
             if self.local is not None:
                 for part in _LOCAL_PARTS:
                     key = f"local_{part}"
                     created.append(target / files[key])
-                    digests[key] = _write_npy(target / files[key], np.asarray(getattr(self.local, part)))
+                    arr = np.asarray(getattr(self.local, part))
+                    _write_npy(target / files[key], arr, str(arr.dtype))
+                    record(key)
             manifest = {
                 "format": FORMAT,
                 "version": VERSION,
@@ -246,6 +334,10 @@ class Index:
                 "labelling": asdict(self.labelling),
                 "files": files,
                 "sha256": digests,
+                "sizes": sizes,
+                "samples": samples,
+                "neighbours": self.neighbours_stored or None,
+                "ann": self.ann.params.to_dict() if self.ann is not None else None,
                 "local_features": self.local.settings if self.local is not None else None,
                 "verdict": self.verdict,
             }
@@ -265,10 +357,10 @@ class Index:
                     f"free some space (this index needs about {_size_text(self._nbytes(dtype))}) and "
                     "try again; the previous index, if any, is unchanged"
                 ) from None
-            if isinstance(exc, OSError):
+            if isinstance(exc, (OSError, sqlite3.Error)):
                 raise MuseumSearchError(
-                    f"the index could not be written to {target} ({exc.strerror or exc}); the previous "
-                    "index, if any, is unchanged"
+                    f"the index could not be written to {target} ({getattr(exc, 'strerror', None) or exc}); "
+                    "the previous index, if any, is unchanged"
                 ) from None
             raise
         # Remove the previous generation: only files that the previous manifest named.
@@ -282,38 +374,40 @@ class Index:
 
     def _nbytes(self, dtype: str) -> int:
         n = len(self.items) * self.meta.dim * np.dtype(dtype).itemsize + 300 * len(self.items)
-        if self._gallery_ranks is not None:
-            n += int(np.asarray(self._gallery_ranks).nbytes)
+        if self._neighbours is not None:
+            n += int(self._neighbours.size) * 4
         if self.local is not None:
             n += sum(int(np.asarray(getattr(self.local, part)).nbytes) for part in _LOCAL_PARTS)
         return n
 
     @classmethod
-    def load(cls, path: str | Path, mmap: bool = True, verify: bool = True) -> "Index":
-        """Load an index; refuses a damaged, foreign or newer-format index with a clear message."""
+    def load(cls, path: str | Path, mmap: bool = True, verify: bool | str = True) -> "Index":
+        """Load an index; refuses a damaged, foreign, older or newer-format index with a clear message.
+
+        ``verify``: True checks the SHA-256 of every data file up to :data:`FULL_CHECK_BYTES`, and the
+        size and a sampled digest of larger ones (so opening a million references does not read 2.5 GB);
+        ``"full"`` checks every byte of every file; False checks nothing.
+        """
         path = Path(path)
-        mpath = path / MANIFEST
+        manifest = _read_manifest(path)
         hint = f"rebuild it with: museum-search index COLLECTION -o {path}"
-        if not mpath.is_file():
-            raise IndexFormatError(f"{path} is not a museum-search index (no {MANIFEST}); {hint}")
-        try:
-            manifest = json.loads(mpath.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise IndexFormatError(f"index manifest {mpath} is damaged ({exc}); {hint}") from None
-        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-            raise IndexFormatError(f"{path} is not a museum-search index; {hint}")
+        if manifest.get("version") in UPGRADABLE:
+            raise IndexFormatError(
+                f"index {path} has format version {manifest['version']} (written by an older museum-search); "
+                f"convert it with: museum-search upgrade {path} (it keeps the descriptors), or {hint}")
         if manifest.get("version") != VERSION:
-            older = isinstance(manifest.get("version"), int) and manifest["version"] < VERSION
             raise IndexFormatError(
-                f"index {path} has format version {manifest.get('version')}, this program reads "
-                f"version {VERSION}" + (" (it was written by an older museum-search)" if older else "")
-                + f"; {hint}"
-            )
-        if manifest.get("manifest_sha256") != _manifest_digest(manifest):
-            raise IndexFormatError(
-                f"index manifest {mpath} has been edited or damaged (its checksum does not match its "
-                f"content, e.g. the backbone settings); {hint}"
-            )
+                f"index {path} has format version {manifest.get('version')}, this program reads version "
+                f"{VERSION}; {hint}")
+        return cls._from_manifest(path, manifest, mmap, verify)
+
+    @classmethod
+    def _from_manifest(cls, path: Path, manifest: dict, mmap: bool, verify: bool | str) -> "Index":
+        from .catalogue import ItemStore
+
+        hint = f"rebuild it with: museum-search index COLLECTION -o {path}"
+        version = manifest.get("version")
+        mode = "r" if mmap else None
         try:
             meta = BackboneMeta.from_dict(manifest["backbone"])
             files = manifest["files"]
@@ -325,34 +419,47 @@ class Index:
                         f"index {path} names a data file outside its folder or of an unknown form "
                         f"({name!r} for {key}); {hint}"
                     )
-            for key in ("descriptors", "items"):
+
+            def check(key: str, required: bool = True) -> Path | None:
                 f = path / files[key]
                 if not f.is_file():
+                    if not required:
+                        return None
                     raise IndexFormatError(f"index {path} is missing its file {files[key]}; {hint}")
-                if verify and key in digests and _sha256(f) != digests[key]:
+                if verify and key in digests and not _intact(f, key, manifest, verify == "full"):
                     raise IndexFormatError(f"index file {files[key]} in {path} is damaged (checksum mismatch); {hint}")
-            desc = np.load(path / files["descriptors"], mmap_mode="r" if mmap else None, allow_pickle=False)
-            raw_items = json.loads((path / files["items"]).read_text(encoding="utf-8"))
-            items = [Item(str(d["path"]), int(d["size"]), float(d["mtime"]), str(d["instance"]),
-                          {str(k): str(v) for k, v in (d.get("metadata") or {}).items()},
-                          str(d.get("sha256") or "")) for d in raw_items]
-            ranks = None
-            if "gallery_ranks" in files and (path / files["gallery_ranks"]).is_file():
-                f = path / files["gallery_ranks"]
-                if verify and "gallery_ranks" in digests and _sha256(f) != digests["gallery_ranks"]:
-                    log.warning("gallery ranks of %s are damaged; they will be recomputed", path)
+                return f
+
+            desc = np.load(check("descriptors"), mmap_mode=mode, allow_pickle=False)
+            f = check("items")
+            if version == 2:
+                items = _items_from_json(f)
+            else:
+                items = ItemStore(f)
+            neighbours = None
+            if "neighbours" in files:
+                f = path / files["neighbours"]
+                if f.is_file() and (not verify or _intact(f, "neighbours", manifest, verify == "full")):
+                    neighbours = np.load(f, mmap_mode=mode, allow_pickle=False)
                 else:
-                    ranks = np.load(f, mmap_mode="r" if mmap else None, allow_pickle=False)
+                    log.warning("neighbour lists of %s are missing or damaged; they will be recomputed", path)
+            ann = None
+            if manifest.get("ann") and "ann" in files:
+                f = check("ann")
+                try:
+                    from .ann import AnnIndex, AnnParams, _faiss
+
+                    _faiss()
+                except (ImportError, MuseumSearchError) as exc:  # e.g. the kiosk build has no faiss: exact search
+                    log.warning("the approximate index of %s is not used (%s): every search is exact", path, exc)
+                else:
+                    ann = AnnIndex.read(f, AnnParams.from_dict(manifest["ann"]))
             local = None
             if manifest.get("local_features") and all(f"local_{p}" in files for p in _LOCAL_PARTS):
                 from .rerank.spatial import LocalFeatures
 
-                arrays = {}
-                for part in _LOCAL_PARTS:
-                    f = path / files[f"local_{part}"]
-                    if verify and _sha256(f) != digests.get(f"local_{part}"):
-                        raise IndexFormatError(f"index file {f.name} in {path} is damaged (checksum mismatch); {hint}")
-                    arrays[part] = np.load(f, mmap_mode="r" if mmap else None, allow_pickle=False)
+                arrays = {part: np.load(check(f"local_{part}"), mmap_mode=mode, allow_pickle=False)
+                          for part in _LOCAL_PARTS}
                 local = LocalFeatures(dict(manifest["local_features"]), **arrays)
                 if len(local) != count or local.offsets.shape != (count + 1,) or \
                         int(local.offsets[-1]) != len(local.points) or len(local.points) != len(local.descriptors):
@@ -371,15 +478,20 @@ class Index:
             )
         if desc.dtype not in (np.float32, np.float16):
             raise IndexFormatError(f"index {path} has descriptors of type {desc.dtype}; {hint}")
-        if ranks is not None and ranks.shape != (count, count):
-            ranks = None
+        if neighbours is not None and (neighbours.ndim != 2 or neighbours.shape[0] != count
+                                       or neighbours.dtype != np.int32):
+            log.warning("neighbour lists of %s have the wrong shape; they will be recomputed", path)
+            neighbours = None
+        if ann is not None and (ann.ntotal != count or ann.dim != dim):
+            raise IndexFormatError(f"index {path} has an approximate index of {ann.ntotal} references for "
+                                   f"{count}; {hint}")
         root = Path(coll["root"])
         if not root.is_dir():
             alt = (path / coll.get("relative", "")).resolve()
             if alt.is_dir():
                 root = alt
-        return cls(root, meta, items, desc, labelling, manifest.get("created"), manifest.get("updated"), ranks, path,
-                   local=local, verdict=verdict if isinstance(verdict, dict) else None)
+        return cls(root, meta, items, desc, labelling, manifest.get("created"), manifest.get("updated"),
+                   neighbours, path, local=local, verdict=verdict if isinstance(verdict, dict) else None, ann=ann)
 
     # ---- compatibility -------------------------------------------------------------------
     def check_compatible(self, meta: BackboneMeta) -> None:
@@ -606,7 +718,7 @@ def _unusable_name(rel: str) -> str | None:
 
 #: The stages of :func:`build_index` with verification, in order (``Progress.stage``); each has its
 #: own count and ETA. Without verification there is only the first.
-BUILD_STAGES = ("describing", "local features", "calibrating")
+BUILD_STAGES = ("describing", "local features", "finding each reference's nearest neighbours", "calibrating")
 
 
 def build_index(
@@ -619,11 +731,17 @@ def build_index(
     batch_size: int = 8,
     dtype: str = "float32",
     verification: bool = True,
+    ann: str = "auto",
+    neighbours: int = K_MAX,
+    ray: str | bool | None = None,
 ) -> Generator[ExtractProgress, None, BuildReport]:
     """Index every labelled image of ``collection``; saves atomically to ``out`` (if given) at the end.
 
-    Stages (each yields progress): describing, then with ``verification`` the references' local
-    features (for verified answers) and the calibration of the "in the collection" verdict.
+    Stages (each yields progress, :data:`BUILD_STAGES`): describing (on a Ray cluster with ``ray``:
+    True for a local Ray instance, or a cluster's address; :mod:`.distributed`), then with
+    ``verification`` the references' local features (for verified answers), then what is derived from
+    the descriptors (:func:`derive`: the approximate index, ``ann``, and the ``neighbours`` lists),
+    then with ``verification`` the calibration of the "in the collection" verdict.
 
     ``out`` is checked (:func:`check_output_folder`) and its writer lock taken before any work
     starts. Cancelling (closing the generator) before the end leaves any index at ``out`` untouched.
@@ -632,12 +750,14 @@ def build_index(
     if not root.is_dir():
         raise MuseumSearchError(f"collection folder not found: {root}")
     if out is None:
-        return (yield from _build(root, None, config, labelling, extractor, batch_size, dtype, verification))
+        return (yield from _build(root, None, config, labelling, extractor, batch_size, dtype, verification,
+                                  ann, neighbours, ray))
     with writer_lock(out, collection=root):
-        return (yield from _build(root, Path(out), config, labelling, extractor, batch_size, dtype, verification))
+        return (yield from _build(root, Path(out), config, labelling, extractor, batch_size, dtype, verification,
+                                  ann, neighbours, ray))
 
 
-def _build(root, out, config, labelling, extractor, batch_size, dtype, verification):
+def _build(root, out, config, labelling, extractor, batch_size, dtype, verification, ann, neighbours, ray):
     labelling = labelling or LabellingSpec()
     lab = label_collection(root, rule=labelling.rule, catalogue=labelling.catalogue, regex=labelling.regex)
     skipped: list[tuple[str, str]] = []
@@ -651,7 +771,15 @@ def _build(root, out, config, labelling, extractor, batch_size, dtype, verificat
     if not refs:
         raise MuseumSearchError(f"no images to index in {root} (supported: JPEG, PNG, TIFF, WebP, BMP)")
     extractor = extractor or build_extractor(config)
-    res = yield from extract([root / r.path for r in refs], extractor, batch_size=batch_size)
+    paths = [root / r.path for r in refs]
+    cluster_local = None  # the local features the Ray workers computed (verification)
+    if ray is not None and ray is not False:
+        from .distributed import describe_on_ray
+
+        res, cluster_local = yield from describe_on_ray(paths, extractor, address=None if ray is True else str(ray),
+                                                        batch_size=batch_size, verification=verification)
+    else:
+        res = yield from extract(paths, extractor, batch_size=batch_size)
     skipped += res.skipped
     items, rows = [], []
     for row, i in enumerate(res.ok):
@@ -669,10 +797,35 @@ def _build(root, out, config, labelling, extractor, batch_size, dtype, verificat
     desc = res.descriptors if len(rows) == len(res.ok) else res.descriptors[rows]
     index = Index(root, extractor.meta, items, desc.astype(dtype), spec)
     if verification:
-        yield from _add_verification(index, extractor, [])
+        kept = [] if cluster_local is None else [cluster_local.subset(rows) if len(rows) != len(res.ok) else cluster_local]
+        yield from _add_verification(index, extractor, kept, calibrate=False)
+    yield from derive(index, ann=ann, neighbours=neighbours)
+    if verification:
+        yield from _calibrate(index, extractor)
     if out is not None:
         index.save(out, dtype=dtype)
     return BuildReport(index, lab, skipped, added=len(items))
+
+
+def upgrade_index(path: str | Path, *, ann: str = "auto", neighbours: int = K_MAX) -> Generator[Any, None, Index]:
+    """Convert an index of an older format (:data:`UPGRADABLE`) to this one, in place, as a progress
+    generator: its descriptors, items, local features and verdict are kept; the items move to SQLite
+    and the N x N gallery-rank matrix gives way to neighbour lists (and, for a large index, an
+    approximate index). One atomic save under the writer lock: a cancel or a failure leaves the old
+    index as it was."""
+    path = Path(path)
+    manifest = _read_manifest(path)
+    version = manifest.get("version")
+    if version == VERSION:
+        raise MuseumSearchError(f"index {path} is already in format {VERSION}; there is nothing to convert")
+    if version not in UPGRADABLE:
+        raise IndexFormatError(f"index {path} has format version {version}, which this program cannot convert; "
+                               f"rebuild it with: museum-search index COLLECTION -o {path}")
+    with writer_lock(path):
+        index = Index._from_manifest(path, manifest, mmap=True, verify=True)
+        yield from derive(index, ann=ann, neighbours=neighbours)
+        index.save(path)
+    return Index.load(path)
 
 
 def update_index(
@@ -682,6 +835,7 @@ def update_index(
     weights: str | None = None,
     batch_size: int = 8,
     checksum: bool = False,
+    ann: str = "auto",
 ) -> Generator[ExtractProgress, None, BuildReport]:
     """Re-index new and changed files, drop deleted ones, refresh labels; saves atomically.
 
@@ -697,12 +851,12 @@ def update_index(
     if not root.is_dir():
         raise MuseumSearchError(f"the collection folder of this index is gone: {root}")
     if index.path is None:
-        return (yield from _update(index, extractor, weights, batch_size, checksum))
+        return (yield from _update(index, extractor, weights, batch_size, checksum, ann))
     with writer_lock(index.path, collection=root):
-        return (yield from _update(index, extractor, weights, batch_size, checksum))
+        return (yield from _update(index, extractor, weights, batch_size, checksum, ann))
 
 
-def _update(index, extractor, weights, batch_size, checksum):
+def _update(index, extractor, weights, batch_size, checksum, ann):
     from .backbones import extractor_for_meta
 
     root = index.root
@@ -759,43 +913,69 @@ def _update(index, extractor, weights, batch_size, checksum):
     dtype = np.asarray(index.descriptors[:0]).dtype
     kept_desc = np.asarray(index.descriptors[keep_pos], dtype=np.float32)
     desc = np.concatenate([kept_desc, new_desc]).astype(dtype)
-    ranks = None
-    if index.has_gallery_ranks:
-        from .rerank.icfrr import remove_from_gallery_ranks, update_gallery_ranks
-
-        mask = np.zeros(len(index), bool)
-        mask[keep_pos] = True
-        r = remove_from_gallery_ranks(np.asarray(index.gallery_ranks()), mask)
-        ranks = update_gallery_ranks(r, kept_desc, new_desc) if len(new_items) else r
-    updated = Index(root, index.meta, keep_items + new_items, desc, spec, index.created,
-                    gallery_ranks=ranks, path=index.path)
+    updated = Index(root, index.meta, keep_items + new_items, desc, spec, index.created, path=index.path)
+    unchanged = not new_items and len(keep_items) == len(index)
+    if unchanged:  # the same references in the same order: the derived data still holds
+        updated._neighbours, updated.ann = index._neighbours, index.ann
+    else:
+        yield from derive(updated, ann=ann, neighbours=max(index.neighbours_stored, K_MAX))
     if index.local is not None:  # kept references keep their local features; deleted ones drop theirs
-        changed = bool(new_items) or len(keep_items) != len(index)
-        yield from _add_verification(updated, extractor, [index.local.subset(keep_pos)],
-                                     calibrate=changed or not index.verdict, previous=index.verdict)
+        yield from _add_verification(updated, extractor, [index.local.subset(keep_pos)], calibrate=False)
+        if unchanged and index.verdict:
+            updated.verdict = index.verdict
+        else:
+            yield from _calibrate(updated, extractor)
     if index.path is not None:
         updated.save(index.path)
     removed = sum(1 for it in index.items if it.path not in current)
     return BuildReport(updated, lab, skipped, added=len(new_items), removed=removed, unchanged=len(keep_items))
 
 
-def _add_verification(index: Index, extractor, kept: list, calibrate: bool = True, previous: dict | None = None):
-    """Local features of the references not in ``kept`` (appended after them), then the verdict's
-    calibration (:mod:`.verdict`); both stages yield progress and can be cancelled."""
+def _add_verification(index: Index, extractor, kept: list, calibrate: bool = True):
+    """Local features of the references not in ``kept`` (appended after them), then (``calibrate``)
+    the verdict's calibration (:mod:`.verdict`); both stages yield progress and can be cancelled."""
     from .rerank.spatial import LocalFeatures, SpatialParams, compute_local_features
-    from .verdict import calibrate as calibrate_verdict
 
     have = sum(len(k) for k in kept)
-    new = yield from compute_local_features([index.abspath(i) for i in range(have, len(index))], SpatialParams())
-    index.local = LocalFeatures.concat([*kept, new]) if kept else new
-    if calibrate:
-        if extractor is None:
-            from .backbones import extractor_for_meta
-
-            extractor = extractor_for_meta(index.meta)
-        index.verdict = (yield from calibrate_verdict(index, extractor)).to_dict()
+    if len(kept) == 1 and have == len(index):  # nothing new (e.g. computed on the Ray workers)
+        index.local = kept[0]
     else:
-        index.verdict = previous
+        new = yield from compute_local_features([index.abspath(i) for i in range(have, len(index))], SpatialParams())
+        index.local = LocalFeatures.concat([*kept, new]) if kept else new
+    if calibrate:
+        yield from _calibrate(index, extractor)
+
+
+def _calibrate(index: Index, extractor) -> Generator[Any, None, None]:
+    """The "in the collection" verdict's calibration of ``index`` (stage "calibrating")."""
+    from .verdict import calibrate as calibrate_verdict
+
+    if extractor is None:
+        from .backbones import extractor_for_meta
+
+        extractor = extractor_for_meta(index.meta)
+    index.verdict = (yield from calibrate_verdict(index, extractor)).to_dict()
+
+
+#: Stage name of the neighbour lists (see :func:`.ann.neighbour_lists`).
+NEIGHBOURS_STAGE = "finding each reference's nearest neighbours"
+ANN_CHOICES = ("auto", "yes", "no")
+
+
+def derive(index: Index, *, ann: str = "auto", neighbours: int = K_MAX) -> Generator[Any, None, None]:
+    """Compute what an index derives from its descriptors, as progress stages: the approximate-search
+    index (``ann``: "auto" builds it from :data:`.ann.AUTO_MIN_REFERENCES` references, "yes" always,
+    "no" never) and each reference's ``neighbours`` nearest neighbours (0: none; ICFRR computes
+    them when it first needs them, on an index of up to :data:`EXACT_NEIGHBOURS_MAX` references)."""
+    from . import ann as ann_mod
+
+    if ann not in ANN_CHOICES:
+        raise MuseumSearchError(f"--ann must be one of {', '.join(ANN_CHOICES)}, not {ann!r}")
+    if neighbours < 0:
+        raise MuseumSearchError(f"--neighbours must be 0 or more, not {neighbours}")
+    want = ann == "yes" or (ann == "auto" and len(index) >= ann_mod.AUTO_MIN_REFERENCES)
+    index.ann = (yield from ann_mod.AnnIndex.build(index.descriptors)) if want and len(index) else None
+    index._neighbours = (yield from index.iter_neighbours(neighbours)) if neighbours and len(index) > 1 else None
 
 
 # ---- file helpers --------------------------------------------------------------------------
@@ -867,21 +1047,85 @@ def _write_bytes(path: Path, data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _write_npy(path: Path, array: np.ndarray) -> str:
+def _write_npy(path: Path, array: np.ndarray, dtype: str) -> None:
+    """``array`` as ``dtype`` in a new ``.npy`` file (never overwriting one). The caller fsyncs."""
     with open(path, "xb") as f:  # never overwrite a file
-        _write_array(f, np.ascontiguousarray(array))
-        f.flush()
-        os.fsync(f.fileno())
-    return _sha256(path)
+        _write_array(f, array, dtype)
 
 
-def _write_array(f, array: np.ndarray) -> None:
+def _write_array(f, array: np.ndarray, dtype: str) -> None:
     """``.npy`` header and data through ``f.write``, so a full disk raises ``ENOSPC`` (``np.save``
-    on a real file goes through ``tofile``, which reports a short write without an errno)."""
-    if array.dtype.hasobject:
+    on a real file goes through ``tofile``, which reports a short write without an errno); converted
+    a block of rows at a time (a memory-mapped float16 matrix is never converted whole)."""
+    dt = np.dtype(dtype)
+    if array.dtype.hasobject or dt.hasobject:
         raise ValueError("object arrays are never written to an index")
-    np.lib.format.write_array_header_1_0(f, np.lib.format.header_data_from_array_1_0(array))
-    f.write(memoryview(array.reshape(-1)).cast("B"))
+    np.lib.format.write_array_header_1_0(
+        f, {"descr": np.lib.format.dtype_to_descr(dt), "fortran_order": False, "shape": array.shape})
+    for a in range(0, len(array), _WRITE_ROWS):
+        block = np.ascontiguousarray(array[a:a + _WRITE_ROWS], dtype=dt)
+        f.write(memoryview(block.reshape(-1)).cast("B"))
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sample_digest(path: Path) -> str:
+    """SHA-256 of a file's size and of :data:`_SAMPLE_BLOCKS` blocks spread evenly over it (the first
+    and the last included): what opening a large index checks (see :data:`FULL_CHECK_BYTES`)."""
+    size = path.stat().st_size
+    h = hashlib.sha256(str(size).encode())
+    with open(path, "rb") as f:
+        span = max(size - _SAMPLE_BLOCK, 0)
+        for i in range(_SAMPLE_BLOCKS):
+            f.seek(span * i // (_SAMPLE_BLOCKS - 1))
+            h.update(f.read(_SAMPLE_BLOCK))
+    return h.hexdigest()
+
+
+def _intact(f: Path, key: str, manifest: dict, full: bool) -> bool:
+    """Whether data file ``f`` (``key`` in the manifest) is as written: every byte (``full``, or a
+    file up to :data:`FULL_CHECK_BYTES`), else its size and sampled digest."""
+    size = manifest.get("sizes", {}).get(key)
+    sample = manifest.get("samples", {}).get(key)
+    if size is not None and f.stat().st_size != size:
+        return False
+    if not full and sample is not None:
+        return _sample_digest(f) == sample
+    return _sha256(f) == manifest.get("sha256", {}).get(key)
+
+
+def _read_manifest(path: Path) -> dict:
+    """The manifest of the index at ``path``, refused if missing, foreign, damaged or edited."""
+    mpath = path / MANIFEST
+    hint = f"rebuild it with: museum-search index COLLECTION -o {path}"
+    if not mpath.is_file():
+        raise IndexFormatError(f"{path} is not a museum-search index (no {MANIFEST}); {hint}")
+    try:
+        manifest = json.loads(mpath.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise IndexFormatError(f"index manifest {mpath} is damaged ({exc}); {hint}") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise IndexFormatError(f"{path} is not a museum-search index; {hint}")
+    if manifest.get("manifest_sha256") != _manifest_digest(manifest):
+        raise IndexFormatError(
+            f"index manifest {mpath} has been edited or damaged (its checksum does not match its "
+            f"content, e.g. the backbone settings); {hint}"
+        )
+    return manifest
+
+
+def _items_from_json(f: Path) -> list[Item]:
+    """The items of a format-2 index (one JSON file), for :func:`upgrade_index`."""
+    raw = json.loads(f.read_text(encoding="utf-8"))
+    return [Item(str(d["path"]), int(d["size"]), float(d["mtime"]), str(d["instance"]),
+                 {str(k): str(v) for k, v in (d.get("metadata") or {}).items()},
+                 str(d.get("sha256") or "")) for d in raw]
 
 
 def _fsync_dir(path: Path) -> None:

@@ -36,6 +36,7 @@ from typing import Any, Sequence
 import cv2
 import numpy as np
 
+from .ann import resolve_mode
 from .backbones import Extractor, NoNetwork, extractor_for_meta
 from .errors import ImageError, MuseumSearchError
 from .extract import query_crops
@@ -76,6 +77,7 @@ class QuerySettings:
     verify: bool = True  # geometric verification of the shortlist
     verify_top: int = 20  # how many references are verified
     verdict: Verdict | None = None  # None: the index's own calibration
+    search: str = "auto"  # exact, ann (approximate, large indexes) or auto (by size: .ann.resolve_mode)
 
     def label(self) -> str:
         """:meth:`describe` with the re-rankers' parameters, e.g.
@@ -93,6 +95,8 @@ class QuerySettings:
     def describe(self) -> str:
         parts = [self.rerank.replace(",", "+")] if self.rerank else []
         parts.append(f"verified (top {self.verify_top})" if self.verify else "not verified")
+        if self.search == "ann":
+            parts.append("approximate search")
         if not self.regions:
             parts.append("whole image")
         return ", ".join(parts)
@@ -235,6 +239,8 @@ class QueryPipeline:
         self._rerank = build_pipeline(names, self.settings.options)
         self._spatial = Verifier(SpatialParams(top_n=self.settings.verify_top))
         self.verdict = self.settings.verdict or Verdict.of_index(index)
+        #: "exact" or "ann": how the global scores are computed (``settings.search`` for this index)
+        self.search_mode = resolve_mode(self.settings.search, len(index), index.ann is not None)
         self.timings: dict[str, float] = {}
 
     @classmethod
@@ -288,7 +294,7 @@ class QueryPipeline:
         t0 = time.perf_counter()
         desc = self.describe(queries) if descriptors is None else np.asarray(descriptors, np.float32)
         t1 = time.perf_counter()
-        cos = score_matrix(self.index, desc)
+        cos = score_matrix(self.index, desc, self.search_mode)
         scores = cos
         if self._rerank:
             scores = self._rerank.apply(self.index, cos, desc, query_images=[q.image for q in queries],

@@ -31,21 +31,37 @@ class Result:
                 "instance": self.instance, "metadata": self.metadata}
 
 
-def score_matrix(index: Index, query_descriptors: np.ndarray) -> np.ndarray:
+def score_matrix(index: Index, query_descriptors: np.ndarray, mode: str = "exact") -> np.ndarray:
     """(Q, G) float32 dot products of the queries with every reference.
 
     ``query_descriptors`` is (D,), (Q, D), or (Q, R, D) for multi-region queries (see
     ``extract.QUERY_REGIONS``), where a reference's score is its best score over the R regions.
+
+    ``mode`` "exact" scores every reference (a float16 matrix is converted a block of rows at a
+    time, never whole: :func:`.ann.exact_scores`). "ann" scores only the candidates the index's
+    approximate search finds for any of the query's regions, exactly, and gives the others -inf
+    (ranked last): :func:`.ann.resolve_mode` says which a search uses.
     """
+    from .ann import exact_scores, rows_scores
+
     q = np.asarray(query_descriptors, dtype=np.float32)
     regions = q.ndim == 3
     flat = q.reshape(-1, q.shape[-1])
     if flat.shape[1] != index.meta.dim:
         raise ValueError(f"query descriptors are {flat.shape[1]}-d, the index is {index.meta.dim}-d")
-    desc = index.descriptors
-    if desc.dtype != np.float32:
-        desc = np.asarray(desc, dtype=np.float32)
-    scores = flat @ desc.T
+    if mode == "ann":
+        if index.ann is None:
+            raise ValueError("this index has no approximate-search index")
+        q3 = q if regions else flat[:, None, :]
+        n, r = q3.shape[0], q3.shape[1]
+        cand = index.ann.candidates(flat).reshape(n, -1)
+        out = np.full((n, len(index)), -np.inf, dtype=np.float32)
+        for i in range(n):
+            rows = np.unique(cand[i][cand[i] >= 0])
+            if len(rows):
+                out[i, rows] = rows_scores(index.descriptors, q3[i], np.broadcast_to(rows, (r, len(rows)))).max(axis=0)
+        return out
+    scores = exact_scores(index.descriptors, flat)
     if regions:
         return scores.reshape(q.shape[0], q.shape[1], -1).max(axis=1)
     return scores

@@ -1,0 +1,230 @@
+"""Scale: a million references on one machine (issue 12).
+
+Synthetic but clustered 1280-d float16 descriptors: N / 10 objects with 10 noisy views each, the
+objects themselves grouped in themes (so unrelated objects are not orthogonal, as with real CNN
+descriptors: cosines of unrelated objects around 0.3, of two views of one object around 0.8).
+Queries are new noisy views of indexed objects (float32), given as descriptors.
+
+For each size (default 100,000 and 1,000,000), in child processes (so each peak resident memory is
+its own, from ``wait4`` / ``VmHWM``):
+
+1. **build**: ``import_index`` of the .npy with ``--float16`` (checks and normalization, SQLite
+   items, the approximate index, each reference's 32 nearest neighbours, the atomic save), with
+   the time of every stage;
+2. **open**: a new process opens the index and answers one query: the time to the first result,
+   from the process start and from ``Index.load``;
+3. **query**: single-query latency (p50, p95) with the approximate search, then with the exact
+   search, in the same process; recall@10 of the approximate top 10 against the exact top 10;
+   MP@1 of both against the query's object; ICFRR per query (approximate search + ICFRR from the
+   stored neighbour lists); resident memory after the approximate queries and after the exact ones
+   (the exact search reads the whole memory-mapped matrix: its pages count as resident).
+
+The machine is shared and noisy: one run, ratios and memory are the figures; seconds are indicative.
+Results: bench/results/scale.json. Usage:
+    python bench/bench_scale.py [--sizes 100000 1000000] [--queries 200] [--exact-queries 50] [--work DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+DIM = 1280
+VIEWS = 10
+THEMES = 1000
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def prepare(work: Path, n: int, queries: int, seed: int = 0) -> None:
+    """desc.npy (n x DIM float16), items.csv, queries.npy (float32) and queries.json (their objects)."""
+    rng = np.random.default_rng(seed)
+    objects = n // VIEWS
+    common = _unit(rng.standard_normal(DIM))
+    themes = _unit(rng.standard_normal((THEMES, DIM)))
+    theme_of = rng.integers(0, THEMES, objects)
+    desc = np.lib.format.open_memmap(work / "desc.npy", mode="w+", dtype=np.float16, shape=(n, DIM))
+    step = 10_000  # objects at a time
+    centres_seed = rng.integers(1 << 31)
+
+    def centres(a: int, b: int) -> np.ndarray:
+        r = np.random.default_rng([centres_seed, a])
+        own = _unit(r.standard_normal((b - a, DIM)))
+        return _unit(0.55 * common + 0.55 * themes[theme_of[a:b]] + 0.65 * own)
+
+    def views(c: np.ndarray, r: np.random.Generator, k: int) -> np.ndarray:
+        noise = _unit(r.standard_normal((len(c), k, DIM)))
+        return _unit(c[:, None, :] + 0.6 * noise)
+
+    picked = np.sort(rng.choice(objects, queries, replace=False))
+    qs = []
+    for a in range(0, objects, step):
+        b = min(objects, a + step)
+        r = np.random.default_rng([seed, a, 1])
+        c = centres(a, b)
+        desc[a * VIEWS:b * VIEWS] = views(c, r, VIEWS).reshape(-1, DIM).astype(np.float16)
+        mine = picked[(picked >= a) & (picked < b)]
+        if len(mine):  # a new view of each picked object (not one of the indexed views)
+            qs.append(views(c[mine - a], np.random.default_rng([seed, a, 2]), 1)[:, 0])
+    desc.flush()
+    del desc
+    with open(work / "items.csv", "w", encoding="utf-8") as f:
+        f.write("path,instance,title\n")
+        for i in range(n):
+            f.write(f"obj{i // VIEWS:07d}/view{i % VIEWS}.jpg,obj{i // VIEWS:07d},Object {i // VIEWS} view {i % VIEWS}\n")
+    q = np.concatenate(qs).astype(np.float32)
+    np.save(work / "queries.npy", q)
+    (work / "queries.json").write_text(json.dumps([f"obj{int(o):07d}" for o in picked]))
+
+
+BUILD = r"""
+import json, resource, sys, time
+from museum_search.core.importing import import_index
+t0 = time.perf_counter(); stages = {}; last = None
+gen = import_index(sys.argv[1], sys.argv[2], sys.argv[3], float16=True)
+try:
+    while True:
+        p = next(gen)
+        if p.stage != last:
+            stages[p.stage] = round(time.perf_counter() - t0, 2); last = p.stage
+except StopIteration as stop:
+    report = stop.value
+total = time.perf_counter() - t0
+print(json.dumps({"seconds": round(total, 2), "stage_starts": stages,
+                  "neighbours": report.index.neighbours_stored,
+                  "ann": report.index.ann.params.to_dict() if report.index.ann is not None else None,
+                  "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}))
+"""
+
+QUERY = r"""
+import json, sys, time
+started = float(sys.argv[4])
+import numpy as np
+from museum_search.core.index import Index
+from museum_search.core.query import QueryPipeline, QuerySettings, descriptor_query
+from museum_search.core.rerank import RerankOptions
+
+def rss():
+    out = {}
+    for line in open("/proc/self/status"):
+        if line.startswith(("VmRSS", "VmHWM")):
+            out[line.split(":")[0]] = round(int(line.split()[1]) / 1024, 1)
+    return out
+
+index_path, n_exact = sys.argv[1], int(sys.argv[5])
+qd = np.load(sys.argv[2]); truth = json.load(open(sys.argv[3]))
+queries = [descriptor_query(q, f"row {i}") for i, q in enumerate(qd)]
+t_load = time.time()
+index = Index.load(index_path)
+opened = time.time() - t_load
+pipe = QueryPipeline.for_descriptors(index, QuerySettings(k=10, search="auto"))
+first = pipe.answer(queries[:1])[0]
+res = {"first_result_from_process_start_s": round(time.time() - started, 3),
+       "first_result_from_load_s": round(time.time() - t_load, 3), "load_s": round(opened, 3),
+       "auto_mode": pipe.search_mode}
+
+def run(p, qs):
+    lat, tops = [], []
+    for q in qs:
+        t = time.perf_counter(); a = p.answer([q])[0]; lat.append(time.perf_counter() - t)
+        tops.append([r.row for r in a.results])
+    return np.array(lat), tops
+
+ann = QueryPipeline.for_descriptors(index, QuerySettings(k=10, search="ann"))
+lat_a, top_a = run(ann, queries)
+res["ann"] = {"p50_ms": round(1000 * float(np.median(lat_a)), 2), "p95_ms": round(1000 * float(np.percentile(lat_a, 95)), 2),
+              "queries": len(queries), "mp1": float(np.mean([index.items[t[0]].instance == truth[i] for i, t in enumerate(top_a)]))}
+res["rss_after_ann_mib"] = rss()
+ic = QueryPipeline.for_descriptors(index, QuerySettings(k=10, search="ann", rerank="icfrr",
+                                                         options=RerankOptions(k_q=10, k_g=10)))
+ic.answer(queries[:1])  # the ICFRR graph of the stored neighbour lists is built once per index
+lat_i, top_i = run(ic, queries[:n_exact])
+res["icfrr_ann"] = {"p50_ms": round(1000 * float(np.median(lat_i)), 2), "p95_ms": round(1000 * float(np.percentile(lat_i, 95)), 2),
+                    "queries": n_exact, "k_q": 10, "k_g": 10,
+                    "mp1": float(np.mean([index.items[t[0]].instance == truth[i] for i, t in enumerate(top_i)]))}
+res["rss_after_icfrr_mib"] = rss()
+ex = QueryPipeline.for_descriptors(index, QuerySettings(k=10, search="exact"))
+lat_e, top_e = run(ex, queries[:n_exact])
+res["exact"] = {"p50_ms": round(1000 * float(np.median(lat_e)), 2), "p95_ms": round(1000 * float(np.percentile(lat_e, 95)), 2),
+                "queries": n_exact, "mp1": float(np.mean([index.items[t[0]].instance == truth[i] for i, t in enumerate(top_e)]))}
+res["recall_at_10"] = float(np.mean([len(set(a) & set(e)) / len(e) for a, e in zip(top_a, top_e)]))
+res["ann_top1_equals_exact_top1"] = float(np.mean([a[0] == e[0] for a, e in zip(top_a, top_e)]))
+res["ann_speedup_p50"] = round(res["exact"]["p50_ms"] / res["ann"]["p50_ms"], 1)
+res["rss_after_exact_mib"] = rss()
+print(json.dumps(res))
+"""
+
+
+def child(script: str, *args: str) -> tuple[dict, float]:
+    """Run ``script`` in a new interpreter; its JSON output and peak resident memory (MiB, wait4)."""
+    proc = subprocess.Popen([sys.executable, "-c", script, *args], stdout=subprocess.PIPE, text=True)
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"child failed: {out}")
+    return json.loads(out.strip().splitlines()[-1]), round(usage.ru_maxrss / 1024, 1)
+
+
+def one_size(work: Path, n: int, queries: int, n_exact: int) -> dict:
+    d = work / f"n{n}"
+    shutil.rmtree(d, ignore_errors=True)
+    d.mkdir(parents=True)
+    t = time.perf_counter()
+    subprocess.run([sys.executable, __file__, "--prepare", str(d), "--n", str(n), "--queries", str(queries)], check=True)
+    prep = time.perf_counter() - t
+    print(f"[{n:,}] data generated in {prep:.0f} s", flush=True)
+    build, build_peak = child(BUILD, str(d / "desc.npy"), str(d / "items.csv"), str(d / "idx"))
+    build["peak_rss_mib"] = build_peak
+    size = sum(p.stat().st_size for p in (d / "idx").iterdir() if p.is_file())
+    files = {p.name.split("-")[0]: p.stat().st_size for p in (d / "idx").iterdir() if p.is_file()}
+    print(f"[{n:,}] built in {build['seconds']:.0f} s, peak {build_peak:.0f} MiB: {build['stage_starts']}", flush=True)
+    os.sync()
+    q, q_peak = child(QUERY, str(d / "idx"), str(d / "queries.npy"), str(d / "queries.json"), repr(time.time()),
+                      str(n_exact))
+    q["peak_rss_mib"] = q_peak
+    print(f"[{n:,}] {json.dumps(q)}", flush=True)
+    return {"n": n, "dim": DIM, "views_per_object": VIEWS, "generate_s": round(prep, 1), "build": build,
+            "index_bytes": size, "file_bytes": files, "query": q}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
+    ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--exact-queries", type=int, default=50)
+    ap.add_argument("--work", type=Path, default=None)
+    ap.add_argument("--keep", action="store_true", help="keep the generated data and indexes")
+    ap.add_argument("--prepare", type=Path, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--n", type=int, default=0, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.prepare:
+        prepare(args.prepare, args.n, args.queries)
+        return
+    work = args.work or Path(tempfile.mkdtemp(prefix="bench-scale-"))
+    out = HERE / "results" / "scale.json"
+    results = json.loads(out.read_text()) if out.exists() else {}
+    results.setdefault("runs", {})
+    results["machine"] = {"cpus": os.cpu_count(), "load_at_start": os.getloadavg()[0]}
+    for n in args.sizes:
+        results["runs"][str(n)] = one_size(work, n, args.queries, args.exact_queries)
+        results["runs"][str(n)]["load_after"] = round(os.getloadavg()[0], 2)
+        out.write_text(json.dumps(results, indent=2))
+        if not args.keep:
+            shutil.rmtree(work / f"n{n}", ignore_errors=True)
+    print(f"written {out}")
+
+
+if __name__ == "__main__":
+    main()
