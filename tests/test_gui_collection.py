@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import re
 import shutil
 from pathlib import Path
 
@@ -98,6 +99,48 @@ def _error_dialogs():
             if isinstance(w, QMessageBox) and w.objectName() == "errorDialog" and w.isVisible()]
 
 
+def _words(text: str) -> list[str]:
+    """The words of ``text`` as the catalogue's full-text index sees them: letters and digits (``_``
+    and punctuation separate), lower case, accents removed."""
+    import unicodedata
+
+    flat = "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
+    return re.findall(r"[^\W_]+", flat.lower())
+
+
+def _prefix_matches(items, text: str) -> set[int]:
+    """Rows of ``items`` the filter must keep, worked out here from the items: every typed word (a
+    whitespace-separated token; ``a_b`` is the phrase ``a b``) runs in one field (instance, file or
+    a catalogue field), its last word as a prefix; ``field:word`` only in that field."""
+    rows = set()
+    for row, it in enumerate(items):
+        fields = {"instance": it.instance, "path": it.path, **{k.lower(): v for k, v in it.metadata.items()}}
+        ok = True
+        for token in text.split():
+            name, _, rest = token.partition(":")
+            where = [fields[name.lower()]] if rest and name.lower() in fields else list(fields.values())
+            want = _words(rest if rest and name.lower() in fields else token)
+            if not want:
+                continue
+            ok = any(
+                words[i:i + len(want) - 1] == want[:-1] and i + len(want) - 1 < len(words)
+                and words[i + len(want) - 1].startswith(want[-1])
+                for words in map(_words, where) for i in range(len(words)))
+            if not ok:
+                break
+        if ok:
+            rows.add(row)
+    return rows
+
+
+def _shown_rows(browser) -> set[int]:
+    """The index rows the browser's view shows (through the view's model, as painted)."""
+    from museum_search.gui.widgets.thumbnails import ROW_ROLE
+
+    model = browser.view.model()
+    return {model.index(r, 0).data(ROW_ROLE) for r in range(model.rowCount())}
+
+
 def test_build_progress_browser_filter_thumbnails(tab, qtbot, small_collection, tmp_path):
     from museum_search.core.index import Index
     from museum_search.gui.widgets.thumbnails import THUMB_ROLE, ThumbnailCache
@@ -128,24 +171,28 @@ def test_build_progress_browser_filter_thumbnails(tab, qtbot, small_collection, 
     assert tab.update_button.isEnabled() and not tab.cancel_button.isEnabled()
     assert tab.skipped_tree.topLevelItemCount() == 0
 
-    # the browser shows the index; the filter narrows it (instance, then metadata, any case)
+    # the browser shows the index; the filter narrows it (instance, then metadata, any case): every
+    # word typed begins a word of the reference
     browser = tab.browser
     assert browser.visible_count() == N_IMAGES
     assert browser.count_label.text() == f"{N_IMAGES} of {N_IMAGES} references"
     target = index.items[3].instance
     qtbot.keyClicks(browser.filter_edit, target)
-    assert browser.visible_count() == sum(target.lower() in it.instance.lower() or target.lower() in it.path.lower()
-                                          for it in index.items) >= 1
+    assert _shown_rows(browser) == _prefix_matches(index.items, target) and 3 in _shown_rows(browser)
     assert browser.count_label.text() == f"{browser.visible_count()} of {N_IMAGES} references"
     values_meta = [v for it in index.items for v in it.metadata.values() if v.strip()]
     if values_meta:
         word = values_meta[0].split()[0].upper()
         browser.filter_edit.setText(word)
-        expected = sum(
-            any(word.lower() in t.lower() for t in (it.instance, it.path, *it.metadata.values()))
-            for it in index.items
-        )
-        assert 1 <= browser.visible_count() == expected
+        assert 1 <= len(_shown_rows(browser)) and _shown_rows(browser) == _prefix_matches(index.items, word)
+        # the start of a word is enough; the middle of one is not
+        browser.set_filter(word[:3].lower())
+        assert _shown_rows(browser) == _prefix_matches(index.items, word[:3]) >= _prefix_matches(index.items, word)
+    inner = target[1:]  # a substring of the instance that begins none of its words
+    browser.set_filter(inner)
+    assert _shown_rows(browser) == _prefix_matches(index.items, inner)
+    if _HAS_SAMPLE:  # e.g. "alley_at_dusk" does not find "valley_at_dusk" (a substring search did)
+        assert 3 not in _shown_rows(browser)
     browser.filter_edit.clear()
     assert browser.visible_count() == N_IMAGES
 
@@ -699,11 +746,15 @@ def test_build_progress_says_which_step_and_that_the_time_left_is_the_steps(tab)
 
     tab._job = object()  # as while a build runs
     texts = []
-    for stage, total in zip(BUILD_STAGES, (287, 287, 120)):
+    totals = [287, 287, 287, 120][: len(BUILD_STAGES)]
+    for stage, total in zip(BUILD_STAGES, totals):
         tab._on_progress(Progress(total // 2, total, None, [], 10.0, stage=stage))
         texts.append(tab.progress_label.text())
     tab._job = None
-    assert texts[0].startswith("Step 1 of 3, describing: 143 / 287 — 0:10 left in this step"), texts[0]
-    assert texts[1].startswith("Step 2 of 3, local features: 143 / 287"), texts[1]
-    assert texts[2].startswith("Step 3 of 3, calibrating: 60 / 120"), texts[2]
+    n = len(BUILD_STAGES)
+    assert BUILD_STAGES[0] == "describing" and "calibrating" in BUILD_STAGES
+    assert texts[0].startswith(f"Step 1 of {n}, describing: 143 / 287 — 0:10 left in this step"), texts[0]
+    assert texts[1].startswith(f"Step 2 of {n}, local features: 143 / 287"), texts[1]
+    for i, (stage, total) in enumerate(zip(BUILD_STAGES, totals)):
+        assert texts[i].startswith(f"Step {i + 1} of {n}, {stage}: {total // 2:,} / {total:,}"), texts[i]
     assert all("left in this step" in t for t in texts)

@@ -47,15 +47,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.demo:
         if args.index is None:
             parser.error("--demo needs an INDEX")
-        from ..core.index import Index
+        from . import upgrade
         from .demo_window import DemoWindow
 
         settings = Settings()
         if args.camera is not None:
             settings.camera = args.camera
-        window = DemoWindow(Index.load(args.index), settings)
-        window.showFullScreen()
-        return app.exec()
+        windows = []
+
+        def opened(index) -> None:
+            app.setQuitOnLastWindowClosed(True)
+            windows.append(DemoWindow(index, settings))
+            windows[-1].showFullScreen()
+
+        # An index of an older format is offered for conversion first. Until the kiosk shows, closing a
+        # dialog must not end the application; if the index cannot be opened, it ends once the error
+        # has been read (there is no window to go back to).
+        from PySide6.QtWidgets import QWidget
+
+        app.setQuitOnLastWindowClosed(False)
+        host = QWidget()  # never shown: owns the dialogs shown before the kiosk (else they are freed at once)
+        host.setWindowIcon(app_icon())
+        upgrade.open_index(host, args.index, opened, on_failed=lambda: _quit_after_errors(app))
+        code = app.exec()
+        host.deleteLater()
+        return code
     window = MainWindow()
     window.show()
     if args.index is not None:
@@ -63,6 +79,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif args.sample:
         window.collection_tab.open_sample_collection()
     return app.exec()
+
+
+def _quit_after_errors(app) -> None:
+    """Quit once no error dialog is open (the kiosk could not open its index)."""
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QMessageBox
+
+    boxes = [w for w in app.topLevelWidgets()
+             if isinstance(w, QMessageBox) and w.objectName() == "errorDialog" and not w.isHidden()]
+    if not boxes:
+        QTimer.singleShot(0, app.quit)
+    for box in boxes:
+        box.finished.connect(lambda _r: _quit_after_errors(app))
 
 
 if __name__ == "__main__":

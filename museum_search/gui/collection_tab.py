@@ -85,7 +85,7 @@ from ..core.index import (
     writer_lock,
 )
 from ..core.labels import RULES, describe, find_catalogue, label_collection
-from . import workers
+from . import upgrade, workers
 from .state import AppState
 from .widgets.camera_view import ImageView
 from .widgets.result_grid import catalogue_form
@@ -332,6 +332,35 @@ def format_duration(seconds: float | None) -> str:
     h, rem = divmod(s, 3600)
     m, s = divmod(rem, 60)
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+def index_summary(index: Index) -> str:
+    """What the Collection tab says about an open index: its size and descriptor, how many
+    neighbours of each reference are stored (ICFRR reads its gallery ranks from them) and whether it
+    has an approximate-search index (and so how a query is searched)."""
+    from .widgets.search_mode import resolved_mode
+
+    stored = index.neighbours_stored
+    neighbours = (f"{stored} nearest neighbours stored per reference (ICFRR with K_g up to {stored})" if stored
+                  else "no neighbour lists stored (ICFRR computes them when first used)")
+    if index.ann is not None:
+        ann = "an approximate-search index" + (" (used by Automatic search)" if resolved_mode(index) == "ann"
+                                               else " (Automatic search is exact at this size)")
+    else:
+        ann = "no approximate-search index (exact search)"
+    return (f"Index: {len(index):,} references of {len(index.instances):,} instances "
+            f"({index.meta.describe()}); {neighbours}; {ann}.")
+
+
+def index_details(index: Index) -> str:
+    """The summary's tooltip: the approximate index's parameters, where the index is."""
+    lines = []
+    if index.ann is not None:
+        describe = getattr(index.ann, "describe", None)
+        lines.append(f"Approximate search: {describe() if callable(describe) else index.ann}")
+    if index.path is not None:
+        lines.append(f"Index folder: {index.path}")
+    return "\n".join(lines)
 
 
 def _manifest_stamp(folder: Path) -> int | None:
@@ -796,6 +825,20 @@ class CollectionTab(QWidget):
                                f"of {self.collection_edit.text().strip()}. To update that index, open it "
                                "(File → Open index…); to index this collection, use Build.")
             return
+        if upgrade.upgradable(out):  # written by an older museum-search: convert it (asked), then update it
+            self.status_label.setText(f"{out} holds an index of an older format: convert it first.")
+
+            def converted(index: Index) -> None:
+                self.state.set_index(index)
+                self.status_label.setText(f"Index converted: {len(index):,} references. Updating it…")
+                self.start_update()
+
+            def declined() -> None:
+                self.status_label.setText(f"Nothing was updated: {out} holds an index of an older format. "
+                                          "Convert it, or build the index again.")
+
+            upgrade.open_index(self, out, converted, "Cannot update the index", on_failed=declined)
+            return
         self._start(_update_job(out, self.batch_size), "update", out)
 
     def cancel(self) -> None:
@@ -947,6 +990,7 @@ class CollectionTab(QWidget):
         folder = Path(self.collection_edit.text().strip())
         self._label_token += 1
         token = self._label_token
+        self.detected_label.setToolTip("")  # the open index's details, if any, no longer apply
         if not self.collection_edit.text().strip() or not folder.is_dir():
             self.detected_label.setText("Choose a collection folder." if not self.collection_edit.text().strip()
                                         else f"Folder not found: {folder}")
@@ -1142,9 +1186,8 @@ class CollectionTab(QWidget):
             if index.path is not None:
                 self.index_edit.setText(str(index.path))
             self.detected_label.setStyleSheet("")
-            self.detected_label.setText(
-                f"Index: {len(index):,} references of {len(index.instances):,} instances "
-                f"({index.meta.describe()})")
+            self.detected_label.setText(index_summary(index))
+            self.detected_label.setToolTip(index_details(index))
         finally:
             self._filling = False
         self._refresh_folder_check()

@@ -64,13 +64,14 @@ from ..core.query import QuerySettings
 from ..core.rerank import RerankOptions, icfrr_advice
 from ..core.search import Result, results_for
 from ..core.verdict import Verdict, operating_points
-from . import workers
+from . import upgrade, workers
 from .collection_tab import format_duration
 from .state import AppState
 from .widgets.query_table import SORT_ROLE, QueryTableModel
 from .widgets.query_table import fmt as _fmt
 from .widgets.plots import EvaluationPlots, Overlay, RunningBuffer, SweepPlot, VerdictPlot, run_colour
 from .widgets.result_grid import ResultGrid
+from .widgets.search_mode import SearchModeCombo
 from .widgets.thumbnails import ThumbnailCache
 
 log = logging.getLogger(__name__)
@@ -378,6 +379,10 @@ class EvaluationTab(QWidget):
         rl.addLayout(_row(self.rerank_checks["dba"], "n", self.qe_n_spin, "α", self.qe_alpha_spin, None), 3, 1)
         rl.addWidget(self.verify_check, 4, 0)
         rl.addLayout(_row("top", self.verify_top_spin, None), 4, 1)
+        # exact or approximate (ANN) search, as in the Search tab (Approximate needs the index's ANN index)
+        self.search_mode = SearchModeCombo()
+        rl.addWidget(QLabel("Search"), 5, 0)
+        rl.addLayout(_row(self.search_mode, None), 5, 1)
         rl.setColumnStretch(1, 1)
         # core's warning when ICFRR cannot help this collection (shown while ICFRR is ticked, above Run)
         self.icfrr_warning = QLabel("")
@@ -670,6 +675,7 @@ class EvaluationTab(QWidget):
     def set_index(self, index: Index | None) -> None:
         """Evaluate ``index`` (the open index follows the application's by default)."""
         self.index = index
+        self.search_mode.set_index(index)
         if index is None:
             self.index_label.setText(NO_INDEX)
             self.index_label.setToolTip("")
@@ -683,15 +689,14 @@ class EvaluationTab(QWidget):
         self._update_buttons()
 
     def open_index(self, path: str | os.PathLike) -> bool:
-        """Load the index folder ``path`` and evaluate it (errors go to a dialog)."""
-        try:
-            index = Index.load(path)
-        except Exception as exc:  # noqa: BLE001 - any failure is shown, nothing changes
-            workers.show_error(self, "Cannot open index", exc)
-            return False
-        self.state.settings.set_value("evaluation/index_dir", str(Path(path).parent))
-        self.set_index(index)
-        return True
+        """Load the index folder ``path`` and evaluate it (errors go to a dialog; an index of an
+        older format is offered for conversion and evaluated once converted: False until then)."""
+
+        def opened(index: Index) -> None:
+            self.state.settings.set_value("evaluation/index_dir", str(Path(path).parent))
+            self.set_index(index)
+
+        return upgrade.open_index(self, path, opened)
 
     def _browse_index(self) -> None:
         start = str(self.state.settings.value("evaluation/index_dir", "") or "")
@@ -778,7 +783,7 @@ class EvaluationTab(QWidget):
         """The query pipeline's settings the controls describe (the index's own verdict)."""
         return QuerySettings(regions=self.regions_check.isChecked(), rerank=",".join(self.rerank_names()),
                              options=self.rerank_options(), verify=self.verify_check.isChecked(),
-                             verify_top=self.verify_top_spin.value())
+                             verify_top=self.verify_top_spin.value(), search=self.search_mode.mode())
 
     def set_rerank(self, names: Sequence[str], options: RerankOptions | None = None,
                    verify: bool | None = None) -> None:

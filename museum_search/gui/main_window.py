@@ -12,9 +12,9 @@ from PySide6.QtWidgets import (
 )
 
 from .. import __version__
-from ..core.index import Index
 from ..core.paths import resource
 from .demo_window import EXIT_KEYS_SETTING
+from . import upgrade
 from .state import AppState
 from .workers import show_error
 
@@ -156,13 +156,9 @@ class MainWindow(QMainWindow):
             self.open_index(path)
 
     def open_index(self, path: str | Path) -> bool:
-        try:
-            index = Index.load(path)
-        except Exception as exc:  # noqa: BLE001 - any failure is shown, nothing changes
-            show_error(self, "Cannot open index", exc)
-            return False
-        self.state.set_index(index)
-        return True
+        """Open the index at ``path`` (True when it is open now). An index of an older format is
+        offered for conversion, and opened once converted (:func:`.upgrade.open_index`)."""
+        return upgrade.open_index(self, path, self.state.set_index)
 
     def _index_changed(self, index) -> None:
         self.setWindowTitle(f"museum-search — {index.path}" if index is not None and index.path else "museum-search")
@@ -188,6 +184,7 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event) -> None:  # noqa: N802 - Qt API
         self.state.settings.set_value("window/geometry", self.saveGeometry())
+        upgrade.cancel_all()
         for tab in (self.collection_tab, self.search_tab, self.evaluation_tab):
             shutdown = getattr(tab, "shutdown", None)
             if shutdown is not None:

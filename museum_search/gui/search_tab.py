@@ -43,6 +43,7 @@ from .state import AppState
 from .widgets.camera_view import CameraView, ImageView
 from .widgets.evidence_view import EvidenceView
 from .widgets.result_grid import ResultGrid, evidence_text, result_title
+from .widgets.search_mode import SearchModeCombo
 
 log = logging.getLogger(__name__)
 
@@ -336,6 +337,13 @@ class SearchTab(QWidget):
         self.verify.toggled.connect(self._verify_changed)
         self.verify_top = self._spin(1, 500, QuerySettings().verify_top, "Number of top references verified")
         self.verify_top.setEnabled(self.verify.isChecked())
+        # exact or approximate (ANN) search: Approximate only with an index that has an ANN index
+        self.search_mode = SearchModeCombo()
+        try:
+            self.search_mode.set_mode(str(self.state.settings.value("search/mode", "auto") or "auto"))
+        except ValueError:
+            pass
+        self.search_mode.mode_changed.connect(self._search_mode_changed)
         self.param_stack = QStackedWidget()
         self.param_stack.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
         self._build_param_pages()
@@ -348,6 +356,8 @@ class SearchTab(QWidget):
         for w in (QLabel("Re-ranking:"), self.rerank_combo, self.param_stack):
             rerank_row.addWidget(w)
         rerank_row.addStretch(1)
+        rerank_row.addWidget(QLabel("Search:"))
+        rerank_row.addWidget(self.search_mode)
 
         self.banner = QLabel()
         self.banner.setObjectName("verdictBanner")
@@ -499,7 +509,8 @@ class SearchTab(QWidget):
         """The pipeline settings the controls describe."""
         return QuerySettings(k=self.k_spin.value(), per_instance=self.per_instance.isChecked(),
                              rerank=self.reranker(), options=self.rerank_options(),
-                             verify=self.verify.isChecked(), verify_top=int(self.verify_top.value()))
+                             verify=self.verify.isChecked(), verify_top=int(self.verify_top.value()),
+                             search=self.search_mode.mode())
 
     def search_file(self, path: str | Path) -> bool:
         """Search with the image file at ``path``; False (and a message) if it cannot be read."""
@@ -637,6 +648,9 @@ class SearchTab(QWidget):
             self._extractor = None
         self._suggest_icfrr(index)
         self._update_icfrr_warning()
+        self.search_mode.blockSignals(True)  # the answer is recomputed below anyway
+        self.search_mode.set_index(index)
+        self.search_mode.blockSignals(False)
         if index is None:
             self.grid.clear(NO_INDEX)
             self.status.setText("")
@@ -675,6 +689,10 @@ class SearchTab(QWidget):
     def _verify_changed(self, on: bool) -> None:
         self.state.settings.set_value("search/verify", "true" if on else "false")
         self.verify_top.setEnabled(on)
+        self._reconcile()
+
+    def _search_mode_changed(self, mode: str) -> None:
+        self.state.settings.set_value("search/mode", mode)
         self._reconcile()
 
     def _rerank_changed(self, _i: int) -> None:
@@ -769,6 +787,8 @@ class SearchTab(QWidget):
         n, t = len(answer.results), self._timing
         parts = [f"{n} result{'s' if n != 1 else ''} of {len(self.state.index):,} references",
                  self._shown_pipeline.settings.describe()]
+        if getattr(self._shown_pipeline, "search_mode", "exact") == "ann" and self._shown_pipeline.settings.search == "auto":
+            parts.append("approximate search (automatic for this size)")
         if "describe" in t:
             parts.append(f"query described in {t['describe']:.2f} s")
         if self._shown_pipeline.settings.verify:

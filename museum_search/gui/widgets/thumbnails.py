@@ -16,7 +16,11 @@ placeholder and is never retried (see :meth:`ThumbnailCache.failure` for the rea
 
 :class:`ThumbnailBrowser` shows an :class:`~museum_search.core.index.Index` as a filterable icon
 grid (:class:`CollectionModel` + :class:`CollectionFilterModel`). A ``QListView`` asks for
-``DecorationRole`` only for the items it paints, so only visible thumbnails are ever loaded.
+``DecorationRole`` only for the items it paints, so only visible thumbnails are ever loaded. Both
+models are lazy (an index of a million references is opened without walking its items: a row is
+read from the index's SQLite catalogue when it is painted) and the filter is one full-text query
+of that catalogue (``Index.catalogue().match``): words that begin a word of the reference, and
+``field:word`` for one catalogue field.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from typing import Any
 import numpy as np
 from PySide6.QtCore import (
     QAbstractListModel,
+    QAbstractProxyModel,
     QEvent,
     QModelIndex,
     QObject,
@@ -39,7 +44,6 @@ from PySide6.QtCore import (
     QRect,
     QRunnable,
     QSize,
-    QSortFilterProxyModel,
     Qt,
     QThreadPool,
     QTimer,
@@ -368,7 +372,7 @@ def _draw_broken(size: int) -> QPixmap:
 # --------------------------------------------------------------------------------------------
 # Model / view
 
-#: Lower-cased "instance path metadata…" text of a row (used by the filter).
+#: Lower-cased "instance path metadata…" text of a row (made when asked; the filter is SQL).
 SEARCH_ROLE = Qt.ItemDataRole.UserRole + 1
 #: Absolute path (str) of the row's image file.
 PATH_ROLE = Qt.ItemDataRole.UserRole + 2
@@ -378,6 +382,17 @@ ROW_ROLE = Qt.ItemDataRole.UserRole + 3
 THUMB_ROLE = Qt.ItemDataRole.UserRole + 4
 #: (instance, title) of the row.
 LINES_ROLE = Qt.ItemDataRole.UserRole + 5
+
+#: Rows whose thumbnail was asked for and is still awaited, remembered (path → row) so that the
+#: row can be repainted when it arrives; the oldest are forgotten past this many (far more than
+#: the cache keeps queued, :data:`MAX_PENDING`).
+_AWAITED_ROWS = 8192
+#: What the filter field understands (its tooltip).
+FILTER_HELP = (
+    "Every word you type must begin a word of the reference: its instance, file name or any catalogue "
+    "field (title, artist…); case and accents do not matter.\n"
+    "field:word looks in one field only, e.g. artist:monet or title:water."
+)
 
 
 def _title(metadata: dict[str, str]) -> str:
@@ -390,6 +405,10 @@ def _title(metadata: dict[str, str]) -> str:
 class CollectionModel(QAbstractListModel):
     """The references of an :class:`~museum_search.core.index.Index`, one row each.
 
+    Lazy: nothing is walked when an index is set (a saved index of a million references is an
+    SQLite catalogue, :class:`~museum_search.core.catalogue.ItemStore`); a row's item is read when
+    the view asks for it (the store caches the rows just shown).
+
     DisplayRole: instance (and title on a second line); DecorationRole: the thumbnail (an icon,
     loaded in the background by :class:`ThumbnailCache`); ToolTipRole: instance, metadata, file.
     """
@@ -398,11 +417,11 @@ class CollectionModel(QAbstractListModel):
                  parent: QObject | None = None):
         super().__init__(parent)
         self.thumb_size = int(thumb_size)
-        self._cache = cache or ThumbnailCache.instance()
+        self._cache = cache if cache is not None else ThumbnailCache.instance()  # (an empty cache is falsy)
         self._index = None
-        self._paths: list[str] = []
-        self._search: list[str] = []
-        self._row_of: dict[str, int] = {}
+        self._root = Path()
+        self._count = 0
+        self._awaited: OrderedDict[str, int] = OrderedDict()  # path → row of thumbnails being loaded
         self._cache.ready.connect(self._thumbnail_ready)
         if index is not None:
             self.set_index(index)
@@ -416,35 +435,54 @@ class CollectionModel(QAbstractListModel):
     def set_index(self, index) -> None:
         self.beginResetModel()
         self._index = index
-        if index is None:
-            self._paths, self._search, self._row_of = [], [], {}
-        else:
-            root = Path(index.root)
-            self._paths = [str(root / it.path) for it in index.items]
-            self._search = [
-                " ".join([it.instance, it.path, *it.metadata.values()]).lower() for it in index.items
-            ]
-            self._row_of = {p: i for i, p in enumerate(self._paths)}
+        self._root = Path(index.root) if index is not None else Path()
+        self._count = len(index) if index is not None else 0
+        self._awaited.clear()
         self.endResetModel()
 
+    def item(self, row: int):
+        """The :class:`~museum_search.core.index.Item` of ``row``."""
+        return self._index.items[row]
+
     def path(self, row: int) -> str:
-        return self._paths[row]
+        return str(self._root / self._index.items[row].path)
 
     def search_text(self, row: int) -> str:
-        return self._search[row]
+        it = self._index.items[row]
+        return " ".join([it.instance, it.path, *it.metadata.values()]).lower()
+
+    def match(self, text: str) -> np.ndarray | None:
+        """Rows (ascending) of the references that match ``text``, a full-text query of the index's
+        catalogue (``core.catalogue.fts_query``: every word begins a word of the reference;
+        ``field:word``); None when ``text`` asks for nothing (every row)."""
+        if self._index is None:
+            return None
+        return self._index.catalogue().match(text)
 
     def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(self._paths)
+        return 0 if parent.isValid() else self._count
+
+    def _thumbnail(self, row: int) -> tuple[str, QPixmap | None]:
+        path = self.path(row)
+        pm = self._cache.get(path, self.thumb_size)
+        if pm is None:  # being loaded: repaint this row when it arrives
+            self._awaited[path] = row
+            self._awaited.move_to_end(path)
+            if len(self._awaited) > _AWAITED_ROWS:
+                self._awaited.popitem(last=False)
+        return path, pm
 
     def data(self, idx: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if not idx.isValid() or self._index is None:
             return None
         row = idx.row()
         if role == THUMB_ROLE:
-            return self._cache.get(self._paths[row], self.thumb_size)
+            return self._thumbnail(row)[1]
         if role == Qt.ItemDataRole.DecorationRole:
-            pm = self._cache.get(self._paths[row], self.thumb_size)
+            pm = self._thumbnail(row)[1]
             return QIcon(pm if pm is not None else self._cache.loading(self.thumb_size))
+        if role == ROW_ROLE:
+            return row
         item = self._index.items[row]
         if role == LINES_ROLE:
             return item.instance, _title(item.metadata)
@@ -457,74 +495,164 @@ class CollectionModel(QAbstractListModel):
                 if v:
                     lines.append(f"{html.escape(k)}: {html.escape(v)}")
             lines.append(f"<span style='color:gray'>{html.escape(item.path)}</span>")
-            reason = self._cache.failure(self._paths[row], self.thumb_size)
+            reason = self._cache.failure(str(self._root / item.path), self.thumb_size)
             if reason:
                 lines.append(f"<span style='color:#b00'>Cannot be shown: {html.escape(reason)}</span>")
             return "<br>".join(lines)
         if role == SEARCH_ROLE:
-            return self._search[row]
+            return " ".join([item.instance, item.path, *item.metadata.values()]).lower()
         if role == PATH_ROLE:
-            return self._paths[row]
-        if role == ROW_ROLE:
-            return row
+            return str(self._root / item.path)
         return None
 
     def _thumbnail_ready(self, path: str, size: int) -> None:
         if size != self.thumb_size:
             return
-        row = self._row_of.get(path)
-        if row is not None:
+        row = self._awaited.pop(path, None)
+        if row is not None and row < self._count:
             i = self.index(row, 0)
             self.dataChanged.emit(i, i, [Qt.ItemDataRole.DecorationRole, THUMB_ROLE])
 
 
-class CollectionFilterModel(QSortFilterProxyModel):
-    """Keeps the rows whose instance, path or any metadata contains every word of the filter text
-    (case-insensitive)."""
+class CollectionFilterModel(QAbstractProxyModel):
+    """The rows of a :class:`CollectionModel` that match the filter text, in index order.
+
+    The match is one full-text query of the index's catalogue (:meth:`CollectionModel.match`, SQL):
+    every word typed must begin a word of the reference (instance, file, any catalogue field, any
+    case, accents ignored), and ``field:word`` looks in one field (``artist:monet``). The view's rows
+    map to the matching source rows through one sorted array: no Python call per row, so filtering
+    a million references costs the query, not a million ``filterAcceptsRow`` calls."""
 
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
-        self._words: list[str] = []
-        self._accept: list[bool] | None = None  # per source row, computed once per filter text
+        self._text = ""
+        self._rows: np.ndarray | None = None  # matching source rows (ascending); None: all of them
+        self._source_conns: list = []
 
+    # ---- the filter --------------------------------------------------------------------------
     @property
     def text(self) -> str:
-        return " ".join(self._words)
+        return self._text
+
+    def source_rows(self) -> np.ndarray | None:
+        """The source rows shown (ascending), or None when every row is shown."""
+        return self._rows
 
     def set_text(self, text: str) -> None:
-        words = text.lower().split()
-        if words == self._words:
+        text = " ".join(text.split())
+        if text == self._text:
             return
-        self._words = words
-        self._accept = None
         src = self.sourceModel()
-        if words and isinstance(src, CollectionModel):
-            self._accept = [all(w in t for w in words) for t in src._search]
-        # One layout change instead of one removal per range of rows: QListView relayouts once
-        # (thousands of scattered removals would each update a 10,000-item view).
-        self.invalidate()
+        rows = src.match(text) if isinstance(src, CollectionModel) and text else None
+        # One reset, not one removal per range of rows: the view lays out once.
+        self.beginResetModel()
+        self._text, self._rows = text, rows
+        self.endResetModel()
 
     def setSourceModel(self, model) -> None:
+        old = self.sourceModel()
+        if old is not None:
+            for signal, slot in self._source_conns:
+                try:
+                    signal.disconnect(slot)
+                except (RuntimeError, TypeError):
+                    pass
+        self._source_conns = []
+        self.beginResetModel()
         super().setSourceModel(model)
-        if isinstance(model, CollectionModel):
-            model.modelAboutToBeReset.connect(self._source_reset)
+        self._rows = None
+        self._text = ""
+        self.endResetModel()
+        if model is not None:
+            for signal, slot in ((model.modelAboutToBeReset, self._source_about_to_reset),
+                                 (model.modelReset, self._source_reset),
+                                 (model.dataChanged, self._source_data_changed)):
+                signal.connect(slot)
+                self._source_conns.append((signal, slot))
+
+    def _source_about_to_reset(self) -> None:
+        self.beginResetModel()
 
     def _source_reset(self) -> None:
-        self._accept = None
-
-    def filterAcceptsRow(self, source_row: int, source_parent: QModelIndex | QPersistentModelIndex) -> bool:
-        if not self._words:
-            return True
-        accept = self._accept
-        if accept is not None and source_row < len(accept):
-            return accept[source_row]
+        # a new index: the same filter text, matched again in its catalogue
         src = self.sourceModel()
-        if isinstance(src, CollectionModel):
-            if self._accept is None or len(self._accept) != src.rowCount():
-                self._accept = [all(w in t for w in self._words) for t in src._search]
-            return self._accept[source_row]
-        text = str(src.data(src.index(source_row, 0, source_parent), SEARCH_ROLE) or "").lower()
-        return all(w in text for w in self._words)
+        self._rows = src.match(self._text) if isinstance(src, CollectionModel) and self._text else None
+        self.endResetModel()
+
+    def _source_data_changed(self, first: QModelIndex, last: QModelIndex, roles=()) -> None:
+        lo, hi = self._view_range(first.row(), last.row())  # the shown rows in that range
+        if lo <= hi:
+            self.dataChanged.emit(self.index(lo, 0), self.index(hi, 0), roles)
+
+    def _view_range(self, first: int, last: int) -> tuple[int, int]:
+        if self._rows is None:
+            return first, last
+        lo = int(np.searchsorted(self._rows, first, side="left"))
+        hi = int(np.searchsorted(self._rows, last, side="right")) - 1
+        return lo, hi
+
+    # ---- QAbstractProxyModel -----------------------------------------------------------------
+    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
+        if parent.isValid():
+            return 0
+        if self._rows is not None:
+            return len(self._rows)
+        src = self.sourceModel()
+        return src.rowCount() if src is not None else 0
+
+    def columnCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else 1
+
+    def index(self, row: int, column: int = 0,
+              parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> QModelIndex:  # noqa: B008
+        if parent.isValid() or column != 0 or not 0 <= row < self.rowCount():
+            return QModelIndex()
+        return self.createIndex(row, 0)
+
+    def parent(self, child=None):  # a flat list: no item has a parent
+        if child is None:  # QObject.parent()
+            return super().parent()
+        return QModelIndex()
+
+    def sibling(self, row: int, column: int, idx) -> QModelIndex:
+        return self.index(row, column)
+
+    def hasChildren(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> bool:  # noqa: B008
+        return not parent.isValid() and self.rowCount() > 0
+
+    def mapToSource(self, proxy: QModelIndex | QPersistentModelIndex) -> QModelIndex:
+        src = self.sourceModel()
+        if src is None or not proxy.isValid():
+            return QModelIndex()
+        row = proxy.row()
+        if self._rows is not None:
+            if not 0 <= row < len(self._rows):
+                return QModelIndex()
+            row = int(self._rows[row])
+        return src.index(row, 0)
+
+    def mapFromSource(self, source: QModelIndex | QPersistentModelIndex) -> QModelIndex:
+        if not source.isValid():
+            return QModelIndex()
+        row = source.row()
+        if self._rows is not None:
+            i = int(np.searchsorted(self._rows, row))
+            if i >= len(self._rows) or int(self._rows[i]) != row:
+                return QModelIndex()
+            row = i
+        return self.index(row, 0)
+
+    def data(self, idx: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        src = self.sourceModel()
+        if src is None or not idx.isValid():
+            return None
+        return src.data(self.mapToSource(idx), role)
+
+    def flags(self, idx: QModelIndex | QPersistentModelIndex) -> Qt.ItemFlag:
+        src = self.sourceModel()
+        if src is None or not idx.isValid():
+            return Qt.ItemFlag.NoItemFlags
+        return src.flags(self.mapToSource(idx))
 
 
 class ThumbnailDelegate(QStyledItemDelegate):
@@ -604,7 +732,9 @@ class ThumbnailBrowser(QWidget):
         self.proxy.setSourceModel(self.model)
 
         self.filter_edit = QLineEdit()
-        self.filter_edit.setPlaceholderText("Filter by instance, artist, title, file…")
+        self.filter_edit.setPlaceholderText("Filter: words that begin an instance, title, artist, file… "
+                                            "(artist:monet for one field)")
+        self.filter_edit.setToolTip(FILTER_HELP)
         self.filter_edit.setClearButtonEnabled(True)
         self.filter_edit.setObjectName("collectionFilter")
         self.count_label = QLabel("No index")
