@@ -1,0 +1,822 @@
+"""Search at scale: exact scores of memory-mapped (float16) descriptors, an approximate (faiss
+IVF-PQ) index with exact re-scoring of its shortlist, and each reference's nearest neighbours.
+
+Three ways to score a query against N references:
+
+* :func:`exact_scores`: every reference, by matrix products. float32 descriptors are multiplied
+  in place (a memory map stays a memory map); float16 ones are converted a bounded chunk of rows
+  at a time (``_CHUNK_BYTES`` of float32), never whole: at 1M x 1280 a float32 copy is 5 GB.
+* :func:`rows_scores`: the exact dot products of each query with its own candidate rows only.
+* :class:`AnnIndex`: a faiss IVF-PQ index (compact codes, no second copy of the descriptors)
+  proposes ``params.shortlist`` candidates per query; :func:`rows_scores` scores them exactly and
+  :mod:`.ranking` orders them (descending score, ties by row). Only what the shortlist misses is
+  approximate; the scores returned are exact dot products.
+
+:func:`resolve_mode` turns ``--search exact|ann|auto`` into "exact" or "ann": ``auto`` uses the
+approximate index from :data:`AUTO_MIN_REFERENCES` references (measured by
+``bench/bench_ann_threshold.py``).
+
+:func:`neighbour_lists` gives each reference's ``k`` nearest *other* references with exactly the
+arithmetic and tie rule of :func:`.rerank.icfrr.gallery_ranks` (``-D`` from float64 dot products
+rounded to float32, self excluded, ties by lower row), without an N x N matrix: a float32 pass
+pre-selects the candidates (with a proven error margin, so nothing is lost), and only those are
+scored again in float64. With an :class:`AnnIndex` (for indexes too large for an O(N^2) pass)
+each reference is compared with its region only (the members of its IVF cell's nearest cells),
+then the same exact re-scoring.
+
+faiss is imported on first use (``pip install faiss-cpu``); the exact functions do not need it.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import time
+from collections.abc import Generator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import IndexFormatError, MuseumSearchError
+from .progress import Progress, wait
+from .ranking import _desc_bits, top_indices
+
+__all__ = [
+    "AUTO_MIN_REFERENCES",
+    "NEIGHBOURS_STAGE",
+    "SEARCH_MODES",
+    "AnnIndex",
+    "AnnParams",
+    "choose_params",
+    "exact_scores",
+    "neighbour_lists",
+    "resolve_mode",
+    "rows_scores",
+]
+
+SEARCH_MODES = ("exact", "ann", "auto")
+
+#: ``--search auto`` uses the approximate index from this many references on (when the index has
+#: one), and the index builds one from this size. Measured by ``bench/bench_ann_threshold.py``
+#: (bench/results/ann_threshold.json: clustered 1280-d float16 descriptors, memory-mapped, one
+#: query at a time, a shared 2-core machine, one run). p50 per query, exact / ann (recall@10):
+#:     10,000:  49 ms /  4.8 ms (1.000)       100,000: 224 ms / 8.3 ms (1.000)
+#:     30,000:  86 ms /  7.9 ms (1.000)       300,000: 714 ms / 8.0 ms (0.986)
+#: The rule: the smallest measured size where exact search is at least 3 times slower than ann
+#: *and* slow enough to notice (>= 100 ms), with recall@10 >= 0.95. Below it exact search answers
+#: in under 0.1 s with no approximation and no index to build (ann is 10x faster from 10k on, but
+#: there it saves tens of milliseconds); from 100k it is 27x faster (89x at 300k). With float32
+#: descriptors exact search is faster (no conversion), so this errs on the exact side for them.
+AUTO_MIN_REFERENCES = 100_000
+
+#: Stage names of the progress records.
+TRAIN_STAGE = "training the approximate index"
+ADD_STAGE = "adding to the approximate index"
+NEIGHBOURS_STAGE = "finding each reference's nearest neighbours"
+
+# float32 bytes converted (or gathered) at once: bounds the temporary memory of every loop here.
+_CHUNK_BYTES = 32 << 20
+# rows x rows float32 score blocks of the exact neighbour pass (4096 x 4096 = 64 MB).
+_BLOCK_ROWS = 4096
+# up to this many queries, exact_scores scores each on its own (no BLAS threads), chunks in parallel
+_FEW_QUERIES = 4
+# float64 elements gathered at once when candidates are scored again exactly (64 MB).
+_EXACT_ELEMENTS = 1 << 23
+
+
+def _threads() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+_faiss_module = None
+
+
+def _faiss():
+    """faiss, imported once, with its OpenMP threads set to the cores this process may use."""
+    global _faiss_module
+    if _faiss_module is None:
+        # OpenMP threads that wait passively: faiss's default spinning makes a 2-core machine with
+        # any other load several times slower (PQ training measured 5.4 s passive vs 29 s spinning
+        # with 2 threads on a busy 2-core machine, 4.8 s with 1). Read when faiss's OpenMP starts.
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        try:
+            import faiss
+        except ImportError as exc:  # pragma: no cover - faiss-cpu is a dependency
+            raise MuseumSearchError(
+                "approximate search needs faiss: pip install faiss-cpu (or search with --search exact)") from exc
+        faiss.omp_set_num_threads(_threads())
+        _faiss_module = faiss
+    return _faiss_module
+
+
+# --------------------------------------------------------------------------------------------
+# Search modes
+# --------------------------------------------------------------------------------------------
+
+
+def resolve_mode(mode: str, n: int, has_ann: bool) -> str:
+    """"exact" or "ann" for ``--search mode`` on an index of ``n`` references (``has_ann``: it
+    has an approximate index). ``auto``: "ann" iff ``has_ann`` and ``n >= AUTO_MIN_REFERENCES``."""
+    if mode not in SEARCH_MODES:
+        raise MuseumSearchError(f"unknown search mode {mode!r}: use one of {', '.join(SEARCH_MODES)}")
+    if mode == "exact":
+        return "exact"
+    if mode == "ann":
+        if not has_ann:
+            raise MuseumSearchError(
+                f"this index ({n:,} references) has no approximate (ANN) index: search it with --search exact "
+                "(or auto), or build one: rebuild it with `museum-search index ... --ann yes`, or update it "
+                "with `museum-search update INDEX --ann yes`")
+        return "ann"
+    return "ann" if has_ann and int(n) >= AUTO_MIN_REFERENCES else "exact"
+
+
+# --------------------------------------------------------------------------------------------
+# Exact scores
+# --------------------------------------------------------------------------------------------
+
+
+def _check_descriptors(descriptors: Any) -> np.ndarray:
+    d = descriptors if isinstance(descriptors, np.ndarray) else np.asarray(descriptors)
+    if d.ndim != 2:
+        raise ValueError(f"descriptors must be a (N, D) matrix, got shape {d.shape}")
+    if d.dtype.kind != "f":
+        raise ValueError(f"descriptors must be floats, got {d.dtype}")
+    return d
+
+
+def _queries(queries: Any, dim: int) -> np.ndarray:
+    q = np.ascontiguousarray(np.atleast_2d(np.asarray(queries, dtype=np.float32)))
+    if q.ndim != 2:
+        raise ValueError(f"queries must be (Q, D) or (D,), got shape {np.shape(queries)}")
+    if q.shape[1] != dim:
+        raise ValueError(f"query descriptors are {q.shape[1]}-d, the references are {dim}-d")
+    return q
+
+
+def _chunk_rows(dim: int, itemsize: int = 4, budget: int = _CHUNK_BYTES) -> int:
+    return max(1, budget // (max(1, dim) * itemsize))
+
+
+def _gather(d: np.ndarray, rows: np.ndarray, dtype=np.float32) -> np.ndarray:
+    """``d[rows]`` as ``dtype`` (``rows`` sorted: a memory map is read in file order)."""
+    return np.asarray(d[rows], dtype=dtype)
+
+
+def exact_scores(descriptors: np.ndarray, queries: np.ndarray, *, chunk_rows: int | None = None) -> np.ndarray:
+    """(Q, N) float32 dot products of every query with every reference.
+
+    ``descriptors``: (N, D) float32 or float16, often an ``np.memmap``. float32 is multiplied as it
+    is; float16 is converted ``chunk_rows`` rows at a time (default: 32 MB of float32), on up to
+    as many threads as there are cores for a few queries (the conversion, not the product, is
+    what costs for one query). The values are those of ``queries @ descriptors.astype(float32).T``
+    up to BLAS rounding.
+    """
+    d = _check_descriptors(descriptors)
+    n, dim = d.shape
+    q = _queries(queries, dim)
+    nq = q.shape[0]
+    if d.dtype == np.float32:
+        return np.matmul(q, d.T)
+    out = np.empty((nq, n), dtype=np.float32)
+    if n == 0 or nq == 0:
+        return out
+    rows = max(1, int(chunk_rows)) if chunk_rows else _chunk_rows(dim)
+    starts = list(range(0, n, rows))
+    few = nq <= _FEW_QUERIES
+    workers = min(_threads(), len(starts)) if few else 1
+    buffers: queue.SimpleQueue[np.ndarray] = queue.SimpleQueue()
+    for _ in range(workers):
+        buffers.put(np.empty((min(rows, n), dim), dtype=np.float32))
+
+    def work(lo: int) -> None:
+        hi = min(n, lo + rows)
+        buf = buffers.get()
+        try:
+            b = buf[: hi - lo]
+            np.copyto(b, d[lo:hi], casting="same_kind")
+            if few:  # a few queries: no BLAS threads (their start-up costs more than the product)
+                for i in range(nq):
+                    out[i, lo:hi] = _matvec(b, q[i])
+            else:
+                out[:, lo:hi] = q @ b.T
+        finally:
+            buffers.put(buf)
+
+    if workers == 1:
+        for lo in starts:
+            work(lo)
+    else:
+        with ThreadPoolExecutor(workers, thread_name_prefix="museum-search-scores") as pool:
+            for _ in pool.map(work, starts):
+                pass
+    return out
+
+
+def _matvec(g: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """``g @ q`` (float32) on the calling thread: BLAS below its threading size, einsum above.
+
+    OpenBLAS runs a single query's product on all its threads from a few thousand rows on, and on
+    a busy machine waking them costs milliseconds (3 ms for 400 x 1280 as ``q @ g.T``, measured);
+    einsum stays on this thread (2 ms for 3,000 x 1280 against 11 ms threaded)."""
+    if g.shape[0] <= 1024:
+        return g @ q
+    return np.einsum("cd,d->c", g, q)
+
+
+def rows_scores(descriptors: np.ndarray, queries: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """(Q, C) float32: the exact dot product of each query with each of its own candidate rows.
+
+    ``rows``: (Q, C) int64, one row of candidates per query; -1 = no candidate (score -inf). Only
+    those rows are read (each distinct row once per batch of queries, in file order).
+    """
+    d = _check_descriptors(descriptors)
+    n, dim = d.shape
+    q = _queries(queries, dim)
+    r = np.asarray(rows)
+    if r.ndim == 1 and q.shape[0] == 1:
+        r = r[None, :]
+    if r.ndim != 2 or r.shape[0] != q.shape[0]:
+        raise ValueError(f"rows must be (Q, C) with Q = {q.shape[0]} queries, got shape {r.shape}")
+    r = r.astype(np.int64, copy=False)
+    out = np.full(r.shape, -np.inf, dtype=np.float32)
+    if r.size == 0:
+        return out
+    if r.max() >= n or r.min() < -1:
+        raise IndexError(f"candidate rows must lie in [0, {n}) or be -1")
+    per = max(1, _chunk_rows(dim) // max(1, r.shape[1]))  # queries whose candidates fit the budget
+    for a in range(0, q.shape[0], per):
+        b = min(q.shape[0], a + per)
+        rr = r[a:b]
+        valid = rr >= 0
+        if not valid.any():
+            continue
+        uniq, inv = np.unique(rr[valid], return_inverse=True)
+        g = _gather(d, uniq)
+        block = out[a:b]
+        if b - a == 1:  # one query (the usual case): its own rows, on this thread
+            block[valid] = _matvec(g, q[a])[inv]
+            continue
+        s = q[a:b] @ g.T  # (queries, distinct rows)
+        owner = np.nonzero(valid)[0]
+        block[valid] = s[owner, inv]
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# The approximate index
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class AnnParams:
+    """Parameters of an :class:`AnnIndex` (stored in the index manifest, :meth:`to_dict`).
+
+    ``nlist``: inverted lists (k-means cells); ``m``: PQ sub-quantizers (bytes per reference with
+    ``nbits = 8``); ``nprobe``: cells visited per query; ``shortlist``: candidates re-scored
+    exactly per query; ``train_size``: references (a seeded random sample) the quantizers are
+    trained on; ``seed``; ``train_iterations``: k-means iterations of the coarse quantizer;
+    ``add_chunk``: references converted to float32 and added at once.
+    """
+
+    nlist: int
+    m: int
+    nbits: int = 8
+    nprobe: int = 16
+    shortlist: int = 800
+    train_size: int = 65_536
+    seed: int = 1234
+    train_iterations: int = 10
+    add_chunk: int = 16_384
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> AnnParams:
+        if not isinstance(data, dict):
+            raise IndexFormatError("the approximate index's parameters are missing or damaged: rebuild the index")
+        known = {f.name for f in fields(cls)}
+        try:
+            return cls(**{k: int(v) for k, v in data.items() if k in known})
+        except (TypeError, ValueError) as exc:
+            raise IndexFormatError(
+                f"the approximate index's parameters are incomplete or damaged ({exc}): rebuild the index") from exc
+
+    def padded_dim(self, dim: int) -> int:
+        """The dimension the PQ works in: ``dim`` rounded up to a multiple of ``m`` (zero padded)."""
+        return -(-int(dim) // self.m) * self.m
+
+
+def choose_params(n: int, dim: int) -> AnnParams:
+    """:class:`AnnParams` for ``n`` references of ``dim`` dimensions (measured on 1280-d clustered
+    float16 descriptors, ``bench/bench_ann_threshold.py``).
+
+    * ``nlist`` = the power of two nearest to sqrt(n) (256 at 100k, 1024 at 1M): fewer, fuller
+      cells than the usual 4 sqrt(n), because on a small machine building (training, and
+      assigning every reference to a cell: n x nlist x dim) is what costs, and the exact
+      re-scoring of a long shortlist makes up for a coarser partition. At most n / 8.
+    * ``m`` = dim / 16 sub-quantizers of 8 bits: 16 dimensions each, 80 bytes per reference at
+      1280-d (zero padded to a multiple of ``m`` when needed). 8 dimensions each (160 bytes) is a
+      better quantizer (recall@10 0.96 against 0.85 with 200 candidates at 100k) but faiss trains
+      its 8-d k-means about 8 times slower (29 s against ~4 s on 10k samples): a longer shortlist
+      is the cheaper way to the same recall.
+    * ``nprobe`` = nlist / 32, at least 8 (recall did not move between 4 and 16 of 256 cells).
+    * ``shortlist`` = 800 candidates re-scored exactly: recall@10 1.000 at 100k (0.971 with 400,
+      0.845 with 200), for about 2-3 ms more per query (800 float16 rows read and converted).
+    * ``train_size`` = 64 references per cell, at least 16,384 (the PQ's 256 centroids per
+      sub-quantizer), at most 65,536 and ``n``; 10 k-means iterations.
+    """
+    n, dim = max(1, int(n)), max(1, int(dim))
+    nlist = 1 << max(0, round(float(np.log2(np.sqrt(n)))))
+    nlist = max(1, min(nlist, n // 8 or 1, 65_536))
+    m = max(1, min(dim, round(dim / 16)))
+    nbits = int(min(8, max(1, np.floor(np.log2(max(2, n // 4))))))  # PQ training needs >= 2**nbits points
+    nprobe = min(nlist, max(8, nlist // 32))
+    train_size = int(min(n, max(16_384, 64 * nlist), 65_536))
+    return AnnParams(nlist=nlist, m=m, nbits=nbits, nprobe=nprobe, shortlist=800, train_size=train_size)
+
+
+class AnnIndex:
+    """An approximate index of N references: faiss ``IndexIVFPQ`` (inverted lists of PQ codes).
+
+    Why IVF-PQ: it holds ``m`` bytes per reference (80 MB for 1M 1280-d references with
+    ``m = 80``, plus 8 bytes of row number) instead of the descriptors themselves (HNSW or IVF-Flat keep a float copy, 5 GB at
+    1M x 1280, which breaks the 3 GB memory goal); its ranking is approximate, so :meth:`search`
+    re-scores its shortlist exactly from the (memory-mapped) descriptors.
+    Why L2: the descriptors are unit vectors, so ``|q - x|^2 = |q|^2 + 1 - 2 q.x`` ranks the
+    references exactly as the dot product does, whatever the query's norm; k-means cells and PQ
+    codes of the residuals are built for L2 (faiss's inner-product IVF-PQ is less accurate on
+    residuals).
+    """
+
+    def __init__(self, index: Any, params: AnnParams, dim: int):
+        faiss = _faiss()
+        self._index = index
+        self.params = params
+        self.dim = int(dim)
+        self._ivf = faiss.extract_index_ivf(index)
+        self._ivf.nprobe = int(params.nprobe)
+
+    # ---- facts ---------------------------------------------------------------------------
+    @property
+    def ntotal(self) -> int:
+        """References in the index (must equal the rows of the descriptors it serves)."""
+        return int(self._index.ntotal)
+
+    def describe(self) -> str:
+        p = self.params
+        return (f"faiss IVF-PQ, {self.ntotal:,} references, {p.nlist} cells (nprobe {p.nprobe}), "
+                f"{p.m} x {p.nbits}-bit codes, exact re-scoring of {p.shortlist} candidates")
+
+    def __repr__(self) -> str:
+        return f"AnnIndex({self.describe()})"
+
+    # ---- building ------------------------------------------------------------------------
+    @classmethod
+    def _empty(cls, dim: int, params: AnnParams) -> Any:
+        faiss = _faiss()
+        pdim = params.padded_dim(dim)
+        quantizer = faiss.IndexFlatL2(pdim)
+        ivfpq = faiss.IndexIVFPQ(quantizer, pdim, int(params.nlist), int(params.m), int(params.nbits))
+        ivfpq.cp.niter = int(params.train_iterations)
+        ivfpq.cp.seed = int(params.seed)
+        ivfpq.pq.cp.seed = int(params.seed) + 1
+        ivfpq.pq.cp.niter = int(params.train_iterations)
+        # the sample is what params.train_size says: no subsampling, no warnings on stderr
+        for cp in (ivfpq.cp, ivfpq.pq.cp):
+            cp.min_points_per_centroid = 1
+            cp.max_points_per_centroid = max(cp.max_points_per_centroid, int(params.train_size))
+        if pdim == dim:
+            return ivfpq
+        # zero padding up to a multiple of m (the faiss wrappers keep the parts alive)
+        return faiss.IndexPreTransform(faiss.RemapDimensionsTransform(int(dim), pdim, True), ivfpq)
+
+    @classmethod
+    def build(cls, descriptors: np.ndarray, params: AnnParams | None = None) -> Generator[Progress, None, AnnIndex]:
+        """Build the index of ``descriptors`` (N, D) float32/float16, as a progress generator.
+
+        Stages: "training the approximate index" (a seeded random sample of ``params.train_size``
+        rows, converted to float32), then "adding to the approximate index" (``params.add_chunk``
+        rows at a time, each chunk converted alone). Closing the generator cancels: a training or
+        adding call under way ends on its own thread and is dropped.
+        """
+        d = _check_descriptors(descriptors)
+        n, dim = d.shape
+        if n < 2:
+            raise MuseumSearchError(f"an approximate index needs at least 2 references, this index has {n}: "
+                                    "search it exactly (--search exact)")
+        params = params or choose_params(n, dim)
+        start = time.perf_counter()
+
+        def beat(done: int = 0, total: int = 0, stage: str = TRAIN_STAGE):
+            return lambda: Progress(done, total, stage=stage, elapsed=time.perf_counter() - start)
+
+        yield beat()()
+        index = cls._empty(dim, params)
+        rng = np.random.default_rng(params.seed)
+        t = int(min(n, max(1, params.train_size)))
+        sample = np.sort(rng.choice(n, size=t, replace=False)) if t < n else np.arange(n)
+        x = np.empty((t, dim), dtype=np.float32)
+        step = _chunk_rows(dim)
+        for a in range(0, t, step):
+            x[a:a + step] = _gather(d, sample[a:a + step])
+            yield beat()()
+        yield from wait(lambda x=x: index.train(x), beat(), announce=True)
+        del x
+        start = time.perf_counter()
+        step = max(1, int(params.add_chunk))
+        yield beat(0, n, ADD_STAGE)()
+        for a in range(0, n, step):
+            b = min(n, a + step)
+            chunk = np.ascontiguousarray(d[a:b], dtype=np.float32)
+            yield from wait(lambda c=chunk: index.add(c), beat(a, n, ADD_STAGE))
+            yield beat(b, n, ADD_STAGE)()
+        return cls(index, params, dim)
+
+    # ---- searching -----------------------------------------------------------------------
+    def candidates(self, queries: np.ndarray, n: int | None = None) -> np.ndarray:
+        """(Q, n) int64 candidate rows per query (``params.shortlist`` by default), by approximate
+        distance, -1 where the visited cells hold fewer."""
+        q = _queries(queries, self.dim)
+        n = int(self.params.shortlist if n is None else n)
+        if n <= 0 or q.shape[0] == 0:
+            return np.full((q.shape[0], max(0, n)), -1, dtype=np.int64)
+        _, labels = self._index.search(q, n)
+        return labels.astype(np.int64, copy=False)
+
+    def search(self, descriptors: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Top ``k`` references per query: the shortlist (``params.shortlist`` candidates, at least
+        ``k``), scored exactly (:func:`rows_scores`, dot products), ordered by the project's ranking
+        rule (descending score, ties by lower row). Returns ``(rows (Q, k) int64, scores (Q, k)
+        float32)``; rows -1 and scores -inf where fewer than ``k`` candidates were found."""
+        d = _check_descriptors(descriptors)
+        if d.shape[0] != self.ntotal:
+            raise MuseumSearchError(
+                f"the approximate index holds {self.ntotal:,} references, the descriptors {d.shape[0]:,}: "
+                "rebuild the index")
+        k = max(0, int(k))
+        q = _queries(queries, self.dim)
+        rows = self.candidates(q, max(self.params.shortlist, k))
+        # sort each query's candidates by row (-1 last), so that ties in position are ties by row
+        rows = np.sort(np.where(rows < 0, np.iinfo(np.int64).max, rows), axis=1)
+        rows[rows == np.iinfo(np.int64).max] = -1
+        scores = rows_scores(d, q, rows)
+        top = top_indices(scores, min(k, rows.shape[1]))
+        out_rows = np.take_along_axis(rows, top, axis=1)
+        out_scores = np.take_along_axis(scores, top, axis=1)
+        out_rows[~np.isfinite(out_scores)] = -1
+        if top.shape[1] < k:  # pad (only with k larger than the shortlist could hold)
+            pad = k - top.shape[1]
+            out_rows = np.pad(out_rows, ((0, 0), (0, pad)), constant_values=-1)
+            out_scores = np.pad(out_scores, ((0, 0), (0, pad)), constant_values=-np.inf)
+        return out_rows, out_scores
+
+    def cells(self, near: int) -> tuple[list[np.ndarray], np.ndarray]:
+        """The IVF cells: (the sorted rows of each cell, (nlist, near) each cell's ``near`` nearest
+        cells by centroid distance, itself first)."""
+        faiss = _faiss()
+        ivf = self._ivf
+        nlist = int(ivf.nlist)
+        lists = ivf.invlists
+        members = []
+        for c in range(nlist):
+            size = int(lists.list_size(c))
+            if size == 0:
+                members.append(np.empty(0, dtype=np.int64))
+                continue
+            ptr = lists.get_ids(c)
+            members.append(np.sort(faiss.rev_swig_ptr(ptr, size).astype(np.int64)))
+            lists.release_ids(c, ptr)
+        cent = ivf.quantizer.reconstruct_n(0, nlist).astype(np.float32)
+        near = max(1, min(int(near), nlist))
+        sq = np.einsum("ij,ij->i", cent, cent)
+        out = np.empty((nlist, near), dtype=np.int64)
+        for a in range(0, nlist, 1024):
+            dist = sq[a:a + 1024, None] - 2 * cent[a:a + 1024] @ cent.T + sq[None, :]
+            dist[np.arange(dist.shape[0]), np.arange(a, a + dist.shape[0])] = -np.inf  # itself first
+            out[a:a + 1024] = top_indices(-dist, near)
+        return members, out
+
+    # ---- persistence ---------------------------------------------------------------------
+    def to_bytes(self) -> bytes:
+        """The faiss index, serialized (write it as ``ann-<gen>.faiss``; :meth:`read` reads it)."""
+        return _faiss().serialize_index(self._index).tobytes()
+
+    @classmethod
+    def from_bytes(cls, data: bytes, params: AnnParams) -> AnnIndex:
+        faiss = _faiss()
+        index = faiss.deserialize_index(np.frombuffer(data, dtype=np.uint8))
+        return cls(index, params, _input_dim(index))
+
+    @classmethod
+    def read(cls, path: str | Path, params: AnnParams) -> AnnIndex:
+        """Read ``path`` written from :meth:`to_bytes`: memory-mapped and read-only (the PQ codes
+        stay in the file; faiss 1.15 supports it for IVF-PQ), else read whole if that fails."""
+        faiss = _faiss()
+        try:
+            index = faiss.read_index(str(path), faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
+        except RuntimeError:
+            try:
+                index = faiss.read_index(str(path))
+            except RuntimeError as exc:
+                raise IndexFormatError(f"the approximate index {path} cannot be read ({exc}): rebuild the index") from exc
+        return cls(index, params, _input_dim(index))
+
+
+def _input_dim(index: Any) -> int:
+    return int(index.d)
+
+
+# --------------------------------------------------------------------------------------------
+# Nearest neighbours of every reference (ICFRR's gallery ranks)
+# --------------------------------------------------------------------------------------------
+
+_U32 = np.uint64(32)
+
+
+def _float32_margin(d: np.ndarray) -> float:
+    """A bound on how far apart two candidates' float32 scores can be, relative to the final order.
+
+    float32 dot products of D terms are within ``gamma_D |a||b|`` of the real value (any order of
+    summation, ``gamma_D = D u / (1 - D u)``, ``u = 2^-24``); the float64 ones rounded to float32
+    within half an ulp (``< 6e-8`` for |dot| <= 1) plus float64 rounding. Two candidates compared
+    across the two computations: twice that; ``-D = -sqrt(2 - 2 dot)`` in float32 can also make
+    dots up to a few ulps apart tie (``4e-6`` covers it). With the largest row norm ``r``:
+    ``2 (gamma_D r^2 + 1e-7) + 4e-6`` (1.6e-4 for unit vectors at D = 1280).
+    """
+    n, dim = d.shape
+    r2 = 0.0
+    step = _chunk_rows(dim)
+    for a in range(0, n, step):
+        x = np.asarray(d[a:a + step], dtype=np.float32)
+        r2 = max(r2, float(np.einsum("ij,ij->i", x, x, dtype=np.float64).max(initial=0.0)))
+    u = 2.0 ** -24
+    gamma = dim * u / (1 - dim * u)
+    return 2.0 * (gamma * max(r2, 1.0) * 1.0001 + 1e-7) + 4e-6
+
+
+def _merge_top(vals: np.ndarray, idx: np.ndarray, s: np.ndarray, cols: int | np.ndarray) -> None:
+    """Merge the score block ``s`` (R, C) into each row's kept top ``kk`` (``vals``/``idx`` (R, kk),
+    sorted by descending score: the last is the row's threshold). Column ``j`` of ``s`` is
+    reference ``cols + j`` (an int) or ``cols[j]`` (an array)."""
+    rcount, kk = vals.shape
+    thr = vals[:, -1]
+    above = s > thr[:, None]
+    count = int(np.count_nonzero(above))
+    if count == 0:
+        return
+    if count > 2 * rcount * kk and s.shape[1] > kk:  # a first look at these rows: partition first
+        part = np.argpartition(s, s.shape[1] - kk, axis=1)[:, -kk:]
+        ps = np.take_along_axis(s, part, axis=1)
+        r, j = np.nonzero(ps > thr[:, None])
+        c, v = part[r, j], ps[r, j]
+    else:
+        r, c = np.nonzero(above)
+        v = s[r, c]
+    touched, counts = np.unique(r, return_counts=True)
+    t = len(touched)
+    ids = (c + cols) if isinstance(cols, (int, np.integer)) else cols[c]
+    all_r = np.concatenate([np.repeat(np.arange(t), kk), np.searchsorted(touched, r)])
+    all_v = np.concatenate([vals[touched].ravel(), v])
+    all_i = np.concatenate([idx[touched].ravel(), ids.astype(np.int32)])
+    key = (all_r.astype(np.uint64) << _U32) | _desc_bits(all_v).astype(np.uint64)
+    order = np.argsort(key)
+    starts = np.concatenate([[0], np.cumsum(counts + kk)[:-1]])
+    pos = np.arange(len(order)) - starts[all_r[order]]
+    sel = order[pos < kk]
+    vals[touched] = all_v[sel].reshape(t, kk)
+    idx[touched] = all_i[sel].reshape(t, kk)
+
+
+def _exact_top_all(d: np.ndarray, kk: int, start: float) -> Generator[Progress, None, tuple[np.ndarray, np.ndarray]]:
+    """Each row's ``kk`` best float32 scores among the other rows (self excluded), sorted by
+    descending score: blocks of rows against blocks of rows, each product used for both blocks."""
+    n = d.shape[0]
+    vals = np.full((n, kk), -np.inf, dtype=np.float32)
+    idx = np.full((n, kk), -1, dtype=np.int32)
+    bs = _BLOCK_ROWS
+    blocks = list(range(0, n, bs))
+    nb = len(blocks)
+    total_pairs = nb * (nb + 1) // 2
+    done = 0
+    for ai, a in enumerate(blocks):
+        ae = min(n, a + bs)
+        xa = np.asarray(d[a:ae], dtype=np.float32)
+        for b in blocks[ai:]:
+            be = min(n, b + bs)
+            xb = xa if b == a else np.asarray(d[b:be], dtype=np.float32)
+            s = xa @ xb.T
+            if b == a:
+                np.fill_diagonal(s, -np.inf)
+            _merge_top(vals[a:ae], idx[a:ae], s, b)
+            if b != a:
+                _merge_top(vals[b:be], idx[b:be], s.T, a)
+            done += 1
+            yield Progress(int(n * done / total_pairs * 0.95), n, stage=NEIGHBOURS_STAGE,
+                           elapsed=time.perf_counter() - start)
+    return vals, idx
+
+
+def _column_chunks(d: np.ndarray, cols: np.ndarray | None):
+    """(first id or ids, float32 rows) of the columns ``cols`` (None: every row), a chunk at a time."""
+    n, dim = d.shape
+    step = min(_BLOCK_ROWS, _chunk_rows(dim))
+    if cols is None:
+        for a in range(0, n, step):
+            yield a, np.asarray(d[a:a + step], dtype=np.float32)
+    else:
+        for a in range(0, len(cols), step):
+            c = cols[a:a + step]
+            yield c, _gather(d, c)
+
+
+def _mask_self(s: np.ndarray, rows: np.ndarray, ids: int | np.ndarray) -> None:
+    """-inf where a column of ``s`` is the row itself (``rows`` and ``ids`` sorted)."""
+    if isinstance(ids, (int, np.integer)):
+        hit = (rows >= ids) & (rows < ids + s.shape[1])
+        s[np.nonzero(hit)[0], rows[hit] - ids] = -np.inf
+    else:
+        pos = np.searchsorted(ids, rows)
+        hit = pos < len(ids)
+        hit[hit] = ids[pos[hit]] == rows[hit]
+        s[np.nonzero(hit)[0], pos[hit]] = -np.inf
+
+
+def _top_over(d: np.ndarray, rows: np.ndarray, cols: np.ndarray | None, kk: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each of ``rows``'s (sorted) ``kk`` best float32 scores among ``cols`` (sorted; None: all),
+    itself excluded."""
+    vals = np.full((len(rows), kk), -np.inf, dtype=np.float32)
+    idx = np.full((len(rows), kk), -1, dtype=np.int32)
+    few_cols = cols is not None and len(cols) <= _BLOCK_ROWS
+    chunks = list(_column_chunks(d, cols)) if few_cols else None
+    for ra in range(0, len(rows), _BLOCK_ROWS):
+        rr = rows[ra:ra + _BLOCK_ROWS]
+        x = _gather(d, rr)
+        for ids, c in (chunks if few_cols else _column_chunks(d, cols)):
+            s = x @ c.T
+            _mask_self(s, rr, ids)
+            _merge_top(vals[ra:ra + _BLOCK_ROWS], idx[ra:ra + _BLOCK_ROWS], s, ids)
+    return vals, idx
+
+
+def _scan_above(d: np.ndarray, rows: np.ndarray, lows: np.ndarray,
+                cols: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Every (row, column != row) of ``cols`` (None: all) with a float32 score >= ``lows[row]``:
+    (owners (positions in ``rows``), columns), sorted by owner then column. For the rare rows whose
+    kept list is full up to the margin (many equal or nearly equal references)."""
+    owners, found = [], []
+    for ra in range(0, len(rows), _BLOCK_ROWS):
+        rr = rows[ra:ra + _BLOCK_ROWS]
+        x = _gather(d, rr)
+        for ids, c in _column_chunks(d, cols):
+            s = x @ c.T
+            _mask_self(s, rr, ids)
+            o, j = np.nonzero(s >= lows[ra:ra + _BLOCK_ROWS, None])
+            owners.append(o + ra)
+            found.append(j + ids if isinstance(ids, (int, np.integer)) else ids[j])
+    if not owners:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    o = np.concatenate(owners).astype(np.int64)
+    c = np.concatenate(found).astype(np.int64)
+    order = np.lexsort((c, o))
+    return o[order], c[order]
+
+
+def _rank_exactly(d: np.ndarray, rows: np.ndarray, owners: np.ndarray, cols: np.ndarray, k: int) -> np.ndarray:
+    """(len(rows), k) int32: for each row, its candidates ``cols[owners == i]`` ordered exactly as
+    :func:`.rerank.icfrr.gallery_ranks` orders them (-D from float64 dot products rounded to
+    float32, ties by lower column), the first ``k``. ``owners`` sorted; each row has >= ``k``."""
+    from .rerank.icfrr import neg_distance
+
+    m = len(rows)
+    if m == 0 or k == 0:
+        return np.empty((m, k), dtype=np.int32)
+    counts = np.bincount(owners, minlength=m)
+    if counts.min() < k:
+        raise AssertionError("a row has fewer candidates than neighbours asked for")
+    bounds = np.concatenate([[0], np.cumsum(counts)])
+    dots = np.empty(len(cols), dtype=np.float32)
+    dim = d.shape[1]
+    per = max(1, _EXACT_ELEMENTS // dim)
+    a = 0
+    while a < m:  # rows whose candidates fit the float64 budget
+        b = int(np.searchsorted(bounds, bounds[a] + per, side="right")) - 1
+        b = min(m, max(a + 1, b))
+        lo, hi = bounds[a], bounds[b]
+        uniq, inv = np.unique(cols[lo:hi], return_inverse=True)
+        g = _gather(d, uniq, np.float64)
+        x = np.asarray(d[rows[a:b]], dtype=np.float64)
+        for i in range(a, b):
+            s, e = bounds[i] - lo, bounds[i + 1] - lo
+            dots[lo + s:lo + e] = g[inv[s:e]] @ x[i - a]
+        a = b
+    nd = neg_distance(dots)
+    order = np.lexsort((cols, _desc_bits(nd), owners))
+    pos = np.arange(len(order)) - bounds[owners[order]]
+    return cols[order[pos < k]].astype(np.int32).reshape(m, k)
+
+
+def _lists_from_top(d: np.ndarray, k: int, out: np.ndarray, rows: np.ndarray, cols: np.ndarray | None,
+                    vals: np.ndarray, idx: np.ndarray, margin: float) -> None:
+    """``out[rows]`` from each row's kept float32 top (``vals``/``idx``, over ``cols``): every
+    column within ``margin`` of the row's k-th float32 score is scored in float64 and ranked."""
+    kk = vals.shape[1]
+    available = (d.shape[0] if cols is None else len(cols)) - 1
+    lows = vals[:, k - 1] - np.float32(margin)
+    within = vals >= lows[:, None]
+    full = within[:, -1] & (kk < available)  # the kept list may end before the margin does
+    within[full] = False
+    owners = np.repeat(np.arange(len(rows)), within.sum(axis=1))
+    found = idx[within].astype(np.int64)
+    if full.any():
+        fo, fc = _scan_above(d, rows[full], lows[full], cols)
+        owners = np.concatenate([owners, np.flatnonzero(full)[fo]])
+        found = np.concatenate([found, fc])
+        order = np.argsort(owners, kind="stable")
+        owners, found = owners[order], found[order]
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(owners, minlength=len(rows)))])
+    for a in range(0, len(rows), 1024):
+        b = min(len(rows), a + 1024)
+        lo, hi = bounds[a], bounds[b]
+        out[rows[a:b]] = _rank_exactly(d, rows[a:b], owners[lo:hi] - a, found[lo:hi], k)
+
+
+def _kept(k: int, available: int) -> int:
+    """How many float32 scores to keep per row for ``k`` neighbours (a few more than ``k``)."""
+    return min(available, k + max(8, k // 4))
+
+
+def neighbour_lists(descriptors: np.ndarray, k: int, ann: AnnIndex | None = None, *,
+                    cells: int | None = None) -> Generator[Progress, None, np.ndarray]:
+    """(N, min(k, N - 1)) int32: row ``i`` = the ``k`` nearest *other* references of ``i``, best first.
+
+    The order is exactly that of :func:`.rerank.icfrr.gallery_ranks`: ``-D = neg_distance(float32(
+    float64 dot))``, self excluded, ties by lower row, so ``lists[:, :kg]`` are the references at
+    ranks 1..kg of the dense gallery ranks (also with duplicate descriptors and float16 input).
+
+    Without ``ann``: exact, O(N^2 D) time but no N x N matrix. A float32 pass keeps each row's
+    ``k + extra`` best scores (blocks of rows against blocks of rows, each product serving both
+    blocks); every reference within a proven rounding margin of the row's k-th float32 score is a
+    candidate (a row whose kept list is full up to the margin is scanned again), and the
+    candidates are scored again in float64 and ranked.
+
+    With ``ann`` (for indexes too large for that): the same, each reference against the
+    references of its region only: the members of its IVF cell's ``cells`` nearest cells
+    (default ``max(8, ann.params.nprobe // 4)``, by centroid distance, its own included), read from
+    the index's inverted lists. A cell's members against their region are dense float32 matrix
+    products (much faster than one approximate search per reference, which scans PQ codes), so
+    the lists are exact within the region: approximate only in the neighbours the region misses.
+    A reference whose region holds fewer than ``k`` others is done exactly.
+    Progress stage: "finding each reference's nearest neighbours".
+    """
+    d = _check_descriptors(descriptors)
+    n = d.shape[0]
+    k = max(0, min(int(k), n - 1))
+    start = time.perf_counter()
+    if k == 0:
+        yield Progress(n, n, stage=NEIGHBOURS_STAGE)
+        return np.empty((n, 0), dtype=np.int32)
+    yield Progress(0, n, stage=NEIGHBOURS_STAGE)
+    out = np.empty((n, k), dtype=np.int32)
+    margin = _float32_margin(d)
+    if ann is None:
+        vals, idx = yield from _exact_top_all(d, _kept(k, n - 1), start)
+        rows = np.arange(n)
+        for a in range(0, n, 16_384):
+            b = min(n, a + 16_384)
+            _lists_from_top(d, k, out, rows[a:b], None, vals[a:b], idx[a:b], margin)
+            yield Progress(int(n * 0.95 + 0.05 * b), n, stage=NEIGHBOURS_STAGE, elapsed=time.perf_counter() - start)
+        return out
+    if ann.ntotal != n:
+        raise MuseumSearchError(f"the approximate index holds {ann.ntotal:,} references, the descriptors "
+                                f"{n:,}: rebuild the index")
+    members, near = ann.cells(cells or max(8, ann.params.nprobe // 4))
+    missing: list[np.ndarray] = []
+    done = 0
+    for c in range(len(members)):
+        rows = members[c]
+        if not len(rows):
+            continue
+        region = np.unique(np.concatenate([members[j] for j in near[c]]))
+        if len(region) - 1 < k:
+            missing.append(rows)
+        else:
+            vals, idx = _top_over(d, rows, region, _kept(k, len(region) - 1))
+            _lists_from_top(d, k, out, rows, region, vals, idx, margin)
+        done += len(rows)
+        yield Progress(done, n, stage=NEIGHBOURS_STAGE, elapsed=time.perf_counter() - start)
+    if missing:
+        rows = np.unique(np.concatenate(missing))
+        for a in range(0, len(rows), _BLOCK_ROWS):
+            rr = rows[a:a + _BLOCK_ROWS]
+            vals, idx = _top_over(d, rr, None, _kept(k, n - 1))
+            _lists_from_top(d, k, out, rr, None, vals, idx, margin)
+            yield Progress(n, n, stage=NEIGHBOURS_STAGE, elapsed=time.perf_counter() - start)
+    return out

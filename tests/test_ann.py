@@ -1,0 +1,321 @@
+"""core/ann.py: exact scores of float16 memory maps, the IVF-PQ index with exact re-scoring, and
+neighbour lists that reproduce ICFRR's dense gallery ranks bit for bit."""
+
+from __future__ import annotations
+
+import json
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from museum_search.core import ann
+from museum_search.core.errors import IndexFormatError, MuseumSearchError
+from museum_search.core.progress import Progress, drive
+from museum_search.core.ranking import ranking
+from museum_search.core.rerank.icfrr import gallery_ranks
+
+
+def clustered(objects: int, views: int, dim: int, seed: int = 0, dtype=np.float16, per_group: int = 10) -> np.ndarray:
+    """Unit vectors: objects of ``views`` noisy views, objects in groups of related ones."""
+    rng = np.random.default_rng(seed)
+    groups = rng.standard_normal((-(-objects // per_group), dim)) / np.sqrt(dim)
+    obj = 1.5 * groups[np.arange(objects) // per_group] + rng.standard_normal((objects, dim)) / np.sqrt(dim)
+    obj /= np.linalg.norm(obj, axis=1, keepdims=True)
+    noise = rng.uniform(0.5, 1.5, size=(objects, 1))
+    x = np.repeat(obj, views, 0) + np.repeat(noise, views, 0) * rng.standard_normal((objects * views, dim)) / np.sqrt(dim)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    return x.astype(dtype)
+
+
+def queries_near(d: np.ndarray, count: int, seed: int = 1) -> np.ndarray:
+    """New noisy views of random references (what a visitor's photo is)."""
+    rng = np.random.default_rng(seed)
+    rows = rng.choice(len(d), count, replace=False)
+    q = np.asarray(d[rows], np.float32) + rng.uniform(0.5, 1.5, (count, 1)) * rng.standard_normal(
+        (count, d.shape[1])) / np.sqrt(d.shape[1])
+    return (q / np.linalg.norm(q, axis=1, keepdims=True)).astype(np.float32)
+
+
+def dense_lists(d: np.ndarray, k: int) -> np.ndarray:
+    """The references at ranks 1..k of the dense gallery ranks (the reference implementation)."""
+    return np.argsort(gallery_ranks(d), axis=1, kind="stable")[:, :k].astype(np.int32)
+
+
+@pytest.fixture(scope="module")
+def refs(tmp_path_factory) -> np.ndarray:
+    """3,000 float16 references (300 objects x 10 views, 128-d), memory-mapped from a .npy."""
+    path = tmp_path_factory.mktemp("ann") / "descriptors.npy"
+    np.save(path, clustered(300, 10, 128))
+    return np.load(path, mmap_mode="r")
+
+
+@pytest.fixture(scope="module")
+def built(refs) -> ann.AnnIndex:
+    return drive(ann.AnnIndex.build(refs))
+
+
+# ---- search modes ----------------------------------------------------------------------------
+
+
+def test_resolve_mode():
+    big = ann.AUTO_MIN_REFERENCES
+    assert ann.resolve_mode("exact", big * 10, True) == "exact"
+    assert ann.resolve_mode("ann", 10, True) == "ann"
+    assert ann.resolve_mode("auto", big, True) == "ann"
+    assert ann.resolve_mode("auto", big - 1, True) == "exact"
+    assert ann.resolve_mode("auto", big * 10, False) == "exact"
+    with pytest.raises(MuseumSearchError, match="unknown search mode 'fast'"):
+        ann.resolve_mode("fast", 10, True)
+    with pytest.raises(MuseumSearchError, match="no approximate.*--search exact.*update"):
+        ann.resolve_mode("ann", big, False)
+
+
+# ---- exact scores ----------------------------------------------------------------------------
+
+
+def test_exact_scores_equal_float32_without_a_whole_copy(tmp_path):
+    n, dim = 20_000, 256
+    path = tmp_path / "d.npy"
+    np.save(path, clustered(2000, 10, dim, seed=3))
+    d = np.load(path, mmap_mode="r")
+    q = queries_near(d, 3)
+    expected = q @ np.asarray(d, dtype=np.float32).T
+    tracemalloc.start()
+    try:
+        got = ann.exact_scores(d, q, chunk_rows=1000)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert got.shape == (3, n) and got.dtype == np.float32
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6)
+    # the output (3 x N) and a few chunks of 1,000 rows, far from N x D float32 (20 MB)
+    assert peak < n * dim * 4 / 4, peak
+    # default chunking, a single query as a vector, and float32 descriptors as they are
+    np.testing.assert_allclose(ann.exact_scores(d, q[0]), expected[:1], rtol=0, atol=1e-6)
+    d32 = np.asarray(d, np.float32)
+    np.testing.assert_allclose(ann.exact_scores(d32, q), expected, rtol=0, atol=1e-6)
+    with pytest.raises(ValueError, match="255-d"):
+        ann.exact_scores(d, q[:, :255])
+
+
+def test_rows_scores(refs):
+    q = queries_near(refs, 4)
+    full = q @ np.asarray(refs, np.float32).T
+    rng = np.random.default_rng(0)
+    rows = rng.integers(0, len(refs), size=(4, 50))
+    rows[0, :5] = rows[0, 5]  # a row asked for several times
+    rows[1, 10:] = -1  # no candidate
+    rows[3, :] = -1
+    got = ann.rows_scores(refs, q, rows)
+    assert got.shape == (4, 50) and got.dtype == np.float32
+    valid = rows >= 0
+    np.testing.assert_allclose(got[valid], np.take_along_axis(full, np.where(valid, rows, 0), 1)[valid],
+                               rtol=0, atol=1e-6)
+    assert np.all(np.isneginf(got[~valid]))
+    with pytest.raises(IndexError):
+        ann.rows_scores(refs, q[:1], np.array([[len(refs)]]))
+
+
+# ---- the approximate index -------------------------------------------------------------------
+
+
+def test_params_round_trip_through_json():
+    p = ann.choose_params(1_000_000, 1280)
+    assert p.m == 80 and p.nbits == 8 and p.nlist == 1024 and p.train_size <= 65_536
+    assert ann.AnnParams.from_dict(json.loads(json.dumps(p.to_dict()))) == p
+    with pytest.raises(IndexFormatError, match="rebuild"):
+        ann.AnnParams.from_dict({"m": 8})
+    with pytest.raises(IndexFormatError, match="rebuild"):
+        ann.AnnParams.from_dict(None)
+    small = ann.choose_params(100, 100)
+    assert small.nlist <= 100 // 8 and 2 ** small.nbits <= 100
+
+
+def test_ann_search_recall_and_ranking_rule(refs, built):
+    assert built.ntotal == len(refs) and built.dim == refs.shape[1]
+    q = queries_near(refs, 100)
+    exact = ann.exact_scores(refs, q)
+    truth = ranking(exact, 10)
+    rows, scores = built.search(refs, q, 10)
+    assert rows.shape == (100, 10) and rows.dtype == np.int64 and scores.dtype == np.float32
+    recall = np.mean([len(set(rows[i]) & set(truth[i])) / 10 for i in range(len(q))])
+    assert recall >= 0.95, recall
+    # the scores are the exact ones, and the order is the ranking rule's on them
+    np.testing.assert_allclose(scores, np.take_along_axis(exact, rows, 1), rtol=0, atol=1e-6)
+    assert np.all(np.diff(scores, axis=1) <= 0)
+    cand = built.candidates(q)
+    assert cand.shape == (100, built.params.shortlist) and cand.dtype == np.int64
+    # a short list (100 candidates, 3% of the references) re-scored exactly still finds them,
+    # where the approximate (PQ) order alone does not
+    params = ann.AnnParams.from_dict({**built.params.to_dict(), "shortlist": 100})
+    short = ann.AnnIndex.from_bytes(built.to_bytes(), params)
+    rows, _ = short.search(refs, q, 10)
+    rescored = np.mean([len(set(rows[i]) & set(truth[i])) / 10 for i in range(len(q))])
+    pq_only = np.mean([len(set(c) & set(t)) / 10 for c, t in zip(short.candidates(q, 10), truth)])
+    assert rescored >= 0.95 and pq_only < rescored, (rescored, pq_only)
+
+
+def test_ann_search_equals_exact_when_the_shortlist_holds_everything(tmp_path):
+    d = clustered(50, 10, 32, seed=5)
+    d[7] = d[3]  # exact duplicates: equal scores, the lower row first
+    d[400] = d[3]
+    params = ann.choose_params(len(d), 32)
+    params.nprobe, params.shortlist = params.nlist, len(d)
+    index = drive(ann.AnnIndex.build(d, params))
+    q = np.concatenate([d[3:4].astype(np.float32), queries_near(d, 5)])
+    rows, scores = index.search(d, q, 12)
+    expected = ranking(ann.exact_scores(d, q), 12)
+    np.testing.assert_array_equal(rows, expected)
+    assert list(rows[0, :3]) == [3, 7, 400]
+    # more than the index holds: padded
+    rows, scores = index.search(d, q[:1], len(d) + 3)
+    assert list(rows[0, -3:]) == [-1, -1, -1] and np.all(np.isneginf(scores[0, -3:]))
+
+
+def test_round_trip_through_a_file(refs, built, tmp_path):
+    q = queries_near(refs, 20, seed=7)
+    path = tmp_path / "ann.faiss"
+    path.write_bytes(built.to_bytes())
+    params = ann.AnnParams.from_dict(built.params.to_dict())
+    for again in (ann.AnnIndex.read(path, params), ann.AnnIndex.from_bytes(path.read_bytes(), params)):
+        assert again.ntotal == built.ntotal and again.dim == built.dim
+        np.testing.assert_array_equal(again.candidates(q), built.candidates(q))
+        np.testing.assert_array_equal(again.search(refs, q, 10)[0], built.search(refs, q, 10)[0])
+    with pytest.raises(IndexFormatError, match="rebuild"):
+        bad = tmp_path / "bad.faiss"
+        bad.write_bytes(b"not an index")
+        ann.AnnIndex.read(bad, params)
+
+
+def test_dimension_not_a_multiple_of_the_sub_quantizers():
+    d = clustered(100, 10, 100, seed=2)  # m = 6: zero padded to 102
+    params = ann.choose_params(len(d), 100)
+    assert 100 % params.m != 0
+    index = drive(ann.AnnIndex.build(d, params))
+    q = queries_near(d, 10)
+    truth = ranking(ann.exact_scores(d, q), 5)
+    rows, _ = index.search(d, q, 5)
+    assert np.mean([len(set(rows[i]) & set(truth[i])) / 5 for i in range(10)]) >= 0.9
+    again = ann.AnnIndex.from_bytes(index.to_bytes(), params)
+    np.testing.assert_array_equal(again.candidates(q), index.candidates(q))
+
+
+def test_build_reports_its_stages_and_cancels(refs):
+    stages = []
+    gen = ann.AnnIndex.build(refs)
+    for p in gen:
+        assert isinstance(p, Progress)
+        stages.append(p.stage)
+        if p.stage == ann.ADD_STAGE and p.done > 0:
+            gen.close()  # cancel in the middle of adding
+            break
+    assert stages[0] == ann.TRAIN_STAGE and ann.ADD_STAGE in stages
+    with pytest.raises(StopIteration):
+        next(gen)
+    gen = ann.AnnIndex.build(refs)
+    next(gen)
+    gen.close()  # cancel before the training
+    with pytest.raises(StopIteration):
+        next(gen)
+
+
+# ---- neighbour lists -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_neighbour_lists_are_the_dense_gallery_ranks(dtype, monkeypatch):
+    d = clustered(60, 8, 48, seed=11, dtype=dtype)
+    d[10] = d[11]  # duplicates tie exactly: ties by lower row
+    d[12] = d[11]
+    d[300] = d[11]
+    d[301] = d[300]
+    monkeypatch.setattr(ann, "_BLOCK_ROWS", 100)  # several blocks: the symmetric pass, partly full blocks
+    expected = dense_lists(d, len(d) - 1)
+    for k in (1, 5, 20, 40):
+        got = drive(ann.neighbour_lists(d, k))
+        assert got.shape == (len(d), k) and got.dtype == np.int32
+        np.testing.assert_array_equal(got, expected[:, :k])
+    assert list(drive(ann.neighbour_lists(d, 3))[11]) == [10, 12, 300]
+    # k larger than the gallery: every other reference
+    small = d[:7]
+    np.testing.assert_array_equal(drive(ann.neighbour_lists(small, 50)), dense_lists(small, 6))
+    assert drive(ann.neighbour_lists(d[:1], 5)).shape == (1, 0)
+
+
+def test_neighbour_lists_with_many_identical_references():
+    """A group of identical copies longer than the kept list: those rows are scanned again."""
+    d = clustered(40, 5, 32, seed=4)
+    d[50:90] = d[50]  # 40 identical references, k + extra = 18 kept
+    got = drive(ann.neighbour_lists(d, 10))
+    np.testing.assert_array_equal(got, dense_lists(d, 10))
+    assert list(got[50]) == list(range(51, 61)) and list(got[70]) == [50, *range(51, 60)]
+
+
+def test_neighbour_lists_report_progress():
+    d = clustered(30, 10, 16, seed=6)
+    records = list(_records(ann.neighbour_lists(d, 5)))
+    assert records and all(r.stage == ann.NEIGHBOURS_STAGE and r.total == len(d) for r in records)
+
+
+def _records(gen):
+    while True:
+        try:
+            yield next(gen)
+        except StopIteration:
+            return
+
+
+def test_neighbour_lists_from_the_approximate_index(refs, built):
+    k = 20
+    exact = drive(ann.neighbour_lists(refs, k))
+    approx = drive(ann.neighbour_lists(refs, k, ann=built))
+    assert approx.shape == exact.shape and approx.dtype == np.int32
+    overlap = np.mean([len(set(a) & set(e)) / k for a, e in zip(approx, exact)])
+    assert overlap >= 0.95, overlap
+    assert np.all(approx != np.arange(len(refs))[:, None])  # never the reference itself
+    # a reference whose exact neighbours all lie in its region gets exactly the exact list
+    cells = max(8, built.params.nprobe // 4)
+    members, near = built.cells(cells)
+    inside = []
+    for c, rows in enumerate(members):
+        region = set(np.concatenate([members[j] for j in near[c]]).tolist())
+        inside += [r for r in rows.tolist() if region.issuperset(exact[r].tolist())]
+    assert len(inside) >= 0.5 * len(refs)
+    np.testing.assert_array_equal(approx[inside], exact[inside])
+    assert sorted(np.concatenate(members).tolist()) == list(range(len(refs)))
+    assert np.all(near[:, 0] == np.arange(len(members)))  # each cell's region starts with itself
+    with pytest.raises(MuseumSearchError, match="rebuild"):
+        drive(ann.neighbour_lists(refs[:100], 5, ann=built))
+
+
+def test_neighbour_lists_with_regions_smaller_than_k():
+    """Cells of a few references and a region of one cell: every reference is done exactly."""
+    d = clustered(50, 10, 32, seed=8)
+    params = ann.choose_params(len(d), 32)
+    params.nlist = 64
+    index = drive(ann.AnnIndex.build(d, params))
+    members, _ = index.cells(1)
+    assert max(len(m) for m in members) - 1 < 30
+    got = drive(ann.neighbour_lists(d, 30, ann=index, cells=1))
+    np.testing.assert_array_equal(got, dense_lists(d, 30))
+
+
+def test_neighbour_lists_regions_with_many_identical_references():
+    d = clustered(40, 5, 32, seed=9)
+    d[50:90] = d[50]  # 40 identical references: kept lists full up to the margin, scanned again
+    params = ann.choose_params(len(d), 32)
+    params.nlist = 4
+    index = drive(ann.AnnIndex.build(d, params))
+    got = drive(ann.neighbour_lists(d, 10, ann=index, cells=4))  # the region is every reference
+    np.testing.assert_array_equal(got, dense_lists(d, 10))
+
+
+def test_tiny_indexes():
+    d = clustered(1, 3, 16, seed=1)
+    with pytest.raises(MuseumSearchError, match="at least 2"):
+        drive(ann.AnnIndex.build(d[:1]))
+    index = drive(ann.AnnIndex.build(d))
+    rows, _ = index.search(d, d[:1], 5)
+    assert rows[0, 0] == 0 and sorted(rows[0, :3].tolist()) == [0, 1, 2] and list(rows[0, 3:]) == [-1, -1]
+    np.testing.assert_array_equal(drive(ann.neighbour_lists(d, 5, ann=index)), dense_lists(d, 2))
