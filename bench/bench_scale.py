@@ -93,7 +93,7 @@ BUILD = r"""
 import json, resource, sys, time
 from museum_search.core.importing import import_index
 t0 = time.perf_counter(); stages = {}; last = None
-gen = import_index(sys.argv[1], sys.argv[2], sys.argv[3], float16=True)
+gen = import_index(sys.argv[1], sys.argv[2], sys.argv[3], float16=True, ann="yes")
 try:
     while True:
         p = next(gen)

@@ -73,7 +73,8 @@ def test_saved_index_has_sqlite_items_and_neighbour_lists(tmp_path):
     assert kinds == ["descriptors", "items", "neighbours"]
     assert any(n.endswith(".sqlite") for n in names) and not any(n.endswith(".json") and n != MANIFEST for n in names)
     back = Index.load(tmp_path / "idx")
-    assert isinstance(back.items, ItemStore) and list(back.items) == idx.items
+    assert isinstance(back.items, ItemStore) and list(back.items) == list(idx.items)
+    assert isinstance(idx.items, ItemStore)  # a saved index browses its saved catalogue
     np.testing.assert_array_equal(back.labels, idx.labels)
     # the stored lists are the dense gallery ranks' first K_MAX columns, bit for bit
     ranks = gallery_ranks(np.asarray(idx.descriptors))
@@ -228,3 +229,17 @@ def test_search_mode_ann_on_an_index_without_one_says_what_to_do(tmp_path):
     with pytest.raises(MuseumSearchError, match="approximate"):
         QueryPipeline.for_descriptors(idx, QuerySettings(search="ann"))
     assert QueryPipeline.for_descriptors(idx, QuerySettings(search="auto")).search_mode == "exact"
+
+
+def test_query_expansion_on_a_gallery_too_large_for_memory_is_refused(tmp_path, monkeypatch):
+    import museum_search.core.rerank as rerank
+    from museum_search.core.query import QueryPipeline, QuerySettings, descriptor_query
+
+    idx = _index(tmp_path)
+    q = [descriptor_query(np.asarray(idx.descriptors[0]), "row 0")]
+    for name in ("aqe", "dba"):
+        assert QueryPipeline.for_descriptors(idx, QuerySettings(rerank=name)).answer(q)[0].results
+    monkeypatch.setattr(rerank, "EXPANSION_MAX_BYTES", len(idx) * 64 * 4 - 1)
+    for name in ("aqe", "dba"):
+        with pytest.raises(MuseumSearchError, match="ICFRR"):
+            QueryPipeline.for_descriptors(idx, QuerySettings(rerank=name)).answer(q)

@@ -52,6 +52,7 @@ __all__ = [
     "AnnParams",
     "choose_params",
     "exact_scores",
+    "faiss_available",
     "neighbour_lists",
     "resolve_mode",
     "rows_scores",
@@ -113,6 +114,15 @@ def _faiss():
         faiss.omp_set_num_threads(_threads())
         _faiss_module = faiss
     return _faiss_module
+
+
+def faiss_available() -> bool:
+    """Whether faiss can be imported here (the kiosk build leaves it out: it searches exactly)."""
+    try:
+        _faiss()
+    except MuseumSearchError:
+        return False
+    return True
 
 
 # --------------------------------------------------------------------------------------------

@@ -89,6 +89,7 @@ def write_store(path: str | os.PathLike, items: Iterable["Item"]) -> None:
             conn.executemany(f"INSERT INTO catalogue(rowid, {', '.join(cols)}) VALUES ({marks})", [
                 (a + i, it.instance, it.path, *(it.metadata.get(k, "") for k in order))
                 for i, it in enumerate(chunk)])
+        conn.execute("CREATE INDEX items_path ON items(path)")  # row_of: a thumbnail's row from its path
         conn.execute("COMMIT")
     finally:
         conn.close()

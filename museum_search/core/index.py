@@ -149,6 +149,7 @@ class Index:
         self.ann = ann
         self.path = Path(path) if path else None
         self._labels: np.ndarray | None = None
+        self._instances: list[str] | None = None
         self._catalogue = None
         #: reference local features for verification (``rerank.spatial.LocalFeatures``) or None
         self.local = local
@@ -175,7 +176,10 @@ class Index:
 
     @property
     def instances(self) -> list[str]:
-        return sorted(set(self.labels.tolist()))
+        """The instance names, sorted (computed once)."""
+        if self._instances is None:
+            self._instances = sorted(set(self.labels.tolist()))
+        return self._instances
 
     def abspath(self, i: int) -> Path:
         return self.root / self.items[i].path
@@ -268,7 +272,7 @@ class Index:
         return target
 
     def _save_locked(self, target: Path, dtype: str) -> None:
-        from .catalogue import write_store
+        from .catalogue import ItemStore, write_store
 
         _clean_journal(target)
         old_files = _manifest_files(target)
@@ -367,8 +371,13 @@ class Index:
         keep = set(files.values())
         for name in old_files:
             if name not in keep and DATA_FILE.match(name):
-                (target / name).unlink(missing_ok=True)
+                try:
+                    (target / name).unlink(missing_ok=True)
+                except OSError as exc:  # e.g. a file still open elsewhere on Windows: a leftover, not an error
+                    log.warning("the previous index file %s could not be removed: %s", target / name, exc)
         (target / JOURNAL).unlink(missing_ok=True)
+        if not isinstance(self.items, ItemStore):  # browse and filter the saved catalogue from now on
+            self.items = ItemStore(target / files["items"])
         self.path = target
         self.updated = manifest["updated"]
 
@@ -445,15 +454,14 @@ class Index:
                     log.warning("neighbour lists of %s are missing or damaged; they will be recomputed", path)
             ann = None
             if manifest.get("ann") and "ann" in files:
-                f = check("ann")
-                try:
-                    from .ann import AnnIndex, AnnParams, _faiss
+                from .ann import AnnIndex, AnnParams, faiss_available
 
-                    _faiss()
-                except (ImportError, MuseumSearchError) as exc:  # e.g. the kiosk build has no faiss: exact search
-                    log.warning("the approximate index of %s is not used (%s): every search is exact", path, exc)
-                else:
+                f = check("ann")
+                if faiss_available():
                     ann = AnnIndex.read(f, AnnParams.from_dict(manifest["ann"]))
+                else:  # e.g. the kiosk build, which leaves faiss out
+                    log.warning("the approximate index of %s is not used (faiss is not installed): every "
+                                "search is exact", path)
             local = None
             if manifest.get("local_features") and all(f"local_{p}" in files for p in _LOCAL_PARTS):
                 from .rerank.spatial import LocalFeatures
@@ -917,6 +925,12 @@ def _update(index, extractor, weights, batch_size, checksum, ann):
     unchanged = not new_items and len(keep_items) == len(index)
     if unchanged:  # the same references in the same order: the derived data still holds
         updated._neighbours, updated.ann = index._neighbours, index.ann
+        if ann == "no":
+            updated.ann = None
+        elif ann == "yes" and index.ann is None:
+            from .ann import AnnIndex
+
+            updated.ann = yield from AnnIndex.build(updated.descriptors)
     else:
         yield from derive(updated, ann=ann, neighbours=max(index.neighbours_stored, K_MAX))
     if index.local is not None:  # kept references keep their local features; deleted ones drop theirs
@@ -1098,6 +1112,13 @@ def _intact(f: Path, key: str, manifest: dict, full: bool) -> bool:
     if not full and sample is not None:
         return _sample_digest(f) == sample
     return _sha256(f) == manifest.get("sha256", {}).get(key)
+
+
+def index_version(path: str | Path) -> int | None:
+    """The format version of the index at ``path`` (its manifest checked as :meth:`Index.load`
+    checks it: :class:`IndexFormatError` if it is not an intact index manifest)."""
+    version = _read_manifest(Path(path)).get("version")
+    return version if isinstance(version, int) else None
 
 
 def _read_manifest(path: Path) -> dict:

@@ -14,6 +14,9 @@ asked about.
   is described; a reference's *cosine* is its best dot product over the regions. A query given as
   a descriptor (:func:`descriptor_query`, computed elsewhere: ``query --descriptors``) skips this
   step, and verification, which needs a photo (:meth:`QueryPipeline.for_descriptors`).
+* **global scores**: the best-region cosine of every reference (``settings.search`` "exact"), or of
+  the candidates the index's approximate search proposes, scored exactly, the others -inf ("ann",
+  which ``auto`` chooses for a large index that has an approximate index: :func:`.ann.resolve_mode`).
 * **re-rankers**: ICFRR, αQE or DBA (``settings.rerank``) change the global scores.
 * **verification** (on by default): the best ``verify_top`` references by global score are matched
   with the photo (SIFT, RANSAC homography, :mod:`.rerank.spatial`), using the reference features
@@ -250,6 +253,13 @@ class QueryPipeline:
         there is no photo to match (:data:`DESCRIPTORS_NOT_VERIFIED`); the re-rankers work as usual."""
         settings = replace(settings or QuerySettings(), verify=False)
         return cls(index, settings, extractor=NoNetwork(index.meta, "this job's queries are descriptors, not photos"))
+
+    def describe(self) -> str:
+        """:meth:`QuerySettings.describe`, saying when ``auto`` chose the approximate search."""
+        text = self.settings.describe()
+        if self.search_mode == "ann" and self.settings.search != "ann":
+            text += ", approximate search"
+        return text
 
     def warm_up(self) -> None:
         """Answer a synthetic photo once, so that the first visitor's query is not slower than the

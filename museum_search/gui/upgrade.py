@@ -20,7 +20,7 @@ from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QMessageBox, QProgressDialog, QWidget
 
 from ..core.errors import IndexFormatError, MuseumSearchError
-from ..core.index import UPGRADABLE, Index, _read_manifest, upgrade_index
+from ..core.index import UPGRADABLE, Index, index_version, upgrade_index
 from . import workers
 
 log = logging.getLogger(__name__)
@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 def upgradable(path: str | Path) -> bool:
     """True when ``path`` holds an index of an older format that can be converted in place."""
     try:
-        return _read_manifest(Path(path)).get("version") in UPGRADABLE
+        return index_version(path) in UPGRADABLE
     except (MuseumSearchError, OSError):
         return False
 

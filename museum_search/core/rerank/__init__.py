@@ -74,6 +74,7 @@ class Pipeline:
             )
             if name in ("aqe", "dba"):
                 if desc is None:
+                    _check_expansion_size(index, name)
                     desc = np.asarray(index.descriptors, dtype=np.float32)
                 ctx["descriptors"] = desc
             if name == "icfrr":
@@ -85,6 +86,20 @@ class Pipeline:
                 ctx["dba_gallery"] = _dba_gallery(index, desc, self.options)
             scores = np.asarray(stage.rerank(np.asarray(scores, dtype=np.float32), **ctx), dtype=np.float32)
         return scores
+
+
+#: αQE and DBA re-score every reference with the whole gallery in float32 memory: refused above
+#: this many bytes of it (a million 1280-d references are 5.1 GB), with what to use instead.
+EXPANSION_MAX_BYTES = 2 << 30
+
+
+def _check_expansion_size(index, name: str) -> None:
+    n, dim = np.shape(index.descriptors)
+    if n * dim * 4 > EXPANSION_MAX_BYTES:
+        raise MuseumSearchError(
+            f"{'αQE' if name == 'aqe' else 'DBA'} re-scores every reference with the whole gallery in memory as "
+            f"float32 ({n * dim * 4 / 1e9:.1f} GB for these {n:,} references): on an index this large use ICFRR "
+            "(from the stored neighbour lists) or no re-ranking")
 
 
 #: DBA-augmented gallery per index (dropped with the index), for the last (n, alpha) used.
