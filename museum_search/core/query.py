@@ -254,7 +254,7 @@ class QueryPipeline:
         settings = replace(settings or QuerySettings(), verify=False)
         return cls(index, settings, extractor=NoNetwork(index.meta, "this job's queries are descriptors, not photos"))
 
-    def describe(self) -> str:
+    def settings_text(self) -> str:
         """:meth:`QuerySettings.describe`, saying when ``auto`` chose the approximate search."""
         text = self.settings.describe()
         if self.search_mode == "ann" and self.settings.search != "ann":

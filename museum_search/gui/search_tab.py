@@ -786,7 +786,7 @@ class SearchTab(QWidget):
             self.clear_message()
         n, t = len(answer.results), self._timing
         parts = [f"{n} result{'s' if n != 1 else ''} of {len(self.state.index):,} references",
-                 self._shown_pipeline.describe()]
+                 self._shown_pipeline.settings_text()]
         if getattr(self._shown_pipeline, "search_mode", "exact") == "ann" and self._shown_pipeline.settings.search == "auto":
             parts.append("approximate search (automatic for this size)")
         if "describe" in t:

@@ -240,7 +240,7 @@ def evaluate(
     summary.update(pipeline_summary(pipe, [r.evidence for r in records]))
     # the query set as loaded: restricting it would describe unknown instances as open-set
     return EvalReport(summary, records, skipped, index.describe(), queryset.describe(),
-                      pipe.describe(), per_query, pipe.verdict)
+                      pipe.settings_text(), per_query, pipe.verdict)
 
 
 def query_pipeline(index: Index, settings: QuerySettings | None = None, *, extractor: Extractor | None = None,
