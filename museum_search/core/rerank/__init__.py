@@ -74,8 +74,9 @@ class Pipeline:
             )
             if name in ("aqe", "dba"):
                 if desc is None:
-                    _check_expansion_size(index, name)
-                    desc = np.asarray(index.descriptors, dtype=np.float32)
+                    gallery = index.descriptors
+                    _check_expansion_size(gallery, name)
+                    desc = np.asarray(gallery, dtype=np.float32)
                 ctx["descriptors"] = desc
             if name == "icfrr":
                 params = stage.params_for(ctx["labels"])
@@ -93,8 +94,8 @@ class Pipeline:
 EXPANSION_MAX_BYTES = 2 << 30
 
 
-def _check_expansion_size(index, name: str) -> None:
-    n, dim = np.shape(index.descriptors)
+def _check_expansion_size(gallery, name: str) -> None:
+    n, dim = np.shape(gallery)
     if n * dim * 4 > EXPANSION_MAX_BYTES:
         raise MuseumSearchError(
             f"{'αQE' if name == 'aqe' else 'DBA'} re-scores every reference with the whole gallery in memory as "
