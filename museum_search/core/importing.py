@@ -259,8 +259,10 @@ def import_index(descriptors: str | os.PathLike | np.ndarray, items_csv: str | o
 
     Every input is checked before anything is written: the output folder (as ``index`` checks it:
     a new or empty folder, or a museum-search index, never the collection), the items, and the
-    array (2-D, numeric, one row per item, finite, no zero row). The index is then saved as one
-    atomic generation under the writer lock; a refused input or a cancel leaves ``out`` untouched.
+    array (2-D, numeric, one row per item, finite, no zero row). What the index derives from the
+    descriptors is then computed (:func:`.index.derive`: ``neighbours`` lists, and the approximate
+    index per ``ann``), and the index is saved as one atomic generation under the writer lock; a
+    refused input or a cancel leaves ``out`` untouched.
     """
     items_csv = Path(items_csv)
     name = str(descriptors) if not isinstance(descriptors, np.ndarray) else "the descriptor array"
