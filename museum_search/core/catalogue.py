@@ -89,7 +89,6 @@ def write_store(path: str | os.PathLike, items: Iterable["Item"]) -> None:
             conn.executemany(f"INSERT INTO catalogue(rowid, {', '.join(cols)}) VALUES ({marks})", [
                 (a + i, it.instance, it.path, *(it.metadata.get(k, "") for k in order))
                 for i, it in enumerate(chunk)])
-        conn.execute("CREATE INDEX items_path ON items(path)")  # row_of: a thumbnail's row from its path
         conn.execute("COMMIT")
     finally:
         conn.close()
@@ -226,7 +225,8 @@ class ItemStore(Sequence["Item"]):
             return [r[0] for r in self._conn.execute("SELECT path FROM items ORDER BY row")]
 
     def row_of(self, path: str) -> int | None:
-        """The row of the item with this collection-relative path (None if there is none)."""
+        """The row of the item with this collection-relative path (None if there is none); a scan
+        of the table (no index on paths: nothing on a hot path asks for it)."""
         with self._lock:
             r = self._conn.execute("SELECT row FROM items WHERE path = ? LIMIT 1", (path,)).fetchone()
         return None if r is None else int(r[0])
