@@ -100,6 +100,10 @@ def cmd_update(args: argparse.Namespace) -> int:
     report = _drive(update_index(index, weights=args.weights, batch_size=args.batch_size,
                                  checksum=args.checksum, ann=args.ann), "updating")
     _print_skips(report.skipped, report.labelling.ignored)
+    if report.removed_files:
+        print(f"{len(report.removed_files)} reference(s) removed from the index:", file=sys.stderr)
+        for path, why in report.removed_files:
+            print(f"  {path}: {why}", file=sys.stderr)
     print(f"index {args.index} updated: {report.summary()}")
     return 0
 
@@ -538,10 +542,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _main(argv)
     except KeyboardInterrupt:
         try:
-            print(f"{PROG}: cancelled; nothing was changed", file=sys.stderr)
+            print(f"{PROG}: {_interrupted_text()}", file=sys.stderr)
         except KeyboardInterrupt:
             pass
         return 130
+
+
+def _interrupted_text() -> str:
+    """What Ctrl-C did: nothing, or (if it came after an index's commit) the index was saved."""
+    committed = []
+    if "museum_search.core.index" in sys.modules:  # nothing was written if core never loaded
+        from .core.index import committed_in_this_process
+
+        committed = committed_in_this_process()
+    if committed:
+        where = ", ".join(dict.fromkeys(str(p) for p in committed))
+        return (f"interrupted after the index was saved; {where} holds the new index (files of the "
+                "previous one that remain are removed by the next update)")
+    return "cancelled; nothing was changed"
 
 
 def _main(argv: Sequence[str] | None) -> int:

@@ -121,25 +121,73 @@ class ItemStore(Sequence["Item"]):
 
     Thread-safe (one connection, one lock): the GUI reads it from its view and its workers."""
 
-    def __init__(self, path: str | os.PathLike | None, *, _conn: sqlite3.Connection | None = None):
+    def __init__(self, path: str | os.PathLike | None, *, sha256: str | None = None, hint: str = "",
+                 _conn: sqlite3.Connection | None = None):
+        """``sha256``: the file's checksum from the manifest, checked in full when SQLite reports an
+        error, to say whether the file is damaged; ``hint``: how to rebuild the index, for messages."""
         self.path = Path(path) if path is not None else None
+        self._sha256 = sha256
+        self._hint = hint
+        self._lock = threading.Lock()
         if _conn is None:
             uri = Path(path).resolve().as_uri() + "?mode=ro&immutable=1"
             try:
                 _conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
                 schema = dict(_conn.execute("SELECT key, value FROM info").fetchall())
             except sqlite3.Error as exc:
-                raise IndexFormatError(f"the item catalogue {path} cannot be read ({exc})") from None
+                raise self._damaged(exc) from None
             if schema.get("schema") != str(SCHEMA_VERSION):
                 raise IndexFormatError(f"the item catalogue {path} has schema {schema.get('schema')}, this "
-                                       f"program reads {SCHEMA_VERSION}")
+                                       f"program reads {SCHEMA_VERSION}{self._tail()}")
         self._conn = _conn
-        self._lock = threading.Lock()
         self._cache: OrderedDict[int, "Item"] = OrderedDict()
-        with self._lock:
-            self._len = int(self._conn.execute("SELECT count(*) FROM items").fetchone()[0])
-            self.fields: list[str] = [r[0] for r in self._conn.execute("SELECT name FROM fields ORDER BY position")]
+        self._len = int(self._query("SELECT count(*) FROM items")[0][0])
+        self.fields: list[str] = [r[0] for r in self._query("SELECT name FROM fields ORDER BY position")]
         self._instances: np.ndarray | None = None
+
+    def _tail(self) -> str:
+        return f"; {self._hint}" if self._hint else ""
+
+    def _damaged(self, exc: object) -> IndexFormatError:
+        """The message for an SQLite error (or unreadable metadata) in this catalogue: the file's full
+        checksum says whether it is damaged."""
+        where = f"the item catalogue {self.path}" if self.path is not None else "the item catalogue"
+        if self.path is not None and self._sha256:
+            from hashlib import sha256
+
+            try:
+                h = sha256()
+                with open(self.path, "rb") as f:
+                    for chunk in iter(lambda: f.read(1 << 22), b""):
+                        h.update(chunk)
+                intact = h.hexdigest() == self._sha256
+            except OSError:
+                intact = False
+            if not intact:
+                return IndexFormatError(f"{where} is damaged (its checksum does not match; SQLite says: {exc})"
+                                        f"{self._tail()}")
+        return IndexFormatError(f"{where} cannot be read ({exc}){self._tail()}")
+
+    def _query(self, sql: str, args: Sequence = (), lock: bool = True) -> list:
+        """All rows of one query; an SQLite error becomes :meth:`_damaged`'s message."""
+        try:
+            if not lock:
+                return self._conn.execute(sql, args).fetchall()
+            with self._lock:
+                return self._conn.execute(sql, args).fetchall()
+        except sqlite3.OperationalError as exc:
+            if "fts5" in str(exc).lower() and "syntax" in str(exc).lower():
+                raise
+            raise self._damaged(exc) from None
+        except sqlite3.DatabaseError as exc:
+            raise self._damaged(exc) from None
+
+    def _item(self, row: int, values) -> "Item":
+        try:
+            return _item(values)
+        except (ValueError, TypeError) as exc:
+            raise IndexFormatError(f"the item catalogue {self.path} is damaged: the metadata of row {row} is "
+                                   f"not valid JSON ({exc}){self._tail()}") from None
 
     @classmethod
     def in_memory(cls, items: Sequence["Item"]) -> "ItemStore":
@@ -183,9 +231,11 @@ class ItemStore(Sequence["Item"]):
             if it is not None:
                 self._cache.move_to_end(i)
                 return it
-            row = self._conn.execute("SELECT path, size, mtime, instance, sha256, metadata FROM items WHERE row = ?",
-                                     (i,)).fetchone()
-            it = _item(row)
+            found = self._query("SELECT path, size, mtime, instance, sha256, metadata FROM items WHERE row = ?",
+                                (i,), lock=False)
+            if not found:
+                raise self._damaged(f"row {i} of {self._len} is missing")
+            it = self._item(i, found[0])
             self._cache[i] = it
             if len(self._cache) > _CACHE_ROWS:
                 self._cache.popitem(last=False)
@@ -199,13 +249,12 @@ class ItemStore(Sequence["Item"]):
         """The items of ``rows`` (in that order), in one query per batch."""
         rows = [int(r) for r in rows]
         out: dict[int, "Item"] = {}
-        with self._lock:
-            for a in range(0, len(rows), 900):  # SQLite's default limit of bound parameters is 999+
-                part = rows[a : a + 900]
-                q = (f"SELECT row, path, size, mtime, instance, sha256, metadata FROM items WHERE row IN "
-                     f"({', '.join('?' * len(part))})")
-                for r in self._conn.execute(q, part):
-                    out[r[0]] = _item(r[1:])
+        for a in range(0, len(rows), 900):  # SQLite's default limit of bound parameters is 999+
+            part = rows[a : a + 900]
+            q = (f"SELECT row, path, size, mtime, instance, sha256, metadata FROM items WHERE row IN "
+                 f"({', '.join('?' * len(part))})")
+            for r in self._query(q, part):
+                out[r[0]] = self._item(r[0], r[1:])
         missing = [r for r in rows if r not in out]
         if missing:
             raise IndexError(f"item {missing[0]} of {self._len}")
@@ -215,21 +264,18 @@ class ItemStore(Sequence["Item"]):
     def instances(self) -> np.ndarray:
         """(N,) object array of every row's instance (one query; kept)."""
         if self._instances is None:
-            with self._lock:
-                vals = [r[0] for r in self._conn.execute("SELECT instance FROM items ORDER BY row")]
+            vals = [r[0] for r in self._query("SELECT instance FROM items ORDER BY row")]
             self._instances = np.array(vals, dtype=object)
         return self._instances
 
     def paths(self) -> list[str]:
-        with self._lock:
-            return [r[0] for r in self._conn.execute("SELECT path FROM items ORDER BY row")]
+        return [r[0] for r in self._query("SELECT path FROM items ORDER BY row")]
 
     def row_of(self, path: str) -> int | None:
         """The row of the item with this collection-relative path (None if there is none); a scan
         of the table (no index on paths: nothing on a hot path asks for it)."""
-        with self._lock:
-            r = self._conn.execute("SELECT row FROM items WHERE path = ? LIMIT 1", (path,)).fetchone()
-        return None if r is None else int(r[0])
+        found = self._query("SELECT row FROM items WHERE path = ? LIMIT 1", (path,))
+        return None if not found else int(found[0][0])
 
     def match(self, text: str, limit: int | None = None) -> np.ndarray | None:
         """Rows (ascending) of the items that match ``text`` (:func:`fts_query`); None when ``text``
@@ -242,11 +288,10 @@ class ItemStore(Sequence["Item"]):
         if limit is not None:
             sql += " LIMIT ?"
             args.append(int(limit))
-        with self._lock:
-            try:
-                rows = [r[0] for r in self._conn.execute(sql, args)]
-            except sqlite3.OperationalError:  # a query FTS5 cannot parse (should not happen): no match
-                rows = []
+        try:
+            rows = [r[0] for r in self._query(sql, args)]
+        except sqlite3.OperationalError:  # a query FTS5 cannot parse (should not happen): no match
+            rows = []
         return np.array(rows, dtype=np.int64)
 
 

@@ -46,7 +46,9 @@ import logging
 import os
 import re
 import secrets
+import signal
 import sqlite3
+import stat
 import threading
 import time
 from contextlib import contextmanager
@@ -56,7 +58,7 @@ from typing import Any, Generator, Sequence
 
 import numpy as np
 
-from .backbones import BackboneConfig, BackboneMeta, Extractor, build_extractor
+from .backbones import IMPORTED, BackboneConfig, BackboneMeta, Extractor, build_extractor
 from .errors import (
     IndexFormatError,
     IndexLockedError,
@@ -286,9 +288,12 @@ class Index:
             for part in _LOCAL_PARTS:
                 files[f"local_{part}"] = f"local_{part}-{gen}.npy"
         tmp_name = f"{MANIFEST}.{gen}.tmp"
-        # The journal names every file this save may create, before any is created: if the process
-        # dies, the next save knows exactly which files are its own leftovers.
-        _write_journal(target, [*files.values(), tmp_name])
+        keep = set(files.values())
+        old_files = [n for n in old_files if n not in keep]
+        # The journal names every file this save may create, before any is created, and every file
+        # of the generation it replaces: if the process dies, the next save knows exactly which
+        # files are its own leftovers (the new ones before the commit, the old ones after it).
+        _write_journal(target, [*files.values(), tmp_name, *old_files])
         created: list[Path] = []
         try:
             digests, sizes, samples = {}, {}, {}
@@ -348,9 +353,6 @@ class Index:
             manifest["manifest_sha256"] = _manifest_digest(manifest)
             created.append(target / tmp_name)
             _write_bytes(target / tmp_name, json.dumps(manifest, ensure_ascii=False, indent=2).encode("utf-8"))
-            os.replace(target / tmp_name, target / MANIFEST)  # the commit point
-            created.pop()
-            _fsync_dir(target)
         except BaseException as exc:
             for p in created:
                 p.unlink(missing_ok=True)
@@ -367,19 +369,32 @@ class Index:
                     "the previous index, if any, is unchanged"
                 ) from None
             raise
-        # Remove the previous generation: only files that the previous manifest named.
-        keep = set(files.values())
-        for name in old_files:
-            if name not in keep and DATA_FILE.match(name):
+        # The commit: a point of no return. Signals wait until the manifest is replaced and the
+        # folder synced; from then on nothing of the new generation is ever removed.
+        try:
+            with _signals_deferred():
                 try:
-                    (target / name).unlink(missing_ok=True)
-                except OSError as exc:  # e.g. a file still open elsewhere on Windows: a leftover, not an error
-                    log.warning("the previous index file %s could not be removed: %s", target / name, exc)
-        (target / JOURNAL).unlink(missing_ok=True)
+                    os.replace(target / tmp_name, target / MANIFEST)
+                except BaseException:
+                    (target / tmp_name).unlink(missing_ok=True)
+                    for p in created[:-1]:
+                        p.unlink(missing_ok=True)
+                    (target / JOURNAL).unlink(missing_ok=True)
+                    raise
+                _committed.append(target)
+                _fsync_dir(target)
+            self.path = target
+            self.updated = manifest["updated"]
+            # Remove the previous generation: the files the previous manifest named (the journal
+            # names them too, so a writer after a kill here finishes the job).
+            for name in old_files:
+                if name not in keep:
+                    _remove_own(target / name)
+            (target / JOURNAL).unlink(missing_ok=True)
+        except KeyboardInterrupt:
+            raise InterruptedAfterCommit(target) from None
         if not isinstance(self.items, ItemStore):  # browse and filter the saved catalogue from now on
-            self.items = ItemStore(target / files["items"])
-        self.path = target
-        self.updated = manifest["updated"]
+            self.items = ItemStore(target / files["items"], sha256=digests["items"], hint=_rebuild_hint(target, manifest))
 
     def _nbytes(self, dtype: str) -> int:
         n = len(self.items) * self.meta.dim * np.dtype(dtype).itemsize + 300 * len(self.items)
@@ -398,23 +413,29 @@ class Index:
         ``"full"`` checks every byte of every file; False checks nothing.
         """
         path = Path(path)
-        manifest = _read_manifest(path)
-        hint = f"rebuild it with: museum-search index COLLECTION -o {path}"
-        if manifest.get("version") in UPGRADABLE:
-            raise IndexFormatError(
-                f"index {path} has format version {manifest['version']} (written by an older museum-search); "
-                f"convert it with: museum-search upgrade {path} (it keeps the descriptors), or {hint}")
-        if manifest.get("version") != VERSION:
-            raise IndexFormatError(
-                f"index {path} has format version {manifest.get('version')}, this program reads version "
-                f"{VERSION}; {hint}")
-        return cls._from_manifest(path, manifest, mmap, verify)
+        failed: dict[str, IndexFormatError] = {}  # manifest digest -> how loading that generation failed
+        while True:
+            manifest = _read_manifest(path)
+            _check_version(path, manifest)
+            digest = str(manifest.get("manifest_sha256"))
+            try:
+                return cls._from_manifest(path, manifest, mmap, verify)
+            except IndexFormatError as exc:
+                # A writer may have switched generations while this reader opened the files (the old
+                # ones are removed after the commit): read the manifest again and retry; the same
+                # generation failing twice is a damaged index.
+                if digest in failed:
+                    raise
+                failed[digest] = exc
+                if len(failed) > 20:  # a writer committing faster than a reader can open: say so
+                    raise IndexFormatError(f"index {path} changed 20 times while it was being opened; "
+                                           "try again when the writer has finished") from None
 
     @classmethod
     def _from_manifest(cls, path: Path, manifest: dict, mmap: bool, verify: bool | str) -> "Index":
         from .catalogue import ItemStore
 
-        hint = f"rebuild it with: museum-search index COLLECTION -o {path}"
+        hint = _rebuild_hint(path, manifest)
         version = manifest.get("version")
         mode = "r" if mmap else None
         try:
@@ -431,25 +452,31 @@ class Index:
 
             def check(key: str, required: bool = True) -> Path | None:
                 f = path / files[key]
-                if not f.is_file():
+                try:
+                    st = os.lstat(f)
+                except FileNotFoundError:
                     if not required:
                         return None
-                    raise IndexFormatError(f"index {path} is missing its file {files[key]}; {hint}")
+                    raise IndexFormatError(f"index {path} is missing its file {files[key]}; {hint}") from None
+                if not stat.S_ISREG(st.st_mode):
+                    what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
+                    raise IndexFormatError(f"index file {files[key]} in {path} is {what}; an index's data files "
+                                           f"are its own regular files; {hint}")
                 if verify and key in digests and not _intact(f, key, manifest, verify == "full"):
                     raise IndexFormatError(f"index file {files[key]} in {path} is damaged (checksum mismatch); {hint}")
                 return f
 
-            desc = np.load(check("descriptors"), mmap_mode=mode, allow_pickle=False)
+            desc = _load_npy(check("descriptors"), mode, path, hint)
             f = check("items")
             if version == 2:
                 items = _items_from_json(f)
             else:
-                items = ItemStore(f)
+                items = ItemStore(f, sha256=digests.get("items"), hint=hint)
             neighbours = None
             if "neighbours" in files:
                 f = path / files["neighbours"]
-                if f.is_file() and (not verify or _intact(f, "neighbours", manifest, verify == "full")):
-                    neighbours = np.load(f, mmap_mode=mode, allow_pickle=False)
+                if _is_regular(f) and (not verify or _intact(f, "neighbours", manifest, verify == "full")):
+                    neighbours = _load_npy(f, mode, path, hint)
                 else:
                     log.warning("neighbour lists of %s are missing or damaged; they will be recomputed", path)
             ann = None
@@ -466,8 +493,7 @@ class Index:
             if manifest.get("local_features") and all(f"local_{p}" in files for p in _LOCAL_PARTS):
                 from .rerank.spatial import LocalFeatures
 
-                arrays = {part: np.load(check(f"local_{part}"), mmap_mode=mode, allow_pickle=False)
-                          for part in _LOCAL_PARTS}
+                arrays = {part: _load_npy(check(f"local_{part}"), mode, path, hint) for part in _LOCAL_PARTS}
                 local = LocalFeatures(dict(manifest["local_features"]), **arrays)
                 if len(local) != count or local.offsets.shape != (count + 1,) or \
                         int(local.offsets[-1]) != len(local.points) or len(local.points) != len(local.descriptors):
@@ -584,14 +610,37 @@ def check_output_folder(out: str | Path, collection: str | Path | None = None) -
                                     f"index must go in a folder of its own{hint}")
     if out.is_dir() and not is_index_folder(out):
         try:
-            names = sorted(n for n in os.listdir(out) if n not in (LOCK, JOURNAL))
+            names = sorted(os.listdir(out))
         except OSError as exc:
             raise OutputFolderError(f"cannot read the folder {out} ({exc.strerror}){hint}") from None
-        if names:
+        if names and not _only_own_leftovers(out, names):
             raise OutputFolderError(
                 f"{out} is not empty and is not a museum-search index ({len(names)} item(s), e.g. "
                 f"{names[0]!r}); nothing was written{hint}"
             )
+
+
+def _only_own_leftovers(folder: Path, names: list[str]) -> bool:
+    """Whether ``folder`` (no manifest) holds nothing but what an interrupted first build of this
+    program left: its lock file (a regular file, empty or with a process number), its journal, and
+    the files that journal names (generation data files, a temporary manifest)."""
+    own: set[str] = set()
+    for name in (LOCK, JOURNAL):
+        if name in names:
+            try:
+                st = os.lstat(folder / name)
+            except OSError:
+                return False
+            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or (name == LOCK and st.st_size > 32):
+                return False
+            own.add(name)
+    if JOURNAL in own:
+        try:
+            listed = _journal_names(folder)
+        except OutputFolderError:
+            return False
+        own.update(n for n in listed if _is_own_name(n))
+    return all(n in own for n in names)
 
 
 _held: dict[str, tuple[int, int, int]] = {}  # resolved folder -> (fd, owning thread, depth)
@@ -604,7 +653,12 @@ def writer_lock(folder: str | Path, collection: str | Path | None = None):
 
     Checks the folder first (:func:`check_output_folder`), creates it if needed and checks that it
     can be written, all before the caller does any work. Re-entrant in the thread that holds it.
-    A folder this call created is removed again if the block leaves no index in it.
+    A folder this call created is removed again if the block leaves no index in it; a folder that
+    holds only the leftovers of an interrupted first build (:func:`_only_own_leftovers`) is cleaned.
+
+    The lock file is never followed through a link and never truncated or written: it is opened
+    with ``O_NOFOLLOW`` and refused unless it is a regular file of its own (one link); the holder's
+    process number is read from the kernel's lock table (``/proc/locks``), not from the file.
     """
     folder = Path(folder)
     key = str(folder.resolve())
@@ -631,18 +685,14 @@ def writer_lock(folder: str | Path, collection: str | Path | None = None):
     created = not folder.exists()
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
         raise OutputFolderError(f"cannot write to the index folder {folder} ({exc.strerror}); choose a "
                                 "folder you can write to") from None
+    fd = _open_lock(folder)
     try:
         _flock(fd, folder)
-        try:
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()}\n".encode())
-        except OSError as exc:
-            raise OutputFolderError(f"cannot write to the index folder {folder} ({exc.strerror}); choose "
-                                    "a folder you can write to") from None
+        if not (folder / MANIFEST).exists():
+            _clean_journal(folder)  # the leftovers of an interrupted first build (checked above)
         with _held_guard:
             _held[key] = (fd, me, 1)
         try:
@@ -662,6 +712,37 @@ def writer_lock(folder: str | Path, collection: str | Path | None = None):
         os.close(fd)  # releases the lock
 
 
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+
+
+def _open_lock(folder: Path) -> int:
+    """A descriptor of ``folder``'s lock file, created (exclusively, empty) or opened without
+    following a link; refused if it is a link, not a regular file, or a hard link to another file."""
+    path = folder / LOCK
+    hint = (f"; it is not a file this program made: remove it (rm {path}) or choose another folder "
+            "for the index")
+    try:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o644)
+        except FileExistsError:
+            fd = os.open(path, os.O_RDWR | _NOFOLLOW | _CLOEXEC | _NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or path.is_symlink():
+            raise OutputFolderError(f"the lock file {path} is a symbolic link{hint}") from None
+        if exc.errno in (errno.EISDIR, errno.ENXIO, errno.EWOULDBLOCK):
+            raise OutputFolderError(f"the lock file {path} is not a regular file{hint}") from None
+        raise OutputFolderError(f"cannot write to the index folder {folder} ({exc.strerror}); choose a "
+                                "folder you can write to") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+        os.close(fd)
+        what = "is not a regular file" if not stat.S_ISREG(st.st_mode) else "is a hard link to another file"
+        raise OutputFolderError(f"the lock file {path} {what}{hint}")
+    return fd
+
+
 def _flock(fd: int, folder: Path) -> None:
     try:
         import fcntl
@@ -670,14 +751,28 @@ def _flock(fd: int, folder: Path) -> None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        try:
-            pid = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
-        except OSError:
-            pid = "?"
+        pid = _lock_holder(fd) or "?"
         raise IndexLockedError(
             f"the index {folder} is being written by process {pid}; wait for it to finish (or stop "
             "it), then try again"
         ) from None
+
+
+def _lock_holder(fd: int) -> str | None:
+    """The process number holding a ``flock`` on ``fd``'s file, from ``/proc/locks`` (Linux)."""
+    st = os.fstat(fd)
+    dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            for line in f:
+                parts = line.split()
+                if "->" in parts:  # a waiter, not the holder
+                    continue
+                if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5] == dev:
+                    return parts[4]
+    except OSError:
+        pass
+    return None
 
 
 # ---- building and updating -----------------------------------------------------------------
@@ -691,6 +786,7 @@ class BuildReport:
     added: int = 0
     removed: int = 0
     unchanged: int = 0
+    removed_files: list[tuple[str, str]] = field(default_factory=list)  # (path, why) of removed references
 
     def summary(self) -> str:
         s = (f"{len(self.index)} references of {len(self.index.instances)} instances "
@@ -941,8 +1037,15 @@ def _update(index, extractor, weights, batch_size, checksum, ann):
             yield from _calibrate(updated, extractor)
     if index.path is not None:
         updated.save(index.path)
-    removed = sum(1 for it in index.items if it.path not in current)
-    return BuildReport(updated, lab, skipped, added=len(new_items), removed=removed, unchanged=len(keep_items))
+    # Every reference of the old index that is not in the new one is removed, and says why: deleted
+    # from the collection, or dropped because it can no longer be read (then also in ``skipped``).
+    now = {it.path for it in updated.items}
+    reasons = dict(skipped)
+    removed = [(str(root / it.path), "deleted from the collection" if it.path not in current
+                else f"dropped: {reasons.get(str(root / it.path), 'it could not be described again')}")
+               for it in index.items if it.path not in now]
+    return BuildReport(updated, lab, skipped, added=len(new_items), removed=len(removed),
+                       unchanged=len(keep_items), removed_files=removed)
 
 
 def _add_verification(index: Index, extractor, kept: list, calibrate: bool = True):
@@ -1020,29 +1123,125 @@ def _size_text(n: float) -> str:
 
 
 def _write_journal(path: Path, names: list[str]) -> None:
-    with open(path / JOURNAL, "w", encoding="utf-8") as f:  # our own file (a damaged one is ignored)
-        json.dump({"pid": os.getpid(), "files": names}, f)
-        f.flush()
-        os.fsync(f.fileno())
+    """Write the journal of a save: every file name it may create and every file of the generation it
+    replaces. Whatever a kill interrupts, :func:`_clean_journal` then removes exactly the names not in
+    the manifest in force: the new files before the commit, the old ones after it. Created
+    exclusively, never through a link."""
+    blob = json.dumps({"pid": os.getpid(), "files": names}).encode("utf-8")
+    try:
+        fd = os.open(path / JOURNAL, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o644)
+    except FileExistsError:
+        raise OutputFolderError(f"the journal {path / JOURNAL} appeared while this program was writing the "
+                                "index (another program is using the folder?); nothing was changed") from None
+    try:
+        os.write(fd, blob)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
     _fsync_dir(path)
 
 
-def _clean_journal(path: Path) -> None:
-    """Remove the files an interrupted save of this index created (named in its journal)."""
+def _is_own_name(name: object) -> bool:
+    """A file name a save of this program creates: a generation data file or a temporary manifest."""
+    return isinstance(name, str) and "/" not in name and (
+        bool(DATA_FILE.match(name)) or (name.startswith(f"{MANIFEST}.") and name.endswith(".tmp")))
+
+
+def _journal_names(path: Path) -> list[str]:
+    """The names listed in ``path``'s journal ([] if there is none, or it is not readable JSON);
+    :class:`OutputFolderError` if the journal is a link or not a regular file."""
     journal = path / JOURNAL
     try:
-        names = json.loads(journal.read_text(encoding="utf-8"))["files"]
+        fd = os.open(journal, os.O_RDONLY | _NOFOLLOW | _CLOEXEC | _NONBLOCK)
     except FileNotFoundError:
+        return []
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or journal.is_symlink():
+            raise OutputFolderError(f"the journal {journal} is a symbolic link; it is not a file this program "
+                                    f"made: remove it (rm {journal}) or choose another folder") from None
+        raise OutputFolderError(f"the journal {journal} cannot be read ({exc.strerror})") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OutputFolderError(f"the journal {journal} is not a regular file; remove it or choose "
+                                    "another folder")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            raw = f.read(1 << 20)
+    finally:
+        os.close(fd)
+    try:
+        names = json.loads(raw.decode("utf-8"))["files"]
+    except (ValueError, KeyError, TypeError):
+        return []
+    return [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
+
+
+def _clean_journal(path: Path) -> None:
+    """Finish what an interrupted save of this index left: remove the files its journal names that
+    the manifest in force does not (the new generation's before the commit, the old one's after)."""
+    names = _journal_names(path)
+    journal = path / JOURNAL
+    if not names and not os.path.lexists(journal):
         return
-    except (OSError, ValueError, KeyError, TypeError):
-        names = []
     current = set(_manifest_files(path))
-    for name in names if isinstance(names, list) else []:
-        if not isinstance(name, str) or name in current:
-            continue
-        if DATA_FILE.match(name) or (name.startswith(f"{MANIFEST}.") and name.endswith(".tmp") and "/" not in name):
-            (path / name).unlink(missing_ok=True)
+    for name in names:
+        if name not in current and _is_own_name(name):
+            _remove_own(path / name)
     journal.unlink(missing_ok=True)
+
+
+def _remove_own(f: Path) -> None:
+    """Remove a data file of this program's (a link is removed, never followed)."""
+    try:
+        f.unlink(missing_ok=True)
+    except IsADirectoryError:
+        log.warning("%s is a folder, not a file of this index's; it is left alone", f)
+    except OSError as exc:  # e.g. a file still open elsewhere on Windows: a leftover, not an error
+        log.warning("the index file %s could not be removed: %s", f, exc)
+
+
+# ---- the commit: signals wait -----------------------------------------------------------------
+
+_committed: list[Path] = []  # the indexes saved (committed) by this process, in order
+
+
+def committed_in_this_process() -> list[Path]:
+    """The index folders this process has committed a new generation to (for a view that must say
+    "saved" rather than "nothing was changed" after an interrupt)."""
+    return list(_committed)
+
+
+class InterruptedAfterCommit(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM) arrived after a new generation was committed: the index is saved."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        super().__init__(f"the index {path} was saved before the interrupt")
+
+
+_DEFERRED_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
+
+
+@contextmanager
+def _signals_deferred():
+    """Hold SIGINT, SIGTERM and SIGHUP for the block (main thread only: elsewhere Python runs no
+    signal handler anyway), then deliver the first that arrived to its own handler."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    arrived: list[int] = []
+    saved = {}
+    for sig in _DEFERRED_SIGNALS:
+        try:
+            saved[sig] = signal.signal(sig, lambda signum, frame: arrived.append(signum))
+        except (ValueError, OSError):
+            pass
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        if arrived:
+            signal.raise_signal(arrived[0])
 
 
 def _sha256(path: Path) -> str:
@@ -1112,6 +1311,54 @@ def _intact(f: Path, key: str, manifest: dict, full: bool) -> bool:
     if not full and sample is not None:
         return _sample_digest(f) == sample
     return _sha256(f) == manifest.get("sha256", {}).get(key)
+
+
+def _rebuild_hint(path: Path, manifest: dict | None = None) -> str:
+    """How to make the index at ``path`` again: ``import`` for imported descriptors, else ``index``."""
+    backbone = (manifest or {}).get("backbone")
+    if isinstance(backbone, dict) and backbone.get("name") == IMPORTED:
+        return f"import the descriptors again with: museum-search import DESCRIPTORS.npy --items ITEMS.csv -o {path}"
+    return f"rebuild it with: museum-search index COLLECTION -o {path}"
+
+
+def _check_version(path: Path, manifest: dict) -> None:
+    """Refuse a manifest of another format version (with the command that converts an older one)."""
+    version = manifest.get("version")
+    hint = _rebuild_hint(path, manifest)
+    if isinstance(version, int) and not isinstance(version, bool) and version in UPGRADABLE:
+        raise IndexFormatError(
+            f"index {path} has format version {version} (written by an older museum-search); "
+            f"convert it with: museum-search upgrade {path} (it keeps the descriptors), or {hint}")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise IndexFormatError(f"index manifest {path / MANIFEST} is damaged: its format version is "
+                               f"{version!r}, not a number; {hint}")
+    if version != VERSION:
+        raise IndexFormatError(
+            f"index {path} has format version {version}, this program reads version {VERSION}; {hint}")
+
+
+def _is_regular(f: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(f).st_mode)
+    except OSError:
+        return False
+
+
+def _load_npy(f: Path, mode: str | None, path: Path, hint: str) -> np.ndarray:
+    """A data file of the index as an array (memory-mapped with ``mode`` "r"); a file that is not a
+    NumPy array file, or holds Python objects, is refused by name (never unpickled)."""
+    try:
+        with open(f, "rb") as fp:
+            magic = fp.read(6)
+    except OSError as exc:
+        raise IndexFormatError(f"index file {f.name} in {path} cannot be read ({exc.strerror}); {hint}") from None
+    if magic != b"\x93NUMPY":
+        raise IndexFormatError(f"index file {f.name} in {path} is damaged (it is not a NumPy array file); {hint}")
+    try:
+        return np.load(f, mmap_mode=mode, allow_pickle=False)
+    except ValueError as exc:
+        why = "it holds Python objects, which are never loaded" if "pickle" in str(exc).lower() else str(exc)
+        raise IndexFormatError(f"index file {f.name} in {path} is damaged ({why}); {hint}") from None
 
 
 def index_version(path: str | Path) -> int | None:
