@@ -53,6 +53,11 @@ Sources
   (Eqs. 13-19), P(10)/P(20); Table 1 is reproduced in ``tests/test_metrics.py``.
 * 002: mAP@p (Eqs. 2-5) and nDCG@p with grades 0..3 (Eqs. 6-9).
 * 000: Kendall tau-B with ties.
+* The Met dataset (Ypsilantis et al., NeurIPS 2021 Datasets and Benchmarks track) and the Google
+  Landmark Recognition challenge: GAP (Global Average Precision, micro-AP), the open-set
+  recognition metric of :func:`global_average_precision` and :func:`gap_known`. Unlike the
+  functions above it does not rank references per query: it ranks the *queries* by the
+  confidence of their top-1 prediction, and open-set queries take part in it (as distractors).
 """
 
 from __future__ import annotations
@@ -89,6 +94,8 @@ __all__ = [
     "ndcg_at_p",
     "mean_ndcg_at_p",
     "kendall_tau_b",
+    "global_average_precision",
+    "gap_known",
     "summarize",
 ]
 
@@ -738,6 +745,111 @@ def kendall_tau_b(
     with np.errstate(divide="ignore", invalid="ignore"):
         tau = np.where((s_xx > 0) & (s_yy > 0), s_xy / np.sqrt(s_xx * s_yy), np.nan)
     return float(tau[0]) if single else tau
+
+
+# --------------------------------------------------------------------------------------------
+# Open-set recognition: GAP (The Met dataset; Google Landmark Recognition)
+# --------------------------------------------------------------------------------------------
+
+
+def _gap_inputs(confidence, correct, known) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Validated (Q,) float64 confidence, bool correct, bool known."""
+    try:
+        conf = np.asarray(confidence, dtype=np.float64)  # None -> NaN
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"confidence must be numbers (or None/NaN): {exc}") from None
+    if conf.ndim != 1:
+        raise ValueError(f"confidence must be 1-D (one value per query), got shape {conf.shape}")
+    out = [conf]
+    for name, arr in (("correct", correct), ("known", known)):
+        a = np.asarray(arr)
+        if a.shape != conf.shape:
+            raise ValueError(f"{name} must have shape {conf.shape} like confidence, got {a.shape}")
+        if a.dtype != bool:
+            if a.size and not np.all((a == 0) | (a == 1)):
+                raise ValueError(f"{name} must be boolean (or 0/1)")
+            a = a.astype(bool)
+        out.append(a)
+    return out[0], out[1], out[2]
+
+
+def _gap(conf: np.ndarray, rel: np.ndarray, m: int) -> float:
+    if m == 0:
+        return float("nan")
+    order = np.argsort(-conf, kind="stable")  # descending; ties keep query order; NaN last
+    hits = np.cumsum(rel[order])
+    prec = hits / np.arange(1, conf.size + 1, dtype=np.float64)  # P(i), i = 1..Q
+    return float(prec[rel[order]].sum() / m)
+
+
+def global_average_precision(confidence, correct, known) -> float:
+    """GAP = (1/M) sum_{i=1}^{Q} rel(i) P(i), Global Average Precision (micro-AP), a float.
+
+    The open-set recognition metric of the Met dataset (NeurIPS 2021 Datasets and Benchmarks
+    track, "GAP") and of the Google Landmark Recognition challenge ("GAP at k = 1"). Every query
+    makes one prediction, its top-1 instance, with a confidence; **all** Q queries, known and
+    unknown, are sorted by that confidence, highest first, and i is the 1-based position of a
+    query in that order. rel(i) = 1 iff the query at position i is known and its top-1 instance
+    is right; P(i) = (number of rel among positions 1..i) / i; M = number of known queries.
+
+    Parameters
+    ----------
+    confidence : (Q,) float
+        Confidence of each query's top-1 prediction (higher = surer). NaN or None means the query
+        made no prediction.
+    correct : (Q,) bool (or 0/1)
+        ``correct[q]`` is True iff the top-1 instance of query ``q`` is (one of) its relevant
+        instance(s). Ignored for unknown queries (they have no right instance).
+    known : (Q,) bool (or 0/1)
+        ``known[q]`` is True iff the ground truth of query ``q`` is an instance of the
+        collection; False for open-set queries / distractors ("not in the collection", Met's
+        label -1, GLR's empty ground truth).
+
+    Conventions
+    -----------
+    * Positions are 1-based (P(1) is the precision of the most confident query alone).
+    * Unknown queries are ranked with the others: a confident prediction for a query whose
+      object is not in the collection has rel = 0 and lowers P of every later query, so GAP
+      rewards confidences that put distractors last. They never count in M.
+    * M counts *all* known queries, whether predicted right or not: a known query that is wrong
+      or makes no prediction contributes 0 to the sum but still 1 to M. With R right
+      predictions, GAP = (R / M) x the average precision of the query order with the R right
+      ones as positives (``tests/test_gap.py`` checks this against sklearn). GAP = 1 iff every
+      known query is right and comes before every unknown query in the order.
+    * Ties in confidence are broken by query order: a stable sort on ``-confidence``, so the
+      earlier query comes first (the order changes the value: a right and a wrong query tied
+      give P = 1 to the right one only if it comes first). The published reference codes
+      (Met's ``gap``, the GLR Kaggle ``GAP_vector``) sort with an unstable quicksort and leave
+      tied orders unspecified; without ties they agree with this function.
+    * No prediction (NaN/None confidence): the query counts as *not right* (rel = 0, whatever
+      ``correct`` says) and is placed after every query with a confidence (as GLR's reference
+      code does with ``na_position='last'``), so it changes nothing but M if it is known.
+      ``+inf``/``-inf`` are ordinary, extreme confidences.
+    * No known query (M = 0, including Q = 0): NaN, like the per-query metrics of this module
+      for open-set queries (no warning, no exception).
+
+    The value is a fraction in [0, 1], higher is better. See :func:`gap_known` for the variant
+    without distractors.
+    """
+    conf, correct_b, known_b = _gap_inputs(confidence, correct, known)
+    rel = correct_b & known_b & ~np.isnan(conf)
+    return _gap(conf, rel, int(known_b.sum()))
+
+
+def gap_known(confidence, correct, known) -> float:
+    """GAP over the known queries only: :func:`global_average_precision` of the subset ``known``.
+
+    The Met dataset's "GAP without distractors" (its ``gap_non_distr``): the unknown (open-set)
+    queries are removed *before* sorting, so they cannot push the known ones down; M, the
+    denominator, is unchanged (the number of known queries). Always ``>=``
+    :func:`global_average_precision` on the same inputs. Same parameters, conventions (stable
+    tie-break by query order, NaN/None confidence = no prediction, placed last) and NaN for
+    M = 0.
+    """
+    conf, correct_b, known_b = _gap_inputs(confidence, correct, known)
+    conf_k = conf[known_b]
+    rel = correct_b[known_b] & ~np.isnan(conf_k)
+    return _gap(conf_k, rel, int(known_b.sum()))
 
 
 # --------------------------------------------------------------------------------------------
