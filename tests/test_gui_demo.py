@@ -150,18 +150,23 @@ def test_object_outside_the_collection_gets_the_sorry_card(qtbot, make_demo, dat
     assert w.mode == "live"
 
 
-def test_escape_leaves_unless_an_exit_combination_is_set(qtbot, make_demo, data):
-    free = make_demo(data.index, data.known, steady_seconds=60)
-    qtbot.keyClick(free, Qt.Key.Key_Escape)
-    assert not free.isVisible() and not free.camera_view.is_running()
+def test_escape_does_nothing_only_the_exit_combination_leaves(qtbot, make_demo, data):
+    """Locked by default (tests/test_gui_kiosk_lock.py tests the rest): Esc does nothing, the
+    default combination Ctrl+Shift+Q leaves; a combination set in Settings replaces it."""
+    ctrl_shift = Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
+    default = make_demo(data.index, data.known, steady_seconds=60)
+    qtbot.keyClick(default, Qt.Key.Key_Escape)
+    qtbot.keyClick(default, Qt.Key.Key_Q, Qt.KeyboardModifier.ControlModifier)
+    assert default.isVisible() and default.camera_view.is_running()
+    qtbot.keyClick(default, Qt.Key.Key_Q, ctrl_shift)
+    assert not default.isVisible() and not default.camera_view.is_running()
 
-    locked = make_demo(data.index, data.known, exit_keys="Ctrl+Shift+Q", steady_seconds=60)
-    qtbot.keyClick(locked, Qt.Key.Key_Escape)
-    qtbot.keyClick(locked, Qt.Key.Key_Q, Qt.KeyboardModifier.ControlModifier)
-    assert locked.isVisible()
-    qtbot.keyClick(locked, Qt.Key.Key_Q,
-                   Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
-    assert not locked.isVisible()
+    chosen = make_demo(data.index, data.known, exit_keys="Ctrl+Alt+K", steady_seconds=60)
+    qtbot.keyClick(chosen, Qt.Key.Key_Escape)
+    qtbot.keyClick(chosen, Qt.Key.Key_Q, ctrl_shift)
+    assert chosen.isVisible()
+    qtbot.keyClick(chosen, Qt.Key.Key_K, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.AltModifier)
+    assert not chosen.isVisible()
 
 
 def _assert_for_visitors(text: str, *details: str) -> None:

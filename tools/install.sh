@@ -52,21 +52,30 @@ elif [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -m pip --version >/dev/
 fi
 VPY="$VENV/bin/python"
 
-# Shared libraries Qt needs (offscreen and X11); only when missing, only as root.
-qt_libs="libegl1 libgl1 libxkbcommon0 libxkbcommon-x11-0 libfontconfig1 libglib2.0-0 libdbus-1-3 \
-libxcb-icccm4 libxcb-keysyms1 libxcb-cursor0 libxcb-image0 libxcb-render-util0 libxcb-shape0 libxcb-xinerama0"
-if command -v dpkg-query >/dev/null 2>&1; then
-  missing=""
-  for p in $qt_libs; do
+install_missing() {
+  # install_missing WHAT PKG...: the Debian packages not installed yet, as root only; otherwise a warning.
+  local what=$1 missing="" p
+  shift
+  command -v dpkg-query >/dev/null 2>&1 || return 0
+  for p in "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
   done
-  if [ -n "$missing" ]; then
-    if as_root; then
-      apt_install $missing
-    else
-      echo "warning: missing system libraries for Qt:$missing (sudo apt-get install$missing)" >&2
-    fi
+  [ -z "$missing" ] && return 0
+  if as_root; then
+    apt_install $missing
+  else
+    echo "warning: missing Debian packages for $what:$missing (sudo apt-get install$missing)" >&2
   fi
+}
+
+# Shared libraries Qt needs (offscreen and X11).
+install_missing "Qt" libegl1 libgl1 libxkbcommon0 libxkbcommon-x11-0 libfontconfig1 libglib2.0-0 libdbus-1-3 \
+  libxcb-icccm4 libxcb-keysyms1 libxcb-cursor0 libxcb-image0 libxcb-render-util0 libxcb-shape0 libxcb-xinerama0
+# The test tools (--dev): the kiosk tests under a real X server with a window manager
+# (tests/test_gui_kiosk_lock.py: Xvfb, openbox, xdotool, xprop) and the signal tests that inject a
+# signal at one system call (tests/test_hardening_store.py: strace).
+if [ -n "$extra" ]; then
+  install_missing "the tests" xvfb openbox xdotool x11-utils strace
 fi
 
 # PyTorch: a range, so pip takes the build available locally when there is one.

@@ -21,9 +21,21 @@ Auto-triggering rules (so the kiosk does not chatter):
 * a still scene that looks like one that was already found "not in the collection" (typically
   the empty background once the visitor has gone) does not trigger by itself again.
 
-Leaving: Esc, unless the setting ``demo/exit_keys`` holds a key combination (e.g.
-``Ctrl+Shift+Q``); then Esc does nothing, only that combination closes the window, and close
-requests from the window system (Alt+F4, the title bar) are refused.
+A locked kiosk: visitors cannot leave it. Esc does nothing (unless staff chose it as the exit
+keys), close requests from the window system (Alt+F4, the title bar) and any other close that was
+not authorised are refused, and while the kiosk runs it holds the screen: every other window of the
+application (the admin window, dialogs, windows opened later) is hidden and shown again when staff
+leave, the kiosk takes the activation back when another window of the application gets it (Alt+Tab
+finds nothing of the application to switch to), and once shown full screen it stays full screen
+(it comes back when the window manager minimizes it or takes the full-screen state away).
+
+Leaving is for staff: the exit combination (setting ``demo/exit_keys``; empty:
+:data:`DEFAULT_EXIT_KEYS`, Ctrl+Shift+Q) leaves at once when no staff PIN is set. With a PIN set
+in Settings (:meth:`museum_search.gui.state.Settings.set_demo_pin`), the combination, or holding
+the top-left corner of the screen for :attr:`DemoWindow.CORNER_HOLD_MS`, opens a PIN prompt with a
+keypad (touch or keyboard); only the right PIN leaves. Wrong PINs keep the kiosk; after
+:attr:`DemoWindow.PIN_MAX_TRIES` of them the prompt refuses for :attr:`DemoWindow.PIN_LOCK_SECONDS`.
+:func:`lock_summary` says all this in plain words (the Settings dialog shows it).
 
 Full screen: :meth:`DemoWindow.showFullScreen` also sizes the window to its screen, so the kiosk
 fills the screen in a bare X session without a window manager (where nobody acts on the
@@ -66,13 +78,18 @@ from PySide6.QtGui import (
     QPen,
 )
 from PySide6.QtWidgets import (
+    QApplication,
+    QFrame,
+    QGridLayout,
     QHBoxLayout,
     QLabel,
+    QPushButton,
     QSizePolicy,
     QStackedLayout,
     QVBoxLayout,
     QWidget,
 )
+from shiboken6 import isValid
 
 from ..core.capture import STEADY_THRESHOLD, CameraSource, OpenCVCamera, is_steady
 from ..core.errors import ImageError
@@ -84,11 +101,20 @@ from .widgets.camera_view import CameraView, ImageView
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ASK_STAFF", "EXIT_KEYS_SETTING", "GETTING_READY", "HINT", "LOOKUP_FAILED", "NOT_IN_COLLECTION",
-           "TRYING_AGAIN", "DemoWindow"]
+__all__ = ["ASK_STAFF", "DEFAULT_EXIT_KEYS", "EXIT_KEYS_SETTING", "GETTING_READY", "HINT", "LOOKUP_FAILED",
+           "NOT_IN_COLLECTION", "PIN_TITLE", "PIN_WRONG", "TRYING_AGAIN", "DemoWindow", "exit_keys_from",
+           "lock_summary"]
 
-#: Settings key of the key combination that closes the kiosk (empty: Esc closes it).
+#: Settings key of the key combination with which staff leave the kiosk (empty: DEFAULT_EXIT_KEYS).
 EXIT_KEYS_SETTING = "demo/exit_keys"
+#: The exit combination when none is set: not one a visitor presses by chance (Esc does nothing).
+DEFAULT_EXIT_KEYS = "Ctrl+Shift+Q"
+# the staff PIN prompt
+PIN_TITLE = "Staff only"
+PIN_DETAIL = "Type the staff PIN to leave the kiosk."
+PIN_WRONG = "Wrong PIN. The kiosk stays on."
+PIN_LOCKED = "Too many wrong tries. Try again in a minute."
+PIN_CANCEL = "Back to the kiosk"
 HINT = "Hold the object steady in front of the camera, or touch the screen"
 GETTING_READY = "Getting ready…"
 LOOKING = "Looking it up…"
@@ -180,6 +206,51 @@ def _set_flag(label: QLabel, name: str, on: bool) -> None:
     label.setProperty(name, on)
     label.style().unpolish(label)
     label.style().polish(label)
+
+
+def exit_keys_from(settings: Settings) -> QKeySequence:
+    """The exit combination set in ``settings`` (:data:`EXIT_KEYS_SETTING`), or
+    :data:`DEFAULT_EXIT_KEYS` when none (or an unusable one) is set."""
+    value = settings.value(EXIT_KEYS_SETTING, "")
+    if isinstance(value, (list, tuple)):  # QSettings splits "a, b" into a list
+        value = ", ".join(str(v) for v in value)
+    text = str(value or "").strip()
+    if text:
+        seq = QKeySequence(text)
+        if not seq.isEmpty() and seq[0].key() != Qt.Key.Key_unknown:
+            return seq
+        log.warning("ignoring the invalid demo exit keys %r (%s leaves the demo)", text, DEFAULT_EXIT_KEYS)
+    return QKeySequence(DEFAULT_EXIT_KEYS)
+
+
+def _easy_to_press(seq: QKeySequence) -> bool:
+    """True when the first chord of ``seq`` needs no Ctrl, Alt or Meta (Esc, F12, a letter)."""
+    mods = seq[0].keyboardModifiers() if not seq.isEmpty() else Qt.KeyboardModifier.NoModifier
+    strong = Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.AltModifier | Qt.KeyboardModifier.MetaModifier
+    return not (mods & strong)
+
+
+def lock_summary(exit_keys: str, pin_set: bool) -> str:
+    """What visitors and staff can do in the kiosk, in plain words, for the exit keys ``exit_keys``
+    as typed in Settings (empty: the default) and whether a staff PIN is set."""
+    text = exit_keys.strip()
+    seq = QKeySequence(text) if text else QKeySequence(DEFAULT_EXIT_KEYS)
+    if seq.isEmpty() or seq[0].key() == Qt.Key.Key_unknown:
+        seq = QKeySequence(DEFAULT_EXIT_KEYS)
+    keys = QKeySequence(seq[0]).toString(QKeySequence.SequenceFormat.NativeText)
+    default = "" if text else " (the default while the field is empty)"
+    lines = ["Visitors cannot leave the kiosk: Esc, Alt+F4 and Alt+Tab do nothing, and the other windows of "
+             "this program stay hidden while it runs."]
+    if pin_set:
+        lines.append(f"Staff press {keys}{default}, or hold the top-left corner of the screen for "
+                     f"{DemoWindow.CORNER_HOLD_MS // 1000} seconds, then type the PIN.")
+    else:
+        lines.append(f"Staff leave with {keys}{default}. Anyone who knows it can leave: set a PIN to ask for "
+                     "one as well.")
+        if _easy_to_press(seq):
+            lines.append(f"Warning: {keys} alone is easy to press: any visitor with a keyboard can leave. Choose "
+                         "a combination with Ctrl, or set a PIN.")
+    return "\n".join(lines)
 
 
 class _Countdown(QWidget):
@@ -435,6 +506,150 @@ class _MessagePage(QWidget):
         lay.addStretch(1)
 
 
+class _PinPrompt(QWidget):
+    """The staff PIN prompt, over the whole kiosk (a child of it, not a window of its own): a title,
+    dots for the digits typed, a message line and a keypad for touch screens. The kiosk checks the
+    PIN (``submitted``); clicks on the prompt never reach the kiosk below."""
+
+    submitted = Signal(str)
+    cancelled = Signal()
+    MAX_DIGITS = 12
+
+    def __init__(self, parent: QWidget):
+        super().__init__(parent)
+        self.setObjectName("pinPrompt")
+        self.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        self._digits = ""
+        self.card = QFrame(self)
+        self.card.setObjectName("pinCard")
+        self.title = QLabel(PIN_TITLE)
+        self.title.setObjectName("pinTitle")
+        self.detail = QLabel(PIN_DETAIL)
+        self.detail.setObjectName("pinDetail")
+        self.dots = QLabel("")
+        self.dots.setObjectName("pinDots")
+        self.message = QLabel("")
+        self.message.setObjectName("pinMessage")
+        for lab in (self.title, self.detail, self.dots, self.message):
+            lab.setAlignment(Qt.AlignmentFlag.AlignCenter)
+            lab.setTextFormat(Qt.TextFormat.PlainText)
+            lab.setWordWrap(True)
+        self.keys: dict[str, QPushButton] = {}
+        grid = QGridLayout()
+        grid.setSpacing(12)
+        labels = ["1", "2", "3", "4", "5", "6", "7", "8", "9", "⌫", "0", "OK"]
+        for i, text in enumerate(labels):
+            b = QPushButton(text)
+            b.setObjectName("pinOk" if text == "OK" else "pinKey")
+            b.setFocusPolicy(Qt.FocusPolicy.NoFocus)  # keys always reach the kiosk
+            b.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+            b.clicked.connect(lambda _=False, t=text: self._pressed(t))
+            self.keys[text] = b
+            grid.addWidget(b, i // 3, i % 3)
+        self.keys["⌫"].setAccessibleName("Delete")
+        self.cancel_button = QPushButton(PIN_CANCEL)
+        self.cancel_button.setObjectName("pinCancel")
+        self.cancel_button.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        self.cancel_button.clicked.connect(self.cancel)
+        lay = QVBoxLayout(self.card)
+        lay.setSpacing(10)
+        for w in (self.title, self.detail, self.dots, self.message):
+            lay.addWidget(w)
+        lay.addLayout(grid, 1)
+        lay.addWidget(self.cancel_button)
+        self._idle = QTimer(self, singleShot=True, interval=DemoWindow.PIN_IDLE_MS)
+        self._idle.timeout.connect(self.cancel)  # a prompt nobody uses goes away by itself
+        self.hide()
+
+    def digits(self) -> str:
+        return self._digits
+
+    def open(self) -> None:
+        self._digits = ""
+        self._show_digits()
+        self.setGeometry(self.parentWidget().rect())
+        self.show()
+        self.raise_()
+        self._idle.start()
+
+    def close_prompt(self) -> None:
+        self._idle.stop()
+        self._digits = ""
+        self.message.setText("")
+        self.hide()
+
+    def cancel(self) -> None:
+        if self.isVisible():
+            self.close_prompt()
+            self.cancelled.emit()
+
+    def set_message(self, text: str) -> None:
+        self.message.setText(text)
+
+    def set_locked(self, locked: bool) -> None:
+        for b in self.keys.values():
+            b.setEnabled(not locked)
+
+    def type_key(self, key: int, text: str) -> None:
+        """A key press while the prompt is open (digits, Backspace, Enter, Esc)."""
+        if key in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
+            self._pressed("OK")
+        elif key == Qt.Key.Key_Backspace:
+            self._pressed("⌫")
+        elif key == Qt.Key.Key_Escape:
+            self.cancel()
+        elif len(text) == 1 and text.isdigit():
+            self._pressed(text)
+
+    def _pressed(self, key: str) -> None:
+        if not self.keys["0"].isEnabled():
+            return  # locked after too many wrong tries
+        self._idle.start()
+        if key == "OK":
+            pin, self._digits = self._digits, ""
+            self._show_digits()
+            if pin:
+                self.submitted.emit(pin)
+            return
+        if key == "⌫":
+            self._digits = self._digits[:-1]
+        elif len(self._digits) < self.MAX_DIGITS:
+            self._digits += key
+        self.message.setText("")
+        self._show_digits()
+
+    def _show_digits(self) -> None:
+        self.dots.setText(" ".join("●" * len(self._digits)) or " ")
+
+    def set_sizes(self, card_width: int, key_height: int) -> None:
+        self.card.setFixedWidth(card_width)
+        for b in self.keys.values():
+            b.setMinimumHeight(key_height)
+        self.cancel_button.setMinimumHeight(key_height * 3 // 4)
+        self._place()
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        self._place()
+
+    def _place(self) -> None:
+        self.card.adjustSize()
+        h = min(self.height() - 16, self.card.sizeHint().height())
+        self.card.resize(self.card.width(), max(1, h))
+        self.card.move((self.width() - self.card.width()) // 2, (self.height() - self.card.height()) // 2)
+
+    def paintEvent(self, event) -> None:
+        p = QPainter(self)
+        p.fillRect(self.rect(), QColor(0, 0, 0, 190))  # the kiosk dimmed behind the prompt
+        p.end()
+
+    def mousePressEvent(self, event) -> None:
+        event.accept()  # a touch beside the keypad is not a touch on the kiosk
+
+    def mouseReleaseEvent(self, event) -> None:
+        event.accept()
+
+
 class DemoWindow(QWidget):
     """The kiosk: see the module docstring. Show it with ``showFullScreen()``.
 
@@ -442,14 +657,31 @@ class DemoWindow(QWidget):
     ``settings.camera``. ``steady_seconds``: how long the picture must be still before it is
     recognized by itself; ``result_seconds``: how long a card stays; ``steady_threshold``: see
     :func:`museum_search.core.capture.is_steady`.
+
+    Locked (see the module docstring): only :meth:`leave` (the exit combination, or the right PIN)
+    and :meth:`shutdown` (code) let it close; ``left`` fires once it has closed. (Qt 6's
+    ``QApplication.quit()`` asks the windows to close first, so it too is refused while the kiosk
+    runs: call :meth:`shutdown` before it.)
     """
 
     mode_changed = Signal(str)
     recognized = Signal(object)  # the list of Results (best first)
+    left = Signal()  # the kiosk closed (staff left it, or it was shut down); the hidden windows are back
 
     MODES = ("starting", "live", "recognizing", "result", "unknown", "error", "retrying")
     #: A touch on a problem screen shows "Trying again…" at least this long (ms).
     RETRY_MIN_MS = 1200
+    #: Holding the top-left corner this long opens the PIN prompt (when a PIN is set).
+    CORNER_HOLD_MS = 3000
+    #: The PIN prompt closes by itself when nobody touched it for this long.
+    PIN_IDLE_MS = 30_000
+    #: Wrong PINs in a row before the prompt refuses for PIN_LOCK_SECONDS.
+    PIN_MAX_TRIES = 5
+    PIN_LOCK_SECONDS = 60
+    #: While the kiosk holds the screen, it checks this often that it is still in front.
+    GUARD_MS = 500
+    #: The kiosk that holds the screen now (one at a time: the last shown).
+    _holder: DemoWindow | None = None
 
     def __init__(self, index, settings: Settings, camera_factory=None, parent: QWidget | None = None, *,
                  steady_seconds: float = 1.0, result_seconds: float = 8.0,
@@ -480,7 +712,15 @@ class DemoWindow(QWidget):
         self._load_job: workers.Job | None = None
         self._job: workers.Job | None = None
         self._closing = False
+        self._leave_authorised = False  # staff left (exit combination, PIN): the close is let through
+        self._left_emitted = False
         self._started_camera = False
+        self._hidden_windows: list[QWidget] = []  # the application's windows hidden while the kiosk runs
+        self._holding = False
+        self._want_full_screen = False  # shown full screen: it stays full screen
+        self._unexposed_looks = 0  # guard looks in a row that found the window unmapped
+        self._pin_wrong = 0
+        self._pin_locked_until = 0.0
         self.last_results: list[Result] = []
         self.last_recognition: _Recognition | None = None
         self.recognitions = 0
@@ -514,6 +754,16 @@ class DemoWindow(QWidget):
             w.setFocusPolicy(Qt.FocusPolicy.NoFocus)  # keys always reach the window
 
         self.ripple = _Ripple(self)
+        self.pin_prompt = _PinPrompt(self)
+        self.pin_prompt.submitted.connect(self._pin_submitted)
+        self._corner_timer = QTimer(self, singleShot=True, interval=self.CORNER_HOLD_MS)
+        self._corner_timer.timeout.connect(self._corner_held)
+        self._pin_unlock_timer = QTimer(self, singleShot=True)
+        self._pin_unlock_timer.timeout.connect(self._pin_unlocked)
+        # while holding the screen: a look every GUARD_MS at what the window manager did (it may hide
+        # the kiosk without telling: "show desktop" unmaps it and Qt still thinks it is shown)
+        self._guard_timer = QTimer(self, interval=self.GUARD_MS)
+        self._guard_timer.timeout.connect(self._guard)
         self._result_timer = QTimer(self, singleShot=True)
         self._result_timer.timeout.connect(self.back_to_live)
         self._problem_timer = QTimer(self, singleShot=True)  # shows _pending_problem
@@ -529,19 +779,47 @@ class DemoWindow(QWidget):
         return self._mode
 
     @property
-    def exit_keys(self) -> QKeySequence | None:
-        """The combination that closes the kiosk, or None (Esc closes it)."""
-        value = self.settings.value(EXIT_KEYS_SETTING, "")
-        if isinstance(value, (list, tuple)):  # QSettings splits "a, b" into a list
-            value = ", ".join(str(v) for v in value)
-        text = str(value or "").strip()
-        if not text:
-            return None
-        seq = QKeySequence(text)
-        if seq.isEmpty() or seq[0].key() == Qt.Key.Key_unknown:
-            log.warning("ignoring the invalid demo exit keys %r (Esc leaves the demo)", text)
-            return None
-        return seq
+    def exit_keys(self) -> QKeySequence:
+        """The combination with which staff leave (:data:`DEFAULT_EXIT_KEYS` when none is set)."""
+        return exit_keys_from(self.settings)
+
+    @property
+    def pin_set(self) -> bool:
+        """True when leaving asks for the staff PIN."""
+        return bool(getattr(self.settings, "demo_pin_set", False))
+
+    def request_leave(self) -> None:
+        """Staff want to leave (the exit combination, the held corner): ask for the PIN when one is
+        set, else leave."""
+        if self._closing:
+            return
+        if self.pin_set:
+            self.open_pin_prompt()
+        else:
+            self.leave()
+
+    def leave(self) -> None:
+        """Leave the kiosk (authorised): it closes and the hidden windows come back."""
+        log.info("kiosk: left by staff")
+        self._leave_authorised = True
+        self.pin_prompt.close_prompt()
+        if not self.close():
+            self._leave_authorised = False
+
+    def open_pin_prompt(self) -> None:
+        """Show the staff PIN prompt over the kiosk."""
+        if not self.pin_set or self._closing:
+            return
+        self._corner_timer.stop()
+        self.pin_prompt.open()
+        self._show_pin_lock()
+
+    def pin_prompt_open(self) -> bool:
+        return self.pin_prompt.isVisible()
+
+    def holds_screen(self) -> bool:
+        """True while the kiosk holds the screen (the other windows hidden, activation taken back)."""
+        return self._holding
 
     @property
     def last_answer(self) -> Answer | None:
@@ -574,19 +852,25 @@ class DemoWindow(QWidget):
                 screen.geometryChanged.connect(self._fit_screen)
                 self._fitted_screen = screen
             self.setGeometry(screen.geometry())
+        self._want_full_screen = True
         super().showFullScreen()
         self.raise_()
-        self.activateWindow()  # keyboard focus without a window manager (Esc, the exit keys)
+        self.activateWindow()  # keyboard focus without a window manager (the exit keys)
 
     def _fit_screen(self, *_args) -> None:
         if self.isFullScreen() and self._fitted_screen is not None:
             self.setGeometry(self._fitted_screen.geometry())
 
     def shutdown(self) -> None:
-        """Stop the camera, timers and background work (the window closes)."""
+        """Stop the camera, timers and background work, and let go of the screen (the window
+        closes; after this a close is no longer refused)."""
         self._closing = True
+        self._release_screen()
         self._result_timer.stop()
         self._problem_timer.stop()
+        self._corner_timer.stop()
+        self._pin_unlock_timer.stop()
+        self.pin_prompt.close_prompt()
         self.card_page.countdown.stop()
         self.camera_view.stop(message=None)
         for job in (self._job, self._load_job):
@@ -677,9 +961,149 @@ class DemoWindow(QWidget):
 
     def showEvent(self, event) -> None:
         super().showEvent(event)
+        if not self._closing:
+            self._hold_screen()
         if not self._started_camera and not self._closing:
             self._start_camera()
         self.setFocus(Qt.FocusReason.OtherFocusReason)
+
+    # ---- holding the screen --------------------------------------------------------------
+    def _hold_screen(self) -> None:
+        """Hide every other window of the application and watch for new ones (until released)."""
+        previous = DemoWindow._holder
+        if previous is not None and previous is not self and isValid(previous):
+            previous._release_screen(restore=False)
+        DemoWindow._holder = self
+        for w in QApplication.topLevelWidgets():
+            self._hide_other(w)
+        if not self._holding:
+            self._holding = True
+            QApplication.instance().installEventFilter(self)
+            self._guard_timer.start()
+
+    def _hide_other(self, w) -> None:
+        if (w is self or not isinstance(w, QWidget) or not isValid(w) or not w.isWindow() or w.isHidden()
+                or w.windowType() == Qt.WindowType.Desktop):
+            return
+        log.debug("kiosk: hiding the window %r while the kiosk runs", w.windowTitle() or w.objectName())
+        if w not in self._hidden_windows:
+            self._hidden_windows.append(w)
+        w.hide()
+
+    def _release_screen(self, restore: bool = True) -> None:
+        """Stop holding the screen; show again the windows hidden while the kiosk ran."""
+        self._guard_timer.stop()
+        if self._holding:
+            self._holding = False
+            app = QApplication.instance()
+            if app is not None:
+                app.removeEventFilter(self)
+        if DemoWindow._holder is self:
+            DemoWindow._holder = None
+        hidden, self._hidden_windows = self._hidden_windows, []
+        if restore:
+            for w in hidden:
+                if isValid(w) and w.isHidden():
+                    w.show()
+
+    def eventFilter(self, obj, event) -> bool:
+        if (self._holding and event.type() == QEvent.Type.Show and isinstance(obj, QWidget) and obj is not self
+                and obj.isWindow()):
+            # another window of the application is shown while the kiosk runs (an error dialog of a
+            # job that finished, say): hidden, after its show event, until staff leave
+            QTimer.singleShot(0, lambda w=obj: self._holding and isValid(w) and self._hide_other(w))
+        return False
+
+    def changeEvent(self, event) -> None:
+        super().changeEvent(event)
+        if not getattr(self, "_holding", False) or self._closing:  # (also called during __init__)
+            return
+        if event.type() == QEvent.Type.ActivationChange and not self.isActiveWindow():
+            QTimer.singleShot(0, self._take_activation_back)
+        elif event.type() == QEvent.Type.WindowStateChange and self._want_full_screen:
+            QTimer.singleShot(0, self._keep_full_screen)
+
+    def _take_activation_back(self) -> None:
+        """Another window of the application was activated (Alt+Tab, a dialog): hide it, come back."""
+        if not self._holding or self._closing or self.isActiveWindow():
+            return
+        other = QApplication.activeWindow()
+        if other is None or other is self:
+            return  # another program's window (or none): not ours to hide
+        self._hide_other(other)
+        self.raise_()
+        self.activateWindow()
+
+    def _keep_full_screen(self) -> None:
+        if not self._holding or self._closing or not self._want_full_screen:
+            return
+        handle = self.windowHandle()
+        if not self.isFullScreen() or self.isMinimized() or self.isHidden():
+            log.info("kiosk: the window lost its full-screen state; back to full screen")
+            self.setWindowState(Qt.WindowState.WindowNoState)
+            self.showFullScreen()
+        elif handle is not None and not handle.isExposed():
+            # unmapped behind Qt's back (the window manager's "show desktop"; Qt still has it shown
+            # and will not ask for activation while it is unmapped): shown again, after two looks
+            # in a row (not while a show is under way)
+            self._unexposed_looks += 1
+            if self._unexposed_looks >= 2:
+                self._unexposed_looks = 0
+                log.info("kiosk: the window was hidden by the window manager; shown again")
+                self.hide()
+                self.showFullScreen()
+        else:
+            self._unexposed_looks = 0
+
+    def _guard(self) -> None:
+        """What the window manager may have done without an event to the kiosk (see GUARD_MS)."""
+        if not self._holding or self._closing or self.isHidden():
+            return
+        other = QApplication.activeWindow()
+        if other is not None and other is not self:
+            self._take_activation_back()
+        self._keep_full_screen()
+
+    # ---- the staff PIN -------------------------------------------------------------------
+    def _pin_submitted(self, pin: str) -> None:
+        if self._closing:
+            return
+        if time.monotonic() < self._pin_locked_until:
+            self._show_pin_lock()
+            return
+        if self.settings.check_demo_pin(pin):
+            self._pin_wrong = 0
+            self.leave()
+            return
+        self._pin_wrong += 1
+        log.warning("kiosk: a wrong staff PIN was typed (%d in a row)", self._pin_wrong)
+        if self._pin_wrong >= self.PIN_MAX_TRIES:
+            self._pin_wrong = 0
+            self._pin_locked_until = time.monotonic() + self.PIN_LOCK_SECONDS
+            self._pin_unlock_timer.start(self.PIN_LOCK_SECONDS * 1000)
+            self._show_pin_lock()
+        else:
+            self.pin_prompt.set_message(PIN_WRONG)
+
+    def _show_pin_lock(self) -> None:
+        locked = time.monotonic() < self._pin_locked_until
+        self.pin_prompt.set_locked(locked)
+        if locked:
+            self.pin_prompt.set_message(PIN_LOCKED)
+
+    def _pin_unlocked(self) -> None:
+        self._pin_locked_until = 0.0
+        self.pin_prompt.set_locked(False)
+        self.pin_prompt.set_message("")
+
+    def _corner(self) -> QRect:
+        side = max(48, min(self.width(), self.height()) // 10)
+        return QRect(0, 0, side, side)
+
+    def _corner_held(self) -> None:
+        if self.pin_set and not self._closing:
+            log.info("kiosk: the corner was held: the staff PIN prompt")
+            self.open_pin_prompt()
 
     # ---- modes ---------------------------------------------------------------------------
     def _set_mode(self, mode: str) -> None:
@@ -792,7 +1216,7 @@ class DemoWindow(QWidget):
 
     # ---- recognition ---------------------------------------------------------------------
     def _trigger(self, auto: bool) -> bool:
-        if self._mode != "live" or self._pipeline is None or self._closing:
+        if self._mode != "live" or self._pipeline is None or self._closing or self.pin_prompt.isVisible():
             return False
         if self._job is not None and self._job.running:
             return False
@@ -898,36 +1322,53 @@ class DemoWindow(QWidget):
 
     def mousePressEvent(self, event) -> None:
         if event.button() in (Qt.MouseButton.LeftButton, Qt.MouseButton.RightButton):
+            if event.button() == Qt.MouseButton.LeftButton and self._corner().contains(event.position().toPoint()):
+                self._corner_timer.start()  # held there: the staff PIN prompt (when a PIN is set)
             self._touched(event.position())
             event.accept()
             return
         super().mousePressEvent(event)
 
+    def mouseMoveEvent(self, event) -> None:
+        if self._corner_timer.isActive() and not self._corner().contains(event.position().toPoint()):
+            self._corner_timer.stop()
+        super().mouseMoveEvent(event)
+
+    def mouseReleaseEvent(self, event) -> None:
+        self._corner_timer.stop()
+        super().mouseReleaseEvent(event)
+
     def keyPressEvent(self, event) -> None:
         if event.isAutoRepeat():
             event.accept()
             return
-        seq = self.exit_keys
+        if self.pin_prompt.isVisible():
+            self.pin_prompt.type_key(event.key(), event.text())
+            event.accept()
+            return
         combo = QKeyCombination(event.modifiers() & ~Qt.KeyboardModifier.KeypadModifier, Qt.Key(event.key()))
-        if seq is not None:
-            if combo == seq[0]:
-                self.close()
-                event.accept()
-                return
-        elif event.key() == Qt.Key.Key_Escape:
-            self.close()
+        if combo == self.exit_keys[0]:
+            self.request_leave()
             event.accept()
             return
         if event.key() in (Qt.Key.Key_Space, Qt.Key.Key_Return, Qt.Key.Key_Enter):
             self._touched()
-        event.accept()  # nothing else: visitors' keys do nothing
+        event.accept()  # nothing else: visitors' keys (Esc too) do nothing
 
     def closeEvent(self, event) -> None:
-        if self.exit_keys is not None and event.spontaneous():
-            event.ignore()  # Alt+F4 or the title bar: only the exit combination leaves the kiosk
+        if not (self._leave_authorised or self._closing):
+            # Alt+F4, the title bar, any close staff did not authorise: the kiosk stays
+            log.info("kiosk: a request to close the kiosk was refused (%s)",
+                     "from the window system" if event.spontaneous() else "not authorised")
+            event.ignore()
+            if self._holding:
+                QTimer.singleShot(0, self._take_activation_back)
             return
         self.shutdown()
         super().closeEvent(event)
+        if not self._left_emitted:
+            self._left_emitted = True
+            self.left.emit()
 
     # ---- look ----------------------------------------------------------------------------
     def _apply_palette(self) -> None:
@@ -975,5 +1416,22 @@ class DemoWindow(QWidget):
             QLabel#demoHeadline {{ font-size: {px(84)}px; font-weight: 700; color: {_SORRY}; }}
             QLabel#demoHeadline[calm="true"] {{ color: {_ACCENT}; }}
             QLabel#demoDetail {{ font-size: {px(36)}px; }}
+            QFrame#pinCard {{ background: {_CARD}; border: 1px solid rgba(255, 255, 255, 70);
+                              border-radius: {px(28)}px; padding: {px(28)}px; }}
+            QLabel#pinTitle {{ font-size: {px(52)}px; font-weight: 700; color: {_ACCENT}; }}
+            QLabel#pinDetail {{ font-size: {px(30)}px; color: {_MUTED}; }}
+            QLabel#pinDots {{ font-size: {px(48)}px; min-height: {px(64)}px; color: {_TEXT}; }}
+            QLabel#pinMessage {{ font-size: {px(28)}px; color: {_SORRY}; min-height: {px(36)}px; }}
+            QPushButton {{ font-family: "DejaVu Sans", "Segoe UI", "Helvetica Neue", sans-serif; color: {_TEXT};
+                           background: #2a2c33; border: 1px solid rgba(255, 255, 255, 50);
+                           border-radius: {px(18)}px; }}
+            QPushButton:pressed {{ background: #3a3d47; }}
+            QPushButton:disabled {{ color: #5b5a56; background: #202127; }}
+            QPushButton#pinKey {{ font-size: {px(44)}px; }}
+            QPushButton#pinOk {{ font-size: {px(38)}px; font-weight: 700; color: {_BG}; background: {_ACCENT}; }}
+            QPushButton#pinOk:disabled {{ background: #5b4e36; }}
+            QPushButton#pinCancel {{ font-size: {px(28)}px; color: {_MUTED}; }}
         """)
+        self.pin_prompt.set_sizes(px(760), px(96))
+        self.pin_prompt.setGeometry(self.rect())
         self.live_page._place()

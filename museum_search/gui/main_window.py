@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, Qt
-from PySide6.QtGui import QAction, QIcon, QKeySequence
+from PySide6.QtCore import QByteArray, QRegularExpression, Qt
+from PySide6.QtGui import QAction, QIcon, QKeySequence, QRegularExpressionValidator
 from PySide6.QtWidgets import (
-    QComboBox, QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QKeySequenceEdit, QLabel,
-    QMainWindow, QMessageBox, QSpinBox, QTabWidget, QWidget,
+    QCheckBox, QComboBox, QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QKeySequenceEdit, QLabel,
+    QLineEdit, QMainWindow, QMessageBox, QSpinBox, QTabWidget, QWidget,
 )
 
 from .. import __version__
 from ..core.paths import resource
-from .demo_window import EXIT_KEYS_SETTING
+from .demo_window import DEFAULT_EXIT_KEYS, EXIT_KEYS_SETTING, lock_summary
 from . import upgrade
 from .state import AppState
 from .workers import show_error
@@ -39,11 +39,40 @@ class SettingsDialog(QDialog):
         self.camera = QSpinBox(minimum=0, maximum=16)
         self.camera.setValue(state.settings.camera)
         form.addRow("Camera number:", self.camera)
+        # Demo mode (the kiosk): how staff leave it; the label under the fields says what visitors
+        # can and cannot do with what is typed here
         self.exit_keys = QKeySequenceEdit(QKeySequence(str(state.settings.value(EXIT_KEYS_SETTING, "") or "")))
         self.exit_keys.setClearButtonEnabled(True)
-        self.exit_keys.setToolTip("Demo mode: the only key combination that leaves it (e.g. Ctrl+Shift+Q), so "
-                                  "visitors cannot quit. Empty: Esc leaves.")
+        if hasattr(self.exit_keys, "setMaximumSequenceLength"):
+            self.exit_keys.setMaximumSequenceLength(1)  # one combination (the kiosk reads the first)
+        self.exit_keys.setToolTip(f"Demo mode: the key combination with which staff leave the kiosk. Empty: "
+                                  f"{DEFAULT_EXIT_KEYS}. Esc never leaves unless you choose it here.")
         form.addRow("Demo exit keys:", self.exit_keys)
+        self.pin = QLineEdit()
+        self.pin.setEchoMode(QLineEdit.EchoMode.Password)
+        self.pin.setValidator(QRegularExpressionValidator(QRegularExpression(r"\d{0,12}"), self.pin))
+        self.pin.setPlaceholderText("PIN set: type a new one to change it" if state.settings.demo_pin_set
+                                    else "No PIN (4 to 12 digits)")
+        self.pin.setToolTip("Demo mode: with a staff PIN, the exit keys or holding the top-left corner of the "
+                            "screen ask for it before the kiosk closes. Only a hash of it is stored.")
+        form.addRow("Demo staff PIN:", self.pin)
+        self.clear_pin = QCheckBox("Remove the PIN")
+        self.clear_pin.setVisible(state.settings.demo_pin_set)
+        form.addRow("", self.clear_pin)
+        self.pin_error = QLabel("")
+        self.pin_error.setObjectName("pinError")
+        self.pin_error.setStyleSheet("color: #b3261e;")
+        self.pin_error.hide()
+        form.addRow("", self.pin_error)
+        self.kiosk_help = QLabel("")
+        self.kiosk_help.setObjectName("kioskLockHelp")
+        self.kiosk_help.setWordWrap(True)
+        self.kiosk_help.setMinimumWidth(420)
+        form.addRow("Demo mode:", self.kiosk_help)
+        self.exit_keys.keySequenceChanged.connect(self._update_kiosk_help)
+        self.pin.textChanged.connect(self._update_kiosk_help)
+        self.clear_pin.toggled.connect(self._update_kiosk_help)
+        self._update_kiosk_help()
         from ..core import engines
 
         self.engine = QComboBox()
@@ -59,9 +88,30 @@ class SettingsDialog(QDialog):
         buttons.rejected.connect(self.reject)
         form.addRow(buttons)
 
+    def _pin_after(self) -> bool:
+        """Whether a PIN will be set once these settings are saved."""
+        if self.pin.text():
+            return True
+        return self.state.settings.demo_pin_set and not self.clear_pin.isChecked()
+
+    def _update_kiosk_help(self, *_args) -> None:
+        keys = self.exit_keys.keySequence().toString(QKeySequence.SequenceFormat.NativeText)
+        self.kiosk_help.setText(lock_summary(keys, self._pin_after()))
+        self.pin_error.hide()
+
     def accept(self) -> None:
+        pin = self.pin.text()
+        if pin and not 4 <= len(pin) <= 12:
+            self.pin_error.setText("The PIN needs 4 to 12 digits.")
+            self.pin_error.show()
+            self.pin.setFocus()
+            return
         self.state.settings.camera = self.camera.value()
         self.state.settings.set_value(EXIT_KEYS_SETTING, self.exit_keys.keySequence().toString())
+        if pin:
+            self.state.settings.set_demo_pin(pin)
+        elif self.clear_pin.isChecked():
+            self.state.settings.set_demo_pin(None)
         if self.engine.currentData() != self.state.settings.engine:
             self.state.settings.engine = self.engine.currentData()
             self.state.settings.apply_engine()
@@ -78,6 +128,10 @@ class MainWindow(QMainWindow):
         from .search_tab import SearchTab
 
         self.state = state or AppState()
+        self._camera_factory = camera_factory
+        self._demo = None  # the kiosk while it runs (this window is hidden meanwhile)
+        self._quit_confirmed = False  # staff said "quit and cancel" while a job ran
+        self._quit_box: QMessageBox | None = None
         self.setWindowTitle("museum-search")
         self.setWindowIcon(app_icon())
         self.tabs = QTabWidget()
@@ -163,7 +217,16 @@ class MainWindow(QMainWindow):
     def _index_changed(self, index) -> None:
         self.setWindowTitle(f"museum-search — {index.path}" if index is not None and index.path else "museum-search")
 
+    @property
+    def demo(self):
+        """The kiosk while it runs (None otherwise)."""
+        return self._demo
+
     def _start_demo(self) -> None:
+        if self._demo is not None:
+            self._demo.raise_()
+            self._demo.activateWindow()
+            return
         if self.state.index is None:
             show_error(self, "Demo mode", "Open or build an index first.")
             return
@@ -172,8 +235,21 @@ class MainWindow(QMainWindow):
         except ImportError:
             show_error(self, "Demo mode", "Demo mode is not available in this build.")
             return
-        self._demo = DemoWindow(self.state.index, self.state.settings)
-        self._demo.showFullScreen()
+        demo = DemoWindow(self.state.index, self.state.settings, self._camera_factory)
+        demo.setAttribute(Qt.WidgetAttribute.WA_QuitOnClose, False)  # leaving the kiosk brings this window back
+        demo.left.connect(self._demo_left)
+        self._demo = demo
+        self.hide()  # the admin window is not reachable while the kiosk runs (the kiosk hides the others)
+        demo.showFullScreen()
+
+    def _demo_left(self) -> None:
+        """Staff left the kiosk: this window again."""
+        demo, self._demo = self._demo, None
+        if demo is not None:
+            demo.deleteLater()
+        self.show()
+        self.raise_()
+        self.activateWindow()
 
     def _about(self) -> None:
         QMessageBox.about(
@@ -182,7 +258,61 @@ class MainWindow(QMainWindow):
             "CNN descriptors, ICFRR re-ranking, MP@1 / MAP / MNRO evaluation.</p>",
         )
 
+    def busy_text(self) -> str | None:
+        """What quitting now would cancel, as a sentence ("A build is running"), or None."""
+        tab = self.collection_tab
+        if getattr(tab, "running", False):
+            return "An update of the index is running" if getattr(tab, "_job_kind", "") == "update" \
+                else "A build is running"
+        tab = self.evaluation_tab
+        if tab.is_running():
+            kind = getattr(tab, "_job_kind", "")
+            if kind == "sweep":
+                return "An ICFRR sweep is running"
+            if kind != "verdict":  # storing a verdict is short, and not cancelled: quitting waits for it
+                return "An evaluation is running"
+        return None
+
+    def _ask_quit(self, busy: str) -> None:
+        """Ask whether to quit and cancel the running job; quit when the answer is yes."""
+        if self._quit_box is not None:
+            self._quit_box.raise_()
+            self._quit_box.activateWindow()
+            return
+        box = QMessageBox(QMessageBox.Icon.Question, "Quit museum-search",
+                          f"{busy}; quit and cancel it?",
+                          QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, self)
+        box.setObjectName("quitWhileBusyDialog")
+        box.setInformativeText("The work done so far is lost; the index on disk stays as it was.")
+        quit_button = box.button(QMessageBox.StandardButton.Yes)
+        quit_button.setText("Quit and cancel")
+        box.button(QMessageBox.StandardButton.No).setText("Keep working")
+        box.setDefaultButton(QMessageBox.StandardButton.No)
+        box.setEscapeButton(QMessageBox.StandardButton.No)
+        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        self._quit_box = box
+
+        def answered(_result: int) -> None:
+            self._quit_box = None
+            if box.clickedButton() is quit_button:
+                self._quit_confirmed = True
+                self.close()
+
+        box.finished.connect(answered)
+        box.open()
+
     def closeEvent(self, event) -> None:  # noqa: N802 - Qt API
+        busy = None if self._quit_confirmed else self.busy_text()
+        if busy is not None:
+            event.ignore()  # asked first; closed again when the answer is yes
+            self._ask_quit(busy)
+            return
+        if self._demo is not None:  # closed by code while the kiosk runs: the kiosk goes too
+            demo, self._demo = self._demo, None
+            demo.left.disconnect(self._demo_left)
+            demo.shutdown()
+            demo.close()
+            demo.deleteLater()
         self.state.settings.set_value("window/geometry", self.saveGeometry())
         upgrade.cancel_all()
         for tab in (self.collection_tab, self.search_tab, self.evaluation_tab):

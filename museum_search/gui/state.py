@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import secrets
 from pathlib import Path
 
 from PySide6.QtCore import QObject, QSettings, Signal
@@ -9,6 +12,13 @@ from PySide6.QtCore import QObject, QSettings, Signal
 from ..core.index import Index
 
 MAX_RECENT = 8
+#: Settings key of the kiosk's staff PIN, stored as a salted PBKDF2 hash (never the PIN itself).
+PIN_SETTING = "demo/pin"
+_PIN_ITERATIONS = 200_000
+
+
+def _pin_hash(pin: str, salt: bytes, iterations: int) -> bytes:
+    return hashlib.pbkdf2_hmac("sha256", pin.encode("utf-8"), salt, iterations)
 
 
 class Settings:
@@ -67,6 +77,39 @@ class Settings:
         from ..core import engines
 
         engines.set_engine(None if self.engine == "auto" else self.engine)
+
+    # the kiosk's staff PIN (demo mode)
+    @property
+    def demo_pin_set(self) -> bool:
+        """True when a staff PIN is set: leaving the kiosk asks for it."""
+        return self._pin_record() is not None
+
+    def set_demo_pin(self, pin: str | None) -> None:
+        """Set the staff PIN (digits), or remove it with None or ""; only a salted hash is stored."""
+        if not pin:
+            self.q.remove(PIN_SETTING)
+            return
+        salt = secrets.token_bytes(16)
+        digest = _pin_hash(pin, salt, _PIN_ITERATIONS)
+        self.q.setValue(PIN_SETTING, f"pbkdf2_sha256${_PIN_ITERATIONS}${salt.hex()}${digest.hex()}")
+
+    def check_demo_pin(self, pin: str) -> bool:
+        """True when ``pin`` is the staff PIN (False when none is set)."""
+        record = self._pin_record()
+        if record is None:
+            return False
+        iterations, salt, digest = record
+        return hmac.compare_digest(_pin_hash(str(pin), salt, iterations), digest)
+
+    def _pin_record(self) -> tuple[int, bytes, bytes] | None:
+        text = str(self.q.value(PIN_SETTING, "") or "")
+        parts = text.split("$")
+        if len(parts) != 4 or parts[0] != "pbkdf2_sha256":
+            return None
+        try:
+            return int(parts[1]), bytes.fromhex(parts[2]), bytes.fromhex(parts[3])
+        except ValueError:
+            return None
 
     def value(self, key: str, default=None):
         return self.q.value(key, default)
