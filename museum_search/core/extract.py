@@ -9,6 +9,10 @@ on the calling thread, so decoding overlaps inference. The generator yields an
     result = ...                       # StopIteration.value, or ``result = yield from gen``
 
 Use :func:`museum_search.core.progress.drive` (also ``run`` here) to drive a generator to its end.
+
+Cancelling (closing the generator, Ctrl-C) never waits for a decode that is still running: the
+decode threads are daemon threads (:class:`.progress.DecodePool`), left to finish on their own, so
+even a read stuck on a failing network share cannot keep the program from stopping.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from __future__ import annotations
 import os
 import time
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Generator, Sequence
@@ -26,7 +30,7 @@ import numpy as np
 from .backbones import Extractor
 from .errors import ImageError
 from .images import load_image
-from .progress import Progress, drive
+from .progress import DecodePool, Progress, drive
 
 #: The one progress record (done, total, stage, ETA): see :mod:`museum_search.core.progress`.
 ExtractProgress = Progress
@@ -84,9 +88,10 @@ def extract(
         return ExtractResult(out[:0], ok, skipped)
     workers = workers or default_workers()
     window = max(batch_size * 2, workers * 2)
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="decode")
+    pool = DecodePool(workers, "decode")
     pending: deque[tuple[int, Future]] = deque()
     next_i = 0
+    finished = False
     try:
         def fill() -> None:
             nonlocal next_i
@@ -119,8 +124,11 @@ def extract(
                 ok.extend(batch_idx)
             skipped.extend(new_skips)
             yield Progress(done, total, paths[done - 1], new_skips, time.perf_counter() - start)
+        finished = True
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        # Left early (cancelled, Ctrl-C, an error): the calls not started are cancelled and the
+        # running ones are not waited for (they end on their own; their results are dropped).
+        pool.shutdown(wait=finished, cancel_futures=True)
     return ExtractResult(out[: len(ok)].copy() if len(ok) < total else out, ok, skipped)
 
 

@@ -4,8 +4,9 @@
 JPEGs are decoded by libjpeg-turbo through ``simplejpeg`` in strict mode, so damaged compressed
 data (which libjpeg otherwise only reports as a warning on stderr, naming no file) is refused;
 the other formats, and JPEGs TurboJPEG cannot read (12-bit, lossless), by OpenCV
-(``cv2.imdecode`` on the file's bytes, so Unicode paths work on every OS). The image header is
-parsed first, in Python, which makes it cheap to
+(``cv2.imdecode`` on the file's bytes, so Unicode paths work on every OS). Only regular files
+are opened (:func:`open_regular`): a FIFO, socket or device named like a photo is refused, never
+waited on. The image header is parsed first, in Python, which makes it cheap to
 
 * refuse files that are empty, not images, of an unsupported format, or absurdly large
   (more than :data:`MAX_PIXELS`), *before* anything is decoded;
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import functools
 import io
 import logging
@@ -33,6 +35,7 @@ import math
 import operator
 import os
 import re
+import stat
 import struct
 import threading
 from dataclasses import dataclass
@@ -58,8 +61,12 @@ __all__ = [
     "decode_cost",
     "decode_image",
     "image_size",
+    "NotRegularFileError",
+    "file_kind",
     "is_image_file",
     "load_image",
+    "not_regular_reason",
+    "open_regular",
     "set_decode_budget",
 ]
 
@@ -238,7 +245,9 @@ def is_image_file(path: str | os.PathLike[str]) -> bool:
     """True when ``path`` has a supported image extension (case-insensitive).
 
     macOS "AppleDouble" companions (``._photo.jpg``, left on shared drives and USB sticks) are
-    not images and are excluded.
+    not images and are excluded. Only the name is looked at (it is often called with a bare file
+    name): whether it is a regular file is checked when it is opened (:func:`open_regular`, used
+    by every reader here) and, for collections, by :func:`.labels.file_problem`.
     """
     name = os.path.basename(os.fspath(path))
     if name.startswith("._"):
@@ -308,6 +317,75 @@ def image_size(path: str | os.PathLike[str]) -> tuple[int, int]:
 
 
 # --------------------------------------------------------------------------------------------
+# Regular files only
+# --------------------------------------------------------------------------------------------
+
+_FOLDER = "a folder"
+
+
+class NotRegularFileError(OSError):
+    """``path`` is not a regular file (a FIFO, a socket, a device, a folder): it is never read.
+
+    ``kind`` says what it is (see :func:`file_kind`). An :class:`OSError`, so callers that report
+    unreadable files report it too.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], kind: str) -> None:
+        super().__init__(errno.EINVAL, f"not a regular file ({kind})", os.fspath(path))
+        self.kind = kind
+
+
+def file_kind(mode: int) -> str | None:
+    """What a file of ``st_mode`` ``mode`` is when it is not a regular file (``"a FIFO"``,
+    ``"a socket"``...); None for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return _FOLDER
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    return "a special file"
+
+
+def not_regular_reason(kind: str) -> str:
+    """The reason given for a file that is not a regular file (``kind`` from :func:`file_kind`)."""
+    return f"not a regular file ({kind}); only image files are indexed"
+
+
+def open_regular(path: str | os.PathLike[str]) -> int:
+    """A read-only file descriptor of ``path``, which must be a regular file (symbolic links followed).
+
+    Reading a FIFO, a socket or a device (``/dev/zero``) named like a photo would block forever or
+    never end: they are refused with :class:`NotRegularFileError` (an :class:`OSError`) before
+    they are opened, and the file is opened with ``O_NONBLOCK`` (so that one swapped in meanwhile
+    cannot block the ``open`` either) and checked again on the descriptor. The descriptor is then
+    put back in blocking mode. Other errors are the :class:`OSError` of ``os.stat`` / ``os.open``.
+    """
+    p = os.fspath(path)
+    kind = file_kind(os.stat(p).st_mode)
+    if kind is not None:
+        raise NotRegularFileError(p, kind)
+    nonblock = getattr(os, "O_NONBLOCK", 0)
+    fd = os.open(p, os.O_RDONLY | nonblock | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        kind = file_kind(os.fstat(fd).st_mode)
+        if kind is not None:
+            raise NotRegularFileError(p, kind)
+        if nonblock:
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+# --------------------------------------------------------------------------------------------
 # Files and headers
 # --------------------------------------------------------------------------------------------
 
@@ -355,7 +433,11 @@ def _check_max_side(max_side: int | None) -> int | None:
 def _open(path: str | os.PathLike[str]) -> BinaryIO:
     p = os.fspath(path)
     try:
-        return open(p, "rb")  # noqa: SIM115 - the callers use it as a context manager
+        return os.fdopen(open_regular(p), "rb")
+    except NotRegularFileError as exc:
+        if exc.kind == _FOLDER:
+            raise ImageError(path, "this is a folder, not an image file") from None
+        raise ImageError(path, not_regular_reason(exc.kind)) from None
     except FileNotFoundError as exc:
         raise ImageError(path, "file not found (it may have been moved, renamed or deleted)") from exc
     except IsADirectoryError as exc:

@@ -42,6 +42,7 @@ import numpy as np
 from .backbones import imported_meta
 from .errors import LabelError, MuseumSearchError
 from .evaluation.querysets import Query, QuerySet, read_ground_truth_rows
+from .images import NotRegularFileError, open_regular
 from .index import K_MAX, Index, Item, LabellingSpec, check_output_folder, derive, writer_lock
 from .labels import CATALOGUE_FILE_COLUMNS, CATALOGUE_INSTANCE_COLUMNS, find_column, normalize_relpath, read_csv_table
 from .progress import Progress
@@ -61,19 +62,47 @@ class DescriptorError(MuseumSearchError):
     """A descriptor array cannot be used (not a numeric 2-D array, NaN, zero rows, wrong dimension…)."""
 
 
+#: The first bytes of every ``.npy`` file (``numpy.lib.format.MAGIC_PREFIX``).
+NPY_MAGIC = b"\x93NUMPY"
+_ZIP_MAGIC = b"PK\x03\x04"
+
+
+def _is_pickle(head: bytes) -> bool:
+    """True if ``head`` starts like a pickle (protocol 2 or later: PROTO opcode, protocol number),
+    which is what ``numpy.save`` of an object without ``.npy`` format, or ``pickle.dump``, writes."""
+    return len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5
+
+
 # ---- descriptor arrays -------------------------------------------------------------------------
 
 
 def open_descriptors(path: str | os.PathLike, what: str = "descriptors") -> np.ndarray:
     """The array of a ``.npy`` file, memory-mapped (not checked yet: see :func:`check_descriptors`).
 
-    Never unpickles: a pickle, an object array or a ``.npz`` archive is refused with the reason."""
+    Never unpickles: a pickle, an object array or a ``.npz`` archive is refused with the reason, as
+    is a file that is not a ``.npy`` file at all (it does not start with the ``.npy`` signature),
+    and one that is not a regular file (a FIFO, a device: never waited on)."""
     path = Path(path)
-    if not path.is_file():
-        raise DescriptorError(f"{what} file not found: {path}")
     hint = "save one numeric array with numpy.save(FILE, array)"
-    if zipfile.is_zipfile(path):
-        raise DescriptorError(f"{path} is a .npz archive, not one array; {hint}")
+    try:
+        with open(open_regular(path), "rb") as f:
+            head = f.read(len(NPY_MAGIC))
+    except NotRegularFileError as exc:
+        raise DescriptorError(f"{path} is not a regular file ({exc.kind}); {what} must be a .npy file: "
+                              f"{hint}") from None
+    except FileNotFoundError:
+        raise DescriptorError(f"{what} file not found: {path}") from None
+    except OSError as exc:
+        raise DescriptorError(f"{path} cannot be read ({exc.strerror or exc}); check the file and its "
+                              "access rights") from None
+    if head != NPY_MAGIC:
+        if head.startswith(_ZIP_MAGIC) or zipfile.is_zipfile(path):
+            raise DescriptorError(f"{path} is a .npz archive, not one array; {hint}")
+        if _is_pickle(head):
+            raise DescriptorError(f"{path} holds Python objects (a pickle), which are never loaded (they can "
+                                  f"run code); {hint}")
+        what_it_is = "it is empty" if not head else "it does not start with the .npy signature \\x93NUMPY"
+        raise DescriptorError(f"{path} is not a NumPy .npy file ({what_it_is}); {hint}")
     try:
         array = np.load(path, mmap_mode="r", allow_pickle=False)
     except ValueError as exc:
@@ -81,7 +110,7 @@ def open_descriptors(path: str | os.PathLike, what: str = "descriptors") -> np.n
         if "pickle" in text.lower() or "object" in text.lower():
             raise DescriptorError(f"{path} holds Python objects (a pickle or an object array), which are never "
                                   f"loaded (they can run code); {hint}") from None
-        raise DescriptorError(f"{path} is not a NumPy .npy array ({text}); {hint}") from None
+        raise DescriptorError(f"{path} is not a valid NumPy .npy file ({text}); {hint}") from None
     except (OSError, EOFError) as exc:
         raise DescriptorError(f"{path} cannot be read as a NumPy .npy array ({exc}); {hint}") from None
     if not isinstance(array, np.ndarray):  # np.load only returns arrays here, but be explicit
@@ -165,7 +194,7 @@ def descriptor_queryset(path: str | os.PathLike, ground_truth: str | os.PathLike
     is an error (naming the line); rows not listed are left out (``QuerySet.ignored``)."""
     rows = load_descriptors(path, index.meta.dim)
     csv_path = Path(ground_truth)
-    if not csv_path.is_file():
+    if not csv_path.exists():
         raise LabelError(f"ground truth not found: {csv_path}; it needs a header query,instance")
     names = [f"row {i}" for i in range(len(rows))]
 
@@ -214,7 +243,7 @@ def read_items(items_csv: str | os.PathLike, root: str | os.PathLike | None = No
     """(root, items, paths of the items whose file is not found) of an ITEMS.csv (see the module
     docstring). Size and time are recorded for the files found (no content hash: none is read)."""
     items_csv = Path(items_csv)
-    if not items_csv.is_file():
+    if not items_csv.exists():
         raise LabelError(f"items file not found: {items_csv}; it needs a header path,instance[,metadata...]")
     root = Path(root) if root is not None else items_csv.resolve().parent
     header, rows, lines = read_csv_table(items_csv)

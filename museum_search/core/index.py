@@ -18,8 +18,14 @@ Format 2 (items in JSON, an N x N gallery-rank matrix) is refused with the comma
 (:func:`upgrade_index`, ``museum-search upgrade INDEX``: the descriptors are kept).
 
 Saving is atomic: the data files of a new generation are written and fsynced under new names,
-then ``manifest.json`` is replaced in one ``os.replace``; only then are the old generation's files
-removed. A process killed at any point leaves either the old or the new index complete.
+then ``manifest.json`` is replaced in one ``os.replace`` (the commit); only then are the old
+generation's files removed. A process killed at any point leaves either the old or the new index
+complete. The commit is a point of no return: SIGINT, SIGTERM and SIGHUP wait until the manifest is
+replaced and the folder synced, nothing of the new generation is removed after it, and an interrupt
+after it says the index was saved (:class:`InterruptedAfterCommit`). The journal of a save names the
+files it creates and the files of the generation it replaces, so whichever side of the commit a
+kill lands on, the next writer removes exactly the leftovers. Readers that open an index while a
+writer switches generations read the manifest again and retry (:meth:`Index.load`).
 
 The writer never deletes or overwrites a file it did not create:
 
@@ -29,8 +35,11 @@ The writer never deletes or overwrites a file it did not create:
   named in its own journal of a save that was interrupted (``.museum-search-pending.json``); new
   files are created exclusively (``O_EXCL``), so an existing file is never overwritten;
 * one writer at a time: ``.museum-search.lock`` in the index folder is locked with ``flock`` for the
-  whole of a build, update or save; a second writer fails at once ("being written by process N").
-  Readers never take the lock.
+  whole of a build, update or save; a second writer fails at once ("being written by process N",
+  the holder read from the kernel's lock table). Readers never take the lock;
+* nothing in the folder is followed through a link: the lock and the journal are created with
+  ``O_EXCL | O_NOFOLLOW`` (or opened with ``O_NOFOLLOW``), never truncated, and refused when they are
+  a link or not a regular file; a data file that is a link is refused by name.
 
 The manifest carries a SHA-256 of its own content (``manifest_sha256``), so a hand-edited backbone
 setting is refused instead of silently changing scores, and its data-file names must be plain names
@@ -66,6 +75,7 @@ from .errors import (
     OutputFolderError,
 )
 from .extract import ExtractProgress, extract
+from .images import open_regular
 from .labels import Labelling, label_collection
 from .progress import drive
 
@@ -477,6 +487,8 @@ class Index:
                 f = path / files["neighbours"]
                 if _is_regular(f) and (not verify or _intact(f, "neighbours", manifest, verify == "full")):
                     neighbours = _load_npy(f, mode, path, hint)
+                elif _manifest_changed(path, manifest):  # a writer switched generations: Index.load retries
+                    raise IndexFormatError(f"index {path} is missing its file {files['neighbours']}; {hint}")
                 else:
                     log.warning("neighbour lists of %s are missing or damaged; they will be recomputed", path)
             ann = None
@@ -1245,8 +1257,10 @@ def _signals_deferred():
 
 
 def _sha256(path: Path) -> str:
+    """SHA-256 of a file's content; a collection photo must be a regular file (:func:`.images.open_regular`:
+    one swapped for a FIFO is refused, never waited on)."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with os.fdopen(open_regular(path), "rb") as f:
         for chunk in iter(lambda: f.read(1 << 22), b""):
             h.update(chunk)
     return h.hexdigest()
@@ -1335,6 +1349,14 @@ def _check_version(path: Path, manifest: dict) -> None:
     if version != VERSION:
         raise IndexFormatError(
             f"index {path} has format version {version}, this program reads version {VERSION}; {hint}")
+
+
+def _manifest_changed(path: Path, manifest: dict) -> bool:
+    """Whether the manifest of ``path`` is no longer ``manifest`` (a writer committed meanwhile)."""
+    try:
+        return _read_manifest(path).get("manifest_sha256") != manifest.get("manifest_sha256")
+    except IndexFormatError:
+        return True
 
 
 def _is_regular(f: Path) -> bool:

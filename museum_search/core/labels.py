@@ -27,7 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from museum_search.core.errors import LabelError
-from museum_search.core.images import SUPPORTED_EXTENSIONS, is_image_file
+from museum_search.core.images import (
+    SUPPORTED_EXTENSIONS,
+    NotRegularFileError,
+    file_kind,
+    is_image_file,
+    not_regular_reason,
+    open_regular,
+)
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +66,11 @@ NON_UTF8_FILE_REASON = "file name is not valid UTF-8 (bytes shown as \\xNN); ren
 NON_UTF8_FOLDER_REASON = "folder name is not valid UTF-8 (bytes shown as \\xNN); rename the folder"
 BROKEN_LINK_REASON = "broken symbolic link: its target does not exist; fix or remove the link"
 LOOPING_LINK_REASON = "broken symbolic link: it loops back on itself; fix or remove the link"
+FOLDER_REASON = "this is a folder, not an image file"
+#: A catalogue row naming a file outside the collection folder (``../x.jpg``, an absolute path, a
+#: path through a symbolic link that leads out): only images inside the collection are indexed.
+OUTSIDE_REASON = ("outside the collection: {catalogue} names a file that is not in the collection folder; "
+                  "move the image into the collection or fix the row")
 
 #: Share of file names that must follow a dataset naming scheme for ``auto`` to choose it.
 DETECT_SHARE = 0.9
@@ -251,21 +263,26 @@ def file_problem(root: str | os.PathLike, relpath: str) -> str | None:
     """Why the image file ``relpath`` of ``root`` is unusable whatever the labelling rule, else None.
 
     A name that is not UTF-8 cannot be stored in an index or a report; a dangling or looping
-    symbolic link cannot be read (or even stat'ed). Links to existing files are fine.
+    symbolic link cannot be read (or even stat'ed); a FIFO, socket or device named like a photo
+    is not a regular file (reading it would block or never end). Links to existing files are fine.
     """
     if not is_utf8_path(relpath):
         return NON_UTF8_FILE_REASON if not is_utf8_path(PurePosixPath(relpath).name) else NON_UTF8_FOLDER_REASON
     full = os.path.join(root, relpath)
-    if os.path.islink(full):
-        try:
-            os.stat(full)
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                return LOOPING_LINK_REASON
-            if exc.errno in (errno.ENOENT, errno.ENOTDIR):
-                return BROKEN_LINK_REASON
-            return f"broken symbolic link ({exc.strerror or exc}); fix or remove the link"
-    return None
+    try:
+        st = os.stat(full)
+    except OSError as exc:
+        if not os.path.islink(full):
+            return None  # vanished meanwhile, or unreadable: the reader reports it
+        if exc.errno == errno.ELOOP:
+            return LOOPING_LINK_REASON
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return BROKEN_LINK_REASON
+        return f"broken symbolic link ({exc.strerror or exc}); fix or remove the link"
+    kind = file_kind(st.st_mode)
+    if kind is None:
+        return None
+    return FOLDER_REASON if kind == "a folder" else not_regular_reason(kind)
 
 
 def split_unusable(root: str | os.PathLike, relpaths: Iterable[str]) -> tuple[list[str], list[tuple[str, str]]]:
@@ -287,7 +304,8 @@ def scan_images(
     """Image files under ``root``, recursively: (sorted usable POSIX relative paths, ignored).
 
     ``ignored``: (printable relative path, reason) for image files no rule can use (name not UTF-8,
-    broken or looping symbolic link, see :func:`file_problem`) and for subfolders that cannot be read.
+    broken or looping symbolic link, not a regular file, see :func:`file_problem`) and for
+    subfolders that cannot be read.
     First-level folders whose lower-cased name is in ``exclude_first_level`` are skipped.
     Hidden folders are skipped; hidden files are listed (callers report them as ignored).
     """
@@ -344,12 +362,15 @@ def _collection_files(root: Path, files: Iterable[str] | None) -> tuple[list[str
 
 
 def find_catalogue(root: str | os.PathLike) -> Path | None:
-    """``<root>/catalogue.csv`` or ``<root>/../catalogue.csv`` if one exists."""
+    """``<root>/catalogue.csv`` or ``<root>/../catalogue.csv`` if one exists.
+
+    One that is not a regular file (a FIFO...) is returned too: reading it is then refused with
+    the reason (:func:`read_csv_table`), rather than the catalogue being ignored without a word."""
     root = Path(root)
     for folder in (root, root.parent):
         for name in CATALOGUE_NAMES:
             candidate = folder / name
-            if candidate.is_file():
+            if candidate.exists() and not candidate.is_dir():
                 return candidate
     return None
 
@@ -369,11 +390,12 @@ def read_csv_table(path: str | os.PathLike) -> tuple[list[str], list[dict[str, s
     UTF-8 with or without BOM; ``,`` ``;`` or tab separated (the most frequent in the first line).
     Quoted cells may hold the delimiter and line breaks (kept, as ``\\n``); cells are stripped,
     missing cells are empty, cells beyond the header are dropped, blank lines are skipped.
+    Only a regular file is read: a FIFO, socket or device is refused (never waited on).
     """
     path = Path(path)
     line = 0
     try:
-        with open(path, encoding="utf-8-sig", newline="") as f:
+        with open(open_regular(path), encoding="utf-8-sig", newline="") as f:
             first = f.readline()
             delimiter = max((",", ";", "\t"), key=first.count) if first.strip() else ","
             f.seek(0)
@@ -395,6 +417,10 @@ def read_csv_table(path: str | os.PathLike) -> tuple[list[str], list[dict[str, s
         raise LabelError(f"{path} is not UTF-8 text ({exc}); save it as UTF-8 CSV.") from exc
     except csv.Error as exc:
         raise LabelError(f"{path} line {line}: {exc}; save it again as a CSV file.") from exc
+    except NotRegularFileError as exc:
+        raise LabelError(f"{path} is not a regular file ({exc.kind}); choose a CSV file.") from None
+    except FileNotFoundError as exc:
+        raise LabelError(f"File not found: {path}. Choose an existing CSV file.") from exc
     except OSError as exc:
         raise LabelError(f"Cannot read {path}: {exc.strerror or exc}.") from exc
     return header, rows, lines
@@ -429,26 +455,76 @@ def _label_catalogue(
     by_name: dict[str, list[str]] = {}
     for rel in rels:
         by_name.setdefault(PurePosixPath(rel).name, []).append(rel)
-    try:
-        cat_prefix = normalize_relpath(os.path.relpath(catalogue.parent.resolve(), root.resolve()))
-    except ValueError:  # other drive on Windows
-        cat_prefix = None
+    root_abs = os.path.abspath(root)
+    root_real = os.path.realpath(root)
+    cat_dir = os.path.abspath(catalogue.parent)
+    cat_real = os.path.realpath(catalogue.parent)
+
+    def within(path: str, base: str) -> str | None:
+        """``path`` (absolute) relative to ``base`` if it is inside it, else None."""
+        try:
+            rel = os.path.relpath(path, base)
+        except ValueError:  # another drive on Windows
+            return None
+        rel = normalize_relpath(rel)
+        return None if not rel or rel == ".." or rel.startswith("../") else rel
+
+    def spelled(entry: str) -> str:
+        """The entry as a normalized path (POSIX separators; absolute or ``../`` kept)."""
+        return posixpath.normpath(entry.replace("\\", "/"))
+
+    def is_absolute(entry: str) -> bool:
+        return os.path.isabs(entry) or entry.replace("\\", "/").startswith("/")
+
+    def places(entry: str) -> list[str]:
+        """Where on disk the entry may be: relative to the collection or to the catalogue's folder."""
+        if is_absolute(entry):
+            return [os.path.normpath(entry)]
+        e = os.path.normpath(spelled(entry))
+        return list(dict.fromkeys([os.path.join(root_abs, e), os.path.join(cat_dir, e), os.path.join(cat_real, e)]))
 
     def candidates(entry: str) -> list[str]:
-        e = normalize_relpath(entry)
-        joined = [normalize_relpath(posixpath.join(cat_prefix, e))] if cat_prefix is not None else []
-        return [e, *joined]
+        """Relative paths in the collection the entry may name (lexically, links not followed)."""
+        found = []
+        if not is_absolute(entry):
+            e = normalize_relpath(entry)
+            if e and e != ".." and not e.startswith("../"):
+                found.append(e)
+        for place in places(entry):
+            for base in (root_abs, root_real):
+                rel = within(os.path.normpath(place), base)
+                if rel is not None:
+                    found.append(rel)
+        return list(dict.fromkeys(found))
 
     def resolve(entry: str) -> str | None:
+        e = normalize_relpath(entry)
+        if e in by_rel and not is_absolute(entry):  # the usual case, without os.path work
+            return e
         for c in candidates(entry):
             if c in by_rel:
                 return c
-        same_name = by_name.get(PurePosixPath(normalize_relpath(entry)).name, [])
+        return None
+
+    def by_file_name(entry: str) -> str | None:
+        same_name = by_name.get(PurePosixPath(spelled(entry)).name, [])
         return same_name[0] if len(same_name) == 1 else None
+
+    def on_disk(entry: str) -> bool | None:
+        """True: the entry names a file inside the collection; False: one outside it (a ``../``
+        or absolute path, or a path through a symbolic link leading out); None: no such file."""
+        inside = None
+        for place in places(entry):
+            if os.path.exists(place):
+                if within(os.path.realpath(place), root_real) is not None:
+                    return True
+                inside = False
+        return inside
 
     already = set(unusable)
     entries: dict[str, tuple[str, dict[str, str]]] = {}
-    ignored: list[tuple[str, str]] = []
+    ignored: dict[str, str] = {}  # path → reason: each file listed once, with its first reason
+    outside = OUTSIDE_REASON.format(catalogue=catalogue.name)
     for line, row in zip(lines, rows):
         entry = row.get(file_col, "")
         if not entry:
@@ -457,11 +533,20 @@ def _label_catalogue(
         if rel is None:
             if any(c in already for c in candidates(entry)):
                 continue  # an unusable file (e.g. a broken link), already reported with its reason
-            if (root / entry).is_file() or (catalogue.parent / entry).is_file():
-                continue  # on disk but not among the files to label (a subset was asked for)
-            reason = f"listed in {catalogue.name} but no such image in the collection"
-            ignored.append((normalize_relpath(entry), reason))
-            continue
+            where = on_disk(entry)
+            if where is True:
+                continue  # in the collection but not among the files to label (a subset was asked for)
+            if where is False:
+                ignored.setdefault(printable_path(spelled(entry)), outside)
+                continue
+            rel = by_file_name(entry)  # e.g. a catalogue listing names only, or made on another computer
+            if rel is None:
+                if not candidates(entry):  # a ../ or absolute path that is not in the collection
+                    ignored.setdefault(printable_path(spelled(entry)), outside)
+                else:
+                    reason = f"listed in {catalogue.name} but no such image in the collection"
+                    ignored.setdefault(printable_path(normalize_relpath(entry)), reason)
+                continue
         instance = row.get(inst_col, "")
         metadata = {c: row[c] for c in meta_cols if row.get(c)}
         if rel in entries and entries[rel][0] != instance:
@@ -474,13 +559,13 @@ def _label_catalogue(
     refs = []
     for rel in rels:
         if rel not in entries:
-            ignored.append((rel, f"not in {catalogue.name}"))
+            ignored.setdefault(rel, f"not in {catalogue.name}")
         elif not entries[rel][0]:
-            ignored.append((rel, f"no instance in {catalogue.name}"))
+            ignored.setdefault(rel, f"no instance in {catalogue.name}")
         else:
             instance, metadata = entries[rel]
             refs.append(Reference(rel, instance, metadata))
-    return refs, ignored
+    return refs, list(ignored.items())
 
 
 # --------------------------------------------------------------------------- entry points
@@ -535,7 +620,7 @@ def label_collection(
     if rule == "catalogue":
         if cat_path is None:
             cat_path = find_catalogue(root)
-        if cat_path is None or not cat_path.is_file():
+        if cat_path is None or not cat_path.exists():
             where = cat_path or f"{root / 'catalogue.csv'} or {root.parent / 'catalogue.csv'}"
             raise LabelError(f"Catalogue not found: {where}. Choose a CSV file with file,instance columns.")
         refs, more = _label_catalogue(root, cat_path, rels, unusable_paths)
@@ -565,7 +650,11 @@ def label_collection(
 
 
 def _labelling(rule: str, refs: list[Reference], ignored: list[tuple[str, str]]) -> Labelling:
-    return Labelling(rule=rule, references=sorted(refs, key=lambda r: r.path), ignored=sorted(ignored))
+    """The result; a file is listed once in ``ignored`` (with the first reason found for it)."""
+    once: dict[str, str] = {}
+    for path, reason in ignored:
+        once.setdefault(path, reason)
+    return Labelling(rule=rule, references=sorted(refs, key=lambda r: r.path), ignored=sorted(once.items()))
 
 
 def summarize_ignored(ignored: Iterable[tuple[str, str]]) -> str:

@@ -16,6 +16,7 @@ job stops within one heartbeat (0.1 s) in every phase.
 from __future__ import annotations
 
 import math
+import queue
 import threading
 import time
 from collections import deque
@@ -236,3 +237,58 @@ def stopwatch() -> Callable[[], float]:
 
 
 __all__ = ["HEARTBEAT", "EtaEstimator", "Progress", "drive", "stopwatch", "wait", "with_eta"]
+
+
+class DecodePool:
+    """A fixed pool of daemon threads running submitted calls (the part of a thread pool that
+    decoding needs), whose :meth:`shutdown` need not wait for the running calls.
+
+    Unlike :class:`concurrent.futures.ThreadPoolExecutor`, whose threads the interpreter joins at
+    exit, a call that never returns (a read blocked on a dead network share) neither blocks
+    :meth:`shutdown` with ``wait=False`` nor the exit of the program (Ctrl-C exits at once).
+    """
+
+    def __init__(self, workers: int, name: str = "decode") -> None:
+        self._tasks: queue.SimpleQueue = queue.SimpleQueue()
+        self._threads = [threading.Thread(target=self._work, name=f"{name}_{i}", daemon=True)
+                         for i in range(max(1, workers))]
+        for t in self._threads:
+            t.start()
+
+    def submit(self, fn, *args) -> Future:
+        fut: Future = Future()
+        self._tasks.put((fut, fn, args))
+        return fut
+
+    def _work(self) -> None:
+        while True:
+            task = self._tasks.get()
+            if task is None:
+                return
+            fut, fn, args = task
+            if not fut.set_running_or_notify_cancel():  # cancelled while queued
+                continue
+            try:
+                result = fn(*args)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller, as an executor does
+                fut.set_exception(exc)
+            else:
+                fut.set_result(result)
+            del task, fut, fn, args
+
+    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
+        """Stop the threads once their current call returns; ``cancel_futures``: the calls not
+        started yet are cancelled; ``wait``: wait for the threads to stop."""
+        if cancel_futures:
+            while True:
+                try:
+                    task = self._tasks.get_nowait()
+                except queue.Empty:
+                    break
+                if task is not None:
+                    task[0].cancel()
+        for _ in self._threads:
+            self._tasks.put(None)
+        if wait:
+            for t in self._threads:
+                t.join()

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Generator
 
@@ -39,7 +39,7 @@ import numpy as np
 from ..backbones import Extractor, extractor_for_meta
 from ..errors import ImageError, MuseumSearchError
 from ..index import Index
-from ..progress import Progress, drive, wait
+from ..progress import DecodePool, Progress, drive, wait
 from ..query import QueryImage, QueryPipeline, QuerySettings, descriptor_query, load_query
 from ..rerank import icfrr_advice, icfrr_k_g
 from ..verdict import Evidence, open_set_figures, recalibrated
@@ -297,8 +297,9 @@ def described(pipe: QueryPipeline, paths: list[str], batch_size: int,
     alone (the first answer comes after one photo), then ``batch_size`` at a time. Yields one
     :class:`Described` per path, and ``beat(path)`` at least every 0.1 s while a decode or a
     description runs. Used by the runner and the sweep, so both describe alike."""
-    pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="eval-decode")
+    pool = DecodePool(2, "eval-decode")
     pending: deque[Future] = deque()
+    finished = False
     ahead = 0
 
     def fill(upto: int) -> None:
@@ -328,8 +329,9 @@ def described(pipe: QueryPipeline, paths: list[str], batch_size: int,
                     yield Described(j, d, desc[k : k + 1])
                     k += 1
             i += len(chunk)
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        finished = True
+    finally:  # cancelled or interrupted: a decode still running is not waited for
+        pool.shutdown(wait=finished, cancel_futures=True)
 
 
 def pipeline_summary(pipe: QueryPipeline, evidence: list[Evidence]) -> dict[str, Any]:

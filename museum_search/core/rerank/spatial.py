@@ -684,9 +684,7 @@ def compute_local_features(paths: Sequence[str | os.PathLike], params: SpatialPa
 
     Runs on a thread pool (OpenCV releases the GIL); closing the generator cancels.
     """
-    from concurrent.futures import ThreadPoolExecutor
-
-    from ..progress import Progress
+    from ..progress import DecodePool, Progress
 
     params = params or SpatialParams()
     dim = 128 if params.effective_feature == "sift" else 32
@@ -702,7 +700,8 @@ def compute_local_features(paths: Sequence[str | os.PathLike], params: SpatialPa
     total = len(paths)
     out: list = [None] * total
     t0 = time.perf_counter()
-    pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="local-features")
+    pool = DecodePool(workers, "local-features")
+    finished = False
     try:
         window = 4 * max(1, workers)
         futures: dict[int, Any] = {}
@@ -714,6 +713,7 @@ def compute_local_features(paths: Sequence[str | os.PathLike], params: SpatialPa
             out[i] = futures.pop(i).result()
             yield Progress(i + 1, total, stage="local features", current=str(paths[i]),
                            elapsed=time.perf_counter() - t0)
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        finished = True
+    finally:  # cancelled or interrupted: a read still running is not waited for
+        pool.shutdown(wait=finished, cancel_futures=True)
     return LocalFeatures.from_list(out, settings_of(params), dim)
