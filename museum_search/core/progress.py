@@ -15,6 +15,7 @@ job stops within one heartbeat (0.1 s) in every phase.
 
 from __future__ import annotations
 
+import atexit
 import math
 import queue
 import threading
@@ -246,6 +247,11 @@ class DecodePool:
     Unlike :class:`concurrent.futures.ThreadPoolExecutor`, whose threads the interpreter joins at
     exit, a call that never returns (a read blocked on a dead network share) neither blocks
     :meth:`shutdown` with ``wait=False`` nor the exit of the program (Ctrl-C exits at once).
+
+    At exit, the threads still running a call get up to :data:`EXIT_GRACE` seconds to finish it: a
+    daemon thread that comes back from OpenCV or ONNX Runtime (C++) after the interpreter has
+    finalized is unwound through their frames, which aborts the process ("FATAL: exception not
+    rethrown"); a call still stuck after that is left behind.
     """
 
     def __init__(self, workers: int, name: str = "decode") -> None:
@@ -268,12 +274,18 @@ class DecodePool:
             fut, fn, args = task
             if not fut.set_running_or_notify_cancel():  # cancelled while queued
                 continue
+            me = threading.current_thread()
+            with _busy_guard:
+                _busy_threads.add(me)
             try:
                 result = fn(*args)
             except BaseException as exc:  # noqa: BLE001 - handed to the caller, as an executor does
                 fut.set_exception(exc)
             else:
                 fut.set_result(result)
+            finally:
+                with _busy_guard:
+                    _busy_threads.discard(me)
             del task, fut, fn, args
 
     def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
@@ -292,3 +304,22 @@ class DecodePool:
         if wait:
             for t in self._threads:
                 t.join()
+
+
+#: Seconds the threads of :class:`DecodePool` get at exit to finish the call they are running.
+EXIT_GRACE = 10.0
+_busy_threads: set[threading.Thread] = set()  # the DecodePool threads running a call now
+_busy_guard = threading.Lock()
+
+
+@atexit.register
+def _let_running_calls_finish() -> None:
+    """At exit (before the interpreter finalizes), wait up to :data:`EXIT_GRACE` seconds for the
+    decode threads still running a call to finish it (see :class:`DecodePool`); idle ones wait on
+    their queue and are left as they are."""
+    deadline = time.monotonic() + EXIT_GRACE
+    while time.monotonic() < deadline:
+        with _busy_guard:
+            if not _busy_threads:
+                return
+        time.sleep(0.01)
