@@ -739,6 +739,8 @@ def _open_lock(folder: Path) -> int:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o644)
         except FileExistsError:
+            if not stat.S_ISREG(os.lstat(path).st_mode):  # a link, a FIFO, a device: never opened
+                raise OSError(errno.ELOOP if path.is_symlink() else errno.ENXIO, "not a regular file") from None
             fd = os.open(path, os.O_RDWR | _NOFOLLOW | _CLOEXEC | _NONBLOCK)
     except OSError as exc:
         if exc.errno == errno.ELOOP or path.is_symlink():
