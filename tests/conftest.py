@@ -1,6 +1,13 @@
 import os
+import signal
 import tempfile
 from pathlib import Path
+
+# The Ctrl-C tests send SIGINT to the program in a child process. A runner may start the suite with
+# SIGINT ignored (bash ignores it in a background job, and an ignored signal stays ignored across
+# exec: the child would never see the Ctrl-C); a handled one is reset to the default in the child.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Qt offscreen and throw-away per-user folders, before anything imports Qt or platformdirs.
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
