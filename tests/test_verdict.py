@@ -87,3 +87,132 @@ def test_synthetic_view_is_a_verifiable_photo_of_the_reference(sample_collection
     assert any(v.shape != ref.shape for v in views)
     inl = [verify_pair(v, ref, SpatialParams()) for v in views]
     assert min(inl) > MIN_CALIBRATED, inl
+
+
+# ---- the calibrated model (issue 21) -------------------------------------------------------------
+
+from dataclasses import replace as _replace  # noqa: E402
+
+from museum_search.core.verdict import (  # noqa: E402
+    EXACT_COPY,
+    REAL_VIEWS,
+    TARGET_FALSE_ACCEPT,
+    VERIFIED_FEATURES,
+    calibration_plan,
+    fit_model,
+    fit_verdict,
+    unknown_threshold,
+)
+
+
+def _views(rng, n_known=120, n_unknown=120):
+    """Known views: a 3D-like half (high cosine and margin, few inliers) and a flat half (many
+    inliers); unknown views: lower cosine, no margin, a few inliers, sometimes a frame (inliers with
+    a rival)."""
+    known = []
+    for i in range(n_known):
+        flat = i % 2 == 0
+        known.append(Evidence(float(rng.uniform(0.75, 0.95) if flat else rng.uniform(0.9, 0.99)),
+                              int(rng.integers(30, 300)) if flat else int(rng.integers(0, 10)), True, True,
+                              int(rng.integers(0, 5)), float(rng.uniform(0.05, 0.2)), kind="real"))
+    unknown = []
+    for i in range(n_unknown):
+        frame = i % 10 == 0
+        unknown.append(Evidence(float(rng.uniform(0.6, 0.88)), int(rng.integers(20, 40)) if frame else int(rng.integers(0, 9)),
+                                False, False, int(rng.integers(15, 30)) if frame else 0,
+                                float(rng.uniform(-0.03, 0.04)), kind="real"))
+    return known, unknown
+
+
+def test_the_model_uses_all_the_evidence_with_fixed_signs_and_meets_its_target():
+    rng = np.random.default_rng(3)
+    known, unknown = _views(rng)
+    v = fit_verdict(known + unknown, "test")
+    m = v.model_verified
+    assert m.features == VERIFIED_FEATURES
+    w = dict(zip(m.features, m.weights))
+    assert w["cosine"] > 0 and w["margin"] > 0 and w["inliers"] > 0 and w["rival"] <= 0
+    accepted_unknown = np.mean([e.accepted(v) for e in unknown])
+    assert accepted_unknown <= TARGET_FALSE_ACCEPT
+    # both kinds of known object are recognised: the 3D ones by cosine and margin, the flat ones by inliers
+    assert np.mean([e.accepted(v) for e in known[1::2]]) >= 0.9
+    assert np.mean([e.accepted(v) for e in known[0::2]]) >= 0.9
+    # the inlier rule alone (SIFT alone) loses the 3D half
+    rule = Verdict(min_inliers=v.min_inliers)
+    assert np.mean([e.accepted(rule) for e in known[1::2]]) < 0.1
+    op = v.operating_point
+    assert op["known"] == len(known) and op["unknown"] == len(unknown)
+    assert op["unknown_rejected"] == pytest.approx(1 - accepted_unknown)
+    # stored and read back: the same decisions and confidences
+    back = Verdict.from_dict(v.to_dict())
+    assert back == v
+    for e in known[:10] + unknown[:10]:
+        assert back.judge(e) == v.judge(e)
+
+
+def test_confidence_is_monotone_in_each_feature():
+    rng = np.random.default_rng(4)
+    v = fit_verdict(sum(_views(rng), []), "test")
+    base = Evidence(0.85, 20, True, True, 5, 0.05)
+    c = v.judge(base).confidence
+    assert v.judge(_replace(base, cosine=0.9)).confidence >= c
+    assert v.judge(_replace(base, margin=0.1)).confidence >= c
+    assert v.judge(_replace(base, inliers=40)).confidence >= c
+    assert v.judge(_replace(base, rival=8)).confidence <= c
+    assert 0.0 <= c <= 1.0
+
+
+def test_the_threshold_accepts_at_most_the_target_share_of_unknown_views():
+    rng = np.random.default_rng(5)
+    for n in (20, 41, 100):
+        known, unknown = _views(rng, 60, n)
+        m = fit_model(known + unknown, VERIFIED_FEATURES, unknown_threshold(0.05))
+        p = np.array([m.probability(e.features(m.features)) for e in unknown])
+        assert np.sum(p >= m.threshold) <= int(np.floor(0.05 * n))
+        assert m.threshold >= 0.5
+
+
+def test_an_exact_copy_is_always_recognised_and_said_so():
+    rng = np.random.default_rng(6)
+    v = fit_verdict(sum(_views(rng), []), "test")
+    j = v.judge(Evidence(0.995, 0, True, True, 0, 0.0))  # a 3D object's photo: no inliers, no margin
+    assert j.known and j.confidence >= EXACT_COPY and "copy" in j.reason
+    assert Verdict(min_inliers=30).judge(Evidence(1.0, 0, True, True)).known  # the rule too
+    assert not v.judge(Evidence(0.5, 0, True, True, 0, 0.0)).known
+
+
+def test_reasons_name_the_deciding_evidence():
+    rng = np.random.default_rng(7)
+    v = fit_verdict(sum(_views(rng), []), "test")
+    assert v.judge(Evidence(0.8, 200, True, True, 0, 0.1)).reason.startswith("verified: 200 matching points")
+    j = v.judge(Evidence(0.7, 35, True, True, 30, 0.0))
+    assert not j.known and ("another object has 30" in j.reason or "cosine" in j.reason)
+    assert "not verified" in v.judge(Evidence(0.7, None, True, True, 0, 0.0)).reason
+    assert f"{v.judge(Evidence(0.8, 200, True, True, 0, 0.1)).confidence:.2f}" in \
+        v.judge(Evidence(0.8, 200, True, True, 0, 0.1)).reason
+
+
+def test_calibration_plan_real_views_per_object_and_the_old_synthetic_draw():
+    labels = np.array(["a"] * 5 + ["b"] * 3 + ["c"] + ["d"] * 2)
+    plan = calibration_plan(labels, views=20, seed=0)
+    synthetic = [r for r, k in plan if k == "synthetic"]
+    assert synthetic == np.random.default_rng(0).choice(len(labels), size=20, replace=True).tolist()
+    real = [r for r, k in plan if k == "real"]
+    assert len(real) == 10 and 8 not in real  # every photo of a multi-photo object; c has one photo
+    assert {labels[r] for r in real[:3]} == {"a", "b", "d"}  # one of each object before a second
+    many = calibration_plan(np.repeat(np.arange(100).astype(str), 3), seed=0)
+    assert sum(k == "real" for _, k in many) == REAL_VIEWS
+    assert calibration_plan(labels, rows=[8, 0]) == [(0, "real"), (8, "synthetic")]
+
+
+def test_labelled_queries_refit_the_same_model():
+    rng = np.random.default_rng(8)
+    cal = fit_verdict(sum(_views(rng), []), "calibration")
+    known, unknown = _views(rng, 80, 40)
+    new = recalibrated(known + unknown, cal, max_known_rejected=0.05)
+    assert new.model_verified is not None and new.model_verified != cal.model_verified
+    f = open_set_figures(known + unknown, new)
+    assert f["known_rejected"] <= 0.05 and "labelled queries" in new.source
+    pts = operating_points(known + unknown, verdict=cal)
+    assert pts["threshold"].min() >= 0 and pts["threshold"].max() <= 1
+    assert np.all(np.diff(pts["known_rejected"]) >= 0) and np.all(np.diff(pts["unknown_rejected"]) >= 0)
