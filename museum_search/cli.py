@@ -198,7 +198,8 @@ def _descriptor_answers(args: argparse.Namespace, index):
 
 def _print_answer(answer) -> None:
     verdict = "in the collection" if answer.in_collection else "NOT in this collection"
-    print(f"query: {answer.query}  → {verdict} ({answer.reason})")
+    why = answer.reason if answer.confidence is None else f"confidence {answer.confidence:.2f}; {answer.reason}"
+    print(f"query: {answer.query}  → {verdict} ({why})")
     print(f"  {'rank':>4}  {'cosine':>6}  {'inliers':>7}  {'instance':<20}  {'title / artist':<40}  path")
     for r in answer.results:
         meta = " / ".join(v for v in (r.metadata.get("title", ""), r.metadata.get("artist", "")) if v)
@@ -229,8 +230,10 @@ def cmd_info(args: argparse.Namespace) -> int:
         print(f"verification: local features of {len(index.local)} references "
               f"({index.local.settings['feature'].upper()}, {index.local.settings['max_side']} px)")
     v = Verdict.of_index(index)
-    print(f"verdict: in the collection with at least {v.min_inliers} matching points (unverified: cosine at "
-          f"least {v.min_cosine}); calibration: {v.source}")
+    print(f"verdict: {v.summary()}")
+    warning = v.warning()
+    if warning is not None:
+        print(f"warning: {warning}")
     return 0
 
 
@@ -314,8 +317,8 @@ def _print_summary(s: dict[str, Any]) -> None:
         def share(x):
             return "n/a" if x is None else f"{100 * x:.1f} %"
 
-        rule = (f"at least {v['min_inliers']} matching points" if v.get("min_inliers") is not None
-                else f"cosine at least {v.get('min_cosine')}")
+        rule = v.get("rule") or (f"at least {v['min_inliers']} matching points" if v.get("min_inliers") is not None
+                                 else f"cosine at least {v.get('min_cosine')}")
         print(f"verdict ({rule}): unknown objects rejected {share(v['unknown_rejected'])} of "
               f"{v['unknown_queries']}; known objects wrongly rejected {share(v['known_rejected'])} of "
               f"{v['known_queries']}; accuracy (right answer or right rejection) {share(v['accuracy'])}")
@@ -325,6 +328,8 @@ def _print_summary(s: dict[str, Any]) -> None:
         interval = ci.get(key)
         iv = f"[{pct(interval[0])}, {pct(interval[1])}]" if interval else ""
         print(f"  {label:<8} {pct(s.get(key)):>8}   {iv}")
+        if key == "amnro":  # the open-set metric next to MP@1, MAP and AMNRO (no interval: not a mean)
+            print(f"  {'GAP':<8} {pct(s.get('gap')):>8}   (known queries only: {pct(s.get('gap_known')).strip()})")
     base = s.get("baseline")
     if base:
         print(f"against baseline {base['baseline']} ({base['paired_queries']} paired queries; one-tailed paired "
@@ -486,7 +491,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_engine_option(s)
     s.set_defaults(func=cmd_query)
 
-    s = sub.add_parser("evaluate", help="measure MP@1, MAP, AMNRO... on a labelled query set")
+    s = sub.add_parser("evaluate", help="measure MP@1, MAP, AMNRO, GAP... on a labelled query set")
     s.add_argument("index", type=Path)
     s.add_argument("queries", type=Path, nargs="?", default=None,
                    help="query folder (CLICIDE, GaRoFou, folder-per-instance, ground_truth.csv)")

@@ -33,7 +33,8 @@ def test_query_json(cli_index, sample_collection):
     doc = json.loads(r.stdout)
     assert [d["query"] for d in doc] == [str(queries / q) for q in known]
     for d in doc:
-        assert set(d) == {"query", "in_collection", "reason", "inliers", "rival_inliers", "results"}
+        assert set(d) == {"query", "in_collection", "confidence", "reason", "inliers", "rival_inliers", "results"}
+        assert isinstance(d["confidence"], float) and 0.0 <= d["confidence"] <= 1.0
         assert isinstance(d["in_collection"], bool) and d["reason"] and isinstance(d["rival_inliers"], int)
         assert len(d["results"]) == 3
         assert [x["rank"] for x in d["results"]] == [1, 2, 3]
@@ -53,6 +54,7 @@ def test_query_json(cli_index, sample_collection):
     assert doc[0]["results"][0]["cosine"] == pytest.approx(answer.results[0].cosine, abs=1e-6)
     assert doc[0]["results"][0]["inliers"] == answer.results[0].inliers
     assert doc[0]["rival_inliers"] == answer.rival and doc[0]["inliers"] == answer.top_inliers
+    assert doc[0]["confidence"] == pytest.approx(answer.confidence, abs=1e-4)
     # --no-verify: no inliers, the verdict from the cosine
     r = run_cli("query", cli_index, queries / known[0], "--json", "--no-verify")
     d = json.loads(r.stdout)[0]

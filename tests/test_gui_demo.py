@@ -26,6 +26,7 @@ from museum_search.gui.demo_window import (
     NOT_IN_COLLECTION,
     TRYING_AGAIN,
     DemoWindow,
+    confidence_words,
 )
 from museum_search.gui.state import Settings
 
@@ -112,7 +113,8 @@ def test_steady_frames_show_the_object_card_then_live_again(qtbot, make_demo, da
     assert w.card_artist_text() == data.entry["artist"]
     assert w.card_year_text() == data.entry["year"]
     assert w.card_description_text() == data.entry["description"]
-    assert w.card_confidence_text() == f"Verified: {answer.top_inliers} matching points"
+    # how sure, in plain words (never the number: that is for the technician's log)
+    assert w.card_confidence_text() == confidence_words(answer.confidence) != ""
     assert w.card_title_text() != NOT_IN_COLLECTION
     assert w.card_has_photo()  # the reference photo of the match
     w.grab().save("/tmp/demo_card.png")
@@ -148,6 +150,32 @@ def test_object_outside_the_collection_gets_the_sorry_card(qtbot, make_demo, dat
     w.grab().save("/tmp/demo_unknown.png")
     qtbot.keyClick(w, Qt.Key.Key_Return)  # back to the camera
     assert w.mode == "live"
+
+
+def test_the_log_has_the_confidence_and_a_weak_verdict(qtbot, make_demo, data, caplog):
+    """Staff read the number and a weak calibration in the log; visitors read plain words."""
+    from dataclasses import replace
+
+    from museum_search.core.index import Index
+    from museum_search.core.verdict import Verdict
+
+    caplog.set_level(logging.INFO, logger="museum_search.gui.demo_window")
+    index = Index.load(data.index.path)  # its own object: the session's index stays as it is
+    verdict = Verdict.of_index(index)
+    weak = {**(verdict.operating_point or {}), "known_accepted": 0.32, "unknown_rejected": 0.96, "known": 50,
+            "unknown": 50, "source": "synthetic views"}
+    index.verdict = replace(verdict, operating_point=weak).to_dict()
+    warning = Verdict.of_index(index).warning()
+    assert warning is not None
+    w = make_demo(index, data.known, steady_seconds=0.3, result_seconds=60)
+    _wait_mode(qtbot, w, "result")
+    assert any(r.levelno == logging.WARNING and warning in r.getMessage() for r in caplog.records)
+    answer = w.last_answer
+    assert answer.in_collection and answer.confidence is not None
+    found = [r.getMessage() for r in caplog.records if r.getMessage().startswith("kiosk: recognised")]
+    assert found and f"confidence {answer.confidence:.3f}; {answer.reason}" in found[-1]
+    assert w.card_confidence_text() == confidence_words(answer.confidence)
+    assert f"{answer.confidence:.3f}" not in w.visible_text() and warning not in w.visible_text()
 
 
 def test_escape_does_nothing_only_the_exit_combination_leaves(qtbot, make_demo, data):

@@ -25,7 +25,14 @@ from museum_search.core.rerank import RerankOptions, icfrr_advice
 from museum_search.core.verdict import Verdict, operating_points, recalibrated
 from museum_search.gui import workers
 from museum_search.core.evaluation.stats import stars
-from museum_search.gui.evaluation_tab import VALUE_ROLE, VERDICT_FIGURES, EvaluationTab
+from museum_search.gui.evaluation_tab import (
+    GAP_COLUMN,
+    P_COLUMN,
+    VALUE_ROLE,
+    VERDICT_COLUMN,
+    VERDICT_FIGURES,
+    EvaluationTab,
+)
 from museum_search.gui.widgets.query_table import SORT_ROLE
 from museum_search.gui.state import AppState, Settings
 from museum_search.gui.widgets.plots import HIST_BINS, VERDICT_CURVES, RunningBuffer
@@ -37,7 +44,7 @@ TIMEOUT = 300_000  # ms: describing the queries takes a few seconds, much more o
 N_QUERIES = 8  # queries of the subset evaluated (keeps the test lean)
 SCREENSHOT = Path("/tmp/evaluation_tab.png")
 VERDICT_SCREENSHOT = Path("/tmp/eval_tab.png")
-P_MAP = 9  # column of the paired test of MAP in the comparison table
+P_MAP = P_COLUMN + 1  # column of the paired test of MAP in the comparison table
 
 
 def _read_truth(path: Path) -> list[dict[str, str]]:
@@ -360,14 +367,14 @@ def test_verdict_figures_operating_points_and_recalibration(qtbot, tab, data, tm
     assert expected["unknown_queries"] == 3
     assert run.verdict_figures == expected
     assert tab.comparison[0]["verdict"] == {k: expected[k] for k in VERDICT_FIGURES}
-    for c, key in enumerate(VERDICT_FIGURES, start=5):
+    for c, key in enumerate(VERDICT_FIGURES, start=VERDICT_COLUMN):
         assert tab.summary_table.item(0, c).data(VALUE_ROLE) == expected[key]
         assert tab.summary_table.item(0, c).text() == f"{100 * expected[key]:.1f} %"
     assert f"{100 * expected['unknown_rejected']:.1f} %" in tab.verdict_label.text()
     assert f"Verdict: unknown rejected {100 * expected['unknown_rejected']:.1f} %" in tab.status_label.text()
 
     # the operating points: three curves, one point per threshold, a line at the threshold in use
-    pts = operating_points(report.evidence, verified=True)
+    pts = operating_points(report.evidence, verified=True, verdict=report.verdict)
     assert set(tab.verdict_plot.verdict_curves) == set(VERDICT_CURVES) == {"unknown_rejected", "known_rejected",
                                                                           "accuracy"}
     for key, curve in tab.verdict_plot.verdict_curves.items():
@@ -376,14 +383,17 @@ def test_verdict_figures_operating_points_and_recalibration(qtbot, tab, data, tm
         np.testing.assert_array_equal(x, pts["threshold"])
         np.testing.assert_allclose(y, pts[key])
     assert tab.verdict_plot.threshold_line.isVisible()
-    assert tab.verdict_plot.threshold_line.value() == report.verdict.min_inliers == expected["min_inliers"]
+    assert tab.verdict_plot.threshold_line.value() == report.verdict.threshold(True) == expected["threshold"]
+    assert expected["rule"] == report.verdict.rule(True)
+    if report.verdict.model(True) is not None:  # a calibrated verdict: its threshold is a confidence
+        assert "confidence" in tab.verdict_plot.getPlotItem().getAxis("bottom").labelText
 
     # the operating point chosen: at most 10 % of the known objects rejected
     before = dict(index.verdict)
     want = recalibrated(report.evidence, report.verdict, 0.10, verified=True)
     tab.max_known_spin.setValue(10.0)
-    assert tab.verdict_plot.candidate_line.value() == want.min_inliers
-    assert f"at least {want.min_inliers} matching points" in tab.candidate_label.text()
+    assert tab.verdict_plot.candidate_line.value() == want.threshold(True)
+    assert want.rule(True) in tab.candidate_label.text()
     assert tab.store_verdict_button.isEnabled()
 
     # another writer holds the index: the message is shown, nothing changes
@@ -413,7 +423,7 @@ def test_verdict_figures_operating_points_and_recalibration(qtbot, tab, data, tm
                                                              "unknown_rejected": None}})
     tab.add_run(replace(run, key=99, name="no unknown queries", report=no_unknown))
     assert tab.selected_run().key == 99 and not tab.store_verdict_button.isEnabled()
-    assert tab.summary_table.item(1, 5).text() == "n/a"
+    assert tab.summary_table.item(1, VERDICT_COLUMN).text() == "n/a"
     assert not tab.store_verdict() and len(_error_dialogs(tab)) == 1
 
     tab.select_run(run)

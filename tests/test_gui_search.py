@@ -100,6 +100,8 @@ def test_search_tab_gives_the_cli_answer_and_describes_once(qtbot, make_tab, dat
     assert answer.results[0].instance == instance and answer.in_collection and tab.verdict() is True
     assert [r.rank for r in tab.results()] == [1, 2, 3, 4, 5] and tab.grid.results() == tab.results()
     assert "In the collection" in tab.banner.text() and html.escape(cli.reason) in tab.banner.text()
+    assert answer.confidence == pytest.approx(cli.confidence)  # the calibrated verdict's, shown with it
+    assert f"confidence {cli.confidence:.2f}; {html.escape(cli.reason)}" in tab.banner.text()
     top = answer.results[0]
     assert top.inliers is not None and answer.top_inliers >= tab._shown_pipeline.verdict.min_inliers
     card = tab.grid.cards()[0].evidence_label.text()
@@ -247,6 +249,7 @@ def test_not_in_collection_banner_and_no_geometric_match(qtbot, make_tab, data):
     text = tab.banner.text()
     assert not tab.banner.isHidden() and "Not in this collection" in text and html.escape(cli.reason) in text
     assert "matching points" in text and tab.banner.property("verdict") == "out"
+    assert f"confidence {cli.confidence:.2f}; " in text and "Confidence:" in tab.banner.toolTip()
     assert tab.grid.count() == 4  # the closest references are still listed
 
     tab.set_reranker("aqe")  # the verdict stays the pipeline's, whatever the re-ranking

@@ -85,6 +85,7 @@ from ..core.index import (
     writer_lock,
 )
 from ..core.labels import RULES, describe, find_catalogue, label_collection
+from ..core.verdict import Verdict
 from . import upgrade, workers
 from .state import AppState
 from .widgets.camera_view import ImageView
@@ -349,7 +350,13 @@ def index_summary(index: Index) -> str:
     else:
         ann = "no approximate-search index (exact search)"
     return (f"Index: {len(index):,} references of {len(index.instances):,} instances "
-            f"({index.meta.describe()}); {neighbours}; {ann}.")
+            f"({index.meta.describe()}); {neighbours}; {ann}. Verdict: {Verdict.of_index(index).summary()}")
+
+
+def verdict_warning(index: Index | None) -> str | None:
+    """The warning the Collection tab shows when the verdict's operating point, as its calibration
+    measured it, is weak (:meth:`.verdict.Verdict.warning`), else None."""
+    return None if index is None else Verdict.of_index(index).warning()
 
 
 def index_details(index: Index) -> str:
@@ -553,6 +560,15 @@ class CollectionTab(QWidget):
         self.status_label.setObjectName("collectionStatus")
         self.status_label.setWordWrap(True)
         self.status_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        # a weak operating point of the verdict: said here, before a visitor meets it in the kiosk
+        self.verdict_warning = QLabel("")
+        self.verdict_warning.setObjectName("verdictWarning")
+        self.verdict_warning.setWordWrap(True)
+        self.verdict_warning.setTextFormat(Qt.TextFormat.PlainText)
+        self.verdict_warning.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.verdict_warning.setStyleSheet("QLabel { background:#fff4e0; color:#6b3d00; border:1px solid #e0a030; "
+                                           "padding:6px; border-radius:4px; }")
+        self.verdict_warning.hide()
 
         index_box = QGroupBox("Index")
         iform = QVBoxLayout(index_box)
@@ -571,6 +587,7 @@ class CollectionTab(QWidget):
         iform.addWidget(self.progress_bar)
         iform.addWidget(self.progress_label)
         iform.addWidget(self.status_label)
+        iform.addWidget(self.verdict_warning)
 
         # skipped files
         self.skipped_tree = QTreeWidget()
@@ -1166,6 +1183,9 @@ class CollectionTab(QWidget):
     # ---- the open index ----------------------------------------------------------------------
     def _index_changed(self, index: Index | None) -> None:
         self.browser.set_index(index)
+        warning = verdict_warning(index)
+        self.verdict_warning.setText(f"⚠ {warning[:1].upper()}{warning[1:]}" if warning else "")
+        self.verdict_warning.setVisible(warning is not None)
         if index is None:
             return
         self._filling = True

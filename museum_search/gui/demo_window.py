@@ -4,7 +4,8 @@ A visitor holds an object (a postcard, a catalogue page, the painting itself) in
 camera. Recognition starts when the picture has been steady for ``steady_seconds``, or at once
 when the visitor touches (clicks) the screen or presses Space/Enter. The answer is a large card
 with the reference photo of the matched object and its catalogue entry (title, artist, year,
-description, the evidence), or a friendly "not in this collection" card exactly when the query
+description, and how sure the answer is in plain words: :func:`confidence_words`; the confidence as
+a number and the verdict's reason go to the log), or a friendly "not in this collection" card exactly when the query
 pipeline's answer says so (:attr:`museum_search.core.query.Answer.in_collection`: verified and
 calibrated per index, the same answer as the Search tab and ``museum-search query``). The card
 goes away after ``result_seconds`` or on a touch.
@@ -102,8 +103,8 @@ from .widgets.camera_view import CameraView, ImageView
 log = logging.getLogger(__name__)
 
 __all__ = ["ASK_STAFF", "DEFAULT_EXIT_KEYS", "EXIT_KEYS_SETTING", "GETTING_READY", "HINT", "LOOKUP_FAILED",
-           "NOT_IN_COLLECTION", "PIN_TITLE", "PIN_WRONG", "TRYING_AGAIN", "DemoWindow", "exit_keys_from",
-           "lock_summary"]
+           "NOT_IN_COLLECTION", "PIN_TITLE", "PIN_WRONG", "TRYING_AGAIN", "DemoWindow", "confidence_words",
+           "exit_keys_from", "lock_summary"]
 
 #: Settings key of the key combination with which staff leave the kiosk (empty: DEFAULT_EXIT_KEYS).
 EXIT_KEYS_SETTING = "demo/exit_keys"
@@ -182,6 +183,26 @@ def _recognize(pipeline: QueryPipeline, frame: np.ndarray) -> _Recognition:
         except OSError as exc:
             photo_error = str(exc)
     return _Recognition(answer, photo, frame, time.perf_counter() - t0, photo_error)
+
+
+#: What a visitor reads under a recognised object, by the answer's confidence (at least the first
+#: number; a probability in words, never the number itself).
+CONFIDENCE_WORDS = ((0.95, "We are sure it is this one."), (0.8, "It is very likely this one."),
+                    (0.0, "It is probably this one."))
+
+
+def confidence_words(confidence: float | None) -> str:
+    """How sure the kiosk is of a recognised object, in plain words for visitors ("" when the
+    answer has no confidence). The number itself goes to the technician's log."""
+    if confidence is None:
+        return ""
+    return next(words for floor, words in CONFIDENCE_WORDS if confidence >= floor)
+
+
+def _technician_verdict(answer: Answer) -> str:
+    """The verdict for the log: the confidence as a number and the reason."""
+    conf = "no confidence" if answer.confidence is None else f"confidence {answer.confidence:.3f}"
+    return f"{conf}; {answer.reason}"
 
 
 def _meta(result: Result, key: str) -> str:
@@ -932,6 +953,9 @@ class DemoWindow(QWidget):
 
         def done(pipeline: QueryPipeline) -> None:
             self._pipeline = pipeline
+            weak = pipeline.verdict.warning()
+            if weak is not None:  # staff read it in the Collection tab too, before opening the kiosk
+                log.warning("kiosk: %s", weak)
             if self._mode == "starting":
                 self._set_mode("live")
             elif self._mode == "retrying":
@@ -1262,6 +1286,7 @@ class DemoWindow(QWidget):
 
     def _fill_result_card(self, rec: _Recognition) -> None:
         c, best = self.card_page, rec.results[0]
+        log.info("kiosk: recognised %s, %s (%s)", best.instance, best.path, _technician_verdict(rec.answer))
         c.verdict.setText("We found it!")
         c.verdict.show()
         c.title.setText(_meta(best, "title") or _pretty_instance(best.instance))
@@ -1273,10 +1298,9 @@ class DemoWindow(QWidget):
         description = _meta(best, "description")
         c.description.setText(description)
         c.description.setVisible(bool(description))
-        n = rec.answer.top_inliers  # the object's evidence, as the verdict used it
-        c.confidence.setText(f"Verified: {n} matching points" if n is not None
-                             else f"Similarity {round(100 * max(0.0, best.cosine))} % (not verified)")
-        c.confidence.setVisible(True)
+        words = confidence_words(rec.answer.confidence)  # plain words; the number goes to the log
+        c.confidence.setText(words)
+        c.confidence.setVisible(bool(words))
         if rec.photo is not None:
             c.photo.set_image(rec.photo)
         else:
@@ -1289,6 +1313,7 @@ class DemoWindow(QWidget):
 
     def _fill_unknown_card(self, rec: _Recognition) -> None:
         c = self.card_page
+        log.info("kiosk: not in the collection (%s)", _technician_verdict(rec.answer))
         c.verdict.setText("")
         c.verdict.hide()
         c.title.setText(NOT_IN_COLLECTION)

@@ -89,6 +89,15 @@ RERANKER_ORDER = (("aqe", "αQE"), ("dba", "DBA"), ("icfrr", "ICFRR"))
 #: The verdict's figures (keys of ``summary["verdict"]``) in the comparison table.
 VERDICT_FIGURES = {"unknown_rejected": "Unknown\nrejected", "known_rejected": "Known\nrejected",
                    "accuracy": "Accuracy"}
+#: Columns of the comparison table: run, queries, the means with their intervals (:data:`COMPARED`),
+#: GAP, the verdict's figures, then the paired tests.
+GAP_COLUMN = 5
+VERDICT_COLUMN = GAP_COLUMN + 1  # the first of VERDICT_FIGURES
+P_COLUMN = VERDICT_COLUMN + len(VERDICT_FIGURES)  # the first paired test (of COMPARED's first metric)
+GAP_TIP = ("GAP (Global Average Precision, the Met dataset's open-set metric): every query, known and unknown, "
+           "sorted by its answer's confidence; the precision of the right top-1 answers along that order, "
+           "averaged over the known queries (1 is perfect: every known query right and surer than every "
+           "unknown one). In brackets: over the known queries only.")
 JOB_TITLES = {"evaluation": "Evaluation", "sweep": "ICFRR sweep", "verdict": "Storing the verdict"}
 QUERY_THUMB = 180
 RESULT_THUMB = 104
@@ -180,8 +189,14 @@ class EvalRun:
 
     @cached_property
     def operating_points(self) -> dict[str, np.ndarray]:
-        """The verdict's figures against its threshold (``verdict.operating_points``)."""
-        return operating_points(self.report.evidence, verified=self.verified)
+        """The verdict's figures against its threshold (``verdict.operating_points``: the confidence of
+        the verdict's model when it has one)."""
+        return operating_points(self.report.evidence, verified=self.verified, verdict=self.report.verdict)
+
+    @property
+    def calibrated(self) -> bool:
+        """The verdict is a calibrated model: its threshold is a confidence."""
+        return self.report.verdict.model(self.verified) is not None
 
 
 @dataclass
@@ -515,18 +530,21 @@ class EvaluationTab(QWidget):
         self.baseline_combo.setObjectName("baselineCombo")
         self.baseline_combo.setToolTip("The run every other run is tested against")
         self.baseline_combo.currentIndexChanged.connect(lambda _i: self._update_comparison())
-        self.summary_table = QTableWidget(0, 11)
+        self.summary_table = QTableWidget(0, 12)
         self.summary_table.setObjectName("summaryTable")
         self.summary_table.setHorizontalHeaderLabels(
-            ["Run", "Queries", "MP@1 [95% CI]", "MAP [95% CI]", "AMNRO [95% CI]", *VERDICT_FIGURES.values(),
-             "p MP@1", "p MAP", "p AMNRO"])
+            ["Run", "Queries", "MP@1 [95% CI]", "MAP [95% CI]", "AMNRO [95% CI]", "GAP [known]",
+             *VERDICT_FIGURES.values(), "p MP@1", "p MAP", "p AMNRO"])
+        self.summary_table.horizontalHeaderItem(GAP_COLUMN).setToolTip(GAP_TIP)
         self.summary_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.summary_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.summary_table.verticalHeader().hide()
         sh = self.summary_table.horizontalHeader()
         sh.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         sh.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        note = QLabel("Intervals: 95 % percentile bootstrap over queries. Verdict (“in this collection”): "
+        note = QLabel("Intervals: 95 % percentile bootstrap over queries. GAP: Global Average Precision over "
+                      "all queries sorted by confidence (in brackets, over the known queries only). "
+                      "Verdict (“in this collection”): "
                       "unknown objects rejected, known objects wrongly rejected, accuracy (right answer or right "
                       "rejection); n/a without such queries. p: paired one-tailed randomization test that the run "
                       "is better than the baseline (for AMNRO, lower is better), exact up to 20 differing queries; "
@@ -568,9 +586,10 @@ class EvaluationTab(QWidget):
         self.sweep_status.setWordWrap(True)
         self.sweep_plot = SweepPlot()
         self.sweep_plot.setObjectName("sweepPlot")
-        self.sweep_table = QTableWidget(0, 4)
+        self.sweep_table = QTableWidget(0, 5)
         self.sweep_table.setObjectName("sweepTable")
-        self.sweep_table.setHorizontalHeaderLabels(["Value", "MP@1", "MAP", "AMNRO"])
+        self.sweep_table.setHorizontalHeaderLabels(["Value", "MP@1", "MAP", "AMNRO", "GAP"])
+        self.sweep_table.horizontalHeaderItem(4).setToolTip(GAP_TIP)
         self.sweep_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.sweep_table.verticalHeader().hide()
         self.sweep_table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
@@ -853,7 +872,7 @@ class EvaluationTab(QWidget):
         self.sweep_points = []
         self.sweep_plot.start(label, integer=parameter == "k")
         self.sweep_table.setRowCount(0)
-        self.sweep_table.setHorizontalHeaderLabels([label, "MP@1", "MAP", "AMNRO"])
+        self.sweep_table.setHorizontalHeaderLabels([label, "MP@1", "MAP", "AMNRO", "GAP"])
         self.pages.setCurrentWidget(self.sweep_page)
         self.progress.setRange(0, 0)
         self._start("sweep", _sweep_job(self.index, self.queryset, parameter, vals, self.query_settings(),
@@ -960,7 +979,8 @@ class EvaluationTab(QWidget):
         if s.get("icfrr_advice"):
             warning += f"\n⚠ {s['icfrr_advice']}"
         self._set_status(f"Done in {format_duration(took)}: MP@1 {_fmt(s['mp@1'])}, MAP {_fmt(s['map'])}, "
-                         f"AMNRO {_fmt(s['amnro'])} over {s['queries']:,} queries{open_set}{skipped}. Verdict: "
+                         f"AMNRO {_fmt(s['amnro'])}, GAP {_fmt(s['gap'])} over {s['queries']:,} queries"
+                         f"{open_set}{skipped}. Verdict: "
                          f"unknown rejected {_pct(v['unknown_rejected'])}, known rejected {_pct(v['known_rejected'])}"
                          f", accuracy {_pct(v['accuracy'])}.{warning}")
         self.add_run(run)
@@ -980,7 +1000,8 @@ class EvaluationTab(QWidget):
         self.sweep_plot.add_point(value, summary)
         r = self.sweep_table.rowCount()
         self.sweep_table.insertRow(r)
-        for c, text in enumerate((f"{value:g}", _fmt(summary["mp@1"]), _fmt(summary["map"]), _fmt(summary["amnro"]))):
+        for c, text in enumerate((f"{value:g}", _fmt(summary["mp@1"]), _fmt(summary["map"]), _fmt(summary["amnro"]),
+                                  _fmt(summary["gap"]))):
             item = QTableWidgetItem(text)
             item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
             self.sweep_table.setItem(r, c, item)
@@ -1019,7 +1040,8 @@ class EvaluationTab(QWidget):
         item.setData(Qt.ItemDataRole.UserRole, run.key)
         item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
         warning = unknown_instances_warning(s)
-        item.setToolTip(f"{run.name}\nMP@1 {_fmt(s['mp@1'])}  MAP {_fmt(s['map'])}  AMNRO {_fmt(s['amnro'])}\n"
+        item.setToolTip(f"{run.name}\nMP@1 {_fmt(s['mp@1'])}  MAP {_fmt(s['map'])}  AMNRO {_fmt(s['amnro'])}  "
+                        f"GAP {_fmt(s['gap'])}\n"
                         f"{run.report.index_description}\n{run.report.queryset_description}"
                         + (f"\n⚠ {warning}" if warning else "") + (f"\n⚠ {advice}" if advice else ""))
         self.runs_list.blockSignals(True)
@@ -1146,7 +1168,9 @@ class EvaluationTab(QWidget):
         self.comparison = []
         self.summary_table.setRowCount(len(runs))
         for r, run in enumerate(runs):
-            row: dict[str, Any] = {"key": run.key, "name": run.name, "queries": run.report.summary["queries"],
+            s = run.report.summary
+            row: dict[str, Any] = {"key": run.key, "name": run.name, "queries": s["queries"],
+                                   "gap": s["gap"], "gap_known": s["gap_known"],
                                    "baseline": base is not None and run.key == base.key, "ci": {}, "p": {},
                                    "stars": {}, "delta": {}, "verdict": {}, "differing": {}, "bootstrap_p": {}}
             label = run.name + ("  (baseline)" if row["baseline"] else "")
@@ -1159,14 +1183,17 @@ class EvaluationTab(QWidget):
                 mean, lo, hi = run.cis.get(metric, (math.nan, math.nan, math.nan))
                 row["ci"][metric] = (mean, lo, hi)
                 self.summary_table.setItem(r, c, self._cell(f"{_fmt(mean)} [{_fmt(lo)}, {_fmt(hi)}]", (mean, lo, hi)))
+            gap = self._cell(f"{_fmt(s['gap'])} [{_fmt(s['gap_known'])}]", (s["gap"], s["gap_known"]))
+            gap.setToolTip(GAP_TIP)
+            self.summary_table.setItem(r, GAP_COLUMN, gap)
             v = run.verdict_figures
             tip = (f"{run.report.verdict.rule(run.verified)} ({v['calibration']}); {v['known_queries']} known "
                    f"and {v['unknown_queries']} unknown queries")
-            for c, key in enumerate(VERDICT_FIGURES, start=5):
+            for c, key in enumerate(VERDICT_FIGURES, start=VERDICT_COLUMN):
                 row["verdict"][key] = v[key]
                 self.summary_table.setItem(r, c, self._cell(_pct(v[key]), v[key]))
                 self.summary_table.item(r, c).setToolTip(tip)
-            for c, metric in enumerate(COMPARED, start=8):
+            for c, metric in enumerate(COMPARED, start=P_COLUMN):
                 if base is None or row["baseline"]:
                     text, p, tip = ("baseline" if row["baseline"] else ""), None, ""
                 else:
@@ -1209,7 +1236,8 @@ class EvaluationTab(QWidget):
             self.candidate_label.setText("")
             return
         v, verdict = run.verdict_figures, run.report.verdict
-        self.verdict_plot.set_points(run.operating_points, verdict.threshold(run.verified), run.verified)
+        self.verdict_plot.set_points(run.operating_points, verdict.threshold(run.verified), run.verified,
+                                     confidence=run.calibrated)
         self.verdict_label.setText(
             f"<b>In use</b>: {html.escape(verdict.rule(run.verified))}<br><small>{html.escape(v['calibration'])}"
             f"</small><br>Unknown objects rejected: <b>{_pct(v['unknown_rejected'])}</b> of {v['unknown_queries']}"
@@ -1309,6 +1337,7 @@ class EvaluationTab(QWidget):
                 f"<span style='color:#b36b00'>not in this index: {', '.join(html.escape(i) for i in rec.unknown)}"
                 " (check the ground truth or the index)</span>")
         m = rec.metrics
+        confidence = "" if rec.confidence is None else f"confidence {rec.confidence:.2f}; "
         excluded = ("Not averaged (no instance of its ground truth is in this index)." if rec.unknown_only else
                     "Not averaged (open-set query).")
         self.query_info.setText(
@@ -1317,7 +1346,7 @@ class EvaluationTab(QWidget):
                f"P@1 {_fmt(m['p@1'])} · AP {_fmt(m['ap'])} · MNRO {_fmt(m['mnro'])}" if not rec.open_set else
                excluded)
             + f"<br>Verdict: <b>{'in' if rec.in_collection else 'not in'} the collection</b> "
-              f"({html.escape(rec.reason)})")
+              f"({confidence}{html.escape(rec.reason)})")
 
     def _show_query_image(self) -> None:
         if not self._query_path:

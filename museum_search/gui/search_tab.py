@@ -56,6 +56,9 @@ VERIFY_TIP = ("Geometric verification: the top references are matched point by p
               "Slower, but answers are checked, and “not in this collection” is reliable.")
 _PIPELINES_KEPT = 8
 
+#: What the banner's confidence is (its tooltip).
+CONFIDENCE_TIP = ("Confidence: the probability that the best match is right and the object is in this collection, "
+                  "as calibrated on this collection's views.")
 _BANNER_STYLE = {
     "out": "background:#fde2df; color:#7a1a12; border:1px solid #d0342c;",
     "in": "background:#e1f3e6; color:#18542a; border:1px solid #2e9d4c;",
@@ -801,6 +804,8 @@ class SearchTab(QWidget):
             self.banner.hide()
             return
         reason = html.escape(answer.reason)
+        if answer.confidence is not None:
+            reason = f"confidence {answer.confidence:.2f}; {reason}"
         if answer.in_collection:
             what = html.escape(result_title(answer.top) or answer.top.instance)
             text, kind = f"<b>In the collection</b> — {reason}. <b>Best match:</b> {what}", "in"
@@ -808,7 +813,7 @@ class SearchTab(QWidget):
             text, kind = (f"<b>Not in this collection</b> — {reason}. "
                           "The references below are only the most similar."), "out"
         self.banner.setText(text)
-        self.banner.setToolTip(f"Verdict thresholds: {self._shown_pipeline.verdict.source}")
+        self.banner.setToolTip(f"{CONFIDENCE_TIP}\nVerdict: {self._shown_pipeline.verdict.source}")
         self.banner.setProperty("verdict", kind)
         self.banner.setStyleSheet(f"QLabel {{ {_BANNER_STYLE[kind]} padding:8px; border-radius:4px; }}")
         self.banner.show()

@@ -21,6 +21,9 @@ from .querysets import unknown_instances_note
 from .runner import EvalReport
 from .stats import bootstrap_ci, paired_test_by_query
 
+#: The verdict's columns of the CSV export, after the metrics: "in the collection" (1/0), the
+#: reason in words, the top object's inliers (empty: not verified) and the answer's confidence.
+CSV_VERDICT_COLUMNS = ("in_collection", "reason", "inliers", "confidence")
 #: metric → (record key, higher is better) for confidence intervals and significance tests.
 COMPARED = {"mp@1": ("p@1", True), "map": ("ap", True), "amnro": ("mnro", False)}
 
@@ -70,7 +73,8 @@ def report_dict(report: EvalReport, index, rankings: bool = False, ci: bool = Tr
         q["top"] = [index.items[int(i)].instance for i in r.ranking[:5]]
         q.update(in_collection=r.in_collection, reason=r.reason,
                  cosine=None if np.isnan(r.top_cosine) else round(float(r.top_cosine), 6), inliers=r.top_inliers,
-                 rival_inliers=r.rival_inliers if r.top_inliers is not None else None)
+                 rival_inliers=r.rival_inliers if r.top_inliers is not None else None,
+                 confidence=_num(r.confidence))
         if rankings:
             q["ranking"] = [str(index.root / index.items[int(i)].path) for i in r.ranking]
         queries.append(q)
@@ -107,13 +111,15 @@ def write_csv(report: EvalReport, index, path: Path) -> None:
     w = csv.writer(buf)
     keys = ["p@1", "p@5", "ap", "mnro", "nmrr", "rr"]
     w.writerow(["query", "relevant", "open_set", *keys, "top1_instance", "top1_path", "top1_score",
-                "unknown_instances"])
+                "unknown_instances", *CSV_VERDICT_COLUMNS])
     for r in report.records:
         top = index.items[int(r.ranking[0])]
         # open_set: the ground truth says the object is not in the collection (not an unknown name)
         w.writerow([r.query, ";".join(r.relevant), int(r.open_set and not r.unknown_only),
                     *("" if math.isnan(r.metrics[k]) else f"{r.metrics[k]:.6f}" for k in keys),
-                    top.instance, top.path, f"{float(r.scores[0]):.6f}", ";".join(r.unknown)])
+                    top.instance, top.path, f"{float(r.scores[0]):.6f}", ";".join(r.unknown),
+                    int(r.in_collection), r.reason, "" if r.top_inliers is None else r.top_inliers,
+                    "" if _num(r.confidence) is None else f"{float(r.confidence):.6f}"])
     atomic_write(path, buf.getvalue())
 
 

@@ -43,7 +43,7 @@ from ..progress import DecodePool, Progress, drive, wait
 from ..query import QueryImage, QueryPipeline, QuerySettings, descriptor_query, load_query
 from ..rerank import icfrr_advice, icfrr_k_g
 from ..verdict import Evidence, open_set_figures, recalibrated
-from .metrics import relevance_matrix, summarize
+from .metrics import gap_known, global_average_precision, relevance_matrix, summarize
 from .querysets import QuerySet
 
 #: Per-query metrics kept in every record (keys of :func:`metrics.summarize`'s ``per_query``).
@@ -77,12 +77,24 @@ class QueryRecord:
     top_cosine: float = float("nan")  # evidence of the top result
     top_inliers: int | None = None  # (None: not verified)
     rival_inliers: int = 0  # most inliers of another object (see verdict.DISTINCT)
+    top_margin: float = float("nan")  # top cosine minus the best other object's cosine
+    confidence: float | None = None  # the answer's confidence (None: no answer, an empty collection)
+    #: the answer's own evidence (``Answer.evidence``), with everything the verdict reads; None for a
+    #: record made by hand (its evidence is then made from the fields above)
+    answer_evidence: Evidence | None = None
+
+    @property
+    def correct(self) -> bool:
+        """The top-1 reference is relevant (always False for an open-set query)."""
+        return bool(self.relevance[:1].any())
 
     @property
     def evidence(self) -> Evidence:
-        """The top answer's evidence, for the verdict's figures and re-calibration."""
-        return Evidence(self.top_cosine, self.top_inliers, not self.open_set, bool(self.relevance[:1].any()),
-                        self.rival_inliers)
+        """The top answer's evidence, for the verdict's figures, GAP and re-calibration."""
+        if self.answer_evidence is not None:
+            return self.answer_evidence
+        return Evidence(self.top_cosine, self.top_inliers, not self.open_set, self.correct, self.rival_inliers,
+                        margin=self.top_margin, confidence=self.confidence)
 
     @property
     def open_set(self) -> bool:
@@ -225,8 +237,10 @@ def evaluate(
                 unknown=unknown_of[item.position],
                 in_collection=ans.in_collection, reason=ans.reason,
                 top_cosine=top.cosine if top else float("nan"), top_inliers=ans.top_inliers,
-                rival_inliers=ans.rival,
+                rival_inliers=ans.rival, confidence=ans.confidence,
             )
+            rec.answer_evidence = ans.evidence(not rec.open_set, rec.correct)
+            rec.top_margin = rec.answer_evidence.margin
             records.append(rec)
             rels.append(rec.relevance)
             nrels.append(rec.n_relevant)
@@ -341,11 +355,28 @@ def pipeline_summary(pipe: QueryPipeline, evidence: list[Evidence]) -> dict[str,
     (:func:`~museum_search.core.rerank.icfrr_advice`), the warning; else None."""
     icfrr = "icfrr" in [n.strip().lower() for n in pipe.settings.rerank.split(",")]
     return {"query_regions": bool(pipe.settings.regions), "verified": bool(pipe.settings.verify),
+            **gap_figures(evidence),
             "icfrr_advice": icfrr_advice(pipe.index.labels, pipe.settings.options) if icfrr else None,
             "verdict": {**open_set_figures(evidence, pipe.verdict),
+                        "rule": pipe.verdict.rule(pipe.settings.verify),
+                        "threshold": pipe.verdict.threshold(pipe.settings.verify),
                         "min_inliers": pipe.verdict.min_inliers if pipe.settings.verify else None,
                         "min_cosine": None if pipe.settings.verify else pipe.verdict.min_cosine,
                         "calibration": pipe.verdict.source}}
+
+
+def gap_figures(evidence: list[Evidence]) -> dict[str, float]:
+    """``{"gap", "gap_known"}`` of a run's answers: the Met dataset's Global Average Precision
+    (:func:`.metrics.global_average_precision`: every answered query, known and unknown, sorted by
+    its answer's confidence, ties by query order) and the same over the known queries only
+    (:func:`.metrics.gap_known`). A query is known when it has a relevant reference in the index
+    (not open-set), right when its top-1 reference is relevant. NaN without a known query.
+    Unreadable queries are not answered and not counted."""
+    conf = np.array([np.nan if e.confidence is None else float(e.confidence) for e in evidence], float)
+    correct = np.array([bool(e.correct) for e in evidence], bool)
+    known = np.array([bool(e.known) for e in evidence], bool)
+    return {"gap": float(global_average_precision(conf, correct, known)),
+            "gap_known": float(gap_known(conf, correct, known))}
 
 
 def _decode(path: str):

@@ -521,7 +521,8 @@ VERDICT_CURVES = {
 
 
 class VerdictPlot(pg.PlotWidget):
-    """The verdict's figures against its threshold (inliers when verified, else cosine)."""
+    """The verdict's figures against its threshold: the confidence of a calibrated verdict, else
+    inliers when verified, the cosine when not."""
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -551,10 +552,14 @@ class VerdictPlot(pg.PlotWidget):
             line.setVisible(False)
 
     def set_points(self, points: dict[str, np.ndarray] | None, threshold: float | None = None,
-                   verified: bool = True) -> None:
-        """Show ``operating_points(...)`` (``None``: clear) and the threshold in use."""
+                   verified: bool = True, confidence: bool = False) -> None:
+        """Show ``operating_points(...)`` (``None``: clear) and the threshold in use.
+
+        ``confidence``: the threshold is the calibrated verdict's confidence (0..1), not a count of
+        matching points or a cosine."""
         plot = self.getPlotItem()
-        plot.setLabel("bottom", "threshold: matching points (homography inliers)" if verified else
+        plot.setLabel("bottom", "threshold: confidence (the verdict's model)" if confidence else
+                      "threshold: matching points (homography inliers)" if verified else
                       "threshold: cosine (not verified)", color=self._fg)
         x = np.asarray(points["threshold"] if points is not None else [], float)
         for key, curve in self.verdict_curves.items():
@@ -566,7 +571,12 @@ class VerdictPlot(pg.PlotWidget):
         if len(x) > 2:
             # where the decision is made: inliers up to a few times the threshold (pan or zoom for
             # the rest); cosines from the lowest one seen (the curves are flat below it)
-            lo, hi = (0.0, min(x[-1], 3 * max(threshold or 0, 10))) if verified else (x[1] - 0.02, x[-1])
+            if confidence:
+                lo, hi = 0.0, 1.0
+            elif verified:
+                lo, hi = 0.0, min(x[-1], 3 * max(threshold or 0, 10))
+            else:
+                lo, hi = x[1] - 0.02, x[-1]
             plot.setXRange(float(lo), float(hi), padding=0.02)
 
     def set_candidate(self, value: float | None) -> None:

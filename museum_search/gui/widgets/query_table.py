@@ -29,9 +29,11 @@ def _relevant_text(r: QueryRecord) -> str:
 
 
 class QueryTableModel(QAbstractTableModel):
-    """One row per evaluated query of a run: query, relevant, P@1, AP, MNRO, top-1 instance, verdict."""
+    """One row per evaluated query of a run: query, relevant, P@1, AP, MNRO, top-1 instance, verdict,
+    the answer's confidence."""
 
-    COLUMNS = ("Query", "Relevant", "P@1", "AP", "MNRO", "Top-1 instance", "Verdict")
+    COLUMNS = ("Query", "Relevant", "P@1", "AP", "MNRO", "Top-1 instance", "Verdict", "Confidence")
+    CONFIDENCE_COLUMN = 7
     METRIC_COLUMNS = {2: "p@1", 3: "ap", 4: "mnro"}
 
     def __init__(self, parent=None):
@@ -62,7 +64,9 @@ class QueryTableModel(QAbstractTableModel):
         if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.ToolTipRole:
             return {2: "Is the top-ranked reference relevant?", 3: "Average precision (higher is better)",
                     4: "Mean normalized retrieval order (0 is perfect, lower is better)",
-                    6: "The pipeline's verdict on the top result (hover a cell for the reason)"}.get(section)
+                    6: "The pipeline's verdict on the top result (hover a cell for the reason)",
+                    7: "The answer's confidence: the probability that the top result is right and the object is "
+                       "in the collection (GAP sorts the queries by it)"}.get(section)
         return None
 
     def _name(self, r: QueryRecord) -> str:
@@ -96,6 +100,10 @@ class QueryTableModel(QAbstractTableModel):
                 return self._top1(r) if role == Qt.ItemDataRole.DisplayRole else self._top1(r).lower()
             if col == 6:
                 return "in the collection" if r.in_collection else "not in the collection"
+            if col == self.CONFIDENCE_COLUMN:
+                if role == SORT_ROLE:
+                    return -1.0 if r.confidence is None else float(r.confidence)
+                return "" if r.confidence is None else f"{r.confidence:.2f}"
         if role == Qt.ItemDataRole.ToolTipRole:
             if col == 0:
                 return r.query
@@ -110,7 +118,7 @@ class QueryTableModel(QAbstractTableModel):
             return QColor("#2e9d4c") if r.relevance[0] else QColor("#d0342c")
         if role == Qt.ItemDataRole.ForegroundRole and col == 1 and r.unknown:
             return QColor("#b36b00")
-        if role == Qt.ItemDataRole.TextAlignmentRole and col in self.METRIC_COLUMNS:
+        if role == Qt.ItemDataRole.TextAlignmentRole and (col in self.METRIC_COLUMNS or col == self.CONFIDENCE_COLUMN):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None
 
