@@ -35,19 +35,19 @@ DATA = HERE.parent.parent / "shared" / "data"
 
 
 def _stages(gen) -> tuple[object, dict[str, float]]:
-    """Drive a progress generator; its result and the seconds of each stage."""
-    first: dict[str, float] = {}
-    last: dict[str, float] = {}
+    """Drive a progress generator; its result and the seconds of each stage (from the end of the
+    stage before it to its own last report)."""
+    events: list[tuple[float, str]] = []
     t0 = time.perf_counter()
-
-    def seen(p):
-        now = time.perf_counter() - t0
-        first.setdefault(p.stage, now)
-        last[p.stage] = now
-
-    result = drive(gen, seen)
+    result = drive(gen, lambda p: events.append((time.perf_counter() - t0, p.stage)))
     total = time.perf_counter() - t0
-    return result, {"total": total, **{k: last[k] - first[k] for k in first}}
+    stages: dict[str, float] = {}
+    start = 0.0
+    for i, (t, stage) in enumerate(events):
+        if i + 1 == len(events) or events[i + 1][1] != stage:
+            stages[stage] = stages.get(stage, 0.0) + t - start
+            start = t
+    return result, {"total": total, **stages, "saving and the rest": total - start}
 
 
 def main() -> int:

@@ -181,6 +181,10 @@ class Answer:
     ranking: np.ndarray | None = None  # (G,) every row, best first (when asked for)
     rival: int = 0  # most inliers of a verified reference of another object than the top result's
     top_inliers: int | None = None  # the best inliers of a photo of the top result's object (None: not verified)
+    margin: float = float("nan")  # the top result's cosine minus the best cosine of another object
+    #: the verdict's confidence that the top result is right (:meth:`.verdict.Verdict.judge`); None
+    #: only when there is no result
+    confidence: float | None = None
 
     @property
     def top(self) -> Result | None:
@@ -191,11 +195,13 @@ class Answer:
         top = self.top
         if top is None:
             return VerdictEvidence(float("nan"), None, known, correct)
-        return VerdictEvidence(top.cosine, self.top_inliers, known, correct, self.rival)
+        return VerdictEvidence(top.cosine, self.top_inliers, known, correct, self.rival, self.margin,
+                               self.confidence)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"query": self.query, "in_collection": self.in_collection, "reason": self.reason,
-                "inliers": self.top_inliers, "rival_inliers": self.rival if self.verified else None,
+        return {"query": self.query, "in_collection": self.in_collection,
+                "confidence": None if self.confidence is None else round(float(self.confidence), 4),
+                "reason": self.reason, "inliers": self.top_inliers, "rival_inliers": self.rival if self.verified else None,
                 "results": [r.to_dict() for r in self.results]}
 
 
@@ -352,11 +358,29 @@ class QueryPipeline:
                 top_inliers, top_row = max((n, r) for r, n in verified.items()
                                            if self.index.items[r].instance == best.instance)
                 rival = self._rival(query, qf, best.instance, top_row, top_inliers, verified)
-            known, reason = self.verdict.decide(best.cosine, top_inliers, rival)
+            margin = self._margin(best, cos, np.isfinite(scores))
+            judged = self.verdict.judge(VerdictEvidence(best.cosine, top_inliers, True, True, rival, margin))
+            known, reason, confidence = judged.known, judged.reason, judged.confidence
         else:
-            known, reason = False, "the collection is empty"
+            known, reason, confidence, margin = False, "the collection is empty", None, float("nan")
         full = ranking(scores) if full_ranking else None
-        return Answer(query.name, results, known, reason, scores, cos, verified, full, rival, top_inliers)
+        return Answer(query.name, results, known, reason, scores, cos, verified, full, rival, top_inliers,
+                      margin, confidence)
+
+    def _margin(self, best: Result, cos: np.ndarray, valid: np.ndarray) -> float:
+        """The top result's cosine minus the best cosine of a reference of another object among the
+        ``valid`` (not left out, scored) references; the cosine itself when there is none."""
+        labels = self.index.labels
+        cos = np.where(valid & np.isfinite(cos), cos, -np.inf)
+        for n in (64, len(cos)):  # the nearest few first; the whole gallery when they are all one object
+            near = ranking(cos, n)
+            near = near[np.isfinite(cos[near])]
+            other = near[labels[near] != best.instance]
+            if len(other):
+                return float(best.cosine - cos[other[0]])
+            if len(near) < n:
+                break
+        return float(best.cosine)
 
     def _rival(self, query: QueryImage, qf, instance: str, row: int, inliers: int, verified: dict[int, int]) -> int:
         """The most inliers a reference of another object has *on the same part of the photo* as

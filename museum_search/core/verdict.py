@@ -280,7 +280,7 @@ class Verdict:
             x = e.features(model.features)
             conf = model.probability(x)
             known = conf >= model.threshold
-            reason = self._reason(e, model, x, known) + f" (confidence {conf:.2f}, {model.threshold:.2f} needed)"
+            reason = self._reason(e, model, x, known)
         if not known and math.isfinite(e.cosine) and e.cosine >= EXACT_COPY:
             return Judgement(True, max(conf, e.cosine), f"a copy of a reference photo (cosine {e.cosine:.3f})")
         return Judgement(bool(known), float(conf), reason)
@@ -377,7 +377,8 @@ class Verdict:
         return (f"the verdict is weak on this collection: on its calibration views it recognises only "
                 f"{op['known_accepted']:.0%} of the known objects (to reject {op['unknown_rejected']:.0%} of "
                 "unknown ones); visitors will often hear 'not in this collection' for objects that are. "
-                "Add more reference photos (other sides, other light) or try --matcher xfeat, then rebuild.")
+                "Add reference photos (other sides, other light), or use the XFeat matcher (Settings → Matcher, "
+                "or museum-search index --matcher xfeat), then build the index again.")
 
     # ---- storage -----------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

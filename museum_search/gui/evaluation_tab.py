@@ -1236,8 +1236,10 @@ class EvaluationTab(QWidget):
             self.candidate_label.setText("")
             return
         v, verdict = run.verdict_figures, run.report.verdict
-        self.verdict_plot.set_points(run.operating_points, verdict.threshold(run.verified), run.verified,
-                                     confidence=run.calibrated)
+        # a calibrated verdict's curves are those of its model refitted on these queries
+        # (``verdict.operating_points``): the threshold in use is on another scale, so it is not drawn
+        self.verdict_plot.set_points(run.operating_points, None if run.calibrated else verdict.threshold(run.verified),
+                                     run.verified, confidence=run.calibrated)
         self.verdict_label.setText(
             f"<b>In use</b>: {html.escape(verdict.rule(run.verified))}<br><small>{html.escape(v['calibration'])}"
             f"</small><br>Unknown objects rejected: <b>{_pct(v['unknown_rejected'])}</b> of {v['unknown_queries']}"

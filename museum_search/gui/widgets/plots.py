@@ -558,7 +558,7 @@ class VerdictPlot(pg.PlotWidget):
         ``confidence``: the threshold is the calibrated verdict's confidence (0..1), not a count of
         matching points or a cosine."""
         plot = self.getPlotItem()
-        plot.setLabel("bottom", "threshold: confidence (the verdict's model)" if confidence else
+        plot.setLabel("bottom", "threshold: confidence (the verdict's model refitted on these queries)" if confidence else
                       "threshold: matching points (homography inliers)" if verified else
                       "threshold: cosine (not verified)", color=self._fg)
         x = np.asarray(points["threshold"] if points is not None else [], float)
