@@ -75,7 +75,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     spec = LabellingSpec(args.labels, args.catalogue, args.regex)
     report = _drive(build_index(args.collection, args.output, config, spec, extractor=extractor,
                                 batch_size=args.batch_size, dtype="float16" if args.float16 else "float32",
-                                ann=args.ann, neighbours=args.neighbours, ray=args.ray),
+                                ann=args.ann, neighbours=args.neighbours, ray=args.ray, matcher=args.matcher),
                     "indexing")
     _print_skips(report.skipped, report.labelling.ignored)
     print(f"index written to {args.output}: {report.summary()}")
@@ -438,6 +438,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="describe the photos as tasks on a Ray cluster: a local Ray instance without ADDRESS, "
                         "an existing cluster with one (e.g. ray://head:10001); the collection must be on storage "
                         "every worker reads at the same path. Needs: pip install 'museum-search[cluster]'")
+    s.add_argument("--matcher", choices=("sift", "xfeat", "auto"), default=None,
+                   help="local features stored for verification: sift, xfeat (learned, through ONNX Runtime: "
+                        "sees dark works and small photos of objects) or auto (xfeat where SIFT finds few "
+                        "keypoints on the references, the default; $MUSEUM_SEARCH_MATCHER sets another). "
+                        "update keeps the index's matcher")
     _add_derived_options(s)
     _add_engine_option(s)
     s.set_defaults(func=cmd_index)

@@ -178,7 +178,7 @@ def _cause(ray, exc: BaseException) -> tuple[str, bool]:
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": "), False
 
 
-def _merge_local(parts: list[dict], settings: dict, dim: int):
+def _merge_local(parts: list[dict], settings: dict, dim: int, dtype=np.uint8):
     from .rerank.spatial import LocalFeatures
 
     offsets = [np.zeros(1, np.int64)]
@@ -192,11 +192,11 @@ def _merge_local(parts: list[dict], settings: dict, dim: int):
         offsets.append(off[1:] + base)
         base += int(off[-1])
         points.append(np.asarray(p["points"], np.float32).reshape(-1, 2))
-        descs.append(np.asarray(p["descriptors"], np.uint8).reshape(-1, dim))
+        descs.append(np.asarray(p["descriptors"], dtype).reshape(-1, dim))
         sizes.append(np.asarray(p["sizes"], np.float32).reshape(-1, 2))
     return LocalFeatures(dict(settings), np.concatenate(offsets),
                          np.concatenate(points) if points else np.empty((0, 2), np.float32),
-                         np.concatenate(descs) if descs else np.empty((0, dim), np.uint8),
+                         np.concatenate(descs) if descs else np.empty((0, dim), dtype),
                          np.concatenate(sizes) if sizes else np.empty((0, 2), np.float32))
 
 
@@ -237,18 +237,18 @@ def describe_on_ray(
         raise MuseumSearchError(f"max_retries must be 0 or more, not {max_retries}")
     sp = None
     if verification:
-        from .rerank.spatial import SpatialParams, settings_of
+        from .rerank.spatial import SpatialParams, descriptor_layout, settings_of
 
         params = spatial or SpatialParams()
         sp = {f.name: getattr(params, f.name) for f in fields(params)}
         local_settings = settings_of(params)
-        local_dim = 128 if params.effective_feature == "sift" else 32
+        local_dim, local_dtype = descriptor_layout(params)
     if not paths:
         local = None
         if verification:
             from .rerank.spatial import LocalFeatures
 
-            local = LocalFeatures.from_list([], local_settings, local_dim)
+            local = LocalFeatures.from_list([], local_settings, local_dim, local_dtype)
         return ExtractResult(np.empty((0, meta.dim), np.float32), [], []), local
     ray = import_ray()
 
@@ -338,7 +338,7 @@ def describe_on_ray(
         descriptors = np.concatenate([r["descriptors"] for r in parts]).reshape(-1, meta.dim)
         ok = [int(lo + i) for (lo, _), r in zip(shares, parts) for i in r["ok"]]
         skipped = [tuple(s) for r in parts for s in r["skipped"]]
-        local = _merge_local([r["local"] for r in parts], local_settings, local_dim) if verification else None
+        local = _merge_local([r["local"] for r in parts], local_settings, local_dim, local_dtype) if verification else None
         return ExtractResult(descriptors, ok, skipped), local
     finally:
         if inflight:

@@ -852,6 +852,7 @@ def build_index(
     ann: str = "auto",
     neighbours: int = K_MAX,
     ray: str | bool | None = None,
+    matcher: str | None = None,
 ) -> Generator[ExtractProgress, None, BuildReport]:
     """Index every labelled image of ``collection``; saves atomically to ``out`` (if given) at the end.
 
@@ -860,6 +861,9 @@ def build_index(
     ``verification`` the references' local features (for verified answers), then what is derived from
     the descriptors (:func:`derive`: the approximate index, ``ann``, and the ``neighbours`` lists),
     then with ``verification`` the calibration of the "in the collection" verdict.
+    ``matcher`` ("sift", "xfeat" or "auto"; None: :func:`.rerank.spatial.current_matcher`) chooses the
+    local features stored for verification (:func:`.rerank.spatial.auto_matcher`); queries and
+    updates use the index's own.
 
     ``out`` is checked (:func:`check_output_folder`) and its writer lock taken before any work
     starts. Cancelling (closing the generator) before the end leaves any index at ``out`` untouched.
@@ -869,13 +873,14 @@ def build_index(
         raise MuseumSearchError(f"collection folder not found: {root}")
     if out is None:
         return (yield from _build(root, None, config, labelling, extractor, batch_size, dtype, verification,
-                                  ann, neighbours, ray))
+                                  ann, neighbours, ray, matcher))
     with writer_lock(out, collection=root):
         return (yield from _build(root, Path(out), config, labelling, extractor, batch_size, dtype, verification,
-                                  ann, neighbours, ray))
+                                  ann, neighbours, ray, matcher))
 
 
-def _build(root, out, config, labelling, extractor, batch_size, dtype, verification, ann, neighbours, ray):
+def _build(root, out, config, labelling, extractor, batch_size, dtype, verification, ann, neighbours, ray,
+           matcher=None):
     labelling = labelling or LabellingSpec()
     lab = label_collection(root, rule=labelling.rule, catalogue=labelling.catalogue, regex=labelling.regex)
     skipped: list[tuple[str, str]] = []
@@ -890,12 +895,14 @@ def _build(root, out, config, labelling, extractor, batch_size, dtype, verificat
         raise MuseumSearchError(f"no images to index in {root} (supported: JPEG, PNG, TIFF, WebP, BMP)")
     extractor = extractor or build_extractor(config)
     paths = [root / r.path for r in refs]
+    spatial, auto = _local_params(matcher) if verification else (None, False)
     cluster_local = None  # the local features the Ray workers computed (verification)
     if ray is not None and ray is not False:
         from .distributed import describe_on_ray
 
         res, cluster_local = yield from describe_on_ray(paths, extractor, address=None if ray is True else str(ray),
-                                                        batch_size=batch_size, verification=verification)
+                                                        batch_size=batch_size, verification=verification,
+                                                        spatial=spatial)
     else:
         res = yield from extract(paths, extractor, batch_size=batch_size)
     skipped += res.skipped
@@ -916,7 +923,7 @@ def _build(root, out, config, labelling, extractor, batch_size, dtype, verificat
     index = Index(root, extractor.meta, items, desc.astype(dtype), spec)
     if verification:
         kept = [] if cluster_local is None else [cluster_local.subset(rows) if len(rows) != len(res.ok) else cluster_local]
-        yield from _add_verification(index, extractor, kept, calibrate=False)
+        yield from _add_verification(index, extractor, kept, calibrate=False, params=spatial, auto=auto)
     yield from derive(index, ann=ann, neighbours=neighbours)
     if verification:
         yield from _calibrate(index, extractor)
@@ -1062,17 +1069,35 @@ def _update(index, extractor, weights, batch_size, checksum, ann):
                        unchanged=len(keep_items), removed_files=removed)
 
 
-def _add_verification(index: Index, extractor, kept: list, calibrate: bool = True):
-    """Local features of the references not in ``kept`` (appended after them), then (``calibrate``)
-    the verdict's calibration (:mod:`.verdict`); both stages yield progress and can be cancelled."""
-    from .rerank.spatial import LocalFeatures, SpatialParams, compute_local_features
+def _local_params(matcher: str | None):
+    """(local-feature settings, auto) of a new index for ``matcher``, checked to run here; ``auto``
+    starts with SIFT's (:func:`.rerank.spatial.auto_local_features`)."""
+    from .rerank.spatial import params_for, prepare, resolve_matcher
 
+    matcher = resolve_matcher(matcher)
+    params = params_for("sift" if matcher == "auto" else matcher)
+    prepare(params)  # XFeat that cannot run is said now, before the photos are described
+    return params, matcher == "auto"
+
+
+def _add_verification(index: Index, extractor, kept: list, calibrate: bool = True, params=None, auto=False):
+    """Local features of the references not in ``kept`` (appended after them; with ``params``, by
+    default those of ``kept``: an update keeps the index's matcher; ``auto``: then XFeat's instead of
+    SIFT's if SIFT sees too little), then (``calibrate``) the verdict's
+    calibration (:mod:`.verdict`); both stages yield progress and can be cancelled."""
+    from .rerank.spatial import (LocalFeatures, SpatialParams, auto_local_features, compute_local_features,
+                                 params_of_settings)
+
+    if params is None:
+        params = params_of_settings(kept[0].settings) if kept else SpatialParams()
     have = sum(len(k) for k in kept)
     if len(kept) == 1 and have == len(index):  # nothing new (e.g. computed on the Ray workers)
         index.local = kept[0]
     else:
-        new = yield from compute_local_features([index.abspath(i) for i in range(have, len(index))], SpatialParams())
+        new = yield from compute_local_features([index.abspath(i) for i in range(have, len(index))], params)
         index.local = LocalFeatures.concat([*kept, new]) if kept else new
+    if auto:
+        index.local = yield from auto_local_features(index.local, [index.abspath(i) for i in range(len(index))])
     if calibrate:
         yield from _calibrate(index, extractor)
 

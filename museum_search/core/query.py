@@ -54,6 +54,7 @@ from .rerank.spatial import (
     evidence_of,
     extract_features,
     outline_overlap,
+    params_of_index,
 )
 from .search import ranking, score_matrix
 from .verdict import Evidence as VerdictEvidence
@@ -246,7 +247,7 @@ class QueryPipeline:
             if not self.settings.verify:
                 raise MuseumSearchError("'spatial' asks for verification, which is turned off (--no-verify)")
         self._rerank = build_pipeline(names, self.settings.options)
-        self._spatial = Verifier(SpatialParams(top_n=self.settings.verify_top))
+        self._spatial = Verifier(params_of_index(index, self.settings.verify_top))  # the index's matcher
         self.verdict = self.settings.verdict or Verdict.of_index(index)
         #: "exact" or "ann": how the global scores are computed (``settings.search`` for this index)
         self.search_mode = resolve_mode(self.settings.search, len(index), index.ann is not None)

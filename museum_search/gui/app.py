@@ -44,6 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if engines.chosen() is None:  # not chosen on the command line: the stored setting
         Settings().apply_engine()
+    Settings().apply_matcher()  # the matcher of the indexes built in the app
     if args.demo:
         if args.index is None:
             parser.error("--demo needs an INDEX")

@@ -83,6 +83,18 @@ class SettingsDialog(QDialog):
         self.engine.setToolTip("What runs the network. ONNX Runtime is about 4x faster on a CPU; both give the "
                                "same descriptors, so an index built with one is searched with the other.")
         form.addRow("Inference engine:", self.engine)
+        from ..core.rerank import xfeat
+
+        self.matcher = QComboBox()
+        self.matcher.addItem("SIFT", "sift")
+        self.matcher.addItem("XFeat (learned)" + ("" if xfeat.available() else " (not installed)"), "xfeat")
+        self.matcher.addItem("Automatic (XFeat where SIFT finds little)", "auto")
+        self.matcher.setCurrentIndex(max(0, self.matcher.findData(state.settings.matcher)))
+        self.matcher.setToolTip("The local features that verify answers, stored with each new index (an update "
+                                "keeps the index's own). XFeat, a learned matcher, finds matching points on dark "
+                                "or textureless works and on small photos of objects where SIFT finds few; "
+                                "Automatic chooses it when SIFT finds few keypoints on the collection's photos.")
+        form.addRow("Matcher for new indexes:", self.matcher)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
@@ -112,6 +124,9 @@ class SettingsDialog(QDialog):
             self.state.settings.set_demo_pin(pin)
         elif self.clear_pin.isChecked():
             self.state.settings.set_demo_pin(None)
+        if self.matcher.currentData() != self.state.settings.matcher:
+            self.state.settings.matcher = self.matcher.currentData()
+            self.state.settings.apply_matcher()
         if self.engine.currentData() != self.state.settings.engine:
             self.state.settings.engine = self.engine.currentData()
             self.state.settings.apply_engine()

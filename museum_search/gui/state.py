@@ -78,6 +78,24 @@ class Settings:
 
         engines.set_engine(None if self.engine == "auto" else self.engine)
 
+    @property
+    def matcher(self) -> str:
+        """The verification matcher of new indexes: "sift", "xfeat" or "auto" (core.rerank.spatial.MATCHERS)."""
+        from ..core.rerank.spatial import MATCHERS, default_matcher
+
+        v = str(self._get("index/matcher", "", str))
+        return v if v in MATCHERS else default_matcher()
+
+    @matcher.setter
+    def matcher(self, v: str) -> None:
+        self.q.setValue("index/matcher", v)
+
+    def apply_matcher(self) -> None:
+        """Make the stored matcher the one this process builds new indexes with (core.rerank.spatial)."""
+        from ..core.rerank import spatial
+
+        spatial.set_matcher(self.matcher)
+
     # the kiosk's staff PIN (demo mode)
     @property
     def demo_pin_set(self) -> bool:

