@@ -131,12 +131,10 @@ def query_settings(args: argparse.Namespace):
 
 
 def _verdict_override(args: argparse.Namespace, pipe) -> None:
-    from dataclasses import replace
-
     if args.min_inliers is not None:
-        pipe.verdict = replace(pipe.verdict, min_inliers=args.min_inliers, source="--min-inliers")
+        pipe.verdict = pipe.verdict.with_rule(min_inliers=args.min_inliers, source="--min-inliers")
     if args.threshold is not None:
-        pipe.verdict = replace(pipe.verdict, min_cosine=args.threshold, source="--threshold")
+        pipe.verdict = pipe.verdict.with_rule(min_cosine=args.threshold, source="--threshold")
 
 
 def _descriptor_pipeline(args: argparse.Namespace, index):

@@ -1054,6 +1054,9 @@ def _update(index, extractor, weights, batch_size, checksum, ann):
         yield from _add_verification(updated, extractor, [index.local.subset(keep_pos)], calibrate=False)
         if unchanged and index.verdict:
             updated.verdict = index.verdict
+        elif index.verdict and index.verdict.get("evidence"):
+            # refit from the stored calibration evidence and the new photos' own views
+            yield from _refit(updated, index, extractor, range(len(keep_items), len(updated)))
         else:
             yield from _calibrate(updated, extractor)
     if index.path is not None:
@@ -1100,6 +1103,26 @@ def _add_verification(index: Index, extractor, kept: list, calibrate: bool = Tru
         index.local = yield from auto_local_features(index.local, [index.abspath(i) for i in range(len(index))])
     if calibrate:
         yield from _calibrate(index, extractor)
+
+
+def _refit(updated: Index, old: Index, extractor, new_rows) -> Generator[Any, None, None]:
+    """The verdict of ``updated`` refitted from ``old``'s calibration evidence (stage "calibrating"):
+    the views of every object with a photo added, changed or removed are dropped, the new photos'
+    own views asked (:func:`.verdict.refit`)."""
+    from .verdict import Verdict, refit
+
+    before = {it.path: it.instance for it in old.items}
+    after = {it.path: it.instance for it in updated.items}
+    changed = {before[p] for p in before.keys() - after.keys()} | {after[p] for p in after.keys() - before.keys()}
+    changed |= {before[p] for p in before.keys() & after.keys() if before[p] != after[p]}
+    changed |= {after[p] for p in before.keys() & after.keys() if before[p] != after[p]}
+    changed |= {updated.items[r].instance for r in new_rows}
+    if extractor is None:
+        from .backbones import extractor_for_meta
+
+        extractor = extractor_for_meta(updated.meta)
+    verdict = yield from refit(updated, Verdict.from_dict(old.verdict), changed, list(new_rows), extractor)
+    updated.verdict = verdict.to_dict()
 
 
 def _calibrate(index: Index, extractor) -> Generator[Any, None, None]:
