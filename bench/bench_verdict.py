@@ -58,9 +58,8 @@ ANGLE = re.compile(r"__(\d+)\.")
 def _build(folder: Path, out: Path, config: BackboneConfig, labelling: LabellingSpec | None, matcher: str) -> Index:
     """The index of ``folder`` in ``out`` (reused when it is already there); build seconds printed."""
     if not (out / "manifest.json").exists():
-        kwargs = {"matcher": matcher} if matcher != "sift" else {}
         t = time.perf_counter()
-        drive(build_index(folder, out, config, labelling or LabellingSpec(), **kwargs))
+        drive(build_index(folder, out, config, labelling or LabellingSpec(), matcher=matcher))
         print(f"built {out.name} in {time.perf_counter() - t:.0f} s", flush=True)
     return Index.load(out)
 

