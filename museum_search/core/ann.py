@@ -24,6 +24,11 @@ scored again in float64. With an :class:`AnnIndex` (for indexes too large for an
 each reference is compared with its region only (the members of its IVF cell's nearest cells),
 then the same exact re-scoring.
 
+After an update of the index, :func:`update_neighbour_lists` keeps the lists that cannot change and
+computes only the others again (identical to computing them all again), and
+:meth:`AnnIndex.updated` takes the removed references out of the approximate index and adds the new
+ones, without training it again.
+
 faiss is imported on first use (``pip install faiss-cpu``); the exact functions do not need it.
 """
 
@@ -54,6 +59,7 @@ __all__ = [
     "exact_scores",
     "faiss_available",
     "neighbour_lists",
+    "update_neighbour_lists",
     "resolve_mode",
     "rows_scores",
 ]
@@ -450,6 +456,85 @@ class AnnIndex:
             yield beat(b, n, ADD_STAGE)()
         return cls(index, params, dim)
 
+    def updated(self, descriptors: np.ndarray, old_to_new: np.ndarray) -> Generator[Progress, None, AnnIndex]:
+        """A copy of this index for the references of an update, as a progress generator (stage
+        "adding to the approximate index"); this index is left as it is.
+
+        ``old_to_new``: for each reference of this index, its row in ``descriptors`` (N, D), or -1
+        when it was removed; the kept rows keep their order. The removed references leave their
+        inverted lists, the kept ones are renumbered there (their PQ codes are kept, not encoded
+        again), and the rows of ``descriptors`` that no reference maps to (new or changed photos)
+        are added (``add_with_ids``, ``params.add_chunk`` at a time). The coarse quantizer and the
+        PQ are *not* trained again: the result is what adding every reference, in row order, to
+        this index's trained (emptied) quantizer would give (the inverted lists hold the same
+        rows in the same order, with the same codes), not what :meth:`build` would give from
+        scratch (that trains on a sample of the new references). Closing the generator cancels.
+        """
+        d = _check_descriptors(descriptors)
+        n, dim = d.shape
+        if dim != self.dim:
+            raise ValueError(f"the descriptors are {dim}-d, the approximate index is {self.dim}-d")
+        m = _check_map(old_to_new, self.ntotal, n)
+        start = time.perf_counter()
+        yield Progress(0, n, stage=ADD_STAGE)
+        index, kept = None, 0
+        for index, _, kept in self._copy(m):
+            yield Progress(0, n, stage=ADD_STAGE, elapsed=time.perf_counter() - start)
+        added = np.setdiff1d(np.arange(n, dtype=np.int64), m[m >= 0])
+        step = max(1, int(self.params.add_chunk))
+        for a in range(0, len(added), step):
+            rows = np.ascontiguousarray(added[a:a + step])
+            chunk = np.ascontiguousarray(_gather(d, rows))
+            yield from wait(lambda c=chunk, r=rows: index.add_with_ids(c, r),
+                            lambda: Progress(kept + a, n, stage=ADD_STAGE, elapsed=time.perf_counter() - start))
+        if int(index.ntotal) != n:  # pragma: no cover - faiss's own bookkeeping
+            raise MuseumSearchError(f"the updated approximate index holds {int(index.ntotal):,} references, "
+                                    f"not {n:,}: rebuild the index")
+        yield Progress(n, n, stage=ADD_STAGE, elapsed=time.perf_counter() - start)
+        return type(self)(index, self.params, dim)
+
+    def _copy(self, old_to_new: np.ndarray | None = None):
+        """An owned, writable copy of the faiss index with in-memory inverted lists, each list's
+        entries renumbered by ``old_to_new`` (-1: dropped; None: as they are); a generator of
+        ``(index, its IVF, entries so far)``, every 64 lists, the last one complete. (A memory-mapped
+        index can be neither cloned nor serialized into something that reads back: its lists are
+        faiss ``OnDiskInvertedLists``.)"""
+        faiss = _faiss()
+        src = self._ivf.invlists
+        # the trained quantizers; the lists are replaced by new ones, filled one by one (faiss reads
+        # serialized on-disk lists without their data only with IO_FLAG_SKIP_IVF_DATA, and in-memory
+        # ones not at all with it)
+        in_memory = isinstance(faiss.downcast_InvertedLists(src), faiss.ArrayInvertedLists)
+        index = faiss.deserialize_index(faiss.serialize_index(self._index),
+                                        0 if in_memory else faiss.IO_FLAG_SKIP_IVF_DATA)
+        ivf = faiss.extract_index_ivf(index)
+        nlist, cs = int(self._ivf.nlist), int(src.code_size)
+        lists = faiss.ArrayInvertedLists(nlist, cs)
+        ivf.replace_invlists(lists, True)
+        lists.this.disown()  # the IVF owns it now
+        total = 0
+        for c in range(nlist):
+            size = int(src.list_size(c))
+            if size:
+                ptr = src.get_ids(c)
+                ids = faiss.rev_swig_ptr(ptr, size).astype(np.int64)
+                src.release_ids(c, ptr)
+                ptr = src.get_codes(c)
+                codes = faiss.rev_swig_ptr(ptr, size * cs).reshape(size, cs).copy()
+                src.release_codes(c, ptr)
+                if old_to_new is not None:
+                    ids = old_to_new[ids]
+                    keep = ids >= 0
+                    ids, codes = np.ascontiguousarray(ids[keep]), np.ascontiguousarray(codes[keep])
+                if len(ids):
+                    lists.add_entries(c, len(ids), faiss.swig_ptr(ids), faiss.swig_ptr(codes))
+                total += len(ids)
+            if c % 64 == 63 and c + 1 < nlist:
+                yield index, ivf, total
+        ivf.ntotal = total
+        index.ntotal = total  # the same object, or the zero-padding wrapper around it
+        yield index, ivf, total
+
     # ---- searching -----------------------------------------------------------------------
     def candidates(self, queries: np.ndarray, n: int | None = None) -> np.ndarray:
         """(Q, n) int64 candidate rows per query (``params.shortlist`` by default), by approximate
@@ -516,8 +601,15 @@ class AnnIndex:
 
     # ---- persistence ---------------------------------------------------------------------
     def to_bytes(self) -> bytes:
-        """The faiss index, serialized (write it as ``ann-<gen>.faiss``; :meth:`read` reads it)."""
-        return _faiss().serialize_index(self._index).tobytes()
+        """The faiss index, serialized (write it as ``ann-<gen>.faiss``; :meth:`read` reads it). A
+        memory-mapped one (:meth:`read`) is copied to memory first: faiss would write its lists as
+        on-disk lists that do not read back."""
+        faiss = _faiss()
+        index = self._index
+        if not isinstance(faiss.downcast_InvertedLists(self._ivf.invlists), faiss.ArrayInvertedLists):
+            for index, _, _ in self._copy():
+                pass
+        return faiss.serialize_index(index).tobytes()
 
     @classmethod
     def from_bytes(cls, data: bytes, params: AnnParams) -> AnnIndex:
@@ -566,10 +658,20 @@ def _float32_margin(d: np.ndarray) -> float:
     step = _chunk_rows(dim)
     for a in range(0, n, step):
         x = np.asarray(d[a:a + step], dtype=np.float32)
-        r2 = max(r2, float(np.einsum("ij,ij->i", x, x, dtype=np.float64).max(initial=0.0)))
+        r2 = max(r2, float(_norms2(x).max(initial=0.0)))
+    return float(_margin(r2, dim))
+
+
+def _norms2(x: np.ndarray) -> np.ndarray:
+    """float64 squared norms of the float32 rows ``x``."""
+    return np.einsum("ij,ij->i", x, x, dtype=np.float64)
+
+
+def _margin(r2: float | np.ndarray, dim: int) -> float | np.ndarray:
+    """:func:`_float32_margin` for rows of squared norm at most ``r2`` (a number or one per pair)."""
     u = 2.0 ** -24
     gamma = dim * u / (1 - dim * u)
-    return 2.0 * (gamma * max(r2, 1.0) * 1.0001 + 1e-7) + 4e-6
+    return 2.0 * (gamma * np.maximum(r2, 1.0) * 1.0001 + 1e-7) + 4e-6
 
 
 def _merge_top(vals: np.ndarray, idx: np.ndarray, s: np.ndarray, cols: int | np.ndarray) -> None:
@@ -829,4 +931,354 @@ def neighbour_lists(descriptors: np.ndarray, k: int, ann: AnnIndex | None = None
             vals, idx = _top_over(d, rr, None, _kept(k, n - 1))
             _lists_from_top(d, k, out, rr, None, vals, idx, margin)
             yield Progress(n, n, stage=NEIGHBOURS_STAGE, elapsed=time.perf_counter() - start)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Updating the neighbour lists after an update of the index
+# --------------------------------------------------------------------------------------------
+
+#: Past this share of rows to compute again, an update computes every list from scratch (the
+#: symmetric pass of :func:`neighbour_lists` halves the work of scoring rows one way).
+_RECOMPUTE_SHARE = 0.5
+#: A kept row with more new candidates than this is computed again instead of merged.
+_MERGE_CAP = 256
+#: Candidate (row, new reference) pairs held at once while merging (beyond it, the rows holding
+#: them are computed again): bounds the memory of an update that adds many similar references.
+_PAIRS_MAX = 1 << 23
+
+
+def _check_map(old_to_new: Any, n_old: int, n: int) -> np.ndarray:
+    m = np.asarray(old_to_new)
+    if m.ndim != 1 or len(m) != n_old or (m.size and m.dtype.kind not in "iu"):
+        raise ValueError(f"old_to_new must hold one int per old reference ({n_old:,}), got shape {m.shape}")
+    m = m.astype(np.int64, copy=False)
+    kept = m[m >= 0]
+    if m.size and (m.min() < -1 or (kept.size and kept.max() >= n)):
+        raise ValueError(f"old_to_new must map to rows in [0, {n}) or -1")
+    if np.any(np.diff(kept) <= 0):
+        raise ValueError("old_to_new must keep the kept references in their order (strictly increasing)")
+    return m
+
+
+def _new_candidates(d: np.ndarray, x: np.ndarray, last: np.ndarray | None, short: bool, new_r2: float,
+                    s: np.ndarray, owners: np.ndarray, new_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The (owner, new reference) pairs that may enter kept rows' lists.
+
+    ``x``: the kept rows (float32), ``owners`` their positions; ``last``: each one's k-th neighbour
+    (its row); ``s``: (rows, new) their float32 scores with the new references ``new_ids`` (of
+    squared norms at most ``new_r2``). A new reference is a candidate when its score is within the
+    rounding margin of the row's k-th neighbour's (any one below cannot beat it exactly); with
+    ``short`` lists (every other old reference, fewer than k) every new reference is one."""
+    if short:
+        o, j = np.nonzero(np.ones(s.shape, dtype=bool))
+    else:
+        uniq, inv = np.unique(last, return_inverse=True)
+        g = _gather(d, uniq)
+        thr = np.einsum("ij,ij->i", x, g[inv])
+        r2 = np.maximum(np.maximum(_norms2(x), _norms2(g)[inv]), new_r2)
+        low = thr - _margin(r2, d.shape[1])
+        o, j = np.nonzero(s >= low[:, None])
+    return owners[o], new_ids[j]
+
+
+class _Pairs:
+    """Candidate (kept position, new row) pairs, with the kept rows that got too many (``over``)."""
+
+    def __init__(self, kept: int):
+        self.counts = np.zeros(kept, dtype=np.int64)
+        self.over = np.zeros(kept, dtype=bool)
+        self.o: list[np.ndarray] = []
+        self.c: list[np.ndarray] = []
+        self.held = 0
+
+    def add(self, o: np.ndarray, c: np.ndarray) -> None:
+        if not len(o):
+            return
+        rows, counts = np.unique(o, return_counts=True)
+        self.counts[rows] += counts
+        self.over[rows] |= self.counts[rows] > _MERGE_CAP
+        self.o.append(o)
+        self.c.append(c)
+        self.held += len(o)
+        if self.held > _PAIRS_MAX:  # compute the rows holding the most pairs again instead
+            o, c = self.arrays()
+            busiest = self.counts > max(1, int(np.quantile(self.counts[self.counts > 0], 0.5)))
+            self.over |= busiest if busiest.any() else self.counts > 0
+            keep = ~self.over[o]
+            self.o, self.c, self.held = [o[keep]], [c[keep]], int(keep.sum())
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        if not self.o:
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        o, c = np.concatenate(self.o), np.concatenate(self.c)
+        keep = ~self.over[o]
+        return o[keep], c[keep]
+
+
+def _merge_lists(d: np.ndarray, k: int, out: np.ndarray, rows: np.ndarray, lists: np.ndarray,
+                 po: np.ndarray, pc: np.ndarray) -> None:
+    """``out[rows[i]]``: the exact top ``k`` of row ``rows[i]``'s list ``lists[i]`` (the top of the
+    kept references, renumbered) and its new candidates ``pc[po == i]`` (:func:`_rank_exactly`)."""
+    if not len(rows):
+        return
+    touched = np.unique(po)
+    plain = np.ones(len(rows), dtype=bool)
+    plain[touched] = False
+    if plain.any():
+        if lists.shape[1] != k:
+            raise AssertionError("a short list without new candidates")
+        out[rows[plain]] = lists[plain]
+    if not len(touched):
+        return
+    w = lists.shape[1]
+    owners = np.concatenate([np.repeat(np.arange(len(touched)), w), np.searchsorted(touched, po)])
+    cols = np.concatenate([lists[touched].ravel(), pc]).astype(np.int64)
+    order = np.argsort(owners, kind="stable")
+    owners, cols = owners[order], cols[order]
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(owners, minlength=len(touched)))])
+    for a in range(0, len(touched), 1024):
+        b = min(len(touched), a + 1024)
+        lo, hi = bounds[a], bounds[b]
+        out[rows[touched[a:b]]] = _rank_exactly(d, rows[touched[a:b]], owners[lo:hi] - a, cols[lo:hi], k)
+
+
+def update_neighbour_lists(old_lists: np.ndarray, old_to_new: np.ndarray, descriptors: np.ndarray, k: int,
+                           ann: AnnIndex | None = None, old_ann: AnnIndex | None = None, *,
+                           cells: int | None = None) -> Generator[Progress, None, np.ndarray]:
+    """The lists of :func:`neighbour_lists` after an update, recomputing only the rows that can
+    change; a progress generator (stage "finding each reference's nearest neighbours"), closing it
+    cancels (nothing is changed).
+
+    ``old_lists``: (N_old, K_old) the lists before the update (old rows); ``old_to_new``: each old
+    reference's row in ``descriptors``, -1 if removed (kept references keep their order; the other
+    rows of ``descriptors`` are the new references, usually appended); ``descriptors``: (N, D) after
+    the update; ``k``: neighbours per row (at most N - 1). ``old_lists`` must have been computed by
+    :func:`neighbour_lists` (exactly, or with ``old_ann``) with ``K_old >= min(k, N - 1)``, or hold
+    every other old reference (``K_old = N_old - 1``); else ValueError.
+
+    * A kept row whose list (its first ``k``) holds no removed reference keeps it, renumbered: it is
+      the exact top of the kept references. Any new reference may enter it: the kept rows are
+      scored (float32) against the new ones, those within the proven rounding margin of the row's
+      k-th neighbour are candidates, and the list with its candidates is ranked exactly (float64
+      dot products, ties by lower row), as :func:`neighbour_lists` ranks its own candidates.
+    * A kept row that lost a removed reference, and every new row, is computed again exactly
+      against every row (float32 top, then the exact ranking); all of them in one pass over the
+      descriptors, which also scores the kept rows against the new ones.
+    * When more than half the rows would be computed again, every list is computed from scratch.
+
+    Without ``ann`` the result is identical, bit for bit and in its ties, to
+    ``neighbour_lists(descriptors, k)``. It reads the descriptors once (plus one float32 dot per
+    kept row for its k-th neighbour's score) instead of scoring N^2 / 2 pairs.
+
+    With ``ann`` (the approximate index after the update, :meth:`AnnIndex.updated` of ``old_ann``,
+    the one the old lists were computed with): the lists are region lists as in
+    :func:`neighbour_lists` (each row against the members of its cell's nearest cells), and the
+    result is identical to ``neighbour_lists(descriptors, k, ann=ann, cells=cells)`` with that
+    updated index. The cells' centroids are those of ``old_ann`` (not trained again), so each kept
+    row's region is its old region less the removed and plus the new references there: a kept row
+    whose list lost none of them is merged with the new references of its region only. What differs
+    from a rebuild of the index from scratch is the approximate index itself: a rebuild trains new
+    cells on the new references, so its regions (and thus the approximate part of the lists, the
+    neighbours a region misses) differ. Rows whose region crosses the "fewer than k others" line
+    (then the row is done exactly against every row) are computed again. The rounding margin is
+    computed over every row first (one pass over the descriptors).
+    """
+    d = _check_descriptors(descriptors)
+    n, dim = d.shape
+    old = np.asarray(old_lists)
+    m = _check_map(old_to_new, len(old), n)
+    if old.ndim != 2:
+        raise ValueError(f"old_lists must be (N_old, K_old), got shape {old.shape}")
+    if (ann is None) != (old_ann is None):
+        raise ValueError("give both the updated approximate index and the old one, or neither")
+    n_old, k_old = old.shape
+    k = max(0, min(int(k), n - 1))
+    start = time.perf_counter()
+    if k == 0:
+        yield Progress(n, n, stage=NEIGHBOURS_STAGE)
+        return np.empty((n, 0), dtype=np.int32)
+    short = k_old < k
+    if short and k_old < n_old - 1:
+        raise ValueError(f"the old lists hold {k_old} neighbours, fewer than the {k} asked for: compute them again")
+    if old.size and (old.min() < 0 or old.max() >= n_old):
+        raise ValueError("the old lists hold rows outside the old index")
+    if ann is not None and ann.ntotal != n:
+        raise MuseumSearchError(f"the approximate index holds {ann.ntotal:,} references, the descriptors "
+                                f"{n:,}: rebuild the index")
+    if old_ann is not None and old_ann.ntotal != n_old:
+        raise ValueError(f"the old approximate index holds {old_ann.ntotal:,} references, the old lists {n_old:,}")
+    yield Progress(0, n, stage=NEIGHBOURS_STAGE)
+    kept_old = np.flatnonzero(m >= 0)
+    kept = m[kept_old]
+    is_new = np.ones(n, dtype=bool)
+    is_new[kept] = False
+    new_rows = np.flatnonzero(is_new)
+    w = min(k_old, k)
+    lists = m[np.asarray(old[kept_old, :w], dtype=np.int64)]  # the kept rows' lists, renumbered (-1: removed)
+    redo = (lists < 0).any(axis=1)
+    out = np.empty((n, k), dtype=np.int32)
+    if ann is None:
+        if len(new_rows) + int(redo.sum()) > _RECOMPUTE_SHARE * n:
+            return (yield from neighbour_lists(d, k))
+        return (yield from _update_exact(d, k, out, kept, lists, redo, new_rows, short, start))
+    if short:  # a tiny index (every list holds every other reference): computed again
+        return (yield from neighbour_lists(d, k, ann=ann, cells=cells))
+    return (yield from _update_regions(d, k, out, kept_old, kept, lists, redo, new_rows, k_old, ann, old_ann,
+                                       cells, start))
+
+
+def _update_exact(d, k, out, kept, lists, redo, new_rows, short, start):
+    """:func:`update_neighbour_lists` without an approximate index: one fused pass."""
+    n, dim = d.shape
+    keep_rows, keep_lists = kept[~redo], lists[~redo]
+    keep_at = np.full(n, -1, dtype=np.int64)
+    keep_at[keep_rows] = np.arange(len(keep_rows))
+    redo_rows = np.union1d(kept[redo], new_rows)  # sorted
+    kk = _kept(k, n - 1)
+    vals = np.full((len(redo_rows), kk), -np.inf, dtype=np.float32)
+    idx = np.full((len(redo_rows), kk), -1, dtype=np.int32)
+    new_r2 = float(_norms2(_gather(d, new_rows)).max(initial=0.0)) if len(new_rows) else 0.0
+    pairs = _Pairs(len(keep_rows))
+    r2 = 0.0
+    bs = _BLOCK_ROWS
+    blocks = list(range(0, len(redo_rows), bs))
+    steps = max(1, len(blocks) * -(-n // min(bs, _chunk_rows(dim))))
+    step = 0
+    for bi, a in enumerate(blocks):
+        rr = redo_rows[a:a + bs]
+        x = _gather(d, rr)
+        new_pos = np.flatnonzero(np.isin(rr, new_rows))
+        for c0, c in _column_chunks(d, None):
+            s = x @ c.T  # (block rows, chunk rows)
+            if bi == 0:
+                r2 = max(r2, float(_norms2(c).max(initial=0.0)))
+            if len(new_pos):  # the kept rows of this chunk against the new rows of this block
+                kp = keep_at[c0:c0 + len(c)]
+                sel = np.flatnonzero(kp >= 0)
+                if len(sel):
+                    last = None if short else keep_lists[kp[sel], k - 1]
+                    o, j = _new_candidates(d, c[sel], last, short, new_r2, s[new_pos][:, sel].T, kp[sel],
+                                           rr[new_pos])
+                    pairs.add(o, j)
+            _mask_self(s, rr, c0)
+            _merge_top(vals[a:a + bs], idx[a:a + bs], s, c0)
+            step += 1
+            yield Progress(int(0.9 * n * step / steps), n, stage=NEIGHBOURS_STAGE,
+                           elapsed=time.perf_counter() - start)
+    margin = float(_margin(r2, dim))
+    for a in range(0, len(redo_rows), 16_384):
+        b = min(len(redo_rows), a + 16_384)
+        _lists_from_top(d, k, out, redo_rows[a:b], None, vals[a:b], idx[a:b], margin)
+    yield Progress(int(0.92 * n), n, stage=NEIGHBOURS_STAGE, elapsed=time.perf_counter() - start)
+    over = np.flatnonzero(pairs.over)
+    if len(over) > _RECOMPUTE_SHARE * n:  # pragma: no cover - many new references like many kept ones
+        return (yield from neighbour_lists(d, k))
+    if len(over):  # kept rows with too many new candidates: computed again
+        if not len(blocks):  # pragma: no cover - there are new rows, so there was a pass
+            margin = _float32_margin(d)
+        rows = keep_rows[over]
+        for a in range(0, len(rows), bs):
+            v, i = _top_over(d, rows[a:a + bs], None, kk)
+            _lists_from_top(d, k, out, rows[a:a + bs], None, v, i, margin)
+            yield Progress(int(0.92 * n), n, stage=NEIGHBOURS_STAGE, elapsed=time.perf_counter() - start)
+    po, pc = pairs.arrays()
+    ok = ~pairs.over
+    pos = np.flatnonzero(ok)
+    remap = np.full(len(keep_rows), -1, dtype=np.int64)
+    remap[pos] = np.arange(len(pos))
+    _merge_lists(d, k, out, keep_rows[pos], keep_lists[pos], remap[po], pc)
+    yield Progress(n, n, stage=NEIGHBOURS_STAGE, elapsed=time.perf_counter() - start)
+    return out
+
+
+def _update_regions(d, k, out, kept_old, kept, lists, redo, new_rows, k_old, ann, old_ann, cells, start):
+    """:func:`update_neighbour_lists` with the approximate index: cell by cell."""
+    n, dim = d.shape
+    near_count = cells or max(8, ann.params.nprobe // 4)
+    members, near = ann.cells(near_count)
+    old_members, old_near = old_ann.cells(near_count)
+    if len(members) != len(old_members) or not np.array_equal(near, old_near):
+        raise ValueError("the approximate index is not the old one updated (AnnIndex.updated): its cells differ")
+    nlist = len(members)
+    sizes = np.array([len(r) for r in members], dtype=np.int64)
+    old_sizes = np.array([len(r) for r in old_members], dtype=np.int64)
+    region_size, old_region_size = sizes[near].sum(axis=1), old_sizes[near].sum(axis=1)
+    cell_of = np.empty(n, dtype=np.int64)
+    for c in range(nlist):
+        cell_of[members[c]] = c
+    old_cell_of = np.empty(old_ann.ntotal, dtype=np.int64)
+    for c in range(nlist):
+        old_cell_of[old_members[c]] = c
+    whole_new = region_size - 1 < k  # cells whose rows are done against every row
+    whole_old = old_region_size - 1 < k_old
+    # a kept row whose region crossed the "fewer than k others" line is computed again
+    redo = redo | (whole_old[old_cell_of[kept_old]] != whole_new[cell_of[kept]])
+    if len(new_rows) + int(redo.sum()) > _RECOMPUTE_SHARE * n:
+        return (yield from neighbour_lists(d, k, ann=ann, cells=cells))
+    margin = _float32_margin(d)
+    yield Progress(0, n, stage=NEIGHBOURS_STAGE, elapsed=time.perf_counter() - start)
+    keep_rows, keep_lists = kept[~redo], lists[~redo]
+    redo_rows = np.union1d(kept[redo], new_rows)
+    new_r2 = float(_norms2(_gather(d, new_rows)).max(initial=0.0)) if len(new_rows) else 0.0
+    total = len(redo_rows) + len(keep_rows)
+    done = 0
+
+    def region(c: int) -> np.ndarray:  # the cells are disjoint: their sorted union, without np.unique
+        return np.sort(np.concatenate([members[j] for j in near[c]]))
+
+    # rows computed again: against their region (as neighbour_lists does), or every row
+    redo_cells = cell_of[redo_rows]
+    whole = redo_rows[whole_new[redo_cells]]
+    for c in np.unique(redo_cells[~whole_new[redo_cells]]):
+        rows = redo_rows[redo_cells == c]
+        reg = region(int(c))
+        vals, idx = _top_over(d, rows, reg, _kept(k, len(reg) - 1))
+        _lists_from_top(d, k, out, rows, reg, vals, idx, margin)
+        done += len(rows)
+        yield Progress(int(done / total * n), n, stage=NEIGHBOURS_STAGE, elapsed=time.perf_counter() - start)
+    for a in range(0, len(whole), _BLOCK_ROWS):
+        rows = whole[a:a + _BLOCK_ROWS]
+        vals, idx = _top_over(d, rows, None, _kept(k, n - 1))
+        _lists_from_top(d, k, out, rows, None, vals, idx, margin)
+        done += len(rows)
+        yield Progress(int(done / total * n), n, stage=NEIGHBOURS_STAGE, elapsed=time.perf_counter() - start)
+    # kept rows: merged with the new references of their region (of every row, for whole cells)
+    new_cells = cell_of[new_rows]
+    new_in = {int(c): new_rows[new_cells == c] for c in np.unique(new_cells)}  # sorted new rows per cell
+    keep_cells = cell_of[keep_rows]
+    by_cell = np.argsort(keep_cells, kind="stable")  # the kept rows of each cell, in row order
+    cell_bounds = np.searchsorted(keep_cells[by_cell], np.arange(nlist + 1))
+    pairs = _Pairs(len(keep_rows))
+    for c in np.flatnonzero(np.diff(cell_bounds)):
+        c = int(c)
+        if whole_new[c]:
+            cand = new_rows
+        else:
+            parts = [new_in[int(j)] for j in near[c] if int(j) in new_in]
+            if not parts:
+                continue
+            cand = np.sort(np.concatenate(parts))
+        if not len(cand):
+            continue
+        pos = by_cell[cell_bounds[c]:cell_bounds[c + 1]]
+        x = _gather(d, keep_rows[pos])
+        for a in range(0, len(cand), _BLOCK_ROWS):
+            cc = cand[a:a + _BLOCK_ROWS]
+            s = x @ _gather(d, cc).T
+            pairs.add(*_new_candidates(d, x, keep_lists[pos, k - 1], False, new_r2, s, pos, cc))
+        done += len(pos)
+        yield Progress(int(done / total * n), n, stage=NEIGHBOURS_STAGE, elapsed=time.perf_counter() - start)
+    over = np.flatnonzero(pairs.over)
+    for c in np.unique(keep_cells[over]):  # too many new candidates: computed again, as above
+        rows = keep_rows[over[keep_cells[over] == c]]
+        reg = None if whole_new[c] else region(int(c))
+        vals, idx = _top_over(d, rows, reg, _kept(k, (n if reg is None else len(reg)) - 1))
+        _lists_from_top(d, k, out, rows, reg, vals, idx, margin)
+    po, pc = pairs.arrays()
+    pos = np.flatnonzero(~pairs.over)
+    remap = np.full(len(keep_rows), -1, dtype=np.int64)
+    remap[pos] = np.arange(len(pos))
+    _merge_lists(d, k, out, keep_rows[pos], keep_lists[pos], remap[po], pc)
+    yield Progress(n, n, stage=NEIGHBOURS_STAGE, elapsed=time.perf_counter() - start)
     return out

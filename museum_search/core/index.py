@@ -1051,7 +1051,7 @@ def _update(index, extractor, weights, batch_size, checksum, ann):
 
             updated.ann = yield from AnnIndex.build(updated.descriptors)
     else:
-        yield from derive(updated, ann=ann, neighbours=max(index.neighbours_stored, K_MAX))
+        yield from _update_derived(updated, index, keep_pos, ann)
     if index.local is not None:  # kept references keep their local features; deleted ones drop theirs
         yield from _add_verification(updated, extractor, [index.local.subset(keep_pos)], calibrate=False)
         if unchanged and index.verdict:
@@ -1198,6 +1198,35 @@ def derive(index: Index, *, ann: str = "auto", neighbours: int = K_MAX) -> Gener
     want = ann == "yes" or (ann == "auto" and len(index) >= ann_mod.AUTO_MIN_REFERENCES)
     index.ann = (yield from ann_mod.AnnIndex.build(index.descriptors)) if want and len(index) else None
     index._neighbours = (yield from index.iter_neighbours(neighbours)) if neighbours and len(index) > 1 else None
+
+
+def _update_derived(updated: Index, old: Index, keep_pos: list[int], ann: str) -> Generator[Any, None, None]:
+    """What :func:`derive` gives ``updated`` (``old`` with its rows ``keep_pos`` kept, in order, and new
+    ones appended), from ``old``'s own: its neighbour lists are updated, only the rows that can change
+    computed again (:func:`.ann.update_neighbour_lists`: identical to computing them from scratch), and
+    its approximate index has the removed references taken out and the new ones added
+    (:meth:`.ann.AnnIndex.updated`, not trained again). Falls back to :func:`derive` when ``old`` has no
+    lists to start from (none stored, fewer than asked for) or the approximate index comes or goes."""
+    from . import ann as ann_mod
+
+    k = max(old.neighbours_stored, K_MAX)
+    n, stored = len(updated), old.neighbours_stored
+    want = ann == "yes" or (ann == "auto" and n >= ann_mod.AUTO_MIN_REFERENCES)
+    usable = (ann in ANN_CHOICES and old._neighbours is not None and n > 1 and stored > 0
+              and (stored >= min(k, n - 1) or stored >= len(old) - 1) and want == (old.ann is not None))
+    if usable and old.ann is None and old.path is not None:  # lists made with an index faiss cannot read here
+        try:
+            usable = not _read_manifest(old.path).get("ann")
+        except (OSError, MuseumSearchError):
+            usable = False
+    if not usable:
+        yield from derive(updated, ann=ann, neighbours=k)
+        return
+    old_to_new = np.full(len(old), -1, dtype=np.int64)
+    old_to_new[np.asarray(keep_pos, dtype=np.int64)] = np.arange(len(keep_pos))
+    updated.ann = (yield from old.ann.updated(updated.descriptors, old_to_new)) if want else None
+    updated._neighbours = yield from ann_mod.update_neighbour_lists(
+        old._neighbours, old_to_new, updated.descriptors, k, ann=updated.ann, old_ann=old.ann)
 
 
 # ---- file helpers --------------------------------------------------------------------------
