@@ -79,6 +79,8 @@ VERIFIED_FEATURES = ("cosine", "margin", "inliers", "rival")
 COSINE_FEATURES = ("cosine", "margin")
 #: At most this many real views (a photo of an object with other photos) in a calibration.
 REAL_VIEWS = 60
+#: The operating point shown to users is measured on the real views when there are at least this many.
+MIN_REAL_FOR_POINT = 20
 #: L2 penalty of the model's (standardized) weights: a small calibration set must not give a step.
 L2 = 1.0
 
@@ -365,7 +367,8 @@ class Verdict:
         text = f"in the collection with {self.rule(True)} (unverified: {self.rule(False)}); calibration: {self.source}"
         op = self.operating_point
         if op:
-            text += (f"; on its own views it accepts {op['known_accepted']:.0%} of {op['known']} known views "
+            views = "real views (other photos of its objects)" if op.get("views") == "real" else "views"
+            text += (f"; on its own {views} it accepts {op['known_accepted']:.0%} of {op['known']} known "
                      f"and rejects {op['unknown_rejected']:.0%} of {op['unknown']} unknown ones")
         return text
 
@@ -496,16 +499,27 @@ def fit_verdict(evidence: Sequence[Evidence], source: str,
 def calibration_point(evidence: Sequence[Evidence], verdict: Verdict,
                       max_false_accept: float = TARGET_FALSE_ACCEPT) -> dict[str, Any] | None:
     """What ``verdict`` does on its calibration views: the share of known views answered rightly
-    and accepted, the share of unknown views rejected (verified answers where there are some)."""
-    known = [e for e in evidence if e.known]
-    unknown = [e for e in evidence if not e.known]
-    if not known or not unknown:
+    and accepted, the share of unknown views rejected. Measured on the **real views** when there are
+    at least :data:`MIN_REAL_FOR_POINT` (they are what visitors show; a synthetic frame and wall around
+    a photo of a small 3D object is harder than any visitor's photo), else on all the views;
+    ``by_kind`` has both."""
+    def point(ev: Sequence[Evidence]) -> dict[str, Any] | None:
+        known = [e for e in ev if e.known]
+        unknown = [e for e in ev if not e.known]
+        if not known or not unknown:
+            return None
+        return {"known_accepted": round(float(np.mean([e.correct and e.accepted(verdict) for e in known])), 4),
+                "unknown_rejected": round(float(np.mean([not e.accepted(verdict) for e in unknown])), 4),
+                "known": len(known), "unknown": len(unknown)}
+
+    real = [e for e in evidence if e.kind == "real"]
+    use_real = sum(1 for e in real if e.known) >= MIN_REAL_FOR_POINT
+    out = point(real if use_real else evidence)
+    if out is None:
         return None
-    return {"known_accepted": round(float(np.mean([e.correct and e.accepted(verdict) for e in known])), 4),
-            "unknown_rejected": round(float(np.mean([not e.accepted(verdict) for e in unknown])), 4),
-            "known": len(known), "unknown": len(unknown), "target": max_false_accept,
-            "real_views": sum(1 for e in known if e.kind == "real"),
-            "synthetic_views": sum(1 for e in known if e.kind == "synthetic")}
+    by_kind = {kind: point([e for e in evidence if e.kind == kind]) for kind in ("real", "synthetic")}
+    return {**out, "views": "real" if use_real else "all", "target": max_false_accept,
+            "by_kind": {k: v for k, v in by_kind.items() if v is not None}}
 
 
 def _unverified(e: Evidence) -> Evidence:
