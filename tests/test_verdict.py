@@ -214,3 +214,14 @@ def test_labelled_queries_refit_the_same_model():
     pts = operating_points(known + unknown, verdict=cal)
     assert pts["threshold"].min() >= 0 and pts["threshold"].max() <= 1
     assert np.all(np.diff(pts["known_rejected"]) >= 0) and np.all(np.diff(pts["unknown_rejected"]) >= 0)
+
+
+def test_a_frame_match_is_called_not_distinct():
+    """Points that do not count (another object has about as many: a shared frame) are named as such."""
+    from museum_search.core.verdict import Model
+
+    m = Model(VERIFIED_FEATURES, (0.8, 0.05, 2.0, 1.0), (1.0, 1.0, 1.0, 1.0), (0.1, 0.1, 3.0, -0.5), 0.0, 0.5)
+    v = Verdict(model_verified=m)
+    j = v.judge(Evidence(0.8, 27, False, False, 20, 0.05))  # the sample's q20: an unknown painting in a known frame
+    assert not j.known and j.reason.startswith("not distinct: 27 matching points, but another object has 20")
+    assert v.judge(Evidence(0.8, 27, False, False, 0, 0.05)).reason.startswith("verified: 27 matching points")

@@ -330,7 +330,11 @@ class Verdict:
         phrases = []
         if known and terms.get("inliers", 0.0) > 0 and name != "inliers":
             phrases.append(_WORDS["inliers"][0])
-        phrases.append(_WORDS[name][0 if known else 1])
+        if name == "inliers" and not known and e.inliers and not e.distinct_inliers:  # they did not count
+            phrases.append("not distinct: {inliers} matching points, but another object has {rival} (what they "
+                           "share, such as a frame, matches; not the object itself)")
+        else:
+            phrases.append(_WORDS[name][0 if known else 1])
         if e.inliers is None:
             phrases.append("not verified")
         elif name not in ("inliers", "rival") and len(phrases) == 1:  # the matching points, said once
@@ -380,8 +384,9 @@ class Verdict:
         return (f"the verdict is weak on this collection: on its calibration views it recognises only "
                 f"{op['known_accepted']:.0%} of the known objects (to reject {op['unknown_rejected']:.0%} of "
                 "unknown ones); visitors will often hear 'not in this collection' for objects that are. "
-                "Add reference photos (other sides, other light), or use the XFeat matcher (Settings → Matcher, "
-                "or museum-search index --matcher xfeat), then build the index again.")
+                "Add reference photos (other sides, other light), or build the index again with the matcher "
+                "set to Automatic (Settings → Matcher, or museum-search index --matcher auto: SIFT and XFeat "
+                "are both calibrated and the better is kept).")
 
     # ---- storage -----------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
