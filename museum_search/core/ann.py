@@ -835,6 +835,17 @@ def _rank_exactly(d: np.ndarray, rows: np.ndarray, owners: np.ndarray, cols: np.
     return cols[order[pos < k]].astype(np.int32).reshape(m, k)
 
 
+def _rank_owned(d: np.ndarray, rows: np.ndarray, owners: np.ndarray, cols: np.ndarray, k: int,
+                out: np.ndarray) -> None:
+    """``out[rows]``: each row's ``k`` nearest among its candidates ``cols[owners == i]`` (pairs sorted
+    by owner, the index into ``rows``), ranked exactly (:func:`_rank_exactly`), 1,024 rows at a time."""
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(owners, minlength=len(rows)))])
+    for a in range(0, len(rows), 1024):
+        b = min(len(rows), a + 1024)
+        lo, hi = bounds[a], bounds[b]
+        out[rows[a:b]] = _rank_exactly(d, rows[a:b], owners[lo:hi] - a, cols[lo:hi], k)
+
+
 def _lists_from_top(d: np.ndarray, k: int, out: np.ndarray, rows: np.ndarray, cols: np.ndarray | None,
                     vals: np.ndarray, idx: np.ndarray, margin: float) -> None:
     """``out[rows]`` from each row's kept float32 top (``vals``/``idx``, over ``cols``): every
@@ -853,11 +864,7 @@ def _lists_from_top(d: np.ndarray, k: int, out: np.ndarray, rows: np.ndarray, co
         found = np.concatenate([found, fc])
         order = np.argsort(owners, kind="stable")
         owners, found = owners[order], found[order]
-    bounds = np.concatenate([[0], np.cumsum(np.bincount(owners, minlength=len(rows)))])
-    for a in range(0, len(rows), 1024):
-        b = min(len(rows), a + 1024)
-        lo, hi = bounds[a], bounds[b]
-        out[rows[a:b]] = _rank_exactly(d, rows[a:b], owners[lo:hi] - a, found[lo:hi], k)
+    _rank_owned(d, rows, owners, found, k, out)
 
 
 def _kept(k: int, available: int) -> int:
@@ -1036,11 +1043,7 @@ def _merge_lists(d: np.ndarray, k: int, out: np.ndarray, rows: np.ndarray, lists
     cols = np.concatenate([lists[touched].ravel(), pc]).astype(np.int64)
     order = np.argsort(owners, kind="stable")
     owners, cols = owners[order], cols[order]
-    bounds = np.concatenate([[0], np.cumsum(np.bincount(owners, minlength=len(touched)))])
-    for a in range(0, len(touched), 1024):
-        b = min(len(touched), a + 1024)
-        lo, hi = bounds[a], bounds[b]
-        out[rows[touched[a:b]]] = _rank_exactly(d, rows[touched[a:b]], owners[lo:hi] - a, cols[lo:hi], k)
+    _rank_owned(d, rows[touched], owners, cols, k, out)
 
 
 def update_neighbour_lists(old_lists: np.ndarray, old_to_new: np.ndarray, descriptors: np.ndarray, k: int,

@@ -72,6 +72,7 @@ import numpy as np
 from ..errors import ImageError, MuseumSearchError
 from ..images import load_image
 from . import xfeat
+from .blocks import gemm_groups
 
 log = logging.getLogger(__name__)
 
@@ -229,15 +230,7 @@ def _match_sift(fa: Features, refs: Sequence[Features], ratio: float) -> list[tu
     todo = [j for j, (pb, _) in enumerate(refs) if len(pb) >= 2]
     rows = np.arange(len(a))
     block_cols = max(1, _GEMM_BLOCK // len(a))
-    i = 0
-    while i < len(todo):
-        group = [todo[i]]
-        cols = len(refs[todo[i]][0])
-        i += 1
-        while i < len(todo) and cols + len(refs[todo[i]][0]) <= block_cols:
-            cols += len(refs[todo[i]][0])
-            group.append(todo[i])
-            i += 1
+    for group in gemm_groups([len(pb) for pb, _ in refs], todo, block_cols):
         b = np.concatenate([refs[j][1] for j in group]).astype(np.float32)
         b_aug = np.hstack([b, np.einsum("ij,ij->i", b, b)[:, None]])
         sim = a_aug @ b_aug.T

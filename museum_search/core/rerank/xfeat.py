@@ -47,6 +47,7 @@ import cv2
 import numpy as np
 
 from .. import engines
+from .blocks import gemm_groups
 from ..errors import MuseumSearchError
 
 log = logging.getLogger(__name__)
@@ -363,15 +364,7 @@ def match_mnn(fa: tuple[np.ndarray, np.ndarray], refs: Sequence[tuple[np.ndarray
     rows = np.arange(len(a))
     todo = [j for j, (pb, _) in enumerate(refs) if len(pb)]
     block_cols = max(1, _GEMM_BLOCK // len(a))
-    i = 0
-    while i < len(todo):
-        group = [todo[i]]
-        cols = len(refs[todo[i]][0])
-        i += 1
-        while i < len(todo) and cols + len(refs[todo[i]][0]) <= block_cols:
-            cols += len(refs[todo[i]][0])
-            group.append(todo[i])
-            i += 1
+    for group in gemm_groups([len(pb) for pb, _ in refs], todo, block_cols):
         b = np.concatenate([np.asarray(refs[j][1], np.float32) for j in group])
         sim = a @ b.T
         # each reference keypoint's best similarity in a (a max along axis 0 is ~10x faster than an argmax)
