@@ -19,14 +19,15 @@ asked about.
   which ``auto`` chooses for a large index that has an approximate index: :func:`.ann.resolve_mode`).
 * **re-rankers**: ICFRR, αQE or DBA (``settings.rerank``) change the global scores.
 * **verification** (on by default): the best ``verify_top`` references by global score are matched
-  with the photo (SIFT, RANSAC homography, :mod:`.rerank.spatial`), using the reference features
-  stored with the index. An object with a photo of at least the verdict's ``min_inliers`` gets the
+  with the photo (the index's matcher, SIFT or XFeat, and a RANSAC homography, :mod:`.rerank.spatial`),
+  using the reference features stored with the index. An object with a photo of at least the verdict's ``min_inliers`` gets the
   bonus ``min(inliers, 50) / 50`` on each of its shortlisted photos (:func:`object_inliers`: objects
   verified alike share one level); fewer inliers are noise and change nothing.
 * **ranking**: :func:`search.ranking` (by score, ties by row).
-* **verdict**: from the top result's evidence (:class:`.verdict.Verdict`, calibrated per index):
-  its cosine, the inliers of its object's best photo and the most inliers any other object got on
-  the same part of the photo (an answer must be distinct).
+* **verdict**: from the top result's evidence (:class:`.verdict.Verdict`, a model calibrated per
+  index): its cosine, its margin over the best other object, the inliers of its object's best photo
+  and the most inliers any other object got on the same part of the photo; it gives the answer's
+  confidence and the reason in words.
 """
 
 from __future__ import annotations
