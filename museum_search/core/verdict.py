@@ -96,7 +96,7 @@ class Evidence:
     rival: int = 0  # most inliers of a reference of another object (see :data:`DISTINCT`)
     margin: float = float("nan")  # cosine minus the best cosine of another object (nan: unknown)
     confidence: float | None = None  # the verdict's confidence in the answer (None: not judged)
-    kind: str = ""  # calibration: "real" or "synthetic" view; "query" for a labelled query
+    kind: str = ""  # calibration: "real" or "synthetic" view ("" for a labelled query)
     instance: str = ""  # calibration: the object the view shows
     path: str = ""  # calibration: the reference photo the view was made of
 
@@ -182,8 +182,9 @@ class Judgement:
 
 def fit_model(evidence: Sequence[Evidence], names: Sequence[str], threshold_rule) -> Model | None:
     """The model of ``names`` fitted on ``evidence`` (positives: known and correctly answered; the
-    rest negatives), each class weighted alike; ``threshold_rule(probabilities)`` sets its
-    threshold. None when one of the classes is missing."""
+    rest negatives), each class weighted alike; ``threshold_rule(probabilities, labels, evidence)``
+    sets its threshold (:func:`unknown_threshold`, :func:`known_threshold`). None when one of the
+    classes is missing."""
     y = np.array([e.known and e.correct for e in evidence], float)
     if y.sum() == 0 or y.sum() == len(y):
         return None
