@@ -225,3 +225,13 @@ def test_a_frame_match_is_called_not_distinct():
     j = v.judge(Evidence(0.8, 27, False, False, 20, 0.05))  # the sample's q20: an unknown painting in a known frame
     assert not j.known and j.reason.startswith("not distinct: 27 matching points, but another object has 20")
     assert v.judge(Evidence(0.8, 27, False, False, 0, 0.05)).reason.startswith("verified: 27 matching points")
+
+
+def test_a_damaged_stored_verdict_is_a_message():
+    from museum_search.core.errors import MuseumSearchError
+
+    good = fit_verdict(sum(_views(np.random.default_rng(10)), []), "test").to_dict()
+    for bad in ({**good, "model_verified": {"features": ["cosine"]}}, {**good, "min_inliers": "many"},
+                {**good, "model_cosine": {**good["model_cosine"], "weights": None}}):
+        with pytest.raises(MuseumSearchError, match="verdict stored in this index is damaged"):
+            Verdict.from_dict(bad)

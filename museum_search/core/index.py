@@ -1165,7 +1165,8 @@ def _refit(updated: Index, old: Index, extractor, new_rows) -> Generator[Any, No
 
         extractor = extractor_for_meta(updated.meta)
     verdict = yield from refit(updated, Verdict.from_dict(old.verdict), changed, list(new_rows), extractor)
-    updated.verdict = verdict.to_dict()
+    kept = {"matcher_choice": old.verdict["matcher_choice"]} if "matcher_choice" in old.verdict else {}
+    updated.verdict = {**verdict.to_dict(), **kept}  # --matcher auto's measurements stay with the index
 
 
 def _calibrate(index: Index, extractor) -> Generator[Any, None, None]:

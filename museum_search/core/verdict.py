@@ -51,6 +51,7 @@ import cv2
 import numpy as np
 from scipy.optimize import minimize
 
+from .errors import MuseumSearchError
 from .progress import Progress
 
 if TYPE_CHECKING:
@@ -401,10 +402,14 @@ class Verdict:
     def from_dict(cls, d: dict[str, Any] | None) -> "Verdict":
         if not d:
             return cls()
-        return cls(int(d.get("min_inliers", 15)), float(d.get("min_cosine_verified", 0.0)),
-                   float(d.get("min_cosine", 0.8)), str(d.get("source", "stored")),
-                   Model.from_dict(d.get("model_verified")), Model.from_dict(d.get("model_cosine")),
-                   d.get("operating_point"), list(d.get("evidence") or []))
+        try:
+            return cls(int(d.get("min_inliers", 15)), float(d.get("min_cosine_verified", 0.0)),
+                       float(d.get("min_cosine", 0.8)), str(d.get("source", "stored")),
+                       Model.from_dict(d.get("model_verified")), Model.from_dict(d.get("model_cosine")),
+                       d.get("operating_point"), list(d.get("evidence") or []))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise MuseumSearchError(f"the verdict stored in this index is damaged ({type(exc).__name__}: {exc}); "
+                                    "build the index again (museum-search index COLLECTION -o INDEX)") from exc
 
     @classmethod
     def of_index(cls, index: "Index") -> "Verdict":
