@@ -196,8 +196,7 @@ def _descriptor_answers(args: argparse.Namespace, index):
 
 def _print_answer(answer) -> None:
     verdict = "in the collection" if answer.in_collection else "NOT in this collection"
-    why = answer.reason if answer.confidence is None else f"confidence {answer.confidence:.2f}; {answer.reason}"
-    print(f"query: {answer.query}  → {verdict} ({why})")
+    print(f"query: {answer.query}  → {verdict} ({answer.verdict_text()})")
     print(f"  {'rank':>4}  {'cosine':>6}  {'inliers':>7}  {'instance':<20}  {'title / artist':<40}  path")
     for r in answer.results:
         meta = " / ".join(v for v in (r.metadata.get("title", ""), r.metadata.get("artist", "")) if v)

@@ -1156,9 +1156,9 @@ def _refit(updated: Index, old: Index, extractor, new_rows) -> Generator[Any, No
 
     before = {it.path: it.instance for it in old.items}
     after = {it.path: it.instance for it in updated.items}
-    changed = {before[p] for p in before.keys() - after.keys()} | {after[p] for p in after.keys() - before.keys()}
-    changed |= {before[p] for p in before.keys() & after.keys() if before[p] != after[p]}
-    changed |= {after[p] for p in before.keys() & after.keys() if before[p] != after[p]}
+    # objects that lost a photo or changed their label, gained one, or had one replaced
+    changed = {obj for p, obj in before.items() if after.get(p) != obj}
+    changed |= {obj for p, obj in after.items() if before.get(p) != obj}
     changed |= {updated.items[r].instance for r in new_rows}
     if extractor is None:
         from .backbones import extractor_for_meta

@@ -200,6 +200,10 @@ class Answer:
         return VerdictEvidence(top.cosine, self.top_inliers, known, correct, self.rival, self.margin,
                                self.confidence)
 
+    def verdict_text(self) -> str:
+        """The verdict's confidence and reason in words, as the views show them."""
+        return self.reason if self.confidence is None else f"confidence {self.confidence:.2f}; {self.reason}"
+
     def to_dict(self) -> dict[str, Any]:
         return {"query": self.query, "in_collection": self.in_collection,
                 "confidence": None if self.confidence is None else round(float(self.confidence), 4),

@@ -557,7 +557,8 @@ def _source(evidence: Sequence[Evidence]) -> str:
 
 
 def calibration_plan(labels: np.ndarray, views: int | None = None, seed: int = 0,
-                     rows: Sequence[int] | None = None) -> list[tuple[int, str]]:
+                     rows: Sequence[int] | None = None, rng: np.random.Generator | None = None
+                     ) -> list[tuple[int, str]]:
     """The (row, kind) views calibration asks about, in order:
 
     * ``views`` "synthetic" views of references drawn at random (default: one per reference, at
@@ -567,7 +568,8 @@ def calibration_plan(labels: np.ndarray, views: int | None = None, seed: int = 0
       the objects (one per object before a second).
 
     ``rows``: only views of these references (an update's new photos): a real view where the
-    object has another photo, else a synthetic one."""
+    object has another photo, else a synthetic one. ``rng``: the stream the synthetic rows are drawn
+    from (default: a new one of ``seed``), which then goes on to make the synthetic views."""
     labels = np.asarray(labels)
     n = len(labels)
     _, inverse, counts = np.unique(labels, return_inverse=True, return_counts=True)
@@ -575,7 +577,8 @@ def calibration_plan(labels: np.ndarray, views: int | None = None, seed: int = 0
     if rows is not None:
         return [(int(r), "real" if multi[r] else "synthetic") for r in sorted(set(rows))]
     views = views if views is not None else max(20, min(50, n))
-    plan = [(int(r), "synthetic") for r in np.random.default_rng(seed).choice(n, size=views, replace=views > n)]
+    rng = np.random.default_rng(seed) if rng is None else rng
+    plan = [(int(r), "synthetic") for r in rng.choice(n, size=views, replace=views > n)]
     order = np.random.default_rng(seed + 1).permutation(np.flatnonzero(multi))
     rank = np.empty(len(order), int)  # the k-th photo of its object in this order
     seen: dict[int, int] = {}
@@ -594,11 +597,8 @@ def calibration_evidence(index: "Index", extractor=None, views: int | None = Non
     from .query import QueryImage, QueryPipeline, QuerySettings
 
     labels = index.labels
-    plan = calibration_plan(labels, views, seed, rows)
-    rng = np.random.default_rng(seed)
-    if rows is None:  # the synthetic views' draws follow the plan's draw of rows (one stream)
-        rng.choice(len(labels), size=sum(k == "synthetic" for _, k in plan),
-                   replace=sum(k == "synthetic" for _, k in plan) > len(labels))
+    rng = np.random.default_rng(seed)  # one stream: the plan's draw of rows, then the synthetic views
+    plan = calibration_plan(labels, views, seed, rows, rng=rng)
     pipe = QueryPipeline(index, QuerySettings(k=1, verdict=Verdict(min_inliers=NOISE_INLIERS)),
                          extractor=extractor)
     pipe.rivals_anywhere = True  # a calibration view shows one object

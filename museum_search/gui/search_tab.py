@@ -803,9 +803,7 @@ class SearchTab(QWidget):
         if not answer.results:
             self.banner.hide()
             return
-        reason = html.escape(answer.reason)
-        if answer.confidence is not None:
-            reason = f"confidence {answer.confidence:.2f}; {reason}"
+        reason = html.escape(answer.verdict_text())
         if answer.in_collection:
             what = html.escape(result_title(answer.top) or answer.top.instance)
             text, kind = f"<b>In the collection</b> — {reason}. <b>Best match:</b> {what}", "in"

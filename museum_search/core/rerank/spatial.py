@@ -187,7 +187,7 @@ def extract_features(image: np.ndarray, params: SpatialParams | None = None) -> 
         return xfeat.extract(image, params.max_side, params.max_keypoints)
     gray = _to_gray(image, params.max_side)
     kps, desc = _detector(feature, params.max_keypoints).detectAndCompute(gray, None)
-    dim = 128 if feature == "sift" else 32
+    dim = descriptor_layout(params)[0]
     if desc is None or not kps:
         return np.empty((0, 2), np.float32), np.empty((0, dim), np.uint8)
     pts = np.array([kp.pt for kp in kps], dtype=np.float32).reshape(-1, 2)

