@@ -212,3 +212,49 @@ def test_unknown_instances_warning_shows_the_first_names():
         "1 query names 8 instances not in this index: obj0, obj1, obj2, obj3, obj4… (+3 more) "
         "— check the ground truth or the index (not averaged: 1 query)")
     assert reports.unknown_instances_warning({"open_set_queries": 3}) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# the comparison of two runs (the Evaluation tab's and evaluate --baseline's p-values)
+
+
+def test_paired_tests_agree_with_scipy_permutation_test():
+    from scipy.stats import permutation_test
+
+    rng = np.random.default_rng(3)
+    queries = [f"q{i:02d}.jpg" for i in range(12)]
+    base = {"p@1": dict(zip(queries, rng.integers(0, 2, 12).astype(float))),
+            "ap": dict(zip(queries, rng.random(12).round(3))),
+            "mnro": dict(zip(queries, rng.random(12).round(3)))}
+    run = {key: {q: (v if i % 3 == 0 else min(1.0, v + rng.random() * 0.4)) for i, (q, v) in enumerate(vals.items())}
+           for key, vals in base.items()}
+    run["mnro"] = {q: max(0.0, v - 0.2) if i % 2 else v for i, (q, v) in enumerate(base["mnro"].items())}
+    run["ap"]["extra.jpg"] = 1.0  # a query the baseline did not evaluate is not paired
+    tests = reports.paired_tests(run, base)
+    assert set(tests) == set(reports.COMPARED)
+    for name, (key, higher) in reports.COMPARED.items():
+        a = np.array([run[key][q] for q in queries])
+        b = np.array([base[key][q] for q in queries])
+        res = tests[name]
+        assert res.test == "randomization" and res.exact and res.n_queries == len(queries)
+        assert res.differing_queries == int(np.count_nonzero(a != b))
+        assert res.delta == pytest.approx(a.mean() - b.mean())
+        # scipy: exact paired (sign-flip) permutation test of the mean difference, one-tailed
+        d = (a - b) if higher else (b - a)
+        ref = permutation_test((d,), np.mean, permutation_type="samples", alternative="greater",
+                               n_resamples=np.inf)
+        assert res.p_value == pytest.approx(ref.pvalue, abs=1e-9)
+        assert res.bootstrap_p_value == pytest.approx(
+            paired_bootstrap_test(a, b, higher_is_better=higher).p_value, abs=1e-12)
+    # fewer than 2 common queries: no test
+    one = {key: {queries[0]: 1.0} for key, _ in reports.COMPARED.values()}
+    assert reports.paired_tests(one, base) == {name: None for name in reports.COMPARED}
+
+
+def test_values_by_query_are_the_evaluated_queries(sample_run):
+    report, _qs = sample_run
+    values = reports.values_by_query(report)
+    evaluated = [r for r in report.records if not r.open_set]
+    assert set(values) == {key for key, _ in reports.COMPARED.values()}
+    assert list(values["ap"]) == [r.query for r in evaluated]
+    assert values["p@1"] == {r.query: float(r.metrics["p@1"]) for r in evaluated}

@@ -12,14 +12,14 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
 from ..errors import MuseumSearchError
 from .querysets import unknown_instances_note
 from .runner import EvalReport
-from .stats import bootstrap_ci, paired_test_by_query
+from .stats import PairedTestResult, bootstrap_ci, paired_test_by_query
 
 #: The verdict's columns of the CSV export, after the metrics: "in the collection" (1/0), the
 #: reason in words, the top object's inliers (empty: not verified) and the answer's confidence.
@@ -143,6 +143,25 @@ def write_trec(report: EvalReport, index, prefix: Path, run_name: str = "museum-
     return run_path, qrels_path
 
 
+def values_by_query(report: EvalReport) -> dict[str, dict[str, float]]:
+    """``{record key: {query: value}}`` for the keys of :data:`COMPARED`, over the report's evaluated
+    (non open-set) queries: what :func:`paired_tests` compares."""
+    return {key: {r.query: float(r.metrics[key]) for r in report.records if not r.open_set}
+            for key, _ in COMPARED.values()}
+
+
+def paired_tests(run: Mapping[str, Mapping[str, float]], baseline: Mapping[str, Mapping[str, float]],
+                 seed: int | None = 0) -> dict[str, PairedTestResult | None]:
+    """The comparison of a run with a baseline run: for each metric of :data:`COMPARED`, the paired
+    one-tailed randomization test (the bootstrap test's p alongside) that the run is better, on the
+    queries both evaluated (:func:`.stats.paired_test_by_query`; for AMNRO lower is better).
+
+    ``run``, ``baseline``: ``{record key: {query: value}}`` (:func:`values_by_query`, or the
+    queries of a run's JSON). A metric's result is None when fewer than 2 queries are common."""
+    return {name: paired_test_by_query(dict(run.get(key, {})), dict(baseline.get(key, {})), higher, seed)
+            for name, (key, higher) in COMPARED.items()}
+
+
 def compare_with_baseline(doc: dict[str, Any], baseline_path: Path, seed: int = 0) -> dict[str, Any]:
     """Paired one-tailed tests of this run against a baseline run JSON, on the queries both evaluated.
 
@@ -160,9 +179,10 @@ def compare_with_baseline(doc: dict[str, Any], baseline_path: Path, seed: int = 
     if not pairs:
         raise MuseumSearchError(f"the baseline run {baseline_path} has no query in common with this run")
     out: dict[str, Any] = {"baseline": str(baseline_path), "paired_queries": len(pairs)}
-    for name, (key, higher) in COMPARED.items():
-        res = paired_test_by_query({a["query"]: a[key] for a, _ in pairs}, {b["query"]: b[key] for _, b in pairs},
-                                   higher, seed)
+    keys = [key for key, _ in COMPARED.values()]
+    tests = paired_tests({k: {a["query"]: a[k] for a, _ in pairs} for k in keys},
+                         {k: {b["query"]: b[k] for _, b in pairs} for k in keys}, seed)
+    for name, res in tests.items():
         if res is None:
             raise MuseumSearchError(f"the baseline run {baseline_path} has fewer than 2 queries in common "
                                     "with this run")
