@@ -116,10 +116,12 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
     return 0
 
 
-def query_settings(args: argparse.Namespace):
-    """The query pipeline's settings from the command line (``query`` and ``evaluate``)."""
+def query_settings(args: argparse.Namespace, index=None):
+    """The query pipeline's settings from the command line (``query`` and ``evaluate``); with
+    ``index``, ``--min-inliers`` and ``--threshold`` replace its verdict's model for this run."""
     from .core.query import QuerySettings
     from .core.rerank import RerankOptions
+    from .core.verdict import Verdict
 
     opts = RerankOptions(
         k_q=args.kq, k_g=args.kg, beta=args.beta, iterations=args.iterations, icfrr_mode=args.icfrr_mode,
@@ -127,14 +129,20 @@ def query_settings(args: argparse.Namespace):
     )
     return QuerySettings(k=getattr(args, "k", 5), per_instance=getattr(args, "per_instance", False),
                          regions=not args.whole_image, rerank=args.rerank, options=opts,
-                         verify=not args.no_verify, verify_top=args.verify_top, search=args.search)
+                         verify=not args.no_verify, verify_top=args.verify_top, search=args.search,
+                         verdict=None if index is None else _verdict_override(args, Verdict.of_index(index)))
 
 
-def _verdict_override(args: argparse.Namespace, pipe) -> None:
-    if args.min_inliers is not None:
-        pipe.verdict = pipe.verdict.with_rule(min_inliers=args.min_inliers, source="--min-inliers")
-    if args.threshold is not None:
-        pipe.verdict = pipe.verdict.with_rule(min_cosine=args.threshold, source="--threshold")
+def _verdict_override(args: argparse.Namespace, verdict):
+    """The index's ``verdict`` with the rule of ``--min-inliers``/``--threshold``; None without them."""
+    min_inliers, threshold = getattr(args, "min_inliers", None), getattr(args, "threshold", None)
+    if min_inliers is None and threshold is None:
+        return None
+    if min_inliers is not None:
+        verdict = verdict.with_rule(min_inliers=min_inliers, source="--min-inliers")
+    if threshold is not None:
+        verdict = verdict.with_rule(min_cosine=threshold, source="--threshold")
+    return verdict
 
 
 def _descriptor_pipeline(args: argparse.Namespace, index):
@@ -143,9 +151,7 @@ def _descriptor_pipeline(args: argparse.Namespace, index):
 
     if not args.no_verify:
         print(f"notice: {DESCRIPTORS_NOT_VERIFIED}", file=sys.stderr)
-    pipe = QueryPipeline.for_descriptors(index, query_settings(args))
-    _verdict_override(args, pipe)
-    return pipe
+    return QueryPipeline.for_descriptors(index, query_settings(args, index))
 
 
 def cmd_query(args: argparse.Namespace) -> int:
@@ -170,8 +176,7 @@ def _photo_answers(args: argparse.Namespace, index):
     from .core.errors import ImageError, MuseumSearchError
     from .core.query import QueryPipeline, load_query
 
-    pipe = QueryPipeline(index, query_settings(args), weights=args.weights)
-    _verdict_override(args, pipe)
+    pipe = QueryPipeline(index, query_settings(args, index), weights=args.weights)
     failures = 0
     for path in args.images:
         try:
@@ -265,8 +270,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     else:
         queryset = load_queryset(args.queries, layout=args.layout, regex=args.regex)
         print(f"queries: {queryset.describe()}", file=sys.stderr)
-        pipe = QueryPipeline(index, query_settings(args), weights=args.weights)
-        _verdict_override(args, pipe)
+        pipe = QueryPipeline(index, query_settings(args, index), weights=args.weights)
     report = _drive(evaluate(index, queryset, pipeline=pipe, batch_size=args.batch_size), "evaluating")
     _print_skips(report.skipped)
     doc = reports.report_dict(report, index, rankings=args.rankings, seed=args.seed)

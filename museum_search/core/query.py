@@ -70,24 +70,40 @@ DESCRIPTORS_NOT_VERIFIED = ("queries given as descriptors have no photo to match
                             "and the verdict uses the cosine (not verified)")
 
 
-@dataclass
+@dataclass(frozen=True)
 class QuerySettings:
-    """What a user can change about how a photo is answered."""
+    """What a user can change about how a photo is answered. Frozen and hashable: a pipeline is
+    built from one and never changed (:func:`dataclasses.replace` makes another)."""
 
     k: int = 5  # results shown
     per_instance: bool = False  # one result per object
     regions: bool = True  # describe the photo's regions (False: the whole image, the papers' protocol)
-    rerank: str = ""  # global re-rankers applied in order: icfrr, aqe, dba (comma-separated)
+    #: global re-rankers applied in order: icfrr, aqe, dba. A comma-separated string or any sequence
+    #: is accepted and normalised once to a tuple of lower-case names.
+    rerank: tuple[str, ...] = ()
     options: RerankOptions = field(default_factory=RerankOptions)
     verify: bool = True  # geometric verification of the shortlist
     verify_top: int = 20  # how many references are verified
     verdict: Verdict | None = None  # None: the index's own calibration
     search: str = "auto"  # exact, ann (approximate, large indexes) or auto (by size: .ann.resolve_mode)
+    #: count a strong rival wherever it matches in the photo (calibration: a synthetic view shows
+    #: one object, so any strong rival matches what objects share); False: only where the answer does not
+    rivals_anywhere: bool = False
+
+    def __post_init__(self) -> None:
+        spec = self.rerank
+        names = [s.strip().lower() for s in (spec.split(",") if isinstance(spec, str) else spec or ())]
+        names = [n for n in names if n and n != "none"]
+        if "spatial" in names:  # the old re-ranker name of verification, which is now its own step
+            names.remove("spatial")
+            if not self.verify:
+                raise MuseumSearchError("'spatial' asks for verification, which is turned off (--no-verify)")
+        object.__setattr__(self, "rerank", tuple(names))
 
     def label(self) -> str:
         """:meth:`describe` with the re-rankers' parameters, e.g.
         ``icfrr, verified (top 20) (K 2/2, β 0.50, 5 it)`` (a run's name)."""
-        o, names = self.options, self.rerank.split(",")
+        o, names = self.options, self.rerank
         params = []
         if "icfrr" in names:
             params.append(f"K {o.k_q or 'auto'}/{o.k_g or 'auto'}, β {o.beta:.2f}, {o.iterations} it"
@@ -98,7 +114,7 @@ class QuerySettings:
         return text + (f" ({'; '.join(params)})" if params else "")
 
     def describe(self) -> str:
-        parts = [self.rerank.replace(",", "+")] if self.rerank else []
+        parts = ["+".join(self.rerank)] if self.rerank else []
         parts.append(f"verified (top {self.verify_top})" if self.verify else "not verified")
         if self.search == "ann":
             parts.append("approximate search")
@@ -236,9 +252,6 @@ class QueryPipeline:
     """Answers photos about one index with one set of settings (see the module docstring)."""
 
     verify_side = VERIFY_SIDE
-    #: Count a strong rival wherever it matches in the photo (calibration: a synthetic view shows
-    #: one object, so any strong rival matches what objects share).
-    rivals_anywhere = False
 
     def __init__(self, index: Index, settings: QuerySettings | None = None, *,
                  extractor: Extractor | None = None, weights: str | None = None):
@@ -246,12 +259,7 @@ class QueryPipeline:
         self.settings = settings or QuerySettings()
         self.extractor = extractor or extractor_for_meta(index.meta, weights)
         index.check_compatible(self.extractor.meta)
-        names = [n.strip().lower() for n in self.settings.rerank.split(",") if n.strip()]
-        if "spatial" in names:  # the old re-ranker name of verification, which is now its own step
-            names.remove("spatial")
-            if not self.settings.verify:
-                raise MuseumSearchError("'spatial' asks for verification, which is turned off (--no-verify)")
-        self._rerank = build_pipeline(names, self.settings.options)
+        self._rerank = build_pipeline(self.settings.rerank, self.settings.options)
         self._spatial = Verifier(params_of_index(index, self.settings.verify_top))  # the index's matcher
         self.verdict = self.settings.verdict or Verdict.of_index(index)
         #: "exact" or "ann": how the global scores are computed (``settings.search`` for this index)
@@ -402,7 +410,7 @@ class QueryPipeline:
         weak = [n for n, _ in others if n * DISTINCT <= inliers]
         strong = [(n, r) for n, r in others if n * DISTINCT > inliers]
         gate = self.verdict.min_inliers
-        if strong and (self.rivals_anywhere or inliers < gate):
+        if strong and (self.settings.rivals_anywhere or inliers < gate):
             return strong[0][0]
         mine = None
         for n, r in strong:

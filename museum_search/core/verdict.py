@@ -599,9 +599,8 @@ def calibration_evidence(index: "Index", extractor=None, views: int | None = Non
     labels = index.labels
     rng = np.random.default_rng(seed)  # one stream: the plan's draw of rows, then the synthetic views
     plan = calibration_plan(labels, views, seed, rows, rng=rng)
-    pipe = QueryPipeline(index, QuerySettings(k=1, verdict=Verdict(min_inliers=NOISE_INLIERS)),
+    pipe = QueryPipeline(index, QuerySettings(k=1, verdict=Verdict(min_inliers=NOISE_INLIERS), rivals_anywhere=True),
                          extractor=extractor)
-    pipe.rivals_anywhere = True  # a calibration view shows one object
     evidence: list[Evidence] = []
     t0 = time.perf_counter()
     for i, (row, kind) in enumerate(plan):

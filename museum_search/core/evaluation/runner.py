@@ -278,7 +278,7 @@ def query_pipeline(index: Index, settings: QuerySettings | None = None, *, extra
                 lambda: Progress(0, 0, stage=LOADING, elapsed=time.perf_counter() - t0),
                 key=("extractor", index.meta, weights, engines.current()))
         pipeline = QueryPipeline(index, settings or QuerySettings(), extractor=extractor)
-    if "icfrr" in [n.strip().lower() for n in pipeline.settings.rerank.split(",")]:
+    if "icfrr" in pipeline.settings.rerank:
         k = neighbours if neighbours is not None else icfrr_k_g(index.labels, pipeline.settings.options)
         yield from neighbours_ready(index, k)
     return pipeline
@@ -353,7 +353,7 @@ def pipeline_summary(pipe: QueryPipeline, evidence: list[Evidence]) -> dict[str,
 
     ``icfrr_advice``: when ICFRR re-ranks a collection it cannot help
     (:func:`~museum_search.core.rerank.icfrr_advice`), the warning; else None."""
-    icfrr = "icfrr" in [n.strip().lower() for n in pipe.settings.rerank.split(",")]
+    icfrr = "icfrr" in pipe.settings.rerank
     return {"query_regions": bool(pipe.settings.regions), "verified": bool(pipe.settings.verify),
             **gap_figures(evidence),
             "icfrr_advice": icfrr_advice(pipe.index.labels, pipe.settings.options) if icfrr else None,

@@ -159,10 +159,10 @@ def sweep(
     base = settings or QuerySettings()
     option_sets = [options_at(base_options, parameter, v) for v in values]
     labels = index.labels
-    first = yield from query_pipeline(index, replace(base, rerank=",".join(names), options=option_sets[0]),
+    first = yield from query_pipeline(index, replace(base, rerank=tuple(names), options=option_sets[0]),
                                       extractor=extractor, weights=weights,
                                       neighbours=max(icfrr_k_g(labels, o) for o in option_sets))
-    pipes = [first] + [QueryPipeline(index, replace(base, rerank=",".join(names), options=o),
+    pipes = [first] + [QueryPipeline(index, replace(base, rerank=tuple(names), options=o),
                                      extractor=first.extractor) for o in option_sets[1:]]
     known = set(index.instances)
     qs = queryset.restricted_to(known)

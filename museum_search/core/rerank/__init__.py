@@ -29,7 +29,7 @@ NAMES = ("icfrr", "aqe", "dba")
 log = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(frozen=True)
 class RerankOptions:
     k_q: int | None = None  # None: suggested from the collection
     k_g: int | None = None
