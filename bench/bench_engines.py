@@ -50,7 +50,7 @@ def agreement(refs: list[Path], only: set[str] | None = None) -> dict:
                 continue
             cfg = BackboneConfig(name=name, head=head)
             onnx, torch_ = build_extractor(cfg, engine="onnx"), build_extractor(cfg, engine="torch")
-            a, b = onnx.describe_images(images), torch_.describe_images(images)
+            a, b = onnx.embed_images(images), torch_.embed_images(images)
             cos = np.sum(a * b, axis=1)
             out[f"{name}/{head}"] = {"engine_used": onnx.engine, "min_cosine": float(cos.min()),
                                      "mean_cosine": float(cos.mean()), "references": len(images)}
@@ -69,8 +69,8 @@ def bundled(refs: list[Path], folder: Path) -> dict:
         data = engines.read_export(folder, meta)
         if data is None:
             raise SystemExit(f"no intact export of {meta.describe()} in {folder}: run packaging/export_models.py")
-        a = engines.OnnxExtractor(meta, data, folder).describe_images(images)
-        b = build_extractor(cfg, engine="torch").describe_images(images)
+        a = engines.OnnxExtractor(meta, data, folder).embed_images(images)
+        b = build_extractor(cfg, engine="torch").embed_images(images)
         cos = np.sum(a * b, axis=1)
         out[f"{cfg.name}/{cfg.head}"] = {"weights": engines.export_info(folder, meta).get("weights"),
                                          "file_bytes": engines.export_file(folder, meta).stat().st_size,

@@ -43,7 +43,7 @@ def main() -> None:
     paths = sorted(p for p in args.images.iterdir() if is_image_file(p))[: args.n]
     ext = build_extractor(BackboneConfig(size=args.size))
     # warm-up
-    ext.describe([ext.preprocess(load_image(paths[0], max_side=ext.max_side))])
+    ext.embed([ext.preprocess(load_image(paths[0], max_side=ext.max_side))])
 
     # bare forward pass on pre-decoded inputs, batched the same way as extract(); the two are
     # alternated and the best of the rounds taken, so a burst of load elsewhere hits both alike
@@ -52,7 +52,7 @@ def main() -> None:
     for _ in range(args.rounds):
         t0 = time.perf_counter()
         for i in range(0, len(inputs), args.batch_size):
-            ext.describe(inputs[i : i + args.batch_size])
+            ext.embed(inputs[i : i + args.batch_size])
         forwards.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
         res = run(extract(paths, ext, batch_size=args.batch_size))
@@ -82,7 +82,7 @@ def main() -> None:
             img = load_image(q_path, max_side=ext.max_side)
             x = [ext.preprocess(c) for c in query_crops(img, regions)]
             t1 = time.perf_counter()
-            q = ext.describe(x)[None]
+            q = ext.embed(x)[None]
             t2 = time.perf_counter()
             search(index, q, k=10)
             t3 = time.perf_counter()

@@ -123,7 +123,7 @@ def run_dataset(name: str, index, queries, extractor, gates: dict[str, int], dar
     labels = index.labels
     images = [load_query(q.path) for q in queries]
     base = QueryPipeline(index, QuerySettings(verify=False), extractor=extractor)
-    desc = base.describe(images)
+    desc = base.embed(images)
     plain = base.answer(images, descriptors=desc)
     known = [i for i, q in enumerate(queries) if q.relevant]
     out: dict = {"references": len(index), "instances": len(index.instances), "queries": len(queries),

@@ -154,7 +154,7 @@ def latency(index: Index, paths: list[Path], n: int = 40) -> dict:
         total = time.perf_counter() - t0
         inputs = pipe.inputs(q)
         t2 = time.perf_counter()
-        pipe.extractor.describe(inputs)  # the bare forward pass of the same regions
+        pipe.extractor.embed(inputs)  # the bare forward pass of the same regions
         forward = time.perf_counter() - t2
         rows.append({"decode": t1 - t0, **pipe.timings, "total": total, "forward": forward})
     # the same two photos again, warm: is the first query slow because it is first, or because of

@@ -38,7 +38,7 @@ def test_every_offline_backbone_gives_unit_descriptors():
     for name in ("mobilenet_v2", "efficientnet_lite0"):
         for head in ("gem", "logits"):
             ext = build_extractor(BackboneConfig(name=name, head=head, size=128), engine="torch")
-            d = ext.describe_images([img, img[::-1]])
+            d = ext.embed_images([img, img[::-1]])
             assert d.shape == (2, ext.meta.dim)
             np.testing.assert_allclose(np.linalg.norm(d, axis=1), 1.0, atol=1e-5)
     assert build_extractor(BackboneConfig(head="logits"), engine="torch").meta.dim == 1000
@@ -54,7 +54,7 @@ def test_logits_head_is_imagenet_classifier():
     with torch.inference_mode():
         logits = ext.model(x)[0]
     assert torch.argmax(logits).item() != 340  # 340 = zebra
-    np.testing.assert_allclose(ext.describe([ext.preprocess(img)])[0],
+    np.testing.assert_allclose(ext.embed([ext.preprocess(img)])[0],
                                (logits / logits.norm()).numpy(), atol=1e-5)
 
 
@@ -66,8 +66,8 @@ def test_aspect_preserving_input_policy():
 
 def test_multiscale_differs_from_single_scale():
     img = np.random.default_rng(1).integers(0, 255, (256, 256, 3), dtype=np.uint8)
-    a = build_extractor(BackboneConfig(size=128), engine="torch").describe_images([img])
-    b = build_extractor(BackboneConfig(size=128, scales=(1.0, 0.5)), engine="torch").describe_images([img])
+    a = build_extractor(BackboneConfig(size=128), engine="torch").embed_images([img])
+    b = build_extractor(BackboneConfig(size=128, scales=(1.0, 0.5)), engine="torch").embed_images([img])
     assert 0.5 < float(a[0] @ b[0]) < 0.9999
 
 
@@ -94,7 +94,7 @@ def test_torchvision_backbone_from_weights_file(tmp_path):
     torch.save(torchvision.models.alexnet(weights=None).state_dict(), path)
     ext = build_extractor(BackboneConfig(name="alexnet", head="logits", weights=str(path)), engine="torch")
     assert ext.meta.weights_id.startswith("file:")
-    d = ext.describe_images([np.zeros((64, 64, 3), np.uint8)])
+    d = ext.embed_images([np.zeros((64, 64, 3), np.uint8)])
     assert d.shape == (1, 1000)
     # the wrong architecture's file is refused with a message
     with pytest.raises(WeightsUnavailableError, match="do not fit"):
@@ -129,7 +129,7 @@ def test_extract_is_a_generator_with_progress_and_skips(tmp_path, sample_collect
     assert result.ok == [0, 1, 3, 4, 5]
     assert [p for p, _ in result.skipped] == [str(bad)]
     # same descriptors as describing one by one (batching and threading change nothing)
-    single = np.stack([ext.describe_images([__import__("museum_search.core.images", fromlist=["x"]).load_image(
+    single = np.stack([ext.embed_images([__import__("museum_search.core.images", fromlist=["x"]).load_image(
         p, max_side=ext.max_side)])[0] for p in files])
     np.testing.assert_allclose(result.descriptors, single, atol=1e-5)
 

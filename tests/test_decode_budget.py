@@ -192,10 +192,10 @@ def test_png_bomb_is_skipped_by_indexing_in_bounded_memory(png_bomb, tmp_path):
         (folder / p.name).write_bytes(p.read_bytes())
     out = run_child(f"""
         from museum_search.core.backbones import build_extractor
-        from museum_search.core.extract import describe_file, run
+        from museum_search.core.extract import embed_file, run
         from museum_search.core.index import build_index
         extractor = build_extractor()
-        describe_file({str(folder / photos[0].name)!r}, extractor)  # engine warmed up
+        embed_file({str(folder / photos[0].name)!r}, extractor)  # engine warmed up
         start = start_mb()
         report = run(build_index({str(folder)!r}, None, extractor=extractor, verification=False))
         print(json.dumps({{"indexed": sorted(it.path for it in report.index.items),
@@ -223,7 +223,7 @@ class Stub:
     max_side = 512
     def preprocess(self, image):
         return image.reshape(-1, 3).mean(axis=0).astype(np.float32)
-    def describe(self, batch):
+    def embed(self, batch):
         return np.full((len(batch), 4), 0.5, np.float32)
 """
 
@@ -337,7 +337,7 @@ class _Stub:
     def preprocess(self, image):
         return image.reshape(-1, 3).mean(axis=0).astype(np.float32)
 
-    def describe(self, batch):
+    def embed(self, batch):
         return np.stack(batch)
 
 

@@ -43,7 +43,7 @@ def test_engines_give_the_same_descriptors(config, sample_images):
     torch_ = build_extractor(config, engine="torch")
     assert isinstance(onnx, OnnxExtractor) and isinstance(torch_, Extractor)
     assert onnx.meta == torch_.meta  # an index built with one is queried with the other
-    a, b = onnx.describe_images(sample_images), torch_.describe_images(sample_images)
+    a, b = onnx.embed_images(sample_images), torch_.embed_images(sample_images)
     cos = np.sum(a * b, axis=1)
     assert cos.min() >= 0.9999, cos.min()
     np.testing.assert_allclose(np.linalg.norm(a, axis=1), 1.0, atol=1e-5)
@@ -69,7 +69,7 @@ def test_half_weight_export_is_half_the_size_and_agrees_with_torch(config, sampl
     assert engines.export_info(out, meta)["weights"] == "float16"
     assert engines.read_export(out, meta) == half
     loaded = OnnxExtractor(meta, engines.read_export(out, meta), out)
-    a, b = loaded.describe_images(sample_images), torch_.describe_images(sample_images)
+    a, b = loaded.embed_images(sample_images), torch_.embed_images(sample_images)
     cos = np.sum(a * b, axis=1)
     assert 0.9999 <= cos.min() < 1.0 - 1e-9, cos.min()  # rounded weights: close to torch, not bit-identical
 
@@ -86,14 +86,14 @@ def test_export_is_cached_checked_and_rebuilt_when_damaged(fresh_cache, sample_i
     (model,) = fresh_cache.glob("*.onnx")
     side = json.loads(model.with_suffix(".json").read_text())
     assert side["meta"] == first.meta.to_dict() and len(side["sha256"]) == 64
-    expected = first.describe_images(sample_images[:3])
+    expected = first.embed_images(sample_images[:3])
 
     # a new process (empty memory) loads the export without exporting again
     monkeypatch.setattr(engines, "_sessions", {})
     real_export = engines.export
     monkeypatch.setattr(engines, "export", lambda *a, **k: pytest.fail("exported again"))
     again = build_extractor(config, engine="onnx")
-    np.testing.assert_allclose(again.describe_images(sample_images[:3]), expected, atol=1e-6)
+    np.testing.assert_allclose(again.embed_images(sample_images[:3]), expected, atol=1e-6)
 
     # a damaged export is never trusted: it is exported again, and the results stay right
     data = bytearray(model.read_bytes())
@@ -105,7 +105,7 @@ def test_export_is_cached_checked_and_rebuilt_when_damaged(fresh_cache, sample_i
     with caplog.at_level(logging.WARNING):
         rebuilt = build_extractor(config, engine="onnx")
     assert calls == [1] and "damaged" in caplog.text
-    np.testing.assert_allclose(rebuilt.describe_images(sample_images[:3]), expected, atol=1e-5)
+    np.testing.assert_allclose(rebuilt.embed_images(sample_images[:3]), expected, atol=1e-5)
     assert json.loads(model.with_suffix(".json").read_text())["sha256"] == side["sha256"]  # same export again
     assert not list(fresh_cache.glob("*.tmp"))
 

@@ -216,8 +216,8 @@ def _drain(gen):
 @pytest.mark.data
 def test_runner_names_its_stages_and_answers_the_first_query_alone(sample_index, queries, monkeypatch):
     sizes = []
-    describe = QueryPipeline.describe
-    monkeypatch.setattr(QueryPipeline, "describe", lambda self, qs: (sizes.append(len(qs)), describe(self, qs))[1])
+    describe = QueryPipeline.embed
+    monkeypatch.setattr(QueryPipeline, "embed", lambda self, qs: (sizes.append(len(qs)), describe(self, qs))[1])
     items, report = _drain(evaluate(sample_index, queries, QuerySettings(regions=False, verify=False),
                                     batch_size=4))
     n = len(queries.queries)
@@ -260,7 +260,7 @@ def test_an_evaluation_stops_in_every_phase(sample_index, queries, monkeypatch, 
     _cancel_while(evaluate(fresh, queries, settings), block(fresh, "neighbour_lists"), NEIGHBOURS)
     monkeypatch.undo()
     # describing the photos, then answering them (search, ICFRR, verification)
-    _cancel_while(evaluate(sample_index, queries, settings), block(QueryPipeline, "describe"), DESCRIBING)
+    _cancel_while(evaluate(sample_index, queries, settings), block(QueryPipeline, "embed"), DESCRIBING)
     monkeypatch.undo()
     _cancel_while(evaluate(sample_index, queries, settings), block(QueryPipeline, "answer"), VERIFYING)
 
@@ -268,7 +268,7 @@ def test_an_evaluation_stops_in_every_phase(sample_index, queries, monkeypatch, 
 @pytest.mark.data
 def test_a_sweep_stops_while_describing_and_while_answering(sample_index, queries, monkeypatch, block):
     settings = QuerySettings(regions=False, verify=False)
-    _cancel_while(sweep(sample_index, queries, "k", [1, 2], settings=settings), block(QueryPipeline, "describe"),
+    _cancel_while(sweep(sample_index, queries, "k", [1, 2], settings=settings), block(QueryPipeline, "embed"),
                   DESCRIBING)
     monkeypatch.undo()
     _cancel_while(sweep(sample_index, queries, "k", [1, 2], settings=settings), block(QueryPipeline, "answer"),

@@ -555,9 +555,9 @@ def test_cancel_does_not_wait_for_the_call_under_way(qtbot, tab, data, block, ph
 
     owner, name, stage = {
         "loading": (runner, "extractor_for_meta", LOADING),
-        "describing": (QueryPipeline, "describe", DESCRIBING),
+        "describing": (QueryPipeline, "embed", DESCRIBING),
         "answering": (QueryPipeline, "answer", VERIFYING),
-        "sweep describing": (QueryPipeline, "describe", DESCRIBING),
+        "sweep describing": (QueryPipeline, "embed", DESCRIBING),
         "sweep answering": (QueryPipeline, "answer", "answering at K_q = K_g = 1"),
     }[phase]
     assert tab.load_queryset_path(data.queries)

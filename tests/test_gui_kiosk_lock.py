@@ -344,7 +344,7 @@ def test_quit_during_an_evaluation_asks_and_cancels_when_confirmed(qtbot, window
     window.state.set_index(sample_index)
     tab = window.evaluation_tab
     assert tab.load_queryset_path(SAMPLE / "queries")
-    blocked = block(QueryPipeline, "describe")  # the evaluation stays in the middle of its work
+    blocked = block(QueryPipeline, "embed")  # the evaluation stays in the middle of its work
     assert tab.run_evaluation()
     qtbot.waitUntil(blocked.started.is_set, timeout=TIMEOUT)
     assert window.busy_text() == "An evaluation is running"

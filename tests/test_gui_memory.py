@@ -49,7 +49,7 @@ def sample():
     root = SAMPLE / "collection"
     items = [Item(r["file"], (root / r["file"]).stat().st_size, 0.0, r["instance"], {"title": r["title"]})
              for r in rows]
-    desc = ext.describe_images([load_image(root / it.path, max_side=64) for it in items])
+    desc = ext.embed_images([load_image(root / it.path, max_side=64) for it in items])
     return Index(root, meta, items, desc), SAMPLE / "queries", ext
 
 

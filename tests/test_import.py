@@ -49,7 +49,7 @@ def exported(tmp_path_factory, sample_index, sample_collection):
     write_items(d / "items.csv", sample_index)
     photos = sorted((sample_collection / "queries").glob("*.jpg"))
     pipe = QueryPipeline(sample_index, QuerySettings(**AS_DESCRIPTORS))
-    q = pipe.describe([load_query(p) for p in photos])[:, 0]
+    q = pipe.embed([load_query(p) for p in photos])[:, 0]
     np.save(d / "q.npy", q)
     truth = dict(line.split(",", 1) for line in
                  (sample_collection / "queries" / "ground_truth.csv").read_text().splitlines()[1:])
@@ -146,7 +146,7 @@ def test_descriptors_query_a_photo_index_too(exported, sample_index, capsys):
     assert all(r["inliers"] is None for d in on_photos for r in d["results"])
     # photos and descriptors in one batch: a descriptor stands for every region of the photos'
     pipe = QueryPipeline(sample_index)
-    desc = pipe.describe([load_query(exported["photos"][0]), descriptor_query(exported["q"][1], "row 1")])
+    desc = pipe.embed([load_query(exported["photos"][0]), descriptor_query(exported["q"][1], "row 1")])
     assert desc.shape == (2, 5, sample_index.meta.dim)
     np.testing.assert_array_equal(desc[1], np.repeat(exported["q"][1:2], 5, axis=0))
 

@@ -364,7 +364,7 @@ class DescriptorExtractor:
         x = image.astype(np.float32).transpose(2, 0, 1) / 255.0
         return np.ascontiguousarray((x - self._mean) / self._std)
 
-    def describe(self, inputs: list[np.ndarray]) -> np.ndarray:
+    def embed(self, inputs: list[np.ndarray]) -> np.ndarray:
         """Descriptors (len(inputs), dim) float32, L2-normalized. Same-shape inputs are batched."""
         out = np.empty((len(inputs), self.meta.dim), np.float32)
         groups: dict[tuple[int, ...], list[int]] = {}
@@ -377,8 +377,8 @@ class DescriptorExtractor:
     def _run(self, batch: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
-    def describe_images(self, images: list[np.ndarray]) -> np.ndarray:
-        return self.describe([self.preprocess(im) for im in images])
+    def embed_images(self, images: list[np.ndarray]) -> np.ndarray:
+        return self.embed([self.preprocess(im) for im in images])
 
 
 def imported_meta(dim: int) -> BackboneMeta:

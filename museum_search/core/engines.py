@@ -258,7 +258,7 @@ def check_export(ext: DescriptorExtractor, onnx_ext: DescriptorExtractor, seed: 
     worst = 1.0
     for h, w in shapes:
         x = [rng.standard_normal((3, h, w)).astype(np.float32) for _ in range(2)]
-        a, b = ext.describe(x), onnx_ext.describe(x)
+        a, b = ext.embed(x), onnx_ext.embed(x)
         worst = min(worst, float(np.min(np.sum(a * b, axis=1))))
     if worst < 0.9999:
         raise ExportMismatch(f"the exported graph's descriptors differ from torch's (cosine {worst:.4f}) on "

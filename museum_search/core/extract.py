@@ -120,7 +120,7 @@ def extract(
                 done += 1
                 fill()
             if batch:
-                out[len(ok) : len(ok) + len(batch)] = extractor.describe(batch)
+                out[len(ok) : len(ok) + len(batch)] = extractor.embed(batch)
                 ok.extend(batch_idx)
             skipped.extend(new_skips)
             yield Progress(done, total, paths[done - 1], new_skips, time.perf_counter() - start)
@@ -136,6 +136,6 @@ def extract(
 run = drive
 
 
-def describe_file(path: str | Path, extractor: Extractor) -> np.ndarray:
+def embed_file(path: str | Path, extractor: Extractor) -> np.ndarray:
     """Descriptor (D,) of one reference image; raises :class:`ImageError`."""
-    return extractor.describe([_prepare(extractor, str(path))])[0]
+    return extractor.embed([_prepare(extractor, str(path))])[0]

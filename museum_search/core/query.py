@@ -295,13 +295,13 @@ class QueryPipeline:
         small = _shrink(query.image, self.extractor.max_side)
         return [self.extractor.preprocess(c) for c in query_crops(small, self.settings.regions)]
 
-    def describe(self, queries: Sequence[QueryImage]) -> np.ndarray:
+    def embed(self, queries: Sequence[QueryImage]) -> np.ndarray:
         """(Q, R, D) region descriptors ((Q, 1, D) for whole-image queries). A query given as a
         descriptor is not described: its descriptor stands for each of the R regions."""
         photos = [q for q in queries if q.descriptors is None]
         if photos:
             inputs = [x for q in photos for x in self.inputs(q)]
-            described = self.extractor.describe(inputs).reshape(len(photos), len(inputs) // len(photos), -1)
+            described = self.extractor.embed(inputs).reshape(len(photos), len(inputs) // len(photos), -1)
             if len(photos) == len(queries):
                 return described
         out = np.empty((len(queries), described.shape[1] if photos else 1, self.index.meta.dim), np.float32)
@@ -322,7 +322,7 @@ class QueryPipeline:
         were not in the collection").
         """
         t0 = time.perf_counter()
-        desc = self.describe(queries) if descriptors is None else np.asarray(descriptors, np.float32)
+        desc = self.embed(queries) if descriptors is None else np.asarray(descriptors, np.float32)
         t1 = time.perf_counter()
         cos = score_matrix(self.index, desc, self.search_mode)
         scores = cos

@@ -615,7 +615,7 @@ def calibration_evidence(index: "Index", extractor=None, views: int | None = Non
         same = labels == labels[row]
         itself = np.zeros(len(labels), bool)
         itself[row] = True
-        desc = pipe.describe([view])  # described once, asked twice
+        desc = pipe.embed([view])  # described once, asked twice
         (a_in,) = pipe.answer([view], desc, exclude=itself if kind == "real" else None)
         (a_out,) = pipe.answer([view], desc, exclude=same)
         top_in = a_in.top

@@ -101,7 +101,7 @@ def _answer_job(query: QueryImage, index, settings: QuerySettings, pipeline: Que
     timings: dict[str, float] = {}
     if descriptors is None:
         t0 = time.perf_counter()
-        descriptors = pipeline.describe([query])
+        descriptors = pipeline.embed([query])
         timings["describe"] = time.perf_counter() - t0
     (answer,) = pipeline.answer([query], descriptors=descriptors)
     timings.update(search=pipeline.timings.get("search", 0.0), verify=pipeline.timings.get("verify", 0.0))

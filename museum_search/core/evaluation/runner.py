@@ -334,7 +334,7 @@ def described(pipe: QueryPipeline, paths: list[str], batch_size: int,
             ok = [(j, d) for j, d in chunk if not isinstance(d, str)]
             desc = None
             if ok:
-                desc = yield from wait(lambda: pipe.describe([d for _, d in ok]), lambda: beat(paths[ok[0][0]]))
+                desc = yield from wait(lambda: pipe.embed([d for _, d in ok]), lambda: beat(paths[ok[0][0]]))
             k = 0
             for j, d in chunk:
                 if isinstance(d, str):
