@@ -12,8 +12,8 @@ import pytest
 from museum_search.core import ann
 from museum_search.core.errors import IndexFormatError, MuseumSearchError
 from museum_search.core.progress import Progress, drive
-from museum_search.core.ranking import ranking
-from museum_search.core.rerank.icfrr import gallery_ranks
+from museum_search.core.ranking import order
+from oracles import gallery_ranks
 
 
 def clustered(objects: int, views: int, dim: int, seed: int = 0, dtype=np.float16, per_group: int = 10) -> np.ndarray:
@@ -136,7 +136,7 @@ def test_ann_search_recall_and_ranking_rule(refs, built):
     assert built.ntotal == len(refs) and built.dim == refs.shape[1]
     q = queries_near(refs, 100)
     exact = ann.exact_scores(refs, q)
-    truth = ranking(exact, 10)
+    truth = order(exact, 10)
     rows, scores = built.search(refs, q, 10)
     assert rows.shape == (100, 10) and rows.dtype == np.int64 and scores.dtype == np.float32
     recall = np.mean([len(set(rows[i]) & set(truth[i])) / 10 for i in range(len(q))])
@@ -165,7 +165,7 @@ def test_ann_search_equals_exact_when_the_shortlist_holds_everything(tmp_path):
     index = drive(ann.AnnIndex.build(d, params))
     q = np.concatenate([d[3:4].astype(np.float32), queries_near(d, 5)])
     rows, scores = index.search(d, q, 12)
-    expected = ranking(ann.exact_scores(d, q), 12)
+    expected = order(ann.exact_scores(d, q), 12)
     np.testing.assert_array_equal(rows, expected)
     assert list(rows[0, :3]) == [3, 7, 400]
     # more than the index holds: padded
@@ -194,7 +194,7 @@ def test_dimension_not_a_multiple_of_the_sub_quantizers():
     assert 100 % params.m != 0
     index = drive(ann.AnnIndex.build(d, params))
     q = queries_near(d, 10)
-    truth = ranking(ann.exact_scores(d, q), 5)
+    truth = order(ann.exact_scores(d, q), 5)
     rows, _ = index.search(d, q, 5)
     assert np.mean([len(set(rows[i]) & set(truth[i])) / 5 for i in range(10)]) >= 0.9
     again = ann.AnnIndex.from_bytes(index.to_bytes(), params)

@@ -1,25 +1,14 @@
-"""ICFRR (spec 003, section 3.2): gallery ranks, the rank-based update, both modes, helpers."""
+"""ICFRR (spec 003, section 3.2): the gallery ranks (the tests' oracle), the rank-based update, both
+modes, helpers."""
 
 import numpy as np
 import pytest
 
+from oracles import gallery_ranks, icfrr_dense, icfrr_loop, prepare_graph, rank_dtype
+
+from museum_search.core.ranking import neg_distance, order
 from museum_search.core.rerank import icfrr as icfrr_mod
-from museum_search.core.rerank.icfrr import (
-    ICFRRParams,
-    ICFRRReranker,
-    gallery_ranks,
-    icfrr,
-    icfrr_loop,
-    iter_gallery_ranks,
-    neg_distance,
-    prepare_graph,
-    rank_dtype,
-    ranking_from_scores,
-    remove_from_gallery_ranks,
-    suggest_params,
-    top_indices,
-    update_gallery_ranks,
-)
+from museum_search.core.rerank.icfrr import ICFRRParams, ICFRRReranker, icfrr, suggest_params
 
 INF8 = 255  # uint8 stand-in for r[i, i] = inf
 
@@ -116,76 +105,6 @@ def test_gallery_ranks_match_definition_and_chunking():
         assert sorted(np.delete(row, i)) == list(range(1, 37))
 
 
-def test_iter_gallery_ranks_reports_progress():
-    rng = np.random.default_rng(2)
-    desc = unit(rng, 10)
-    gen = iter_gallery_ranks(desc, chunk=3)
-    seen = []
-    while True:
-        try:
-            seen.append(next(gen))
-        except StopIteration as stop:
-            ranks = stop.value
-            break
-    assert [p.done for p in seen] == [3, 6, 9, 10]
-    assert all(p.total == 10 for p in seen)
-    np.testing.assert_array_equal(ranks, gallery_ranks(desc))
-
-
-@pytest.fixture(params=["counting", "searchsorted"])
-def update_path(request, monkeypatch):
-    """Both ways of update_gallery_ranks (few new references: counting; many: searchsorted)."""
-    monkeypatch.setattr(icfrr_mod, "_UPDATE_COUNTING_MAX", 10**9 if request.param == "counting" else 0)
-    return request.param
-
-
-@pytest.mark.parametrize("g0,m", [(20, 1), (20, 7), (250, 10), (3, 4), (1, 3), (40, 30)])
-def test_update_gallery_ranks_equals_full_recompute(g0, m, update_path):
-    rng = np.random.default_rng(g0 * 100 + m)
-    old = unit(rng, g0, 8)
-    new = unit(rng, m, 8)
-    if g0 > 2:
-        old[1] = old[0]  # duplicate pair inside the old gallery
-        new[0] = old[2]  # a new image identical to an old one (ties: the old one wins)
-    if m > 2:
-        new[2] = new[1]  # duplicates among the new images
-    full = gallery_ranks(np.vstack([old, new]))
-    for chunk in (None, 1, 5):
-        upd = update_gallery_ranks(gallery_ranks(old), old, new, chunk=chunk)
-        assert upd.dtype == rank_dtype(g0 + m)
-        np.testing.assert_array_equal(upd, full)
-    if g0 == 250:
-        assert gallery_ranks(old).dtype == np.uint8 and full.dtype == np.uint16
-
-
-def test_update_gallery_ranks_with_nothing_new():
-    rng = np.random.default_rng(3)
-    old = unit(rng, 6)
-    r = gallery_ranks(old)
-    np.testing.assert_array_equal(update_gallery_ranks(r, old, np.empty((0, 16), np.float32)), r)
-
-
-def test_update_gallery_ranks_rejects_foreign_ranks_by_recomputing(update_path, caplog):
-    rng = np.random.default_rng(4)
-    old, new = unit(rng, 12), unit(rng, 3)
-    wrong = gallery_ranks(unit(rng, 12))  # ranks of another gallery
-    np.testing.assert_array_equal(update_gallery_ranks(wrong, old, new), gallery_ranks(np.vstack([old, new])))
-    assert "recomputing" in caplog.text
-
-
-def test_remove_from_gallery_ranks_equals_recompute():
-    rng = np.random.default_rng(5)
-    desc = unit(rng, 270, 8)
-    desc[3] = desc[9]
-    keep = rng.random(270) < 0.7
-    keep[3] = keep[9] = True
-    r = remove_from_gallery_ranks(gallery_ranks(desc), keep)
-    expected = gallery_ranks(desc[keep])
-    assert r.dtype == expected.dtype == rank_dtype(int(keep.sum()))
-    np.testing.assert_array_equal(r, expected)
-    np.testing.assert_array_equal(remove_from_gallery_ranks(gallery_ranks(desc), keep, chunk=7), expected)
-
-
 # ------------------------------------------------------------------------------------------
 # Hand-checked ICFRR
 # ------------------------------------------------------------------------------------------
@@ -206,7 +125,7 @@ S0_4 = np.array([[-0.1, -0.3, -0.4, -0.2]], dtype=np.float32)  # ranking 0, 3, 1
 
 def run(scores, ranks, max_iter, mode="paper", stop=True, k_q=2, k_g=2, beta=0.5, **kw):
     p = ICFRRParams(k_q=k_q, k_g=k_g, beta=beta, max_iter=max_iter, mode=mode, stop_when_stable=stop)
-    res = icfrr(scores, ranks, p, **kw)
+    res = icfrr_dense(scores, ranks, p, **kw)
     loop = icfrr_loop(scores, ranks, p, scores_are=kw.get("scores_are", "dot"))
     np.testing.assert_array_equal(res.scores, loop.scores)
     np.testing.assert_array_equal(res.iterations, loop.iterations)
@@ -230,7 +149,7 @@ def test_hand_example_paper_mode():
         assert res.iterations[0] == t
         assert res.converged[0] == (t == 4)
     np.testing.assert_allclose(s4, [0.9, 0.78333333, 0.85, -0.2], atol=1e-7)
-    assert list(ranking_from_scores(np.array([s4], np.float32))[0]) == [0, 2, 1, 3]
+    assert list(order(np.array([s4], np.float32))[0]) == [0, 2, 1, 3]
 
 
 def test_hand_example_reference_mode():
@@ -266,7 +185,7 @@ def test_paper_and_reference_equal_after_one_iteration_then_differ():
     np.testing.assert_array_equal(a.scores, b.scores)
     a = run(scores, ranks, 5, "paper", stop=False, k_q=6, k_g=6)
     b = run(scores, ranks, 5, "reference", stop=False, k_q=6, k_g=6)
-    differ = np.any(ranking_from_scores(a.scores) != ranking_from_scores(b.scores), axis=1)
+    differ = np.any(order(a.scores) != order(b.scores), axis=1)
     assert differ.sum() >= 1
 
 
@@ -318,7 +237,7 @@ def test_ties_are_broken_by_index():
     for t, expected in enumerate([s1, s2, s3, s4], start=1):
         res = run(s0, R5, max_iter=t, scores_are="neg_distance")
         np.testing.assert_array_equal(res.scores[0], np.array(expected, np.float32))
-    assert list(ranking_from_scores(np.array([s2], np.float32))[0]) == [3, 0, 2, 1, 4]
+    assert list(order(np.array([s2], np.float32))[0]) == [3, 0, 2, 1, 4]
 
 
 def test_near_duplicate_gallery_with_dot_products():
@@ -334,7 +253,7 @@ def test_near_duplicate_gallery_with_dot_products():
     s2 = s1 + 0.5 * np.array([1, 1 / 3, 1 / 3, 0])
     r1 = run(dots, ranks, 1)
     np.testing.assert_allclose(r1.scores[0], s1, atol=1e-6)
-    assert list(ranking_from_scores(r1.scores)[0]) == [2, 1, 0, 3]
+    assert list(order(r1.scores)[0]) == [2, 1, 0, 3]
     r2 = run(dots, ranks, 2)
     np.testing.assert_allclose(r2.scores[0], s2, atol=1e-6)
     np.testing.assert_array_equal(run(dots, ranks, 0).scores, neg_distance(dots))
@@ -344,11 +263,11 @@ def test_scores_that_are_not_dot_products_are_refused():
     scores = np.array([[1.8, 0.5, 0.2, 0.1]], dtype=np.float32)  # e.g. after a verification bonus
     p = ICFRRParams(k_q=2, k_g=2)
     with pytest.raises(ValueError, match="not dot products"):
-        icfrr(scores, R4, p)
-    icfrr(np.array([[1.0000001, 0.5, -1.0000001, 0.1]], np.float32), R4, p)  # rounding is fine
-    res = icfrr(scores, R4, p, scores_are="neg_distance")  # used as s(0) as they are
+        icfrr_dense(scores, R4, p)
+    icfrr_dense(np.array([[1.0000001, 0.5, -1.0000001, 0.1]], np.float32), R4, p)  # rounding is fine
+    res = icfrr_dense(scores, R4, p, scores_are="neg_distance")  # used as s(0) as they are
     np.testing.assert_array_equal(res.scores, icfrr_loop(scores, R4, p, scores_are="neg_distance").scores)
-    out = ICFRRReranker(p, scores_are="neg_distance").rerank(scores, gallery_ranks=R4)
+    out = ICFRRReranker(p, scores_are="neg_distance").rerank(scores, graph=prepare_graph(R4, 2))
     np.testing.assert_array_equal(out, res.scores)
 
 
@@ -383,7 +302,7 @@ def test_vectorized_equals_loop_and_chunking(random_case, mode, stop, k_q, k_g):
     p = ICFRRParams(k_q=k_q, k_g=k_g, beta=0.5, max_iter=6, mode=mode, stop_when_stable=stop)
     loop = icfrr_loop(scores, ranks, p)
     for chunk in (None, 1, 7):
-        res = icfrr(scores, ranks, p, chunk_size=chunk)
+        res = icfrr_dense(scores, ranks, p, chunk_size=chunk)
         np.testing.assert_array_equal(res.scores, loop.scores)
         np.testing.assert_array_equal(res.iterations, loop.iterations)
         np.testing.assert_array_equal(res.converged, loop.converged)
@@ -396,7 +315,7 @@ def test_loop_matches_literal_equations(random_case):
     for mode in ("paper", "reference"):
         for k_q, k_g, beta in ((3, 5, 0.5), (6, 2, 0.3)):
             p = ICFRRParams(k_q=k_q, k_g=k_g, beta=beta, max_iter=3, mode=mode, stop_when_stable=False)
-            res = icfrr(scores, ranks, p)
+            res = icfrr_dense(scores, ranks, p)
             for qi in range(0, 33, 4):
                 expected = literal_icfrr(s0[qi], ranks, k_q, k_g, beta, 3, mode)
                 np.testing.assert_allclose(res.scores[qi], expected, atol=2e-6)
@@ -417,15 +336,13 @@ def test_prepared_graph_is_reusable_and_checked(random_case):
     scores, ranks = random_case
     p = ICFRRParams(k_q=4, k_g=4)
     graph = prepare_graph(ranks, 4)
-    np.testing.assert_array_equal(icfrr(scores, graph, p).scores, icfrr(scores, ranks, p).scores)
+    np.testing.assert_array_equal(icfrr(scores, graph, p).scores, icfrr_dense(scores, ranks, p).scores)
     with pytest.raises(ValueError, match="k_g"):
         icfrr(scores, graph, ICFRRParams(k_q=4, k_g=5))
-    bad = ranks.copy()
-    bad[0, 0] = 1
-    with pytest.raises(ValueError, match="diagonal"):
-        icfrr(scores, bad, p)
+    with pytest.raises(TypeError, match="ICFRRGraph"):
+        icfrr(scores, ranks, p)  # a dense matrix: the product builds graphs from neighbour lists
     with pytest.raises(ValueError, match="columns"):
-        icfrr(scores[:, :-1], ranks, p)
+        icfrr(scores[:, :-1], graph, p)
     with pytest.raises(ValueError):
         ICFRRParams(k_q=0, k_g=1)
     with pytest.raises(ValueError):
@@ -436,10 +353,10 @@ def test_degenerate_sizes():
     p = ICFRRParams(k_q=2, k_g=2)
     one = gallery_ranks(np.array([[1.0, 0.0]], np.float32))
     assert one.shape == (1, 1) and one[0, 0] == 255
-    res = icfrr(np.array([[0.5], [1.0]], np.float32), one, p)
+    res = icfrr_dense(np.array([[0.5], [1.0]], np.float32), one, p)
     np.testing.assert_array_equal(res.scores, neg_distance(np.array([[0.5], [1.0]], np.float32)))
     assert res.converged.all()
-    res = icfrr(np.empty((0, 4), np.float32), R4, p)
+    res = icfrr_dense(np.empty((0, 4), np.float32), R4, p)
     assert res.scores.shape == (0, 4)
 
 
@@ -448,15 +365,15 @@ def test_degenerate_sizes():
 # ------------------------------------------------------------------------------------------
 
 
-def test_ranking_and_top_indices_break_ties_by_index():
+def test_order_breaks_ties_by_index():
     rng = np.random.default_rng(12)
     s = rng.integers(-3, 3, size=(20, 50)).astype(np.float32)
     s[0, :5] = -0.0
     s[0, 5:10] = 0.0
     expected = np.argsort(-s, axis=1, kind="stable")
-    np.testing.assert_array_equal(ranking_from_scores(s), expected)
+    np.testing.assert_array_equal(order(s), expected)
     for k in (0, 1, 3, 10, 13, 50, 60):
-        np.testing.assert_array_equal(top_indices(s, k), expected[:, : min(k, 50)])
+        np.testing.assert_array_equal(order(s, k), expected[:, : min(k, 50)])
 
 
 def test_suggest_params_rule_of_thumb():
@@ -471,27 +388,19 @@ def test_suggest_params_rule_of_thumb():
 
 def test_reranker_protocol(random_case):
     scores, ranks = random_case
-    rng = np.random.default_rng(11)
-    desc = unit(rng, 80, 8)
-    desc[10] = desc[40]
-    desc[41] = desc[40]
     labels = np.arange(80) // 4  # 4 images per instance -> K_q = K_g = 2
-    expected = icfrr(scores, ranks, ICFRRParams(k_q=2, k_g=2)).scores
+    expected = icfrr_dense(scores, ranks, ICFRRParams(k_q=2, k_g=2)).scores
     rr = ICFRRReranker()
     assert rr.name == "icfrr"
-    out = rr.rerank(scores, descriptors=desc, gallery_ranks=ranks, labels=labels,
+    out = rr.rerank(scores, graph=prepare_graph(ranks, 2), labels=labels, descriptors=None,
                     query_descriptors=None, anything_else=1)
     np.testing.assert_array_equal(out, expected)
-    # gallery ranks computed (and cached) from the descriptors when not given
-    out2 = rr.rerank(scores, descriptors=desc, labels=labels)
-    np.testing.assert_array_equal(out2, expected)
-    cached = rr._ranks_cache[1]
-    rr.rerank(scores, descriptors=desc, labels=labels)
-    assert rr._ranks_cache[1] is cached
     explicit = ICFRRReranker(ICFRRParams(k_q=3, k_g=3, mode="reference"))
     np.testing.assert_array_equal(
-        explicit.rerank(scores, gallery_ranks=ranks),
-        icfrr(scores, ranks, ICFRRParams(k_q=3, k_g=3, mode="reference")).scores,
+        explicit.rerank(scores, graph=prepare_graph(ranks, 3)),
+        icfrr_dense(scores, ranks, ICFRRParams(k_q=3, k_g=3, mode="reference")).scores,
     )
     with pytest.raises(ValueError, match="labels"):
-        ICFRRReranker().rerank(scores, gallery_ranks=ranks)
+        ICFRRReranker().rerank(scores, graph=prepare_graph(ranks, 2))
+    with pytest.raises(ValueError, match="graph"):
+        ICFRRReranker(ICFRRParams(k_q=2, k_g=2)).rerank(scores, labels=labels)

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from museum_search.core.evaluation import metrics as m
+from museum_search.core.ranking import order
 
 # ----------------------------------------------------------------------------------------------
 # helpers
@@ -50,7 +51,7 @@ def random_collection(rng, n_queries, n_refs, n_instances, depth, *, graded=Fals
     # distinct scores: a random permutation of distinct values per query
     scores = np.stack([rng.permutation(n_refs) for _ in range(n_queries)]).astype(np.float64)
     scores = scores / n_refs + rng.uniform(0, 1e-6, size=scores.shape)
-    rankings = m.rankings_from_scores(scores, top_k=depth)
+    rankings = order(scores, depth).astype(np.int64)
     return scores, rankings, labels, relevant
 
 
@@ -375,8 +376,8 @@ def test_ndcg_against_sklearn_full_rankings():
     grades = rng.choice(4, size=(q, n), p=[0.7, 0.1, 0.1, 0.1])
     grades[grades.sum(axis=1) == 0, 0] = 3
     scores = rng.permutation(q * n).reshape(q, n).astype(float)  # distinct
-    order = m.rankings_from_scores(scores)
-    rel = np.take_along_axis(grades, order, axis=1)
+    ranked = order(scores)
+    rel = np.take_along_axis(grades, ranked, axis=1)
     for p in (1, 5, 10, 60):
         ours = m.ndcg_at_p(rel, p)
         theirs = np.array(
@@ -546,12 +547,6 @@ def test_inconsistent_inputs_are_rejected():
         m.average_precision(np.array([1, 0, 1], bool), [1])
     with pytest.raises(ValueError):
         m.relevance_matrix(np.array([[0, 7]]), np.array([1, 2]), [{1}])
-
-
-def test_rankings_from_scores_breaks_ties_by_lower_index():
-    scores = np.array([[0.5, 0.9, 0.5, 0.9]])
-    np.testing.assert_array_equal(m.rankings_from_scores(scores), [[1, 3, 0, 2]])
-    np.testing.assert_array_equal(m.rankings_from_scores(scores, top_k=2), [[1, 3]])
 
 
 # ----------------------------------------------------------------------------------------------

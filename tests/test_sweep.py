@@ -10,7 +10,7 @@ import pytest
 
 from museum_search.core.errors import MuseumSearchError
 from museum_search.core.evaluation.querysets import load_queryset
-from museum_search.core.evaluation.runner import DESCRIBING, EVALUATING, GALLERY_RANKS, LOADING, evaluate
+from museum_search.core.evaluation.runner import DESCRIBING, EVALUATING, NEIGHBOURS, LOADING, evaluate
 from museum_search.core.evaluation.sweep import (
     SweepPoint,
     SweepStep,
@@ -19,7 +19,7 @@ from museum_search.core.evaluation.sweep import (
     sweep,
 )
 from museum_search.core.progress import Progress
-from museum_search.core.extract import run
+from museum_search.core.progress import drive as run
 from museum_search.core.query import QuerySettings
 from museum_search.core.rerank import RerankOptions
 
@@ -82,7 +82,7 @@ def test_sweep_rejects_bad_requests_before_any_work():
 
 @pytest.mark.data
 def test_sweep_equals_evaluate_at_each_value(eval_data):
-    from museum_search.core.backbones import extractor_for_meta
+    from museum_search.core.engines import extractor_for_meta
 
     index, qdir = eval_data
     qs = load_queryset(qdir)
@@ -101,7 +101,7 @@ def test_sweep_equals_evaluate_at_each_value(eval_data):
     assert [(s.value, s.done, s.total) for s in evaluating] == [(1.0, n, 2 * n), (2.0, 2 * n, 2 * n)]
     # every record says what is happening; the answers' heartbeats name the value
     assert all(isinstance(s, Progress) and s.stage for s in steps)
-    others = {s.stage for s in steps if not isinstance(s, SweepStep)} - {DESCRIBING, LOADING, GALLERY_RANKS}
+    others = {s.stage for s in steps if not isinstance(s, SweepStep)} - {DESCRIBING, LOADING, NEIGHBOURS}
     assert others <= {"answering at K_q = K_g = 1", "answering at K_q = K_g = 2"}
     assert [p.value for p in points] == [1.0, 2.0] and all(isinstance(p, SweepPoint) for p in points)
     assert (points[1].options.k_q, points[1].options.k_g, points[1].options.beta) == (2, 2, 0.5)
@@ -124,7 +124,7 @@ def test_sweep_equals_evaluate_at_each_value(eval_data):
 
 @pytest.mark.data
 def test_closing_a_sweep_stops_it(eval_data):
-    from museum_search.core.backbones import extractor_for_meta
+    from museum_search.core.engines import extractor_for_meta
 
     index, qdir = eval_data
     qs = load_queryset(qdir)

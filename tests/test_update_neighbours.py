@@ -13,10 +13,12 @@ import numpy as np
 import pytest
 
 from museum_search.core import ann
-from museum_search.core import index as index_mod
+from museum_search.core import indexing as index_mod
+from museum_search.core import store as store_mod
 from museum_search.core.backbones import BackboneConfig
-from museum_search.core.extract import run
-from museum_search.core.index import MANIFEST, Index, LabellingSpec, build_index, update_index
+from museum_search.core.progress import drive as run
+from museum_search.core.indexing import build_index, update_index
+from museum_search.core.store import MANIFEST, Index, LabellingSpec
 from museum_search.core.progress import Progress, drive
 
 from test_ann import clustered, dense_lists
@@ -381,6 +383,7 @@ def spy(monkeypatch):
 
 def test_update_keeps_and_updates_the_lists_like_a_fresh_build(sample_copy, tmp_path, monkeypatch, spy):
     monkeypatch.setattr(index_mod, "K_MAX", K)
+    monkeypatch.setattr(store_mod, "K_MAX", K)
     monkeypatch.setattr(ann, "_RECOMPUTE_SHARE", 1.0)  # 42 photos: most rows change; use the update anyway
     out = tmp_path / "idx"
     _build(sample_copy, out)
@@ -402,6 +405,7 @@ def test_update_keeps_and_updates_the_lists_like_a_fresh_build(sample_copy, tmp_
 
 def test_update_with_an_approximate_index_updates_it(sample_copy, tmp_path, monkeypatch, spy):
     monkeypatch.setattr(index_mod, "K_MAX", K)
+    monkeypatch.setattr(store_mod, "K_MAX", K)
     monkeypatch.setattr(ann, "_RECOMPUTE_SHARE", 1.0)
     out = tmp_path / "idx"
     _build(sample_copy, out, ann_mode="yes")
@@ -425,6 +429,7 @@ def test_update_with_an_approximate_index_updates_it(sample_copy, tmp_path, monk
 
 def test_cancelled_update_of_the_lists_leaves_the_old_index(sample_copy, tmp_path, monkeypatch):
     monkeypatch.setattr(index_mod, "K_MAX", K)
+    monkeypatch.setattr(store_mod, "K_MAX", K)
     monkeypatch.setattr(ann, "_RECOMPUTE_SHARE", 1.0)
     monkeypatch.setattr(ann, "_BLOCK_ROWS", 8)  # several progress records
     out = tmp_path / "idx"

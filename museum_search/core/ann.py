@@ -17,7 +17,7 @@ approximate index from :data:`AUTO_MIN_REFERENCES` references (measured by
 ``bench/bench_ann_threshold.py``).
 
 :func:`neighbour_lists` gives each reference's ``k`` nearest *other* references with exactly the
-arithmetic and tie rule of :func:`.rerank.icfrr.gallery_ranks` (``-D`` from float64 dot products
+arithmetic and tie rule of ICFRR's gallery ranks (``-D`` from float64 dot products
 rounded to float32, self excluded, ties by lower row), without an N x N matrix: a float32 pass
 pre-selects the candidates (with a proven error margin, so nothing is lost), and only those are
 scored again in float64. With an :class:`AnnIndex` (for indexes too large for an O(N^2) pass)
@@ -47,7 +47,7 @@ import numpy as np
 
 from .errors import IndexFormatError, MuseumSearchError
 from .progress import Progress, wait
-from .ranking import _desc_bits, top_indices
+from .ranking import grouped_order, merge_top, neg_distance, order
 
 __all__ = [
     "AUTO_MIN_REFERENCES",
@@ -563,7 +563,7 @@ class AnnIndex:
         rows = np.sort(np.where(rows < 0, np.iinfo(np.int64).max, rows), axis=1)
         rows[rows == np.iinfo(np.int64).max] = -1
         scores = rows_scores(d, q, rows)
-        top = top_indices(scores, min(k, rows.shape[1]))
+        top = order(scores, min(k, rows.shape[1]))
         out_rows = np.take_along_axis(rows, top, axis=1)
         out_scores = np.take_along_axis(scores, top, axis=1)
         out_rows[~np.isfinite(out_scores)] = -1
@@ -596,7 +596,7 @@ class AnnIndex:
         for a in range(0, nlist, 1024):
             dist = sq[a:a + 1024, None] - 2 * cent[a:a + 1024] @ cent.T + sq[None, :]
             dist[np.arange(dist.shape[0]), np.arange(a, a + dist.shape[0])] = -np.inf  # itself first
-            out[a:a + 1024] = top_indices(-dist, near)
+            out[a:a + 1024] = order(-dist, near)
         return members, out
 
     # ---- persistence ---------------------------------------------------------------------
@@ -640,8 +640,6 @@ def _input_dim(index: Any) -> int:
 # Nearest neighbours of every reference (ICFRR's gallery ranks)
 # --------------------------------------------------------------------------------------------
 
-_U32 = np.uint64(32)
-
 
 def _float32_margin(d: np.ndarray) -> float:
     """A bound on how far apart two candidates' float32 scores can be, relative to the final order.
@@ -674,39 +672,6 @@ def _margin(r2: float | np.ndarray, dim: int) -> float | np.ndarray:
     return 2.0 * (gamma * np.maximum(r2, 1.0) * 1.0001 + 1e-7) + 4e-6
 
 
-def _merge_top(vals: np.ndarray, idx: np.ndarray, s: np.ndarray, cols: int | np.ndarray) -> None:
-    """Merge the score block ``s`` (R, C) into each row's kept top ``kk`` (``vals``/``idx`` (R, kk),
-    sorted by descending score: the last is the row's threshold). Column ``j`` of ``s`` is
-    reference ``cols + j`` (an int) or ``cols[j]`` (an array)."""
-    rcount, kk = vals.shape
-    thr = vals[:, -1]
-    above = s > thr[:, None]
-    count = int(np.count_nonzero(above))
-    if count == 0:
-        return
-    if count > 2 * rcount * kk and s.shape[1] > kk:  # a first look at these rows: partition first
-        part = np.argpartition(s, s.shape[1] - kk, axis=1)[:, -kk:]
-        ps = np.take_along_axis(s, part, axis=1)
-        r, j = np.nonzero(ps > thr[:, None])
-        c, v = part[r, j], ps[r, j]
-    else:
-        r, c = np.nonzero(above)
-        v = s[r, c]
-    touched, counts = np.unique(r, return_counts=True)
-    t = len(touched)
-    ids = (c + cols) if isinstance(cols, (int, np.integer)) else cols[c]
-    all_r = np.concatenate([np.repeat(np.arange(t), kk), np.searchsorted(touched, r)])
-    all_v = np.concatenate([vals[touched].ravel(), v])
-    all_i = np.concatenate([idx[touched].ravel(), ids.astype(np.int32)])
-    key = (all_r.astype(np.uint64) << _U32) | _desc_bits(all_v).astype(np.uint64)
-    order = np.argsort(key)
-    starts = np.concatenate([[0], np.cumsum(counts + kk)[:-1]])
-    pos = np.arange(len(order)) - starts[all_r[order]]
-    sel = order[pos < kk]
-    vals[touched] = all_v[sel].reshape(t, kk)
-    idx[touched] = all_i[sel].reshape(t, kk)
-
-
 def _exact_top_all(d: np.ndarray, kk: int, start: float) -> Generator[Progress, None, tuple[np.ndarray, np.ndarray]]:
     """Each row's ``kk`` best float32 scores among the other rows (self excluded), sorted by
     descending score: blocks of rows against blocks of rows, each product used for both blocks."""
@@ -727,9 +692,9 @@ def _exact_top_all(d: np.ndarray, kk: int, start: float) -> Generator[Progress, 
             s = xa @ xb.T
             if b == a:
                 np.fill_diagonal(s, -np.inf)
-            _merge_top(vals[a:ae], idx[a:ae], s, b)
+            merge_top(vals[a:ae], idx[a:ae], s, b)
             if b != a:
-                _merge_top(vals[b:be], idx[b:be], s.T, a)
+                merge_top(vals[b:be], idx[b:be], s.T, a)
             done += 1
             yield Progress(int(n * done / total_pairs * 0.95), n, stage=NEIGHBOURS_STAGE,
                            elapsed=time.perf_counter() - start)
@@ -774,7 +739,7 @@ def _top_over(d: np.ndarray, rows: np.ndarray, cols: np.ndarray | None, kk: int)
         for ids, c in (chunks if few_cols else _column_chunks(d, cols)):
             s = x @ c.T
             _mask_self(s, rr, ids)
-            _merge_top(vals[ra:ra + _BLOCK_ROWS], idx[ra:ra + _BLOCK_ROWS], s, ids)
+            merge_top(vals[ra:ra + _BLOCK_ROWS], idx[ra:ra + _BLOCK_ROWS], s, ids)
     return vals, idx
 
 
@@ -797,16 +762,14 @@ def _scan_above(d: np.ndarray, rows: np.ndarray, lows: np.ndarray,
         return np.empty(0, np.int64), np.empty(0, np.int64)
     o = np.concatenate(owners).astype(np.int64)
     c = np.concatenate(found).astype(np.int64)
-    order = np.lexsort((c, o))
-    return o[order], c[order]
+    srt = np.lexsort((c, o))
+    return o[srt], c[srt]
 
 
 def _rank_exactly(d: np.ndarray, rows: np.ndarray, owners: np.ndarray, cols: np.ndarray, k: int) -> np.ndarray:
     """(len(rows), k) int32: for each row, its candidates ``cols[owners == i]`` ordered exactly as
-    :func:`.rerank.icfrr.gallery_ranks` orders them (-D from float64 dot products rounded to
-    float32, ties by lower column), the first ``k``. ``owners`` sorted; each row has >= ``k``."""
-    from .rerank.icfrr import neg_distance
-
+    ICFRR's gallery ranks order them (-D from float64 dot products rounded to float32, ties by
+    lower column: :func:`.ranking.grouped_order`), the first ``k``. ``owners`` sorted; each row has >= ``k``."""
     m = len(rows)
     if m == 0 or k == 0:
         return np.empty((m, k), dtype=np.int32)
@@ -830,9 +793,9 @@ def _rank_exactly(d: np.ndarray, rows: np.ndarray, owners: np.ndarray, cols: np.
             dots[lo + s:lo + e] = g[inv[s:e]] @ x[i - a]
         a = b
     nd = neg_distance(dots)
-    order = np.lexsort((cols, _desc_bits(nd), owners))
-    pos = np.arange(len(order)) - bounds[owners[order]]
-    return cols[order[pos < k]].astype(np.int32).reshape(m, k)
+    ranked = grouped_order(owners, nd, cols)
+    pos = np.arange(len(ranked)) - bounds[owners[ranked]]
+    return cols[ranked[pos < k]].astype(np.int32).reshape(m, k)
 
 
 def _rank_owned(d: np.ndarray, rows: np.ndarray, owners: np.ndarray, cols: np.ndarray, k: int,
@@ -862,8 +825,8 @@ def _lists_from_top(d: np.ndarray, k: int, out: np.ndarray, rows: np.ndarray, co
         fo, fc = _scan_above(d, rows[full], lows[full], cols)
         owners = np.concatenate([owners, np.flatnonzero(full)[fo]])
         found = np.concatenate([found, fc])
-        order = np.argsort(owners, kind="stable")
-        owners, found = owners[order], found[order]
+        srt = np.argsort(owners, kind="stable")
+        owners, found = owners[srt], found[srt]
     _rank_owned(d, rows, owners, found, k, out)
 
 
@@ -876,8 +839,8 @@ def neighbour_lists(descriptors: np.ndarray, k: int, ann: AnnIndex | None = None
                     cells: int | None = None) -> Generator[Progress, None, np.ndarray]:
     """(N, min(k, N - 1)) int32: row ``i`` = the ``k`` nearest *other* references of ``i``, best first.
 
-    The order is exactly that of :func:`.rerank.icfrr.gallery_ranks`: ``-D = neg_distance(float32(
-    float64 dot))``, self excluded, ties by lower row, so ``lists[:, :kg]`` are the references at
+    The order is exactly that of ICFRR's gallery ranks: ``-D = neg_distance(float32(float64
+    dot))``, self excluded, ties by lower row, so ``lists[:, :kg]`` are the references at
     ranks 1..kg of the dense gallery ranks (also with duplicate descriptors and float16 input).
 
     Without ``ann``: exact, O(N^2 D) time but no N x N matrix. A float32 pass keeps each row's
@@ -1041,8 +1004,8 @@ def _merge_lists(d: np.ndarray, k: int, out: np.ndarray, rows: np.ndarray, lists
     w = lists.shape[1]
     owners = np.concatenate([np.repeat(np.arange(len(touched)), w), np.searchsorted(touched, po)])
     cols = np.concatenate([lists[touched].ravel(), pc]).astype(np.int64)
-    order = np.argsort(owners, kind="stable")
-    owners, cols = owners[order], cols[order]
+    srt = np.argsort(owners, kind="stable")
+    owners, cols = owners[srt], cols[srt]
     _rank_owned(d, rows[touched], owners, cols, k, out)
 
 
@@ -1165,7 +1128,7 @@ def _update_exact(d, k, out, kept, lists, redo, new_rows, short, start):
                                            rr[new_pos])
                     pairs.add(o, j)
             _mask_self(s, rr, c0)
-            _merge_top(vals[a:a + bs], idx[a:a + bs], s, c0)
+            merge_top(vals[a:a + bs], idx[a:a + bs], s, c0)
             step += 1
             yield Progress(int(0.9 * n * step / steps), n, stage=NEIGHBOURS_STAGE,
                            elapsed=time.perf_counter() - start)

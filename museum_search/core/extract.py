@@ -8,7 +8,7 @@ on the calling thread, so decoding overlaps inference. The generator yields an
     for progress in gen: ...           # drive a progress bar; stop iterating (gen.close()) to cancel
     result = ...                       # StopIteration.value, or ``result = yield from gen``
 
-Use :func:`museum_search.core.progress.drive` (also ``run`` here) to drive a generator to its end.
+Use :func:`museum_search.core.progress.drive` to drive a generator to its end.
 
 Cancelling (closing the generator, Ctrl-C) never waits for a decode that is still running: the
 decode threads are daemon threads (:class:`.progress.DecodePool`), left to finish on their own, so
@@ -22,7 +22,6 @@ import time
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Generator, Sequence
 
 import numpy as np
@@ -30,7 +29,7 @@ import numpy as np
 from .backbones import Extractor
 from .errors import ImageError
 from .images import load_image
-from .progress import DecodePool, Progress, drive
+from .progress import DecodePool, Progress
 
 #: The one progress record (done, total, stage, ETA): see :mod:`museum_search.core.progress`.
 ExtractProgress = Progress
@@ -130,12 +129,3 @@ def extract(
         # running ones are not waited for (they end on their own; their results are dropped).
         pool.shutdown(wait=finished, cancel_futures=True)
     return ExtractResult(out[: len(ok)].copy() if len(ok) < total else out, ok, skipped)
-
-
-#: Drive a progress generator to its end and return its result (:func:`museum_search.core.progress.drive`).
-run = drive
-
-
-def embed_file(path: str | Path, extractor: Extractor) -> np.ndarray:
-    """Descriptor (D,) of one reference image; raises :class:`ImageError`."""
-    return extractor.embed([_prepare(extractor, str(path))])[0]

@@ -108,12 +108,6 @@ class Labelling:
     def n_instances(self) -> int:
         return len({r.instance for r in self.references})
 
-    def by_instance(self) -> dict[str, list[Reference]]:
-        groups: dict[str, list[Reference]] = {}
-        for ref in self.references:
-            groups.setdefault(ref.instance, []).append(ref)
-        return groups
-
 
 # --------------------------------------------------------------------------- filename rules
 
@@ -337,14 +331,6 @@ def scan_images(
     return ok, sorted(bad + unreadable)
 
 
-def walk_images(root: str | os.PathLike, exclude_first_level: Iterable[str] = ()) -> list[str]:
-    """Sorted POSIX paths (relative to ``root``) of the usable image files under ``root``.
-
-    Like :func:`scan_images` without the list of ignored files (use that to report them).
-    """
-    return scan_images(root, exclude_first_level)[0]
-
-
 def _in_query_folder(relpath: str) -> bool:
     parts = PurePosixPath(relpath).parts
     return len(parts) > 1 and parts[0].lower() in QUERY_FOLDERS
@@ -428,12 +414,6 @@ def read_csv_table(path: str | os.PathLike) -> tuple[list[str], list[dict[str, s
 
 def _cell(value: str) -> str:
     return value.replace("\r\n", "\n").replace("\r", "\n").strip()
-
-
-def read_csv_rows(path: str | os.PathLike) -> tuple[list[str], list[dict[str, str]]]:
-    """Header and rows of a small CSV (see :func:`read_csv_table`)."""
-    header, rows, _ = read_csv_table(path)
-    return header, rows
 
 
 def _label_catalogue(

@@ -231,13 +231,7 @@ def drive(gen: Generator[T, None, R], on_progress: Callable[[T], object] | None 
         gen.close()
 
 
-def stopwatch() -> Callable[[], float]:
-    """Seconds since this call (for ``elapsed`` in records)."""
-    t0 = time.perf_counter()
-    return lambda: time.perf_counter() - t0
-
-
-__all__ = ["HEARTBEAT", "EtaEstimator", "Progress", "drive", "stopwatch", "wait", "with_eta"]
+__all__ = ["HEARTBEAT", "EtaEstimator", "Progress", "drive", "wait", "with_eta"]
 
 
 class DecodePool:

@@ -1,35 +1,142 @@
 """The one ranking of the project: references by descending score, ties by row (lower first).
 
-Every ranking (the search's top-k, the evaluation's full rankings, ICFRR's neighbour lists, the
-query pipeline's shortlist and results) comes from :func:`ranking`, so the same scores always give
-the same order. NumPy only (no torch), so the pure metrics can use it too.
+Every ranking (the search's top-k and per-instance results, the evaluation's full rankings,
+ICFRR's iterations and neighbour lists, the approximate search's candidates, query expansion's
+neighbours) comes from this module, so the same scores always give the same order. NumPy only
+(no torch), so the pure metrics can use it too. The public functions, in the spirit of faiss's
+``ResultHeap``:
+
+* :func:`order`: rows of the best ``k`` (or all), best first, for one query or many;
+* :func:`per_instance`: the same, keeping only the best row of each instance;
+* :func:`reorder`: a ranking again after the scores changed, cheap when little moved (ICFRR);
+* :func:`merge_top`: a block of candidate scores merged into each row's kept top ``k``;
+* :func:`grouped_order`: (group, score, id) triples ordered by group, then as :func:`order`;
+* :func:`neg_distance`: ``-D`` from dot products of unit vectors (what neighbour lists rank by).
+
+All of them sort on the same keys (:func:`_desc_bits`), so their ties agree.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+__all__ = ["grouped_order", "merge_top", "neg_distance", "order", "per_instance", "reorder"]
 
-def ranking(scores: np.ndarray, k: int | None = None, labels: np.ndarray | None = None) -> np.ndarray:
+
+def order(scores: np.ndarray, k: int | None = None) -> np.ndarray:
     """Rows of the best ``k`` references (all with ``k=None``), best first, ties by row.
 
-    ``scores``: (G,) or (Q, G) (higher is better; -inf sorts last; no NaN). Returns (k,) or (Q, k).
-    With ``labels`` (one instance per reference), only the best reference of each instance is kept
-    (1-D scores only).
+    ``scores``: (G,) or (Q, G) (higher is better; -inf sorts last; no NaN). Returns (k,) or (Q, k)
+    indices (``k`` capped at G). Same result as ``np.argsort(-scores, axis=-1, kind="stable")[..., :k]``
+    for float32 scores, in linear time plus a sort of the ``k`` winners when ``k`` is small.
     """
     s = np.asarray(scores, dtype=np.float32)
-    one = s.ndim == 1
     s2 = np.atleast_2d(s)
     g = s2.shape[1]
-    if labels is not None:
-        if not one:
-            raise ValueError("per-instance rankings take one query's scores at a time")
-        order = ranking_from_scores(s2)[0]
-        _, first = np.unique(np.asarray(labels)[order], return_index=True)
-        best = order[np.sort(first)]
-        return best if k is None else best[: max(0, int(k))]
-    out = ranking_from_scores(s2) if k is None or int(k) >= g else top_indices(s2, int(k))
-    return out[0] if one else out
+    out = _full(s2) if k is None or int(k) >= g else _top(s2, int(k))
+    return out[0] if s.ndim == 1 else out
+
+
+def per_instance(scores: np.ndarray, labels: np.ndarray, k: int | None = None) -> np.ndarray:
+    """Rows of the best ``k`` instances (all with ``k=None``): the best-scoring reference of each
+    instance (``labels``: one instance per reference), best first, ties by row. One query:
+    ``scores`` (G,), returns (k,)."""
+    s = np.asarray(scores, dtype=np.float32)
+    if s.ndim != 1:
+        raise ValueError("per-instance rankings take one query's scores at a time")
+    rows = _full(s[None])[0]
+    _, first = np.unique(np.asarray(labels)[rows], return_index=True)
+    best = rows[np.sort(first)]
+    return best if k is None else best[: max(0, int(k))]
+
+
+#: Below this share of out-of-order neighbours, :func:`reorder` re-sorts with the adaptive merge sort.
+_FEW_DESCENTS = 0.2
+
+
+def reorder(scores: np.ndarray, previous: np.ndarray, sort: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """The ranking of each row of (n, G) ``scores`` again, given its previous ranking ``previous``
+    (n, G): ``(changed, orders)``, ``changed`` (n,) True where the ranking is no longer
+    ``previous``, ``orders`` the new rankings of the changed rows only (c, G), best first, as
+    :func:`order` gives them. ``sort=False`` (or nothing changed): ``orders`` is empty (0, G).
+
+    Cost O(G) per row to find out (the scores laid out in the previous order are already sorted
+    iff nothing moved), then a sort of the changed rows that is nearly linear when few moved.
+    """
+    prev = np.asarray(previous)
+    k = _keys(np.take_along_axis(np.asarray(scores, dtype=np.float32), prev, axis=1), prev)
+    descents = np.count_nonzero(k[:, 1:] < k[:, :-1], axis=1)
+    changed = descents > 0
+    if not sort or not changed.any():
+        return changed, np.empty((0, k.shape[1]), dtype=np.intp)
+    kc = k if changed.all() else k[changed]
+    # Keys are unique, so any sort gives the same result: the adaptive merge sort is much faster
+    # when few references moved, the vectorized quicksort when many did.
+    few = descents.sum() < _FEW_DESCENTS * kc.size
+    kc.sort(axis=1, kind="stable" if few else "quicksort")
+    kc &= _LOW32
+    return changed, kc.astype(np.intp)
+
+
+def merge_top(vals: np.ndarray, idx: np.ndarray, block: np.ndarray, cols: int | np.ndarray) -> None:
+    """Merge the score block ``block`` (R, C) into each row's kept top ``kk`` (``vals``/``idx``
+    (R, kk), sorted by descending score: the last is the row's threshold), in place. Column ``j``
+    of ``block`` is reference ``cols + j`` (an int) or ``cols[j]`` (an array)."""
+    s = block
+    rcount, kk = vals.shape
+    thr = vals[:, -1]
+    above = s > thr[:, None]
+    count = int(np.count_nonzero(above))
+    if count == 0:
+        return
+    if count > 2 * rcount * kk and s.shape[1] > kk:  # a first look at these rows: partition first
+        part = np.argpartition(s, s.shape[1] - kk, axis=1)[:, -kk:]
+        ps = np.take_along_axis(s, part, axis=1)
+        r, j = np.nonzero(ps > thr[:, None])
+        c, v = part[r, j], ps[r, j]
+    else:
+        r, c = np.nonzero(above)
+        v = s[r, c]
+    touched, counts = np.unique(r, return_counts=True)
+    t = len(touched)
+    ids = (c + cols) if isinstance(cols, (int, np.integer)) else cols[c]
+    all_r = np.concatenate([np.repeat(np.arange(t), kk), np.searchsorted(touched, r)])
+    all_v = np.concatenate([vals[touched].ravel(), v])
+    all_i = np.concatenate([idx[touched].ravel(), ids.astype(np.int32)])
+    key = (all_r.astype(np.uint64) << _SHIFT) | _desc_bits(all_v).astype(np.uint64)
+    sorted_ = np.argsort(key)
+    starts = np.concatenate([[0], np.cumsum(counts + kk)[:-1]])
+    pos = np.arange(len(sorted_)) - starts[all_r[sorted_]]
+    sel = sorted_[pos < kk]
+    vals[touched] = all_v[sel].reshape(t, kk)
+    idx[touched] = all_i[sel].reshape(t, kk)
+
+
+def grouped_order(groups: np.ndarray, scores: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """The permutation that sorts (group, score, id) triples by group (ascending), then by
+    descending score, ties by id (lower first): within a group, the order of :func:`order`."""
+    return np.lexsort((ids, _desc_bits(scores), groups))
+
+
+def neg_distance(dot: np.ndarray) -> np.ndarray:
+    """``-D`` from dot products of L2-normalized descriptors, float32 (ICFRR's ``s(0)``, Eq. 4;
+    what neighbour lists rank by).
+
+    ``D = sqrt(max(0, 2 - 2 dot))`` is the Euclidean distance between unit vectors; the clamp
+    absorbs rounding (``dot`` slightly above 1 for identical descriptors). ``-0.0`` is returned as
+    ``+0.0`` so that it ties with ``0.0``.
+    """
+    dot = np.asarray(dot, dtype=np.float32)
+    d2 = np.maximum(np.float32(2.0) - np.float32(2.0) * dot, np.float32(0.0))
+    out = np.sqrt(d2)
+    np.negative(out, out=out)
+    out += np.float32(0.0)  # -0.0 -> +0.0
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# The keys every function above sorts on
+# --------------------------------------------------------------------------------------------
 
 
 def _desc_bits(s: np.ndarray) -> np.ndarray:
@@ -60,7 +167,7 @@ def _keys(s: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return k
 
 
-def ranking_from_scores(scores: np.ndarray) -> np.ndarray:
+def _full(scores: np.ndarray) -> np.ndarray:
     """(Q, G) reference indices best first: by descending score, ties by index (lower first).
 
     Same result as ``np.argsort(-scores, axis=1, kind="stable")`` for NaN-free float32 scores:
@@ -77,7 +184,7 @@ def ranking_from_scores(scores: np.ndarray) -> np.ndarray:
     return k.astype(np.intp)
 
 
-def top_indices(scores: np.ndarray, k: int) -> np.ndarray:
+def _top(scores: np.ndarray, k: int) -> np.ndarray:
     """(Q, k) indices of the ``k`` best scores of each row, best first, ties by index.
 
     Linear-time selection (``np.partition``) followed by a sort of the ``k`` winners; the
@@ -89,7 +196,7 @@ def top_indices(scores: np.ndarray, k: int) -> np.ndarray:
     if k == 0:
         return np.empty((q, 0), dtype=np.intp)
     if 4 * k >= g:
-        return ranking_from_scores(s)[:, :k]
+        return _full(s)[:, :k]
     s = s + np.float32(0.0)  # -0.0 -> +0.0 so that == and > agree with the keys
     kth = np.partition(s, g - k, axis=1)[:, g - k : g - k + 1]  # k-th largest value per row
     greater = s > kth

@@ -1,4 +1,5 @@
-"""Search: query descriptors against all references by one matrix product, top-k by partial sort.
+"""Search: the scores of query descriptors against every reference (one matrix product, or the
+approximate index's shortlist); they are ranked by :mod:`.ranking`.
 
 Scores are dot products of L2-normalized descriptors (cosine similarity, in [-1, 1]; higher is
 better); ``2 - 2·score`` is the squared Euclidean distance. Re-rankers may replace the scores by
@@ -12,8 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .index import Index
-from .ranking import ranking  # noqa: F401 (the one ranking function, re-exported)
+from .store import Index
 
 
 @dataclass
@@ -73,16 +73,6 @@ def whole_image(query_descriptors: np.ndarray) -> np.ndarray:
     return q[:, 0] if q.ndim == 3 else np.atleast_2d(q)
 
 
-def top_k(scores: np.ndarray, k: int, labels: np.ndarray | None = None, per_instance: bool = False) -> list[np.ndarray]:
-    """Row indices of the best ``k`` references of each query, best first (:func:`ranking`).
-
-    With ``per_instance``, only the best-scoring reference of each instance is kept (``labels`` needed).
-    """
-    if per_instance and labels is None:
-        raise ValueError("per-instance results need the labels of the references")
-    return [ranking(row, k, labels if per_instance else None) for row in np.atleast_2d(scores)]
-
-
 def results_for(index: Index, rows: np.ndarray, scores: np.ndarray) -> list[Result]:
     res = []
     for rank, r in enumerate(rows, start=1):
@@ -90,22 +80,3 @@ def results_for(index: Index, rows: np.ndarray, scores: np.ndarray) -> list[Resu
         res.append(Result(rank, float(scores[r]), int(r), it.path, str(index.root / it.path), it.instance,
                           dict(it.metadata)))
     return res
-
-
-def search(
-    index: Index,
-    query_descriptors: np.ndarray,
-    k: int = 10,
-    per_instance: bool = False,
-    scores: np.ndarray | None = None,
-) -> list[list[Result]]:
-    """Top-k results for each query; pass ``scores`` to rank by re-ranked scores instead."""
-    if scores is None:
-        scores = score_matrix(index, query_descriptors)
-    labels = index.labels if per_instance else None
-    return [results_for(index, rows, s) for rows, s in zip(top_k(scores, k, labels, per_instance), scores)]
-
-
-def full_ranking(scores: np.ndarray) -> np.ndarray:
-    """(Q, G) row indices of every reference, best first, ties by row (for evaluation)."""
-    return ranking(np.atleast_2d(scores))

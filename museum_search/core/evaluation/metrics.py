@@ -19,7 +19,7 @@ Conventions
 -----------
 * Ranks are 1-based: the first column is rank 1.
 * Ties: the metrics see positions, not scores. Ties in the scores must be broken before the
-  metrics are called; :func:`rankings_from_scores` breaks them deterministically by the lower
+  metrics are called; :func:`museum_search.core.ranking.order` breaks them deterministically by the lower
   reference index (a stable sort on ``-score``). trec_eval breaks score ties differently (by
   document name), so comparisons against trec_eval must use distinct scores.
 * Open-set queries (``n_rel == 0``: the query's instance has no reference image) have no defined
@@ -71,7 +71,6 @@ __all__ = [
     "HIGHER_IS_BETTER",
     "MNRO_B",
     "MNRO_C",
-    "rankings_from_scores",
     "relevance_matrix",
     "ideal_relevance",
     "precision_at_k",
@@ -82,7 +81,6 @@ __all__ = [
     "map_at_p",
     "r_precision",
     "reciprocal_rank",
-    "mean_reciprocal_rank",
     "nmrr",
     "anmrr",
     "nar",
@@ -117,33 +115,9 @@ HIGHER_IS_BETTER: dict[str, bool] = {
 }
 
 
-def _higher_is_better(key: str) -> bool:
-    if key in HIGHER_IS_BETTER:
-        return HIGHER_IS_BETTER[key]
-    if key.startswith(("p@", "mp@", "map@", "ndcg@")):
-        return True
-    raise KeyError(f"unknown metric key {key!r}")
-
-
 # --------------------------------------------------------------------------------------------
 # Building the relevance matrix
 # --------------------------------------------------------------------------------------------
-
-
-def rankings_from_scores(scores: np.ndarray, top_k: int | None = None) -> np.ndarray:
-    """Reference indices sorted by decreasing score, ties broken by the lower reference index.
-
-    ``scores``: (Q, N) similarities (higher is better). Returns (Q, top_k or N) int64 indices;
-    column ``j`` holds the reference at rank ``j + 1``. The sort is stable, so equal scores keep
-    index order: the tie-break is deterministic and documented, but it is *a* choice — systems
-    that produce many exact ties should be evaluated with care.
-    """
-    scores = np.asarray(scores)
-    if scores.ndim != 2:
-        raise ValueError(f"scores must be 2-D (queries, references), got shape {scores.shape}")
-    from ..ranking import ranking
-
-    return ranking(scores, top_k).astype(np.int64)
 
 
 def _label_grades(
@@ -338,7 +312,7 @@ def precision_at_k(rel: np.ndarray, n_rel: np.ndarray, k: int) -> np.ndarray:
 
     Conventions: ranks are 1-based (column j of ``rel`` is rank j + 1); a reference is relevant
     iff its grade is > 0, i.e. its instance is in the query's relevant set (per-instance rule);
-    score ties must already be broken in ``rel`` (see :func:`rankings_from_scores`).
+    score ties must already be broken in ``rel`` (see :func:`museum_search.core.ranking.order`).
     """
     return _p_at_k(_positions(rel, n_rel), k)
 
@@ -369,7 +343,7 @@ def average_precision(rel: np.ndarray, n_rel: np.ndarray) -> np.ndarray:
 
     Conventions: ranks are 1-based (column j of ``rel`` is rank j + 1); a reference is relevant
     iff its grade is > 0, i.e. its instance is in the query's relevant set (per-instance rule);
-    score ties must already be broken in ``rel`` (see :func:`rankings_from_scores`).
+    score ties must already be broken in ``rel`` (see :func:`museum_search.core.ranking.order`).
     """
     return _ap(_positions(rel, n_rel))
 
@@ -402,7 +376,7 @@ def average_precision_at_p(rel: np.ndarray, n_rel: np.ndarray, p: int) -> np.nda
 
     Conventions: ranks are 1-based (column j of ``rel`` is rank j + 1); a reference is relevant
     iff its grade is > 0, i.e. its instance is in the query's relevant set (per-instance rule);
-    score ties must already be broken in ``rel`` (see :func:`rankings_from_scores`).
+    score ties must already be broken in ``rel`` (see :func:`museum_search.core.ranking.order`).
     """
     return _ap_at_p(_positions(rel, n_rel), p)
 
@@ -423,7 +397,7 @@ def r_precision(rel: np.ndarray, n_rel: np.ndarray) -> np.ndarray:
 
     Conventions: ranks are 1-based (column j of ``rel`` is rank j + 1); a reference is relevant
     iff its grade is > 0, i.e. its instance is in the query's relevant set (per-instance rule);
-    score ties must already be broken in ``rel`` (see :func:`rankings_from_scores`).
+    score ties must already be broken in ``rel`` (see :func:`museum_search.core.ranking.order`).
     """
     return _r_precision(_positions(rel, n_rel))
 
@@ -440,14 +414,9 @@ def reciprocal_rank(rel: np.ndarray, n_rel: np.ndarray) -> np.ndarray:
 
     Conventions: ranks are 1-based (column j of ``rel`` is rank j + 1); a reference is relevant
     iff its grade is > 0, i.e. its instance is in the query's relevant set (per-instance rule);
-    score ties must already be broken in ``rel`` (see :func:`rankings_from_scores`).
+    score ties must already be broken in ``rel`` (see :func:`museum_search.core.ranking.order`).
     """
     return _rr(_positions(rel, n_rel))
-
-
-def mean_reciprocal_rank(rel: np.ndarray, n_rel: np.ndarray) -> float:
-    """MRR: mean :func:`reciprocal_rank` over the evaluated queries (trec_eval ``recip_rank``)."""
-    return _mean(reciprocal_rank(rel, n_rel))
 
 
 # --------------------------------------------------------------------------------------------
@@ -522,7 +491,7 @@ def nmrr(
 
     Conventions: ranks are 1-based (column j of ``rel`` is rank j + 1); a reference is relevant
     iff its grade is > 0, i.e. its instance is in the query's relevant set (per-instance rule);
-    score ties must already be broken in ``rel`` (see :func:`rankings_from_scores`).
+    score ties must already be broken in ``rel`` (see :func:`museum_search.core.ranking.order`).
     """
     return _nmrr(_positions(rel, n_rel), x, gtm, n_collection)
 
@@ -553,7 +522,7 @@ def nar(rel: np.ndarray, n_rel: np.ndarray, *, n_collection: int | None = None) 
 
     Conventions: ranks are 1-based (column j of ``rel`` is rank j + 1); a reference is relevant
     iff its grade is > 0, i.e. its instance is in the query's relevant set (per-instance rule);
-    score ties must already be broken in ``rel`` (see :func:`rankings_from_scores`).
+    score ties must already be broken in ``rel`` (see :func:`museum_search.core.ranking.order`).
     """
     return _nar(_positions(rel, n_rel), n_collection)
 
@@ -632,7 +601,7 @@ def mnro(
 
     Conventions: ranks are 1-based (column j of ``rel`` is rank j + 1); a reference is relevant
     iff its grade is > 0, i.e. its instance is in the query's relevant set (per-instance rule);
-    score ties must already be broken in ``rel`` (see :func:`rankings_from_scores`).
+    score ties must already be broken in ``rel`` (see :func:`museum_search.core.ranking.order`).
     """
     return _mnro(_positions(rel, n_rel), n_collection, literal_eq15)
 

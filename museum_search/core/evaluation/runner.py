@@ -36,15 +36,16 @@ from typing import Any, Callable, Generator
 
 import numpy as np
 
-from ..backbones import Extractor, extractor_for_meta
+from ..backbones import Extractor
+from ..engines import extractor_for_meta
 from ..errors import ImageError, MuseumSearchError
-from ..index import Index
+from ..store import Index
 from ..progress import DecodePool, Progress, drive, wait
-from ..query import QueryImage, QueryPipeline, QuerySettings, descriptor_query, load_query
+from ..query import Answer, QueryImage, QueryPipeline, QuerySettings, descriptor_query, load_query
 from ..rerank import icfrr_advice, icfrr_k_g
 from ..verdict import Evidence, open_set_figures, recalibrated
 from .metrics import gap_known, global_average_precision, relevance_matrix, summarize
-from .querysets import QuerySet
+from .querysets import Query, QuerySet
 
 #: Per-query metrics kept in every record (keys of :func:`metrics.summarize`'s ``per_query``).
 RECORD_METRICS = {"p@1": "p@1", "p@5": "p@5", "ap": "map", "mnro": "amnro", "nmrr": "anmrr", "rr": "mrr"}
@@ -54,7 +55,6 @@ SUMMARY_KEYS = ("mp@1", "map", "amnro", "anmrr", "p@5", "mrr", "r-precision")
 #: Stages of an evaluation (``Progress.stage``), in words a user reads.
 LOADING = "loading the network"
 NEIGHBOURS = "finding each reference's nearest neighbours (for ICFRR, once per index)"
-GALLERY_RANKS = NEIGHBOURS  # the name of this stage before index format 3 (no N x N gallery ranks)
 DESCRIBING = "describing the query photos"
 VERIFYING = "searching, verifying the top results"
 SEARCHING = "searching the collection"
@@ -222,25 +222,24 @@ def evaluate(
                 done += 1
                 yield EvalStep(done, total, None, [(q.path, item.reason)], elapsed(), running=running)
                 continue
-            ans = (yield from wait(lambda: pipe.answer([item.image], item.descriptors, full_ranking=True),
-                                   lambda: Progress(done, total, q.path, stage=answering, elapsed=elapsed())))[0]
-            ranking = np.asarray(ans.ranking)[None]
-            rel, n_rel = relevance_matrix(ranking, labels, [set(q.relevant)])
-            per = summarize(rel, n_rel, ks=(1, 5), n_collection=len(index), gtm=gtm)["per_query"]
+            ans = yield from answered(pipe, item, lambda: Progress(done, total, q.path, stage=answering,
+                                                                   elapsed=elapsed()))
+            got = measure(ans, q, labels)
+            per = summarize(got.relevance[None], np.array([got.n_relevant], np.int64), ks=(1, 5),
+                            n_collection=len(index), gtm=gtm)["per_query"]
             top = ans.results[0] if ans.results else None
             rec = QueryRecord(
                 position=item.position, query=q.path, relevant=sorted(q.relevant),
                 metrics={name: float(per[key][0]) for name, key in RECORD_METRICS.items()},
-                ranking=ranking[0].astype(np.int32),
-                scores=np.take(ans.scores, ranking[0]).astype(np.float32),
-                relevance=np.asarray(rel[0], bool), n_relevant=int(n_rel[0]),
+                ranking=got.ranking.astype(np.int32),
+                scores=np.take(ans.scores, got.ranking).astype(np.float32),
+                relevance=got.relevance, n_relevant=got.n_relevant,
                 unknown=unknown_of[item.position],
                 in_collection=ans.in_collection, reason=ans.reason,
                 top_cosine=top.cosine if top else float("nan"), top_inliers=ans.top_inliers,
                 rival_inliers=ans.rival, confidence=ans.confidence,
+                answer_evidence=got.evidence, top_margin=got.evidence.margin,
             )
-            rec.answer_evidence = ans.evidence(not rec.open_set, rec.correct)
-            rec.top_margin = rec.answer_evidence.margin
             records.append(rec)
             rels.append(rec.relevance)
             nrels.append(rec.n_relevant)
@@ -346,6 +345,34 @@ def described(pipe: QueryPipeline, paths: list[str], batch_size: int,
         finished = True
     finally:  # cancelled or interrupted: a decode still running is not waited for
         pool.shutdown(wait=finished, cancel_futures=True)
+
+
+def answered(pipe: QueryPipeline, item: Described, beat: Callable[[], Progress]) -> Generator[Progress, None, Answer]:
+    """The pipeline's answer to the described query ``item`` (with its full ranking), yielding
+    ``beat()`` at least every 0.1 s while it runs (runner and sweep)."""
+    return (yield from wait(lambda: pipe.answer([item.image], item.descriptors, full_ranking=True), beat))[0]
+
+
+@dataclass
+class Measured:
+    """One answer measured against its query's ground truth (:func:`measure`)."""
+
+    ranking: np.ndarray  # (G,) every reference row, best first
+    relevance: np.ndarray  # (G,) bool: is the reference at each rank relevant
+    n_relevant: int  # relevant references in the collection (0: open-set)
+    evidence: Evidence  # the answer's evidence, knowing whether the query is known and the answer right
+
+
+def measure(answer: Answer, query: Query, labels: np.ndarray) -> Measured:
+    """``answer`` (given with its full ranking) against ``query``'s relevant instances, ``labels``
+    the instance of every reference: the per-query measurement of the runner and the sweep. A
+    query is known when it has a relevant reference in the collection, the answer right when its
+    top-1 reference is relevant."""
+    ranking = np.asarray(answer.ranking)
+    rel, n_rel = relevance_matrix(ranking[None], labels, [set(query.relevant)])
+    relevance = np.asarray(rel[0], bool)
+    n = int(n_rel[0])
+    return Measured(ranking, relevance, n, answer.evidence(n > 0, bool(relevance[:1].any())))
 
 
 def pipeline_summary(pipe: QueryPipeline, evidence: list[Evidence]) -> dict[str, Any]:

@@ -39,14 +39,14 @@ import numpy as np
 
 from ..backbones import Extractor
 from ..errors import MuseumSearchError
-from ..index import Index
-from ..progress import HEARTBEAT, Progress, wait
+from ..store import Index
+from ..progress import HEARTBEAT, Progress
 from ..query import QueryPipeline, QuerySettings
 from ..rerank import RerankOptions, icfrr_advice, icfrr_k_g
 from ..verdict import Evidence
-from .metrics import relevance_matrix
 from .querysets import QuerySet
-from .runner import DESCRIBING, EVALUATING, Described, described, nmrr_gtm, pipeline_summary, query_pipeline, summary_of
+from .runner import (DESCRIBING, EVALUATING, Described, answered, described, measure, nmrr_gtm, pipeline_summary,
+                     query_pipeline, summary_of)
 
 PARAMETERS = ("k", "beta")
 PARAMETER_NAMES = {"k": "K_q = K_g", "beta": "β"}
@@ -204,19 +204,18 @@ def sweep(
     for i, (value, pipe) in enumerate(zip(values, pipes)):
         stage = f"answering at {PARAMETER_NAMES[parameter]} = {value:g}"
         rels: list[np.ndarray] = []
-        nrels: list[np.ndarray] = []
+        nrels: list[int] = []
         unknown: list[list[str]] = []
         evidence: list[Evidence] = []
         for j, item in enumerate(usable):
             done = i * m + j
-            ans = (yield from wait(lambda: pipe.answer([item.image], item.descriptors, full_ranking=True),
-                                   lambda: Progress(done, total, item.image.name, stage=stage, elapsed=elapsed())))[0]
-            rel, n_rel = relevance_matrix(np.asarray(ans.ranking)[None], labels,
-                                          [set(queries[item.position].relevant)])
-            rels.append(np.asarray(rel, bool))
-            nrels.append(np.asarray(n_rel))
+            ans = yield from answered(pipe, item, lambda: Progress(done, total, item.image.name, stage=stage,
+                                                                   elapsed=elapsed()))
+            got = measure(ans, queries[item.position], labels)
+            rels.append(got.relevance)
+            nrels.append(got.n_relevant)
             unknown.append(unknown_of[item.position])
-            evidence.append(ans.evidence(bool(n_rel[0] > 0), bool(np.asarray(rel[0])[:1].any())))
+            evidence.append(got.evidence)
             if time.perf_counter() - beat_at >= HEARTBEAT:  # fast answers: still a chance to stop
                 beat_at = time.perf_counter()
                 yield Progress(done + 1, total, item.image.name, stage=stage, elapsed=elapsed())

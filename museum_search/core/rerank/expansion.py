@@ -17,7 +17,7 @@ pointing away never pulls the query towards its opposite. Neighbours are chosen 
 score, ties by reference index. ``n = 0`` returns the input descriptors unchanged.
 
 The reranker classes follow the protocol documented in :mod:`.icfrr`:
-``rerank(scores, *, descriptors=None, gallery_ranks=None, labels=None, query_descriptors=None,
+``rerank(scores, *, descriptors=None, labels=None, query_descriptors=None,
 **context) -> (Q, G) float32 scores`` (here: dot products with the expanded query / augmented
 gallery), unused keywords ignored.
 """
@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from .icfrr import top_indices
+from ..ranking import order
 
 __all__ = ["AQEReranker", "DBAReranker", "alpha_qe", "dba"]
 
@@ -104,7 +104,7 @@ def alpha_qe(
         b = min(q.shape[0], a + step)
         qa = q[a:b].astype(np.float64)
         sa = _dots(qa, g64) if scores is None else scores[a:b]
-        top = top_indices(sa, n)  # (m, n) best first, ties by index
+        top = order(sa, n)  # (m, n) best first, ties by index
         nb = g64[top]  # (m, n, D)
         sims = np.einsum("md,mnd->mn", qa, nb).astype(np.float32)
         out[a:b] = qa + np.einsum("mn,mnd->md", _weights(sims, alpha), nb)
@@ -135,7 +135,7 @@ def dba(gallery: np.ndarray, n: int = 2, alpha: float = 3.0, chunk: int | None =
         rows = np.arange(b - a)
         s = _dots(x64[a:b], x64)
         s[rows, rows + a] = -np.inf  # the reference itself is not its own neighbour
-        top = top_indices(s, n)
+        top = order(s, n)
         w = _weights(np.take_along_axis(s, top, axis=1), alpha)
         out[a:b] = x64[a:b] + np.einsum("mn,mnd->md", w, x64[top])
     return _normalize(out)

@@ -20,18 +20,18 @@ Conventions of this module
 * **Output** scores are the final ``s`` (float32, higher is better). They are *not* dot products:
   ``s(0)`` lies in ``[-2, 0]`` and every update adds ``beta * Delta`` with ``Delta`` in ``[0, 1]``.
   Rank them as everything else in the project: by descending score, ties by reference index
-  (``np.argsort(-s, kind="stable")`` or :func:`ranking_from_scores`).
+  (:func:`museum_search.core.ranking.order`).
 * **Ties** are always broken by reference index (lower first), in the query ranking and in the
   gallery ranks, so results are deterministic.
-* **Gallery ranks** are an unsigned integer ``(G, G)`` matrix; the diagonal holds the dtype's
-  maximum, standing for the paper's ``r[i, i] = inf`` (self-matches excluded, section 3.2). The
-  diagonal is masked explicitly, never assumed to be the nearest neighbour: museum collections
-  hold near-duplicates, and an identical copy with a lower index ties with the image itself.
-* **Neighbour lists** replace the dense matrix for large galleries: ICFRR only reads the ranks
-  ``r <= K_g``, i.e. each reference's ``K_g`` nearest other references. A ``(G, K_max)`` array of
-  them (best first, same arithmetic and ties as :func:`gallery_ranks`; the index stores it) gives
-  the same :class:`ICFRRGraph` for every ``K_g <= K_max`` (:func:`graph_from_neighbours`). The
-  dense functions stay as the test oracle and for small galleries.
+* **Gallery ranks** ``r[i, j]`` rank the gallery against reference ``i`` by ``-D`` (ties by
+  index), with the paper's ``r[i, i] = inf`` (self-matches excluded, section 3.2). Self is
+  excluded explicitly, never assumed to be the nearest neighbour: museum collections hold
+  near-duplicates, and an identical copy with a lower index ties with the image itself.
+* **Neighbour lists** stand for the ranks: ICFRR only reads the ranks ``r <= K_g``, i.e. each
+  reference's ``K_g`` nearest other references. A ``(G, K_max)`` array of them (best first,
+  :func:`museum_search.core.ann.neighbour_lists`; the index stores it) gives the
+  :class:`ICFRRGraph` of every ``K_g <= K_max`` (:func:`graph_from_neighbours`), never a (G, G)
+  matrix. (The dense (G, G) ranks are the tests' oracle, ``tests/oracles.py``.)
 * **Unscored references**: ``-inf`` in the query scores (an approximate search scored a
   shortlist only); ICFRR re-ranks the scored ones and leaves the others at ``-inf`` (see
   :func:`icfrr`).
@@ -40,16 +40,14 @@ Reranker protocol (shared with :mod:`.expansion`)
 -------------------------------------------------
 Every reranker class has a ``name`` and one method::
 
-    rerank(scores, *, descriptors=None, gallery_ranks=None, labels=None,
-           query_descriptors=None, **context) -> np.ndarray
+    rerank(scores, *, descriptors=None, labels=None, query_descriptors=None,
+           **context) -> np.ndarray
 
 ``scores`` is the ``(Q, G)`` matrix of query-reference dot products, ``descriptors`` the ``(G, D)``
 gallery as indexed (not DBA-augmented: ``DBAReranker`` augments it, or takes the cached result as
-``dba_gallery=``), ``gallery_ranks`` the output of :func:`gallery_ranks` (optional: computed and
-cached from ``descriptors`` when missing), ``labels`` the ``G`` instance ids of the gallery, and
-``query_descriptors`` the ``(Q, D)`` queries. ICFRR also takes ``graph=`` (a prepared
-:class:`ICFRRGraph`, what the pipeline passes) or ``neighbours=`` (neighbour lists) instead of
-the gallery ranks. Keywords that a reranker does not use are accepted
+``dba_gallery=``), ``labels`` the ``G`` instance ids of the gallery, and ``query_descriptors``
+the ``(Q, D)`` queries. ICFRR takes ``graph=`` (a prepared :class:`ICFRRGraph`, what the pipeline
+passes) or ``neighbours=`` (neighbour lists). Keywords that a reranker does not use are accepted
 and ignored (``**context``), so the same call works for every reranker. The result is a
 ``(Q, G)`` float32 matrix, higher is better, ranked with ties by reference index.
 
@@ -71,37 +69,25 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from collections import Counter
-from collections.abc import Generator, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 import scipy.sparse as sp
 
+from ..ranking import neg_distance, order, reorder
+
 __all__ = [
     "ICFRRGraph",
     "ICFRRParams",
     "ICFRRReranker",
     "ICFRRResult",
-    "RankProgress",
-    "gallery_ranks",
     "graph_from_neighbours",
     "icfrr",
-    "icfrr_loop",
-    "iter_gallery_ranks",
-    "neg_distance",
-    "prepare_graph",
-    "rank_dtype",
-    "ranking_from_scores",
-    "remove_from_gallery_ranks",
     "suggest_params",
-    "top_indices",
-    "update_gallery_ranks",
 ]
-
-from ..ranking import _LOW32, _SHIFT, _desc_bits, _keys, ranking_from_scores, top_indices  # noqa: E402,F401
 
 log = logging.getLogger(__name__)
 
@@ -113,309 +99,6 @@ Mode = Literal["paper", "reference"]
 _CHUNK_ELEMENTS = 1 << 22
 _QUERY_CHUNK_ELEMENTS = 1 << 21
 _DOT_SLACK = 1e-3  # rounding tolerance of dot products of unit vectors beyond [-1, 1]
-
-
-# --------------------------------------------------------------------------------------------
-# Scores, distances and deterministic orderings
-# --------------------------------------------------------------------------------------------
-
-
-def neg_distance(dot: np.ndarray) -> np.ndarray:
-    """``s(0) = -D`` (Eq. 4) from dot products of L2-normalized descriptors, float32.
-
-    ``D = sqrt(max(0, 2 - 2 dot))`` is the Euclidean distance between unit vectors; the clamp
-    absorbs rounding (``dot`` slightly above 1 for identical descriptors). ``-0.0`` is returned as
-    ``+0.0`` so that it ties with ``0.0``.
-    """
-    dot = np.asarray(dot, dtype=np.float32)
-    d2 = np.maximum(np.float32(2.0) - np.float32(2.0) * dot, np.float32(0.0))
-    out = np.sqrt(d2)
-    np.negative(out, out=out)
-    out += np.float32(0.0)  # -0.0 -> +0.0
-    return out
-
-
-# --------------------------------------------------------------------------------------------
-# Gallery-gallery ranks (section 3.2, "Gallery-gallery rank pre-computation")
-# --------------------------------------------------------------------------------------------
-
-
-def rank_dtype(g: int) -> np.dtype:
-    """Smallest unsigned integer dtype for the ranks of a gallery of ``g`` references.
-
-    Ranks run from 1 to ``g - 1`` (self excluded) and the dtype's maximum stands for
-    ``r[i, i] = inf``, so the dtype must satisfy ``g - 1 < max``: uint8 up to ``g = 255``,
-    uint16 up to 65,535, uint32 up to 2**32 - 1.
-    """
-    for dt in (np.uint8, np.uint16, np.uint32, np.uint64):
-        if g <= np.iinfo(dt).max:
-            return np.dtype(dt)
-    raise ValueError(f"gallery too large: {g}")
-
-
-@dataclass
-class RankProgress:
-    """Progress of a long gallery-rank computation: ``done`` of ``total`` rows."""
-
-    done: int
-    total: int
-    elapsed: float = 0.0
-    stage: str = "ranking gallery"
-
-    @property
-    def eta(self) -> float | None:
-        if self.done == 0 or self.elapsed <= 0:
-            return None
-        return self.elapsed / self.done * (self.total - self.done)
-
-
-def _as_descriptors(x: np.ndarray, name: str) -> np.ndarray:
-    x = np.asarray(x)
-    if x.ndim != 2:
-        raise ValueError(f"{name} must be a (N, D) matrix, got shape {x.shape}")
-    if not np.all(np.isfinite(x)):
-        raise ValueError(f"{name} contain NaN or infinite values")
-    return x
-
-
-def _gallery_neg_distance(rows64: np.ndarray, cols64: np.ndarray) -> np.ndarray:
-    """``-D`` between descriptor rows and columns (float64 inputs), float32.
-
-    The dot products are accumulated in float64 and rounded to float32 so that the value of a pair
-    does not depend on the BLAS code path (matrix shapes, chunking): identical descriptors
-    (near-duplicates) then give bit-identical distances and tie exactly, and
-    :func:`update_gallery_ranks` reproduces :func:`gallery_ranks`.
-    """
-    dot = (rows64 @ cols64.T).astype(np.float32)
-    return neg_distance(dot)
-
-
-def _chunk_rows(g: int, chunk: int | None) -> int:
-    if chunk is None:
-        return max(1, min(max(g, 1), _CHUNK_ELEMENTS // max(g, 1)))
-    if int(chunk) < 1:
-        raise ValueError("chunk must be at least 1")
-    return int(chunk)
-
-
-def _rank_rows(s: np.ndarray, self_cols: np.ndarray, dt: np.dtype) -> np.ndarray:
-    """Ranks (1-based, self = dtype max) from a block of ``-D`` rows; ``self_cols[k]`` = self."""
-    n, g = s.shape
-    rows = np.arange(n)
-    s[rows, self_cols] = -np.inf  # self last, whatever ties it has (masked below)
-    order = ranking_from_scores(s)
-    out = np.empty((n, g), dtype=dt)
-    np.put_along_axis(out, order, np.arange(1, g + 1, dtype=dt)[None, :], axis=1)
-    out[rows, self_cols] = np.iinfo(dt).max
-    return out
-
-
-def iter_gallery_ranks(
-    descriptors: np.ndarray, chunk: int | None = None
-) -> Generator[RankProgress, None, np.ndarray]:
-    """Gallery-gallery ranks as a progress generator (``ranks = yield from iter_gallery_ranks(d)``).
-
-    ``r[i, j]`` is the 1-based position of reference ``j`` in the ranking of the gallery against
-    reference ``i`` by ascending Euclidean distance, ties by index; ``r[i, i]`` is the dtype's
-    maximum (= inf, section 3.2: "we set r_{i,i} = inf"). Dtype: :func:`rank_dtype`. Rows are
-    computed ``chunk`` at a time (default: bounded to about 4M elements per chunk).
-    Cost: O(G^2 D) for the distances (BLAS) + O(G^2 log G) for the sorts, memory ``G^2`` ranks
-    (uint16: 200 MB for G = 10,000) plus one chunk of temporaries.
-    """
-    d = _as_descriptors(descriptors, "descriptors")
-    g = d.shape[0]
-    dt = rank_dtype(g)
-    out = np.empty((g, g), dtype=dt)
-    if g == 0:
-        return out
-    d64 = d.astype(np.float64)
-    step = _chunk_rows(g, chunk)
-    start = time.perf_counter()
-    for a in range(0, g, step):
-        b = min(g, a + step)
-        s = _gallery_neg_distance(d64[a:b], d64)
-        out[a:b] = _rank_rows(s, np.arange(a, b), dt)
-        yield RankProgress(b, g, time.perf_counter() - start)
-    return out
-
-
-def gallery_ranks(descriptors: np.ndarray, chunk: int | None = None) -> np.ndarray:
-    """(G, G) gallery-gallery ranks, see :func:`iter_gallery_ranks` (no progress reports)."""
-    gen = iter_gallery_ranks(descriptors, chunk)
-    while True:
-        try:
-            next(gen)
-        except StopIteration as stop:
-            return stop.value
-
-
-def _check_ranks(ranks: np.ndarray) -> np.ndarray:
-    ranks = np.asarray(ranks)
-    if ranks.ndim != 2 or ranks.shape[0] != ranks.shape[1]:
-        raise ValueError(f"gallery ranks must be a square (G, G) matrix, got shape {ranks.shape}")
-    if ranks.dtype.kind != "u":
-        raise ValueError(f"gallery ranks must be unsigned integers, got {ranks.dtype}")
-    if ranks.shape[0] and not np.all(np.diagonal(ranks) == np.iinfo(ranks.dtype).max):
-        raise ValueError("gallery ranks must hold the dtype's maximum (= inf) on the diagonal")
-    return ranks
-
-
-def _order_from_ranks(r: np.ndarray, self_cols: np.ndarray) -> np.ndarray:
-    """Inverse permutation of rank rows: ``order[k, p]`` = reference at 0-based position ``p``.
-
-    The reference itself (rank inf) is placed at the last position ``G - 1``.
-    """
-    n, g = r.shape
-    r = r.astype(np.intp)
-    r[np.arange(n), self_cols] = g
-    order = np.empty((n, g), dtype=np.intp)
-    np.put_along_axis(order, r - 1, np.broadcast_to(np.arange(g), (n, g)), axis=1)
-    return order
-
-
-# Up to this many new references, update_gallery_ranks counts by direct comparison (m passes
-# over each row); beyond, it searches the sorted old scores (gathers + searchsorted).
-_UPDATE_COUNTING_MAX = 24
-
-
-def _recompute(old: np.ndarray, new: np.ndarray, chunk: int | None) -> np.ndarray:
-    log.warning("gallery ranks do not match the descriptors: recomputing them in full")
-    return gallery_ranks(np.vstack([old, new]), chunk)
-
-
-def update_gallery_ranks(
-    old_ranks: np.ndarray,
-    old_descriptors: np.ndarray,
-    new_descriptors: np.ndarray,
-    chunk: int | None = None,
-) -> np.ndarray:
-    """Ranks of the gallery ``old + new`` (new references appended as rows G0..G0+m-1).
-
-    Equal to ``gallery_ranks(np.vstack([old_descriptors, new_descriptors]))`` (tested), without
-    sorting the old rows again (section 3.2: "insert the new element into the ranked lists"):
-
-    * old row ``i``: new rank of old ``j`` = old rank + number of new references that beat it;
-      rank of new ``k`` = ``pos_k`` + its rank among the new references, where ``pos_k`` is the
-      number of old references beating ``k`` (old wins ties: lower index). With many new
-      references, ``pos_k`` is a ``searchsorted`` of ``k``'s score in the old scores laid out in
-      the old ranking (read from ``old_ranks``), and the old reference at position ``p`` is
-      beaten by ``#{k : pos_k <= p}`` new ones; with few (``m <= 24``), both counts come from
-      ``m`` direct comparisons per row, cheaper than the gathers.
-    * new rows are ranked from scratch against all ``G0 + m`` references.
-
-    The old-old distances are recomputed (they are not stored: O(G0^2 D) float64 BLAS work), the
-    O(G0^2 log G0) sorts are not. The dtype grows when ``G0 + m`` needs it (:func:`rank_dtype`).
-    ``old_ranks`` must come from :func:`gallery_ranks` on ``old_descriptors``; when the recomputed
-    distances contradict them (all rows checked with many new references, one row per chunk with
-    few), the ranks are recomputed in full (with a warning in the log).
-    """
-    old_ranks = _check_ranks(old_ranks)
-    old = _as_descriptors(old_descriptors, "old descriptors")
-    new = _as_descriptors(new_descriptors, "new descriptors")
-    g0, m = old.shape[0], new.shape[0]
-    if old_ranks.shape[0] != g0:
-        raise ValueError(f"old ranks are for {old_ranks.shape[0]} references, got {g0} descriptors")
-    if m == 0:
-        return old_ranks.astype(rank_dtype(g0))
-    if new.shape[1] != old.shape[1] and g0:
-        raise ValueError(f"new descriptors are {new.shape[1]}-d, the gallery is {old.shape[1]}-d")
-    if g0 < 2:
-        return gallery_ranks(np.vstack([old, new]), chunk)
-    g1 = g0 + m
-    dt = rank_dtype(g1)
-    out = np.empty((g1, g1), dtype=dt)
-    inf = np.iinfo(dt).max
-    old64 = old.astype(np.float64)
-    new64 = new.astype(np.float64)
-    step = _chunk_rows(g0 + m, chunk)
-    new_idx = np.arange(g0, g1, dtype=np.uint64)[None, :]
-    small = m <= _UPDATE_COUNTING_MAX
-    for a in range(0, g0, step):
-        b = min(g0, a + step)
-        n = b - a
-        rows = np.arange(n)
-        self_cols = np.arange(a, b)
-        s_old = _gallery_neg_distance(old64[a:b], old64)
-        s_new = _gallery_neg_distance(old64[a:b], new64)  # (n, m)
-        r_old = old_ranks[a:b].astype(np.intp)
-        if small:
-            # Few new references: count by comparison, m streaming passes, no gathers.
-            # Check one row per chunk against the old ranks (catches ranks of another gallery).
-            probe = _rank_rows(s_old[:1].copy(), self_cols[:1], old_ranks.dtype)
-            if not np.array_equal(probe, old_ranks[a : a + 1]):
-                return _recompute(old, new, chunk)
-            s_old[rows, self_cols] = -np.inf  # the reference itself beats nothing
-            pos = np.empty((n, m), dtype=np.intp)
-            beaten = np.zeros((n, g0), dtype=np.intp)  # new references beating old j
-            for kk in range(m):
-                old_wins = s_old >= s_new[:, kk : kk + 1]  # ties: the old (lower index) wins
-                pos[:, kk] = np.count_nonzero(old_wins, axis=1)
-                beaten += ~old_wins
-        else:
-            order = _order_from_ranks(old_ranks[a:b], self_cols)[:, : g0 - 1]  # self dropped
-            sorted_bits = _desc_bits(np.take_along_axis(s_old, order, axis=1))  # ascending if valid
-            if np.any(sorted_bits[:, 1:] < sorted_bits[:, :-1]):
-                return _recompute(old, new, chunk)
-            new_bits = _desc_bits(s_new)
-            # Flatten with the row number in the high bits: one searchsorted for every row.
-            row_hi = rows.astype(np.uint64)[:, None] << _SHIFT
-            flat = (sorted_bits.astype(np.uint64) | row_hi).ravel()
-            qry = (new_bits.astype(np.uint64) | row_hi).ravel()
-            pos = np.searchsorted(flat, qry, side="right").reshape(n, m) - rows[:, None] * (g0 - 1)
-            # Number of new references beating the old reference at 0-based position p.
-            counts = np.bincount((pos + rows[:, None] * g0).ravel(), minlength=n * g0).reshape(n, g0)
-            shift = np.cumsum(counts, axis=1)
-            r_old[rows, self_cols] = 1  # placeholder, overwritten below
-            beaten = np.take_along_axis(shift, r_old - 1, axis=1)
-        # Ranks of the new references among themselves in this row (ties by index).
-        k = _keys(s_new, new_idx)
-        k.sort(axis=1)
-        new_order = (k & _LOW32).astype(np.intp) - g0
-        rank_new = np.empty((n, m), dtype=np.intp)
-        np.put_along_axis(rank_new, new_order, np.arange(1, m + 1)[None, :], axis=1)
-        r_old += beaten
-        out[a:b, :g0] = r_old
-        out[a:b, g0:] = pos + rank_new
-        out[rows + a, self_cols] = inf
-    all64 = np.vstack([old64, new64])
-    for a in range(0, m, step):
-        b = min(m, a + step)
-        s = _gallery_neg_distance(new64[a:b], all64)
-        out[g0 + a : g0 + b] = _rank_rows(s, np.arange(g0 + a, g0 + b), dt)
-    return out
-
-
-def remove_from_gallery_ranks(ranks: np.ndarray, keep_mask: np.ndarray, chunk: int | None = None) -> np.ndarray:
-    """Ranks of the references kept by ``keep_mask`` among the kept references only.
-
-    For a kept row, the new rank of a kept reference is the number of kept references at or
-    before its old position: equal to :func:`gallery_ranks` on the kept descriptors (tested).
-    The dtype shrinks when the smaller gallery allows it. Cost O(G^2), no distances needed.
-    """
-    ranks = _check_ranks(ranks)
-    g = ranks.shape[0]
-    keep = np.asarray(keep_mask, dtype=bool)
-    if keep.shape != (g,):
-        raise ValueError(f"keep_mask must have one entry per reference ({g}), got shape {keep.shape}")
-    kept = np.flatnonzero(keep)
-    g1 = len(kept)
-    dt = rank_dtype(g1)
-    out = np.empty((g1, g1), dtype=dt)
-    step = _chunk_rows(g, chunk)
-    for a in range(0, g1, step):
-        b = min(g1, a + step)
-        rows_old = kept[a:b]
-        n = b - a
-        order = _order_from_ranks(ranks[rows_old], rows_old)
-        kept_along = keep[order]
-        kept_along[:, g - 1] = False  # the reference itself (last position)
-        cum = np.cumsum(kept_along, axis=1)  # new rank of the kept reference at each position
-        r = ranks[rows_old].astype(np.intp)
-        r[np.arange(n), rows_old] = g
-        new_r = np.take_along_axis(cum, r - 1, axis=1)[:, kept]
-        new_r[np.arange(n), np.arange(a, b)] = np.iinfo(dt).max
-        out[a:b] = new_r
-    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -475,7 +158,6 @@ _DENSE_FLOPS = 8e10
 _DENSE_OVERHEAD_SECONDS = 2e-3
 _SPARSE_PAIR_SECONDS = 5e-9
 _DENSE_MAX_BYTES = 1 << 28  # dense weights are used only up to 256 MB (G <= 8192)
-_FEW_DESCENTS = 0.2  # below this fraction of out-of-order neighbours, re-sort with merge sort
 _GATHER_MAX_PAIRS = 1 << 20  # up to this many (vote, neighbour) pairs, sums by gather + bincount
 
 
@@ -489,9 +171,8 @@ class ICFRRGraph:
     ``Delta = (top-K_q indicator @ weights) / (K_q (G - 1))``. The sums are sums of integers, exact
     whatever the summation order (float64, or float32 while below 2**24), so every code path
     (sparse, dense BLAS, chunked, per-query loop) gives bit-identical Deltas.
-    Built by :func:`prepare_graph` (from dense gallery ranks) or :func:`graph_from_neighbours`
-    (from each reference's nearest neighbours: no (G, G) matrix anywhere); both give the same
-    ``weights`` (tested). ``full_size``: the ``G`` of the weights, when this graph is the
+    Built by :func:`graph_from_neighbours` (from each reference's nearest neighbours: no (G, G)
+    matrix anywhere); the same ``weights`` as from the dense ranks (tested). ``full_size``: the ``G`` of the weights, when this graph is the
     restriction of a larger gallery's graph to some of its references (:meth:`subgraph`;
     0: ``size``).
     Memory: ``G * min(k_g, G - 1)`` entries (12 bytes each), plus a dense float32 copy
@@ -580,36 +261,15 @@ class ICFRRGraph:
         return ICFRRGraph(m, self.k_g, sub, self.gallery_size)
 
 
-def prepare_graph(gallery_ranks: np.ndarray, k_g: int, chunk: int | None = None) -> ICFRRGraph:
-    """Sparse top-``k_g`` graph of the gallery ranks (see :class:`ICFRRGraph`). O(G^2) scan."""
-    ranks = _check_ranks(gallery_ranks)
-    g = ranks.shape[0]
-    kg = max(0, min(int(k_g), g - 1))
-    step = _chunk_rows(g, chunk)
-    cols, data = [], []
-    for a in range(0, g, step):
-        blk = ranks[a : a + step]
-        r, c = np.nonzero(blk <= kg)
-        if len(r) != kg * blk.shape[0]:
-            raise ValueError("gallery ranks rows are not permutations of 1..G-1: recompute them")
-        cols.append(c.astype(np.int32))
-        data.append(g - blk[r, c].astype(np.float64))
-    indices = np.concatenate(cols) if cols else np.empty(0, np.int32)
-    values = np.concatenate(data) if data else np.empty(0, np.float64)
-    indptr = np.arange(g + 1, dtype=np.int64) * kg
-    w = sp.csr_array((values, indices, indptr), shape=(g, g))
-    return ICFRRGraph(g, kg, w)
-
-
 def graph_from_neighbours(neighbours: np.ndarray, k_g: int, size: int | None = None,
                           chunk: int | None = None) -> ICFRRGraph:
     """The :class:`ICFRRGraph` of ``k_g`` from each reference's nearest neighbours, no (G, G) matrix.
 
     ``neighbours``: (G, K_max) integers, row ``j`` = the references nearest to ``j`` (``j`` itself
-    excluded), best first, with the arithmetic and tie rule of :func:`gallery_ranks`: the
+    excluded), best first, with the arithmetic and tie rule of the gallery ranks (module doc): the
     reference at column ``p`` has rank ``r[j, neighbours[j, p]] = p + 1``. Only the first ``k_g``
     columns are read, so the weights (``G - r`` for ``r <= k_g``) are identical to
-    ``prepare_graph(gallery_ranks(descriptors), k_g)`` (tested). ``k_g`` is capped at ``G - 1``
+    the graph of the dense (G, G) ranks (tested against ``tests/oracles.py``). ``k_g`` is capped at ``G - 1``
     as there; a ``k_g`` beyond ``K_max`` is refused (ranks past ``K_max`` are unknown). ``size``:
     ``G``, checked against the rows. Cost O(G k_g log k_g), in row chunks (memory-mapped lists
     are read a chunk at a time); the lists are checked (in range, no self, no repeats).
@@ -663,11 +323,11 @@ def _run_chunk(s0: np.ndarray, graph: ICFRRGraph, p: ICFRRParams, kq: int):
     n, g = s0.shape
     scale = p.beta / (kq * (graph.gallery_size - 1))  # beta / (K_q (G - 1)): Eq. 3, 5, 6
     ref = p.mode == "reference"
-    order = ranking_from_scores(s0)
+    ranked = order(s0)
     s = s0.copy()
-    s0_sorted = np.take_along_axis(s0, order, axis=1) if ref else None
+    s0_sorted = np.take_along_axis(s0, ranked, axis=1) if ref else None
     ind = np.zeros((n, g), dtype=np.float32)  # indicator of the current top-K_q set
-    np.put_along_axis(ind, order[:, :kq], 1.0, axis=1)
+    np.put_along_axis(ind, ranked[:, :kq], 1.0, axis=1)
     delta = graph.product(ind, kq)  # integer sums of (G - r) over the top K_q, Eq. 6
     iters = np.zeros(n, dtype=np.int64)
     conv = np.zeros(n, dtype=bool)
@@ -675,7 +335,7 @@ def _run_chunk(s0: np.ndarray, graph: ICFRRGraph, p: ICFRRParams, kq: int):
     for it in range(1, p.max_iter + 1):
         sel: Any = slice(None) if len(active) == n else active
         inc = (delta[sel] * scale).astype(np.float32)  # beta * Delta(t)
-        o = order[sel]
+        o = ranked[sel]
         if ref:
             # public code: the item at position j gets the j-th best initial score + beta Delta
             new_s = np.empty_like(inc)
@@ -683,21 +343,11 @@ def _run_chunk(s0: np.ndarray, graph: ICFRRGraph, p: ICFRRParams, kq: int):
             s[sel] = new_s
         else:
             s[sel] += inc  # Eq. 3
-        # Keys of the new scores laid out in the previous order: the ranking is unchanged iff
-        # they are already ascending (keys are unique); only the other rows are sorted again.
-        k = _keys(np.take_along_axis(s[sel], o, axis=1), o)
-        descents = np.count_nonzero(k[:, 1:] < k[:, :-1], axis=1)
-        changed = descents > 0
+        # Only the rows whose ranking changed are sorted again (the last ranking is not needed).
+        changed, new_o = reorder(s[sel], o, sort=it < p.max_iter)
         iters[sel] = it
         conv[sel] = ~changed
-        if it < p.max_iter and changed.any():  # (the last ranking is not needed)
-            kc = k if changed.all() else k[changed]
-            # Keys are unique, so any sort gives the same result: the adaptive merge sort is
-            # much faster when few references moved, the vectorized quicksort when many did.
-            few = descents.sum() < _FEW_DESCENTS * kc.size
-            kc.sort(axis=1, kind="stable" if few else "quicksort")
-            kc &= _LOW32
-            new_o = kc.astype(np.intp)
+        if len(new_o):
             rows = active[changed]
             # Delta depends only on the top-K_q *set*: update it for the rows whose set
             # changed (rows with an unchanged ranking keep their Delta).
@@ -708,7 +358,7 @@ def _run_chunk(s0: np.ndarray, graph: ICFRRGraph, p: ICFRRParams, kq: int):
             if moved.any():
                 delta[rows[moved]] += graph.product(diff[moved], 2 * kq)
                 ind[rows[moved]] = new_ind[moved]
-            order[rows] = new_o
+            ranked[rows] = new_o
         if p.stop_when_stable:
             active = active[changed]
             if len(active) == 0:
@@ -716,13 +366,13 @@ def _run_chunk(s0: np.ndarray, graph: ICFRRGraph, p: ICFRRParams, kq: int):
     return s, iters, conv
 
 
-def _as_graph(gallery_ranks: np.ndarray | ICFRRGraph, k_g: int) -> ICFRRGraph:
-    if isinstance(gallery_ranks, ICFRRGraph):
-        kg = max(0, min(int(k_g), gallery_ranks.size - 1))
-        if gallery_ranks.k_g != kg:
-            raise ValueError(f"the prepared graph is for k_g={gallery_ranks.k_g}, params ask for {kg}")
-        return gallery_ranks
-    return prepare_graph(gallery_ranks, k_g)
+def _check_graph(graph: ICFRRGraph, k_g: int) -> ICFRRGraph:
+    if not isinstance(graph, ICFRRGraph):
+        raise TypeError("ICFRR needs an ICFRRGraph (graph_from_neighbours), not a dense rank matrix")
+    kg = max(0, min(int(k_g), graph.size - 1))
+    if graph.k_g != kg:
+        raise ValueError(f"the prepared graph is for k_g={graph.k_g}, params ask for {kg}")
+    return graph
 
 
 def _check_scores(query_scores: np.ndarray, unscored: bool) -> tuple[np.ndarray, np.ndarray | None]:
@@ -763,15 +413,9 @@ def _to_s0(q: np.ndarray, scores_are: str, finite: np.ndarray | None = None) -> 
     raise ValueError(f"scores_are must be 'dot' or 'neg_distance' (got {scores_are!r})")
 
 
-def _initial_scores(query_scores: np.ndarray, scores_are: str, unscored: bool = False) -> np.ndarray:
-    """``s(0)`` from the query scores (-inf, when ``unscored`` allows it, stays -inf)."""
-    q, finite = _check_scores(query_scores, unscored)
-    return _to_s0(q, scores_are, finite)
-
-
 def icfrr(
     query_scores: np.ndarray,
-    gallery_ranks: np.ndarray | ICFRRGraph,
+    graph: ICFRRGraph,
     params: ICFRRParams,
     *,
     scores_are: Literal["dot", "neg_distance"] = "dot",
@@ -784,9 +428,8 @@ def icfrr(
     conversion would clamp them) or ``-D`` itself (``scores_are="neg_distance"``: the values are
     used as ``s(0)`` as they are, so any higher-is-better score on a comparable scale works;
     ``beta * Delta`` adds at most ``beta``).
-    ``gallery_ranks``: :func:`gallery_ranks` output, or a :class:`ICFRRGraph` from
-    :func:`prepare_graph` or :func:`graph_from_neighbours` (reuse it across batches with the same
-    ``k_g``).
+    ``graph``: the :class:`ICFRRGraph` of ``params.k_g`` (:func:`graph_from_neighbours`; reuse it
+    across batches).
     Returns :class:`ICFRRResult` with float32 final scores (higher is better).
 
     **Partly scored queries.** An approximate search scores only a shortlist per query and gives
@@ -795,7 +438,7 @@ def icfrr(
     the whole gallery's ranks, and its normalizer ``G - 1`` in Eq. 5), ``K_q`` capped at ``m``;
     the others stay ``-inf``. This is exactly the update of Eq. 3-6 run on the whole gallery with
     those ``-inf`` scores (``-inf + beta Delta = -inf``: they never move, and with ``K_q <= m``
-    they never vote), and :func:`icfrr_loop` does that literally (tested bit-identical). It is
+    they never vote), and the tests' per-query oracle does that literally (bit-identical). It is
     also what ICFRR on the *true* scores of every reference gives at the top of the ranking: a
     reference outside ``S`` starts below every scored one, and an update adds at most ``beta``
     (``0 <= Delta <= 1``), so as long as the ``K_q``-th best scored reference stays above the
@@ -830,7 +473,8 @@ def icfrr(
       The returned scores include the last update, which did not change the ranking.
 
     Arithmetic: float32 scores (as the project), integer Delta sums (exact, see
-    :class:`ICFRRGraph`), so chunked, unchunked and :func:`icfrr_loop` results are bit-identical.
+    :class:`ICFRRGraph`), so chunked, unchunked and per-query (the tests' oracle) results are
+    bit-identical.
     Memory: about 100 bytes per query-reference pair of a chunk; ``chunk_size`` queries at a time
     (default: about 2M pairs, ~200 MB, per chunk), never Q x G x G.
     Cost per query: Delta from one sparse product, O(K_q K_g) (or a dense GEMM row, O(G^2), when
@@ -844,7 +488,7 @@ def icfrr(
         raise ValueError(f"scores_are must be 'dot' or 'neg_distance' (got {scores_are!r})")
     qs, finite = _check_scores(query_scores, unscored=True)
     q, g = qs.shape
-    graph = _as_graph(gallery_ranks, params.k_g)
+    graph = _check_graph(graph, params.k_g)
     if graph.size != g:
         raise ValueError(f"query scores have {g} columns, the gallery ranks {graph.size}")
     iters = np.zeros(q, dtype=np.int64)
@@ -896,63 +540,6 @@ def _run_scored(s0: np.ndarray, scored: np.ndarray, graph: ICFRRGraph, p: ICFRRP
     return s[0], int(it[0]), bool(cv[0])
 
 
-def icfrr_loop(
-    query_scores: np.ndarray,
-    gallery_ranks: np.ndarray,
-    params: ICFRRParams,
-    *,
-    scores_are: Literal["dot", "neg_distance"] = "dot",
-) -> ICFRRResult:
-    """Straightforward per-query implementation of :func:`icfrr` (test oracle and benchmark baseline).
-
-    For each query and iteration: sort, gather the ``K_q`` rank rows of the current top references,
-    look up ``alpha`` (Eq. 5, as integers ``G - r``), average (Eq. 6), update (Eq. 3). Same
-    arithmetic as :func:`icfrr`, so results are bit-identical. O(K_q G) per query and iteration.
-    Partly scored queries (``-inf`` entries, see :func:`icfrr`) run on the whole gallery as they
-    are, with ``K_q`` capped at the number of scored references: the oracle of the sub-gallery path.
-    """
-    s0_all = _initial_scores(query_scores, scores_are, unscored=True)
-    ranks = _check_ranks(gallery_ranks)
-    q, g = s0_all.shape
-    if ranks.shape[0] != g:
-        raise ValueError(f"query scores have {g} columns, the gallery ranks {ranks.shape[0]}")
-    out = s0_all.copy()
-    iters = np.zeros(q, dtype=np.int64)
-    conv = np.full(q, g < 2)
-    if g < 2 or params.max_iter == 0:
-        return ICFRRResult(out, iters, conv)
-    kg = min(params.k_g, g - 1)
-    for qi in range(q):
-        s0 = s0_all[qi]
-        m = int(np.count_nonzero(s0 > -np.inf))  # scored references (G unless some are -inf)
-        if m == 0:
-            conv[qi] = True
-            continue
-        kq = min(params.k_q, m)
-        scale = params.beta / (kq * (g - 1))
-        s = s0.copy()
-        order = np.argsort(-s, kind="stable")
-        s0_sorted = s0[order]
-        for it in range(1, params.max_iter + 1):
-            r = ranks[order[:kq]].astype(np.int64)  # r(I_p, i), p = 1..K_q
-            alpha_int = np.where(r <= kg, g - r, 0)  # (G - 1) * alpha[r], Eq. 5 (inf -> 0)
-            inc = (alpha_int.sum(axis=0).astype(np.float64) * scale).astype(np.float32)
-            if params.mode == "paper":
-                s = s + inc
-            else:
-                new_s = np.empty_like(s)
-                new_s[order] = s0_sorted + inc[order]
-                s = new_s
-            new_order = np.argsort(-s, kind="stable")
-            changed = bool(np.any(new_order != order))
-            order = new_order
-            iters[qi], conv[qi] = it, not changed
-            if params.stop_when_stable and not changed:
-                break
-        out[qi] = s
-    return ICFRRResult(out, iters, conv)
-
-
 def suggest_params(labels: Sequence[Hashable], *, beta: float = 0.5, max_iter: int = 5) -> ICFRRParams:
     """The paper's rule of thumb (section 3.2): K_q = K_g = 0.5 x images per positive class, beta 0.5.
 
@@ -973,11 +560,8 @@ class ICFRRReranker:
     """ICFRR behind the common reranker protocol (see module doc).
 
     ``params=None`` uses :func:`suggest_params` on the gallery ``labels`` at each call. The graph
-    comes from, in this order: ``graph=`` (an :class:`ICFRRGraph` for the parameters' ``k_g``),
-    ``neighbours=`` (neighbour lists, :func:`graph_from_neighbours`), ``gallery_ranks=``, or the
-    ``descriptors`` (dense gallery ranks, small galleries). The gallery ranks computed from
-    descriptors and the prepared graph are cached for the last gallery seen (by object identity):
-    pass the same arrays to reuse them.
+    is ``graph=``, an :class:`ICFRRGraph` for the parameters' ``k_g`` (the pipeline builds it
+    from the index's neighbour lists: :func:`museum_search.core.rerank.icfrr_graph`).
     """
 
     name = "icfrr"
@@ -992,28 +576,13 @@ class ICFRRReranker:
         self.params = params
         self.chunk_size = chunk_size
         self.scores_are = scores_are
-        self._ranks_cache: tuple[np.ndarray, np.ndarray] | None = None  # (descriptors, ranks)
-        self._graph_cache: tuple[np.ndarray, int, ICFRRGraph] | None = None  # (ranks or lists, k_g, graph)
-        self.last_result: ICFRRResult | None = None
-
-    def _ranks(self, descriptors: np.ndarray | None, gallery_ranks: np.ndarray | None) -> np.ndarray:
-        if gallery_ranks is not None:
-            return gallery_ranks
-        if descriptors is None:
-            raise ValueError("ICFRR needs gallery_ranks or the gallery descriptors")
-        if self._ranks_cache is None or self._ranks_cache[0] is not descriptors:
-            self._ranks_cache = (descriptors, gallery_ranks_fn(descriptors))
-        return self._ranks_cache[1]
 
     def rerank(
         self,
         scores: np.ndarray,
         *,
-        descriptors: np.ndarray | None = None,
-        gallery_ranks: np.ndarray | None = None,
-        labels: Sequence[Hashable] | None = None,
         graph: ICFRRGraph | None = None,
-        neighbours: np.ndarray | None = None,
+        labels: Sequence[Hashable] | None = None,
         **context: Any,
     ) -> np.ndarray:
         """(Q, G) float32 ICFRR scores (higher is better) from (Q, G) dot products ``scores``
@@ -1024,24 +593,6 @@ class ICFRRReranker:
                 raise ValueError("ICFRR without explicit parameters needs the gallery labels")
             params = suggest_params(labels)
         if graph is None:
-            if neighbours is not None and gallery_ranks is None:
-                source = neighbours
-                g = neighbours.shape[0]
-                build = graph_from_neighbours
-            else:
-                source = self._ranks(descriptors, gallery_ranks)
-                g = source.shape[0]
-                build = prepare_graph
-            kg = max(0, min(params.k_g, g - 1))
-            cache = self._graph_cache
-            if cache is None or cache[0] is not source or cache[1] != kg:
-                self._graph_cache = (source, kg, build(source, kg))
-            graph = self._graph_cache[2]
-        res = icfrr(
-            np.atleast_2d(scores), graph, params, scores_are=self.scores_are, chunk_size=self.chunk_size
-        )
-        self.last_result = res
-        return res.scores
-
-
-gallery_ranks_fn = gallery_ranks  # module-level alias used where a parameter shadows the name
+            raise ValueError("ICFRR needs the gallery's graph (graph=, from graph_from_neighbours)")
+        return icfrr(np.atleast_2d(scores), graph, params, scores_are=self.scores_are,
+                     chunk_size=self.chunk_size).scores
