@@ -36,16 +36,11 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the dense oracles
 
-from museum_search.core.rerank.icfrr import (
-    ICFRRParams,
-    gallery_ranks,
-    graph_from_neighbours,
-    icfrr,
-    icfrr_loop,
-    prepare_graph,
-    update_gallery_ranks,
-)
+from oracles import gallery_ranks, icfrr_loop, prepare_graph  # noqa: E402
+
+from museum_search.core.rerank.icfrr import ICFRRParams, graph_from_neighbours, icfrr  # noqa: E402
 
 PUBLIC_CODE_MS_PER_QUERY_G2000 = 41.0
 TARGET_MS_PER_QUERY_G2000 = 1.0
@@ -107,15 +102,13 @@ def bench_icfrr(g: int, q: int, q_loop: int, k: int, dim: int, repeats: int, see
     }
 
 
-def bench_ranks_memory(g: int, dim: int, add: int, seed: int = 1) -> dict:
+def bench_ranks_memory(g: int, dim: int, seed: int = 1) -> dict:
     rng = np.random.default_rng(seed)
     desc = unit(rng, g, dim)
     tracemalloc.start()
     t_build, c_build, ranks = best_of(lambda: gallery_ranks(desc), 1)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    new = unit(rng, add, dim)
-    t_update, c_update, upd = best_of(lambda: update_gallery_ranks(ranks, desc, new), 1)
     return {
         "G": g,
         "dtype": str(ranks.dtype),
@@ -123,10 +116,6 @@ def bench_ranks_memory(g: int, dim: int, add: int, seed: int = 1) -> dict:
         "build_s": round(t_build, 2),
         "build_cpu_s": round(c_build, 2),
         "build_peak_traced_MB": round(peak / 2**20, 1),
-        "update_added": add,
-        "update_s": round(t_update, 2),
-        "update_cpu_s": round(c_update, 2),
-        "updated_shape": list(upd.shape),
     }
 
 
@@ -242,7 +231,7 @@ def main(argv: list[str] | None = None) -> dict:
         args.queries, args.loop_queries = 50, 10
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     rows = [bench_icfrr(g, args.queries, args.loop_queries, k, dim, args.repeats) for g in sizes]
-    mem = bench_ranks_memory(rank_g, dim, add=10)
+    mem = bench_ranks_memory(rank_g, dim)
     report = {
         "machine": {
             "cpus": os.cpu_count(),
@@ -268,8 +257,7 @@ def main(argv: list[str] | None = None) -> dict:
               f"{r['early_stop_ms_per_query']:>10.3f} {r['early_stop_mean_iterations']:>8.2f} "
               f"{r['gallery_ranks_s']:>8.2f} {r['prepare_graph_s']:>8.3f}")
     print(f"gallery ranks G={mem['G']}: {mem['dtype']}, {mem['ranks_MB']} MB, build {mem['build_s']} s "
-          f"(cpu {mem['build_cpu_s']} s, peak traced {mem['build_peak_traced_MB']} MB); "
-          f"update +{mem['update_added']}: {mem['update_s']} s (cpu {mem['update_cpu_s']} s)")
+          f"(cpu {mem['build_cpu_s']} s, peak traced {mem['build_peak_traced_MB']} MB)")
     print(f"public code: ~{PUBLIC_CODE_MS_PER_QUERY_G2000} ms/query at G=2000; target <= "
           f"{TARGET_MS_PER_QUERY_G2000} ms/query; load average at start: {load}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
