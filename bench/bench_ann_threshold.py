@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from museum_search.core import ann
 from museum_search.core.progress import drive
-from museum_search.core.ranking import ranking
+from museum_search.core.ranking import order
 
 HERE = Path(__file__).resolve().parent
 
@@ -115,8 +115,8 @@ def bench_size(work: Path, n: int, dim: int, queries: int, latency_queries: int)
     d = write_synthetic(work / f"descriptors-{n}.npy", n, dim)
     t_write = time.perf_counter() - t0
     q = synthetic_queries(d, queries)
-    truth = ranking(ann.exact_scores(d, q), 10)
-    exact_lat = latencies(lambda x: ranking(ann.exact_scores(d, x), 10), q[:latency_queries])
+    truth = order(ann.exact_scores(d, q), 10)
+    exact_lat = latencies(lambda x: order(ann.exact_scores(d, x), 10), q[:latency_queries])
 
     stages: dict[str, float] = {}
     t0 = time.perf_counter()
