@@ -142,7 +142,7 @@ def _shown_rows(browser) -> set[int]:
 
 
 def test_build_progress_browser_filter_thumbnails(tab, qtbot, small_collection, tmp_path):
-    from museum_search.core.index import Index
+    from museum_search.core.store import Index
     from museum_search.gui.widgets.thumbnails import THUMB_ROLE, ThumbnailCache
 
     tab.set_collection(small_collection)
@@ -156,18 +156,18 @@ def test_build_progress_browser_filter_thumbnails(tab, qtbot, small_collection, 
     tab.index_edit.setText(str(out))
     tab.size_spin.setValue(SIZE)
     values: list[int] = []
-    tab.progress_bar.valueChanged.connect(values.append)
+    tab.progress.bar.valueChanged.connect(values.append)
     assert _build(tab, qtbot) is True
 
     # progress went through the bar up to the total (the describing stage, then any later stage)
-    assert tab.progress_bar.value() == tab.progress_bar.maximum() >= N_IMAGES
-    assert tab.progress_label.text().startswith(f"{N_IMAGES} / {N_IMAGES} described in")
+    assert tab.progress.bar.value() == tab.progress.bar.maximum() >= N_IMAGES
+    assert tab.progress.item_label.text().startswith(f"{N_IMAGES} / {N_IMAGES} described in")
     assert 0 < min(v for v in values if v > 0) < N_IMAGES and N_IMAGES in values
     # saved, opened, reported
     index = tab.state.index
     assert index is not None and len(index) == N_IMAGES
     assert Index.load(out).meta.size == SIZE
-    assert "Index built" in tab.status_label.text() and f"{N_IMAGES} references" in tab.status_label.text()
+    assert "Index built" in tab.progress.status_label.text() and f"{N_IMAGES} references" in tab.progress.status_label.text()
     assert tab.update_button.isEnabled() and not tab.cancel_button.isEnabled()
     assert tab.skipped_tree.topLevelItemCount() == 0
 
@@ -209,8 +209,9 @@ def test_build_progress_browser_filter_thumbnails(tab, qtbot, small_collection, 
 
 def test_cancel_keeps_previous_index(tab, qtbot, small_collection, tmp_path):
     from museum_search.core.backbones import BackboneConfig
-    from museum_search.core.extract import run
-    from museum_search.core.index import Index, LabellingSpec, build_index
+    from museum_search.core.progress import drive as run
+    from museum_search.core.indexing import build_index
+    from museum_search.core.store import Index, LabellingSpec
 
     out = tmp_path / "index"
     run(build_index(small_collection, out, BackboneConfig(size=SIZE),
@@ -240,10 +241,10 @@ def test_cancel_keeps_previous_index(tab, qtbot, small_collection, tmp_path):
             assert tab.cancel_button.isEnabled()
             qtbot.mouseClick(tab.cancel_button, _left())
 
-    tab.progress_bar.valueChanged.connect(on_value)
+    tab.progress.bar.valueChanged.connect(on_value)
     assert _build(tab, qtbot) is False
     assert cancelled_at and cancelled_at[0] < N_IMAGES
-    assert tab.status_label.text() == "Cancelled — the previous index is unchanged"
+    assert tab.progress.status_label.text() == "Cancelled — the previous index is unchanged"
     assert (out / "manifest.json").read_bytes() == manifest
     assert sorted(p.name for p in out.iterdir()) == files
     after = Index.load(out)
@@ -256,7 +257,7 @@ def test_cancel_keeps_previous_index(tab, qtbot, small_collection, tmp_path):
     with qtbot.waitSignal(tab.job_done, timeout=60_000) as blocker:
         qtbot.mouseClick(tab.update_button, _left())
     assert blocker.args == [True]
-    assert "Index updated" in tab.status_label.text() and f"{N_IMAGES} unchanged" in tab.status_label.text()
+    assert "Index updated" in tab.progress.status_label.text() and f"{N_IMAGES} unchanged" in tab.progress.status_label.text()
     assert tab.state.index is not before and len(tab.state.index) == N_IMAGES
     assert tab.state.index.meta == before.meta
 
@@ -290,7 +291,7 @@ def test_missing_weights_shows_error_dialog(tab, qtbot, small_collection, tmp_pa
     box = _error_dialogs()[0]
     assert "resnet152" in box.text() and "weights" in box.text()
     assert "Traceback" not in box.text()
-    assert "Cannot build the index" in tab.status_label.text()
+    assert "Cannot build the index" in tab.progress.status_label.text()
     assert not (out / "manifest.json").exists()
     assert tab.build_button.isEnabled() and not tab.cancel_button.isEnabled()
     box.close()
@@ -300,7 +301,8 @@ def test_missing_weights_shows_error_dialog(tab, qtbot, small_collection, tmp_pa
 
 def test_browser_loads_only_visible_items_and_marks_broken_files(qtbot, tmp_path, monkeypatch):
     from museum_search.core.backbones import BackboneMeta
-    from museum_search.core.index import Index, Item
+    from museum_search.core.catalogue import Item
+    from museum_search.core.store import Index
     from museum_search.gui.widgets.thumbnails import (
         THUMB_ROLE,
         ThumbnailBrowser,
@@ -384,8 +386,9 @@ def _museum(tmp_path: Path, name: str, n: int = 3) -> Path:
 
 def _core_index(collection: Path, out: Path):
     from museum_search.core.backbones import BackboneConfig
-    from museum_search.core.extract import run
-    from museum_search.core.index import LabellingSpec, build_index
+    from museum_search.core.progress import drive as run
+    from museum_search.core.indexing import build_index
+    from museum_search.core.store import LabellingSpec
 
     run(build_index(collection, out, BackboneConfig(size=TINY),
                     LabellingSpec("catalogue", str(collection.parent / "catalogue.csv"))))
@@ -413,7 +416,7 @@ def test_new_collection_gets_its_own_folder_not_the_open_index(tab, qtbot, tmp_p
     """The bug: with the index of A open, choosing B and building replaced A's index."""
     from PySide6.QtWidgets import QFileDialog
 
-    from museum_search.core.index import Index, default_index_folder
+    from museum_search.core.store import Index, default_index_folder
 
     a, b = _museum(tmp_path, "museum-a"), _museum(tmp_path, "museum-b", 4)
     a_index = _core_index(a, tmp_path / "a-index")
@@ -449,7 +452,7 @@ def test_new_collection_gets_its_own_folder_not_the_open_index(tab, qtbot, tmp_p
 
 
 def test_building_into_another_collections_index_asks_first(tab, qtbot, tmp_path):
-    from museum_search.core.index import Index, default_index_folder
+    from museum_search.core.store import Index, default_index_folder
 
     a, b = _museum(tmp_path, "museum-a"), _museum(tmp_path, "museum-b")
     a_index = _core_index(a, tmp_path / "a-index")
@@ -473,7 +476,7 @@ def test_building_into_another_collections_index_asks_first(tab, qtbot, tmp_path
     assert not tab.running
     box.reject()
     qtbot.waitUntil(lambda: not _dialogs("replaceIndexDialog"), timeout=5000)
-    assert not tab.running and "Nothing was built" in tab.status_label.text()
+    assert not tab.running and "Nothing was built" in tab.progress.status_label.text()
     assert _snapshot(a_index) == a_files
 
     # the default answer: build in B's own new folder
@@ -518,7 +521,7 @@ def test_folder_that_is_not_an_index_is_refused_and_left_alone(tab, qtbot, tmp_p
         box = _error_dialogs()[0]
         assert words in box.text() and "Traceback" not in box.text()
         assert str(b.parent / "collection-index") in box.text()  # says what to do instead
-        assert words in tab.status_label.text()
+        assert words in tab.progress.status_label.text()
         assert not tab.running and tab.build_button.isEnabled()
         box.close()
         qtbot.waitUntil(lambda: not _error_dialogs(), timeout=5000)
@@ -581,7 +584,7 @@ def test_index_chooser_creates_a_new_folder_after_asking(tab, qtbot, tmp_path):
     assert not chooser.isVisible()
     assert tab.index_edit.text() == str(target)
     assert tab.index_hint.text() == "Empty folder: the index will be saved in it."
-    assert "New folder" in tab.status_label.text()
+    assert "New folder" in tab.progress.status_label.text()
     after = _snapshot(tmp_path)
     assert {k: v for k, v in after.items() if k not in before} == {"Indexes 2026": b"<dir>",
                                                                    "Indexes 2026/museum b": b"<dir>"}
@@ -598,7 +601,7 @@ def test_index_chooser_creates_a_new_folder_after_asking(tab, qtbot, tmp_path):
 def test_double_click_on_a_thumbnail_opens_the_large_view(tab, qtbot, tmp_path):
     from PySide6.QtCore import Qt
 
-    from museum_search.core.index import Index
+    from museum_search.core.store import Index
 
     a = _museum(tmp_path, "museum-a")
     index = Index.load(_core_index(a, tmp_path / "a-index"))
@@ -621,7 +624,7 @@ def test_double_click_on_a_thumbnail_opens_the_large_view(tab, qtbot, tmp_path):
     assert item.instance in dialog.windowTitle()
     qtbot.waitUntil(dialog.photo.has_image, timeout=30_000)  # the photo, large (not the thumbnail)
     assert max(dialog.photo.image().width(), dialog.photo.image().height()) > tab.browser.thumb_size
-    texts = [lab.text() for lab in dialog.findChildren(type(tab.status_label))]
+    texts = [lab.text() for lab in dialog.findChildren(type(tab.progress.status_label))]
     assert item.instance in texts and str(dialog.path) in texts
     assert all(v in texts for v in item.metadata.values() if v)  # the catalogue entry
     dialog.close()
@@ -638,7 +641,7 @@ def test_double_click_on_a_thumbnail_opens_the_large_view(tab, qtbot, tmp_path):
 
 LOCK_HOLDER = """
 import sys
-from museum_search.core.index import writer_lock
+from museum_search.core.store import writer_lock
 with writer_lock(sys.argv[1]):
     print("locked", flush=True)
     sys.stdin.read()  # until the test closes our stdin
@@ -650,7 +653,7 @@ def test_index_being_written_by_another_process_is_reported(tab, qtbot, tmp_path
     import subprocess
     import sys
 
-    from museum_search.core.index import Index, default_index_folder
+    from museum_search.core.store import Index, default_index_folder
 
     b = _museum(tmp_path, "museum-b")
     out = _core_index(b, default_index_folder(b))
@@ -668,11 +671,11 @@ def test_index_being_written_by_another_process_is_reported(tab, qtbot, tmp_path
         assert box.windowTitle() == "Cannot build the index"
         assert f"being written by process {holder.pid}" in box.text()
         assert "Traceback" not in box.text()
-        assert "being written by process" in tab.status_label.text()
+        assert "being written by process" in tab.progress.status_label.text()
         # back to idle
         assert not tab.running and tab.build_button.isEnabled() and not tab.cancel_button.isEnabled()
         assert tab.collection_edit.isEnabled() and tab.index_edit.isEnabled() and tab.update_button.isEnabled()
-        assert tab.progress_label.text() == "" and tab.progress_bar.maximum() >= 1
+        assert tab.progress.item_label.text() == "" and tab.progress.bar.maximum() >= 1
         assert not _dialogs("replaceIndexDialog")
         box.close()
     finally:
@@ -690,7 +693,7 @@ def test_sample_index_of_an_old_format_is_rebuilt_in_place(tab, qtbot, tmp_path,
     import json
 
     from museum_search.core import paths
-    from museum_search.core.index import Index
+    from museum_search.core.store import Index
     from museum_search.gui import collection_tab
 
     sample = _museum(tmp_path, "installed-sample").parent
@@ -721,7 +724,7 @@ def test_sample_index_of_an_old_format_is_rebuilt_in_place(tab, qtbot, tmp_path,
     tab.state.set_index(None)
     tab.open_sample_collection()
     assert not tab.running and tab.state.index is not None and tab.state.index.path == out
-    assert tab.status_label.text() == "Sample collection: 3 references."
+    assert tab.progress.status_label.text() == "Sample collection: 3 references."
 
     # a sample index from another installation (another root) is our own folder too: rebuilt, no question
     elsewhere = _museum(tmp_path, "old-install")
@@ -739,9 +742,9 @@ def test_sample_index_of_an_old_format_is_rebuilt_in_place(tab, qtbot, tmp_path,
 
 
 def test_build_progress_says_which_step_and_that_the_time_left_is_the_steps(tab):
-    """The build's stages each have their own count and ETA (core.index.BUILD_STAGES): the label names the
+    """The build's stages each have their own count and ETA (core.indexing.BUILD_STAGES): the label names the
     step, so an ETA that grows when local features start after describing is not read as the whole build's."""
-    from museum_search.core.index import BUILD_STAGES
+    from museum_search.core.indexing import BUILD_STAGES
     from museum_search.core.progress import Progress
 
     tab._job = object()  # as while a build runs
@@ -749,7 +752,7 @@ def test_build_progress_says_which_step_and_that_the_time_left_is_the_steps(tab)
     totals = [287, 287, 287, 120][: len(BUILD_STAGES)]
     for stage, total in zip(BUILD_STAGES, totals):
         tab._on_progress(Progress(total // 2, total, None, [], 10.0, stage=stage))
-        texts.append(tab.progress_label.text())
+        texts.append(tab.progress.item_label.text())
     tab._job = None
     n = len(BUILD_STAGES)
     assert BUILD_STAGES[0] == "describing" and "calibrating" in BUILD_STAGES

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 from PySide6.QtCore import QPoint, QSettings, Qt
+from PySide6.QtWidgets import QLabel
 
 from museum_search.core.capture import FileSequenceCamera, OpenCVCamera, list_cameras
 from museum_search.core.images import load_image
@@ -29,6 +30,7 @@ from museum_search.gui.demo_window import (
     confidence_words,
 )
 from museum_search.gui.state import Settings
+from museum_search.gui.widgets.camera_view import ImageView
 
 pytestmark = pytest.mark.gui
 
@@ -37,6 +39,23 @@ TIMEOUT = 120_000  # ms; describing a frame takes about a second, more on a load
 CAMERA_SIDE = 960  # the replayed camera's frames
 #: Words for the technician, never for visitors.
 TECHNICIAN_WORDS = ("Settings", "number", "camera 63", "Error", "error", "Traceback", "Exception", "exception")
+
+
+def _text(w: DemoWindow, name: str) -> str:
+    """The text of the kiosk's label named ``name``."""
+    return w.findChild(QLabel, name).text()
+
+
+def _message(w: DemoWindow) -> str:
+    """Headline and detail of the full-screen message (error and retrying modes)."""
+    return "\n".join(t for t in (_text(w, "demoHeadline"), _text(w, "demoDetail")) if t)
+
+
+def _visible_text(w: DemoWindow) -> str:
+    """Everything a visitor can read now (labels shown, texts painted in the pictures)."""
+    texts = [lab.text() for lab in w.findChildren(QLabel) if lab.text() and lab.isVisibleTo(w)]
+    texts += [view.message() for view in w.findChildren(ImageView) if view.isVisibleTo(w) and view.message()]
+    return "\n".join(texts)
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
@@ -106,22 +125,22 @@ def test_steady_frames_show_the_object_card_then_live_again(qtbot, make_demo, da
     # nobody touches anything: the still picture is recognized by itself
     _wait_mode(qtbot, w, "result")
     assert w.recognitions == 1
-    answer = w.last_answer  # the pipeline's answer, as the Search tab and the CLI give it
+    answer = w.last_recognition.answer  # the pipeline's answer, as the Search tab and the CLI give it
     assert answer.in_collection and answer.reason == data.known_answer.reason
     assert w.last_results == answer.results and answer.top.instance == data.instance
-    assert w.card_title_text() == data.entry["title"]
-    assert w.card_artist_text() == data.entry["artist"]
-    assert w.card_year_text() == data.entry["year"]
-    assert w.card_description_text() == data.entry["description"]
+    assert _text(w, "demoTitle") == data.entry["title"]
+    assert _text(w, "demoArtist") == data.entry["artist"]
+    assert _text(w, "demoYear") == data.entry["year"]
+    assert _text(w, "demoDescription") == data.entry["description"]
     # how sure, in plain words (never the number: that is for the technician's log)
-    assert w.card_confidence_text() == confidence_words(answer.confidence) != ""
-    assert w.card_title_text() != NOT_IN_COLLECTION
-    assert w.card_has_photo()  # the reference photo of the match
+    assert _text(w, "demoConfidence") == confidence_words(answer.confidence) != ""
+    assert _text(w, "demoTitle") != NOT_IN_COLLECTION
+    assert w.findChild(ImageView, "demoPhoto").has_image()  # the reference photo of the match
     w.grab().save("/tmp/demo_card.png")
 
     # the card goes away by itself; the same still scene is not recognized again
     _wait_mode(qtbot, w, "live")
-    assert w.hint_text() == HINT
+    assert _text(w, "demoHint") == HINT
     qtbot.wait(900)  # three steady periods
     assert w.mode == "live" and w.recognitions == 1
 
@@ -129,7 +148,7 @@ def test_steady_frames_show_the_object_card_then_live_again(qtbot, make_demo, da
     qtbot.mouseClick(w.camera_view.view, Qt.MouseButton.LeftButton)  # the camera picture forwards it
     assert w.mode == "recognizing"
     _wait_mode(qtbot, w, "result")
-    assert w.recognitions == 2 and w.card_title_text() == data.entry["title"]
+    assert w.recognitions == 2 and _text(w, "demoTitle") == data.entry["title"]
     qtbot.mouseClick(w.card_page.photo, Qt.MouseButton.LeftButton)
     assert w.mode == "live"
     qtbot.keyClick(w, Qt.Key.Key_Space)  # the keyboard does the same
@@ -142,10 +161,10 @@ def test_object_outside_the_collection_gets_the_sorry_card(qtbot, make_demo, dat
     w = make_demo(data.index, data.unknown, steady_seconds=0.3, result_seconds=60)
     _wait_mode(qtbot, w, "unknown", "result")
     assert w.mode == "unknown"  # exactly when the pipeline says "not in this collection"
-    assert w.last_results and w.last_answer.in_collection is False
-    assert w.last_answer.reason == data.unknown_answer.reason
-    assert w.card_title_text() == NOT_IN_COLLECTION
-    assert w.card_artist_text() == "" or not w.card_page.artist.isVisible()
+    assert w.last_results and w.last_recognition.answer.in_collection is False
+    assert w.last_recognition.answer.reason == data.unknown_answer.reason
+    assert _text(w, "demoTitle") == NOT_IN_COLLECTION
+    assert _text(w, "demoArtist") == "" or not w.card_page.artist.isVisible()
     assert not w.card_page.confidence.isVisible()
     w.grab().save("/tmp/demo_unknown.png")
     qtbot.keyClick(w, Qt.Key.Key_Return)  # back to the camera
@@ -156,7 +175,7 @@ def test_the_log_has_the_confidence_and_a_weak_verdict(qtbot, make_demo, data, c
     """Staff read the number and a weak calibration in the log; visitors read plain words."""
     from dataclasses import replace
 
-    from museum_search.core.index import Index
+    from museum_search.core.store import Index
     from museum_search.core.verdict import Verdict
 
     caplog.set_level(logging.INFO, logger="museum_search.gui.demo_window")
@@ -170,12 +189,12 @@ def test_the_log_has_the_confidence_and_a_weak_verdict(qtbot, make_demo, data, c
     w = make_demo(index, data.known, steady_seconds=0.3, result_seconds=60)
     _wait_mode(qtbot, w, "result")
     assert any(r.levelno == logging.WARNING and warning in r.getMessage() for r in caplog.records)
-    answer = w.last_answer
+    answer = w.last_recognition.answer
     assert answer.in_collection and answer.confidence is not None
     found = [r.getMessage() for r in caplog.records if r.getMessage().startswith("kiosk: recognised")]
     assert found and f"confidence {answer.confidence:.3f}; {answer.reason}" in found[-1]
-    assert w.card_confidence_text() == confidence_words(answer.confidence)
-    assert f"{answer.confidence:.3f}" not in w.visible_text() and warning not in w.visible_text()
+    assert _text(w, "demoConfidence") == confidence_words(answer.confidence)
+    assert f"{answer.confidence:.3f}" not in _visible_text(w) and warning not in _visible_text(w)
 
 
 def test_escape_does_nothing_only_the_exit_combination_leaves(qtbot, make_demo, data):
@@ -209,7 +228,7 @@ def test_no_camera_asks_for_staff_and_logs_the_details(qtbot, make_demo, data, c
     assert w.camera_factory is OpenCVCamera
     _wait_mode(qtbot, w, "error")
     assert w.problem() == "camera" and w.message_page.isVisible()
-    shown = w.visible_text()
+    shown = _visible_text(w)
     assert ASK_STAFF in shown and "camera" in shown  # who to ask, and what is wrong, in plain words
     # the technician's details (camera number, the camera's own message) are in the log only
     logged = "\n".join(r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR)
@@ -220,14 +239,14 @@ def test_no_camera_asks_for_staff_and_logs_the_details(qtbot, make_demo, data, c
     before = w.grab().toImage()
     qtbot.mouseClick(w, Qt.MouseButton.LeftButton, pos=QPoint(200, 150))
     assert w.ripple.active() and w.ripple.touches == 1
-    assert w.mode == "retrying" and w.message_text().startswith(TRYING_AGAIN)
-    assert w.message_page.isVisible() and TRYING_AGAIN in w.visible_text()
+    assert w.mode == "retrying" and _message(w).startswith(TRYING_AGAIN)
+    assert w.message_page.isVisible() and TRYING_AGAIN in _visible_text(w)
     assert w.grab().toImage() != before  # what the visitor sees has changed
     # the camera is still missing: after "Trying again…" has been seen, the message says it was tried
     _wait_mode(qtbot, w, "error")
-    assert w.problem() == "camera" and "tried again" in w.message_text()
-    assert ASK_STAFF in w.visible_text()
-    _assert_for_visitors(w.visible_text(), "No camera found")
+    assert w.problem() == "camera" and "tried again" in _message(w)
+    assert ASK_STAFF in _visible_text(w)
+    _assert_for_visitors(_visible_text(w), "No camera found")
 
 
 def test_a_failed_look_up_says_try_again_and_a_touch_goes_back_to_the_camera(qtbot, make_demo, data, caplog,
@@ -244,11 +263,11 @@ def test_a_failed_look_up_says_try_again_and_a_touch_goes_back_to_the_camera(qtb
     qtbot.waitUntil(lambda: w.camera_view.latest_frame() is not None, timeout=TIMEOUT)
     qtbot.mouseClick(w, Qt.MouseButton.LeftButton)
     _wait_mode(qtbot, w, "error")
-    assert w.problem() == "lookup" and LOOKUP_FAILED in w.visible_text()
-    _assert_for_visitors(w.visible_text(), secret, "0x7f")
+    assert w.problem() == "lookup" and LOOKUP_FAILED in _visible_text(w)
+    _assert_for_visitors(_visible_text(w), secret, "0x7f")
     assert any(secret in r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR)
     qtbot.mouseClick(w, Qt.MouseButton.LeftButton)  # the kiosk itself works: straight back to the camera
-    assert w.mode == "live" and w.hint_text() == HINT
+    assert w.mode == "live" and _text(w, "demoHint") == HINT
 
 
 def test_every_touch_is_answered_even_while_busy(qtbot, make_demo, data):

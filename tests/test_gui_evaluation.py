@@ -17,21 +17,21 @@ from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QMessageBox, QScrollArea
 
 from museum_search.core.evaluation.querysets import load_queryset
-from museum_search.core.evaluation.runner import (DESCRIBING, GALLERY_RANKS, LOADING, VERIFYING,
+from museum_search.core.evaluation.runner import (DESCRIBING, NEIGHBOURS, LOADING, VERIFYING,
                                                   precision_recall_curve, run_evaluation)
 from museum_search.core.evaluation.stats import paired_bootstrap_test, paired_randomization_test
-from museum_search.core.index import Index, writer_lock
+from museum_search.core.store import Index, writer_lock
 from museum_search.core.rerank import RerankOptions, icfrr_advice
 from museum_search.core.verdict import Verdict, operating_points, recalibrated
 from museum_search.gui import workers
 from museum_search.core.evaluation.stats import stars
-from museum_search.gui.evaluation_tab import (
+from museum_search.gui.evaluation_tab import EvaluationTab
+from museum_search.gui.widgets.comparison_table import (
     GAP_COLUMN,
     P_COLUMN,
     VALUE_ROLE,
     VERDICT_COLUMN,
     VERDICT_FIGURES,
-    EvaluationTab,
 )
 from museum_search.gui.widgets.query_table import SORT_ROLE
 from museum_search.gui.state import AppState, Settings
@@ -98,7 +98,7 @@ def _evaluate(qtbot, tab):
             assert tab.plots.timer.isActive() and tab.is_running()
     finally:
         tab.run_finished.disconnect(done.append)
-    assert done, f"no run finished: {tab.status_label.text()}"
+    assert done, f"no run finished: {tab.progress_panel.status_label.text()}"
     return done[0]
 
 
@@ -113,18 +113,18 @@ def test_evaluate_compare_and_export(qtbot, tab, data, tmp_path):
     # query set: detected layout shown
     assert tab.load_queryset_path(data.queries)
     qs = load_queryset(data.queries)
-    assert tab.detected_label.text().startswith("Detected: ")
-    assert html.escape(qs.describe()) in tab.detected_label.text()
+    assert tab.queryset_box.detected_label.text().startswith("Detected: ")
+    assert html.escape(qs.describe()) in tab.queryset_box.detected_label.text()
     n = len(qs.queries)
 
     # ---- first run: no re-ranking, verified (the defaults) -----------------------------------
-    assert tab.verify_check.isChecked() and tab.rerank_names() == []
-    assert "spatial" not in tab.rerank_checks
+    assert tab.rerank.verify_check.isChecked() and tab.rerank.names() == []
+    assert "spatial" not in tab.rerank.rerank_checks
     run1 = _evaluate(qtbot, tab)
     report = run1.report
     summary = report.summary
     assert summary["verified"] and summary["query_regions"] and report.rerank == run1.settings.describe()
-    assert tab.progress.maximum() == n and tab.progress.value() == n
+    assert tab.progress_panel.bar.maximum() == n and tab.progress_panel.bar.value() == n
     assert not tab.plots.timer.isActive()
     assert len(report.records) == n  # nothing skipped
     for metric in ("mp@1", "map", "amnro"):
@@ -142,34 +142,36 @@ def test_evaluate_compare_and_export(qtbot, tab, data, tmp_path):
     np.testing.assert_allclose(py, precision)
 
     # per-query table: one row per query, sortable
-    assert tab.proxy.rowCount() == n
-    tab.table.sortByColumn(3, Qt.SortOrder.DescendingOrder)  # AP
-    aps = [tab.proxy.index(r, 3).data(SORT_ROLE) for r in range(n)]
+    assert tab.queries.proxy.rowCount() == n
+    tab.queries.table.sortByColumn(3, Qt.SortOrder.DescendingOrder)  # AP
+    aps = [tab.queries.proxy.index(r, 3).data(SORT_ROLE) for r in range(n)]
     assert aps == sorted(aps, reverse=True)
-    tab.table.sortByColumn(0, Qt.SortOrder.AscendingOrder)  # query name
-    names = [tab.proxy.index(r, 0).data() for r in range(n)]
+    tab.queries.table.sortByColumn(0, Qt.SortOrder.AscendingOrder)  # query name
+    names = [tab.queries.proxy.index(r, 0).data() for r in range(n)]
     assert names == sorted(names)
-    tab.table.sortByColumn(5, Qt.SortOrder.AscendingOrder)  # top-1 instance
-    tops = [tab.proxy.index(r, 5).data(SORT_ROLE) for r in range(n)]
+    tab.queries.table.sortByColumn(5, Qt.SortOrder.AscendingOrder)  # top-1 instance
+    tops = [tab.queries.proxy.index(r, 5).data(SORT_ROLE) for r in range(n)]
     assert tops == sorted(tops)
 
     # selecting a row shows the query's top results, correct ones marked
-    tab.table.sortByColumn(4, Qt.SortOrder.DescendingOrder)  # worst MNRO first: a query with misses
-    tab.select_query_row(0)
-    rec = tab.table_model.record(tab.proxy.mapToSource(tab.proxy.index(0, 0)).row())
+    tab.queries.table.sortByColumn(4, Qt.SortOrder.DescendingOrder)  # worst MNRO first: a query with misses
+    tab.queries.select_row(0)
+    rec = tab.queries.model.record(tab.queries.proxy.mapToSource(tab.queries.proxy.index(0, 0)).row())
     k = min(tab.state.settings.top_k, len(index))
-    results = tab.result_grid.results()
+    results = tab.queries.result_grid.results()
     assert [r.row for r in results] == [int(i) for i in rec.ranking[:k]]
     assert [r.rank for r in results] == list(range(1, k + 1))
-    assert tab.result_grid.correct() == [bool(c) for c in rec.relevance[:k]]
-    assert [c.mark for c in tab.result_grid.cards()] == ["correct" if c else "incorrect" for c in rec.relevance[:k]]
-    assert Path(rec.query).name in tab.query_info.text()
+    assert tab.queries.result_grid.correct() == [bool(c) for c in rec.relevance[:k]]
+    assert [c.mark for c in tab.queries.result_grid.cards()] == ["correct" if c else "incorrect" for c in rec.relevance[:k]]
+    assert Path(rec.query).name in tab.queries.query_info.text()
 
     # ---- second run: ICFRR, not verified, compared with the first ----------------------------
-    tab.set_rerank(["icfrr"], RerankOptions(k_q=2, k_g=2, beta=0.5, iterations=5), verify=False)
-    assert tab.rerank_names() == ["icfrr"] and not tab.verify_top_spin.isEnabled()
+    tab.rerank.set_names(["icfrr"])
+    tab.rerank.set_options(RerankOptions(k_q=2, k_g=2, beta=0.5, iterations=5))
+    tab.rerank.set_verify(False)
+    assert tab.rerank.names() == ["icfrr"] and not tab.rerank.verify_top_spin.isEnabled()
     settings = tab.query_settings()
-    assert (settings.rerank, settings.verify, settings.options.k_q) == ("icfrr", False, 2)
+    assert (settings.rerank, settings.verify, settings.options.k_q) == (("icfrr",), False, 2)
     run2 = _evaluate(qtbot, tab)
     assert run2.name.startswith("icfrr, not verified (K 2/2") and run1.name.startswith("no re-ranking, verified")
     assert not run2.report.summary["verified"] and run2.report.summary["verdict"]["min_inliers"] is None
@@ -182,7 +184,7 @@ def test_evaluate_compare_and_export(qtbot, tab, data, tmp_path):
     assert run1.key in tab.plots.pr_overlays
 
     assert tab.baseline_run() is run1  # the first run by default
-    assert tab.summary_table.rowCount() == 2 and len(tab.comparison) == 2
+    assert tab.compare.table.rowCount() == 2 and len(tab.comparison) == 2
     for row, run in zip(tab.comparison, (run1, run2)):
         assert row["key"] == run.key
         for metric in ("mp@1", "map", "amnro"):
@@ -204,19 +206,19 @@ def test_evaluate_compare_and_export(qtbot, tab, data, tmp_path):
         assert other["bootstrap_p"][metric] == pytest.approx(boot)
         differing = int(np.count_nonzero(np.nan_to_num(values[0] - values[1])))
         assert other["differing"][metric] == differing
-        cell = tab.summary_table.item(1, P_MAP + ("mp@1", "map", "amnro").index(metric) - 1).text()
+        cell = tab.compare.table.item(1, P_MAP + ("mp@1", "map", "amnro").index(metric) - 1).text()
         assert f"({differing} differing; bootstrap " in cell and cell.startswith(
             f"{p:.3f}" if p >= 0.001 else "<0.001")
-    assert tab.summary_table.item(1, P_MAP).data(VALUE_ROLE) == other["p"]["map"]
-    assert tab.summary_table.item(0, P_MAP).text() == "baseline"
+    assert tab.compare.table.item(1, P_MAP).data(VALUE_ROLE) == other["p"]["map"]
+    assert tab.compare.table.item(0, P_MAP).text() == "baseline"
 
     # the baseline can be changed; an unticked run leaves the comparison
-    tab.set_baseline(run2)
+    tab.compare.set_baseline_key(run2.key)
     assert tab.comparison[0]["p"]["map"] is not None and tab.comparison[1]["baseline"]
-    tab.set_baseline(run1)
-    tab.set_run_checked(run1, False)
+    tab.compare.set_baseline_key(run1.key)
+    tab.run_list.set_checked(run1.key, False)
     assert [r["key"] for r in tab.comparison] == [run2.key] and not tab.plots.running_overlays
-    tab.set_run_checked(run1, True)
+    tab.run_list.set_checked(run1.key, True)
     assert len(tab.comparison) == 2
 
     # ---- export the selected run ------------------------------------------------------------
@@ -229,10 +231,10 @@ def test_evaluate_compare_and_export(qtbot, tab, data, tmp_path):
         assert len(list(csv.DictReader(f))) == n
 
     # ---- screenshot: the selected query of the second run, thumbnails loaded ---------------
-    tab.table.sortByColumn(4, Qt.SortOrder.DescendingOrder)
-    tab.select_query_row(0)
-    qtbot.waitUntil(lambda: all(c.has_thumbnail() for c in tab.result_grid.cards())
-                    and tab.query_image.pixmap() is not None and not tab.query_image.pixmap().isNull(),
+    tab.queries.table.sortByColumn(4, Qt.SortOrder.DescendingOrder)
+    tab.queries.select_row(0)
+    qtbot.waitUntil(lambda: all(c.has_thumbnail() for c in tab.queries.result_grid.cards())
+                    and tab.queries.query_image.pixmap() is not None and not tab.queries.query_image.pixmap().isNull(),
                     timeout=60_000)
     qtbot.wait(200)
     assert tab.grab().save(str(SCREENSHOT))
@@ -241,18 +243,20 @@ def test_evaluate_compare_and_export(qtbot, tab, data, tmp_path):
 
 def test_sweep_plots_one_point_per_value(qtbot, tab, data):
     assert tab.load_queryset_path(data.queries)
-    tab.set_rerank([], RerankOptions(beta=0.5, iterations=5), verify=False)
-    tab.regions_check.setChecked(False)
+    tab.rerank.set_names([])
+    tab.rerank.set_options(RerankOptions(beta=0.5, iterations=5))
+    tab.rerank.set_verify(False)
+    tab.queryset_box.regions_check.setChecked(False)
     # the sweep's controls are on its page
-    for w in (tab.sweep_param_combo, tab.sweep_values_edit, tab.sweep_button, tab.sweep_cancel_button):
-        assert tab.sweep_page.isAncestorOf(w)
+    for w in (tab.sweep.param_combo, tab.sweep.values_edit, tab.sweep.run_button, tab.sweep.cancel_button):
+        assert tab.sweep.isAncestorOf(w)
     shown = []  # (stage of the last record, status shown then)
     set_status = tab._set_status
     tab._set_status = lambda text: (shown.append((getattr(tab._last_progress, "stage", None), text)),
                                     set_status(text))
     with qtbot.waitSignal(tab.sweep_finished, timeout=TIMEOUT) as blocker:
         assert tab.run_sweep("k", [1, 2])
-        assert tab.pages.currentWidget() is tab.sweep_page and tab.sweep_cancel_button.isEnabled()
+        assert tab.pages.currentWidget() is tab.sweep and tab.sweep.cancel_button.isEnabled()
     qtbot.waitUntil(lambda: not tab.is_running(), timeout=TIMEOUT)
     # the status says what is happening: describing while describing (the bug: "Ranking the
     # collection against itself" while the queries were described), then the value answered
@@ -260,17 +264,17 @@ def test_sweep_plots_one_point_per_value(qtbot, tab, data):
     describing = [text for stage, text in shown if stage == DESCRIBING]
     assert describing and all(t.startswith("Describing the query photos: ") for t in describing)
     assert f"Describing the query photos: {n} of {n}" in " ".join(describing)
-    assert not any(t.startswith("Ranking the collection") for stage, t in shown if stage != GALLERY_RANKS)
-    assert tab.sweep_status.text().startswith("Sweep done: best MAP")
+    assert not any(t.startswith("Ranking the collection") for stage, t in shown if stage != NEIGHBOURS)
+    assert tab.sweep.status.text().startswith("Sweep done: best MAP")
     points = blocker.args[0]
     assert [p.value for p in points] == [1.0, 2.0] and tab.sweep_points == points
     assert [(p.options.k_q, p.options.k_g, p.options.beta) for p in points] == [(1, 1, 0.5), (2, 2, 0.5)]
     assert all(p.summary["query_regions"] is False for p in points)  # the tab's settings reach the sweep
     for metric in ("map", "mp@1"):
-        x, y = tab.sweep_plot.sweep_curves[metric].getData()
+        x, y = tab.sweep.plot.sweep_curves[metric].getData()
         np.testing.assert_array_equal(x, [1.0, 2.0])
         np.testing.assert_allclose(y, [p.summary[metric] for p in points])
-    assert tab.sweep_table.rowCount() == 2
+    assert tab.sweep.table.rowCount() == 2
     assert not tab.runs  # a sweep does not add runs
     assert not _error_dialogs(tab)
 
@@ -285,8 +289,8 @@ def test_cancel_stops_a_run(qtbot, tab, data):
     tab.cancel()
     qtbot.waitUntil(lambda: not tab.is_running(), timeout=TIMEOUT)
     assert tab.runs == []  # a cancelled run is not kept
-    assert 1 <= tab.progress.value() < n
-    assert "cancelled" in tab.status_label.text()
+    assert 1 <= tab.progress_panel.bar.value() < n
+    assert "cancelled" in tab.progress_panel.status_label.text()
     assert tab.run_button.isEnabled() and not tab.cancel_button.isEnabled()
     assert not tab.plots.timer.isActive()
 
@@ -305,7 +309,7 @@ def test_index_choice_and_errors_are_dialogs(qtbot, tab, data, tmp_path):
     assert len(_error_dialogs(tab)) == 1
     (tmp_path / "empty").mkdir()
     assert not tab.load_queryset_path(tmp_path / "empty")
-    assert tab.queryset is None and tab.detected_label.text() == "No query set."
+    assert tab.queryset is None and tab.queryset_box.detected_label.text() == "No query set."
     assert not tab.open_index(tmp_path / "empty")
     assert tab.export_json(tmp_path / "x.json") is None  # nothing to export
     assert not tab.run_sweep("k", "0")  # no query set: refused before any work
@@ -329,23 +333,24 @@ def test_unknown_instances_are_shown_apart_from_open_set(qtbot, tab, data, tmp_p
                "(not averaged: 1 query)")
 
     assert tab.load_queryset_path(qdir)
-    tab.set_rerank([], verify=False)  # what is checked here does not depend on verification
-    assert html.escape(warning) in tab.detected_label.text()  # before the run
-    assert "open-set queries" not in tab.detected_label.text()
+    tab.rerank.set_names([])  # what is checked here does not depend on verification
+    tab.rerank.set_verify(False)
+    assert html.escape(warning) in tab.queryset_box.detected_label.text()  # before the run
+    assert "open-set queries" not in tab.queryset_box.detected_label.text()
     run = _evaluate(qtbot, tab)
     s = run.report.summary
     assert s["unknown_instance_queries"] == 1 and s["unknown_instances"] == ["harbor_lightz"]
     assert s["open_set_queries"] == n_open
     assert s["queries"] == len(rows) - n_open - 1
-    assert warning in tab.status_label.text()  # after the run
-    assert warning in tab.runs_list.item(0).toolTip()
+    assert warning in tab.progress_panel.status_label.text()  # after the run
+    assert warning in tab.run_list.list.item(0).toolTip()
 
-    row = next(r for r in range(tab.proxy.rowCount()) if tab.proxy.index(r, 0).data() == typo_query)
-    assert tab.proxy.index(row, 1).data() == "not in index: harbor_lightz"
-    assert "check the ground truth" in tab.proxy.index(row, 1).data(Qt.ItemDataRole.ToolTipRole)
-    tab.select_query_row(row)
-    assert "not in this index: harbor_lightz" in tab.query_info.text()
-    assert "open-set" not in tab.query_info.text()
+    row = next(r for r in range(tab.queries.proxy.rowCount()) if tab.queries.proxy.index(r, 0).data() == typo_query)
+    assert tab.queries.proxy.index(row, 1).data() == "not in index: harbor_lightz"
+    assert "check the ground truth" in tab.queries.proxy.index(row, 1).data(Qt.ItemDataRole.ToolTipRole)
+    tab.queries.select_row(row)
+    assert "not in this index: harbor_lightz" in tab.queries.query_info.text()
+    assert "open-set" not in tab.queries.query_info.text()
     assert not _error_dialogs(tab)
 
 
@@ -368,16 +373,16 @@ def test_verdict_figures_operating_points_and_recalibration(qtbot, tab, data, tm
     assert run.verdict_figures == expected
     assert tab.comparison[0]["verdict"] == {k: expected[k] for k in VERDICT_FIGURES}
     for c, key in enumerate(VERDICT_FIGURES, start=VERDICT_COLUMN):
-        assert tab.summary_table.item(0, c).data(VALUE_ROLE) == expected[key]
-        assert tab.summary_table.item(0, c).text() == f"{100 * expected[key]:.1f} %"
-    assert f"{100 * expected['unknown_rejected']:.1f} %" in tab.verdict_label.text()
-    assert f"Verdict: unknown rejected {100 * expected['unknown_rejected']:.1f} %" in tab.status_label.text()
+        assert tab.compare.table.item(0, c).data(VALUE_ROLE) == expected[key]
+        assert tab.compare.table.item(0, c).text() == f"{100 * expected[key]:.1f} %"
+    assert f"{100 * expected['unknown_rejected']:.1f} %" in tab.verdict_page.label.text()
+    assert f"Verdict: unknown rejected {100 * expected['unknown_rejected']:.1f} %" in tab.progress_panel.status_label.text()
 
     # the operating points: three curves, one point per threshold, a line at the threshold in use
     pts = operating_points(report.evidence, verified=True, verdict=report.verdict)
-    assert set(tab.verdict_plot.verdict_curves) == set(VERDICT_CURVES) == {"unknown_rejected", "known_rejected",
+    assert set(tab.verdict_page.plot.verdict_curves) == set(VERDICT_CURVES) == {"unknown_rejected", "known_rejected",
                                                                           "accuracy"}
-    for key, curve in tab.verdict_plot.verdict_curves.items():
+    for key, curve in tab.verdict_page.plot.verdict_curves.items():
         x, y = curve.getData()
         assert len(x) == len(y) == len(pts["threshold"])
         np.testing.assert_array_equal(x, pts["threshold"])
@@ -386,19 +391,19 @@ def test_verdict_figures_operating_points_and_recalibration(qtbot, tab, data, tm
     if report.verdict.model(True) is not None:
         # a calibrated verdict: the curves are its model refitted on these queries, on another confidence
         # scale than the model in use, whose threshold is therefore not drawn (its figures are in words)
-        assert "confidence" in tab.verdict_plot.getPlotItem().getAxis("bottom").labelText
-        assert not tab.verdict_plot.threshold_line.isVisible()
+        assert "confidence" in tab.verdict_page.plot.getPlotItem().getAxis("bottom").labelText
+        assert not tab.verdict_page.plot.threshold_line.isVisible()
     else:
-        assert tab.verdict_plot.threshold_line.isVisible()
-        assert tab.verdict_plot.threshold_line.value() == report.verdict.threshold(True)
+        assert tab.verdict_page.plot.threshold_line.isVisible()
+        assert tab.verdict_page.plot.threshold_line.value() == report.verdict.threshold(True)
 
     # the operating point chosen: at most 10 % of the known objects rejected
     before = dict(index.verdict)
     want = recalibrated(report.evidence, report.verdict, 0.10, verified=True)
-    tab.max_known_spin.setValue(10.0)
-    assert tab.verdict_plot.candidate_line.value() == want.threshold(True)
-    assert want.rule(True) in tab.candidate_label.text()
-    assert tab.store_verdict_button.isEnabled()
+    tab.verdict_page.max_known_spin.setValue(10.0)
+    assert tab.verdict_page.plot.candidate_line.value() == want.threshold(True)
+    assert want.rule(True) in tab.verdict_page.candidate_label.text()
+    assert tab.verdict_page.store_button.isEnabled()
 
     # another writer holds the index: the message is shown, nothing changes
     with writer_lock(index.path):
@@ -419,19 +424,19 @@ def test_verdict_figures_operating_points_and_recalibration(qtbot, tab, data, tm
     assert Verdict.from_dict(Index.load(index.path).verdict) == want
     assert index.verdict == want.to_dict() and changed == [index]
     assert Verdict.from_dict(data.index.verdict) == report.verdict  # the session's index is untouched
-    assert "Verdict stored in" in tab.status_label.text()
+    assert "Verdict stored in" in tab.progress_panel.status_label.text()
 
     # a run without unknown queries cannot re-calibrate: the button is off, the figure is n/a
     s = report.summary
     no_unknown = replace(report, summary={**s, "verdict": {**s["verdict"], "unknown_queries": 0,
                                                              "unknown_rejected": None}})
     tab.add_run(replace(run, key=99, name="no unknown queries", report=no_unknown))
-    assert tab.selected_run().key == 99 and not tab.store_verdict_button.isEnabled()
-    assert tab.summary_table.item(1, VERDICT_COLUMN).text() == "n/a"
+    assert tab.selected_run().key == 99 and not tab.verdict_page.store_button.isEnabled()
+    assert tab.compare.table.item(1, VERDICT_COLUMN).text() == "n/a"
     assert not tab.store_verdict() and len(_error_dialogs(tab)) == 1
 
     tab.select_run(run)
-    tab.pages.setCurrentWidget(tab.verdict_plot.parentWidget())
+    tab.pages.setCurrentWidget(tab.verdict_page.plot.parentWidget())
     qtbot.wait(200)
     assert tab.grab().save(str(VERDICT_SCREENSHOT))
 
@@ -501,8 +506,9 @@ def test_layout_holds_at_1024x700_and_up(qtbot, data, tmp_path):
     win.tabs.setCurrentWidget(tab)
     try:
         assert tab.load_queryset_path(data.queries)
-        tab.set_rerank([], verify=False)
-        tab.regions_check.setChecked(False)
+        tab.rerank.set_names([])
+        tab.rerank.set_verify(False)
+        tab.queryset_box.regions_check.setChecked(False)
         run = _evaluate(qtbot, tab)
         for k in range(2, 5):  # four runs compared, long names
             tab.add_run(replace(run, key=100 + k, colour=run_colour(k),
@@ -512,8 +518,8 @@ def test_layout_holds_at_1024x700_and_up(qtbot, data, tmp_path):
             win.resize(*size)
             qtbot.waitUntil(lambda: (win.width(), win.height()) == size, timeout=5000)
             qtbot.wait(100)
-            for b in (tab.run_button, tab.cancel_button, tab.remove_run_button, tab.export_json_button,
-                      tab.export_csv_button, tab.progress):
+            for b in (tab.run_button, tab.cancel_button, tab.run_list.remove_button, tab.run_list.export_json_button,
+                      tab.run_list.export_csv_button, tab.progress_panel.bar):
                 assert _fully_visible(b), (size, b.text() if hasattr(b, "text") else b)
             # every plot lies inside the plots' view
             view = tab.plots.viewport().rect()
@@ -532,13 +538,13 @@ def test_layout_holds_at_1024x700_and_up(qtbot, data, tmp_path):
                 assert lbl.toolTip() == lbl.full_text() and (lbl.text() == lbl.full_text() or "…" in lbl.text())
             # the settings scroll: the last one can be brought into view
             scroll = tab.findChild(QScrollArea, "evalControlsScroll")
-            scroll.ensureWidgetVisible(tab.verify_check)
+            scroll.ensureWidgetVisible(tab.rerank.verify_check)
             qtbot.wait(50)
-            assert _fully_visible(tab.verify_check), size
+            assert _fully_visible(tab.rerank.verify_check), size
             # the sweep's page shows its controls
-            tab.pages.setCurrentWidget(tab.sweep_page)
+            tab.pages.setCurrentWidget(tab.sweep)
             qtbot.wait(50)
-            for w in (tab.sweep_param_combo, tab.sweep_values_edit, tab.sweep_button, tab.sweep_cancel_button):
+            for w in (tab.sweep.param_combo, tab.sweep.values_edit, tab.sweep.run_button, tab.sweep.cancel_button):
                 assert _fully_visible(w), (size, w)
             tab.pages.setCurrentIndex(0)
     finally:
@@ -561,18 +567,19 @@ def test_cancel_does_not_wait_for_the_call_under_way(qtbot, tab, data, block, ph
         "sweep answering": (QueryPipeline, "answer", "answering at K_q = K_g = 1"),
     }[phase]
     assert tab.load_queryset_path(data.queries)
-    tab.set_rerank([], verify=True)
-    tab.regions_check.setChecked(False)
+    tab.rerank.set_names([])
+    tab.rerank.set_verify(True)
+    tab.queryset_box.regions_check.setChecked(False)
     blocked = block(owner, name)
     try:
         assert tab.run_sweep("k", [1, 2]) if phase.startswith("sweep") else tab.run_evaluation()
         qtbot.waitUntil(lambda: blocked.started.is_set() and getattr(tab._last_progress, "stage", None) == stage,
                         timeout=TIMEOUT)
-        assert tab.status_label.text().startswith(stage[:1].upper() + stage[1:])
+        assert tab.progress_panel.status_label.text().startswith(stage[:1].upper() + stage[1:])
         tab.cancel()
         qtbot.waitUntil(lambda: not tab.is_running(), timeout=30_000)
         assert not blocked.release.is_set()  # stopped while the call was still blocked
-        assert "cancelled" in tab.status_label.text()
+        assert "cancelled" in tab.progress_panel.status_label.text()
         assert tab.run_button.isEnabled() and not tab.cancel_button.isEnabled() and tab.runs == []
     finally:
         blocked.release.set()
@@ -580,29 +587,35 @@ def test_cancel_does_not_wait_for_the_call_under_way(qtbot, tab, data, block, ph
 
 def test_icfrr_warning_wherever_icfrr_runs_on_a_collection_it_cannot_help(qtbot, tab, data, single_photo_index):
     assert tab.load_queryset_path(data.queries)
-    tab.set_rerank([], verify=False)
-    tab.regions_check.setChecked(False)
+    tab.rerank.set_names([])
+    tab.rerank.set_verify(False)
+    tab.queryset_box.regions_check.setChecked(False)
     # a collection with 3-4 photos per object: ICFRR may help, no warning
-    tab.set_rerank(["icfrr"], verify=False)
-    assert tab.icfrr_warning.isHidden() and tab.sweep_warning.isHidden()
+    tab.rerank.set_names(["icfrr"])
+    tab.rerank.set_verify(False)
+    assert tab.icfrr_warning.isHidden() and tab.sweep.warning.isHidden()
     # one photo per object: core's warning above Run and on the sweep's page
-    tab.pages.setCurrentWidget(tab.sweep_page)
+    tab.pages.setCurrentWidget(tab.sweep)
     tab.state.set_index(single_photo_index)
     advice = icfrr_advice(single_photo_index.labels)
     assert advice and "cannot help" in advice
     assert tab.icfrr_warning.isVisibleTo(tab) and tab.icfrr_warning.text() == f"⚠ {advice}"
-    assert tab.sweep_warning.isVisibleTo(tab) and advice in tab.sweep_warning.text()
-    tab.set_rerank(["icfrr"], RerankOptions(k_q=3, k_g=3), verify=False)  # by hand: still no help
+    assert tab.sweep.warning.isVisibleTo(tab) and advice in tab.sweep.warning.text()
+    tab.rerank.set_names(["icfrr"])  # by hand: still no help
+    tab.rerank.set_options(RerankOptions(k_q=3, k_g=3))
+    tab.rerank.set_verify(False)
     assert tab.icfrr_warning.isVisibleTo(tab)
-    tab.set_rerank([], verify=False)
-    assert tab.icfrr_warning.isHidden() and tab.sweep_warning.isVisibleTo(tab)  # a sweep always runs ICFRR
+    tab.rerank.set_names([])
+    tab.rerank.set_verify(False)
+    assert tab.icfrr_warning.isHidden() and tab.sweep.warning.isVisibleTo(tab)  # a sweep always runs ICFRR
     # a run: the warning stays in view while it runs, then in the status and on the run
-    tab.set_rerank(["icfrr"], verify=False)
+    tab.rerank.set_names(["icfrr"])
+    tab.rerank.set_verify(False)
     run = _evaluate(qtbot, tab)
     assert run.report.summary["icfrr_advice"] == advice
     assert tab.icfrr_warning.isVisibleTo(tab)
-    assert advice in tab.status_label.text()
-    item = tab.runs_list.item(0)
+    assert advice in tab.progress_panel.status_label.text()
+    item = tab.run_list.list.item(0)
     assert item.text().startswith("⚠ ") and advice in item.toolTip()
 
 
@@ -616,12 +629,12 @@ def test_search_tab_shows_the_icfrr_warning(qtbot, tmp_path, single_photo_index,
     try:
         state.set_index(single_photo_index)
         assert st.icfrr_warning.isHidden()
-        st.set_reranker("icfrr")
-        advice = icfrr_advice(single_photo_index.labels, st.rerank_options())
+        st.rerank.set_names(["icfrr"])
+        advice = icfrr_advice(single_photo_index.labels, st.rerank.options())
         assert advice and st.icfrr_warning.isVisibleTo(st) and st.icfrr_warning.text() == f"⚠ {advice}"
-        st.set_reranker("")
+        st.rerank.set_names([""])
         assert st.icfrr_warning.isHidden()
-        st.set_reranker("icfrr")
+        st.rerank.set_names(["icfrr"])
         state.set_index(data.index)  # 3-4 photos per object: gone
         assert st.icfrr_warning.isHidden()
     finally:

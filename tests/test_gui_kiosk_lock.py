@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import QPoint, QSettings, Qt
 from PySide6.QtGui import QCloseEvent, QKeySequence
-from PySide6.QtWidgets import QApplication, QMessageBox, QWidget
+from PySide6.QtWidgets import QApplication, QLabel, QMessageBox, QWidget
 
 from museum_search.core.capture import FileSequenceCamera
 from museum_search.gui import workers
@@ -56,6 +56,11 @@ def _settings(tmp_path: Path, name: str = "settings.ini") -> Settings:
 
 def _camera(number: int) -> FileSequenceCamera:
     return FileSequenceCamera([PHOTO], fps=8, loop=True, max_side=640)
+
+
+def _visible_text(w: DemoWindow) -> str:
+    """Every label a visitor can read now."""
+    return "\n".join(lab.text() for lab in w.findChildren(QLabel) if lab.text() and lab.isVisibleTo(w))
 
 
 def _visible_windows() -> list[QWidget]:
@@ -145,26 +150,26 @@ def test_with_a_pin_the_exit_combination_asks_for_it(qtbot, make_kiosk, sample_i
     assert PIN_SETTING.split("/")[1] in stored and PIN not in stored  # a salted hash, not the PIN
 
     qtbot.keyClick(w, Qt.Key.Key_Q, CTRL_SHIFT)
-    assert w.isVisible() and w.pin_prompt_open()
-    assert PIN_TITLE in w.visible_text()
+    assert w.isVisible() and w.findChild(QWidget, "pinPrompt").isVisible()
+    assert PIN_TITLE in _visible_text(w)
 
     # a wrong PIN (typed) keeps the kiosk, and says so
     qtbot.keyClicks(w, "1357")
     assert w.pin_prompt.digits() == "1357"
     qtbot.keyClick(w, Qt.Key.Key_Return)
-    assert w.isVisible() and w.pin_prompt_open() and w.pin_prompt.digits() == ""
+    assert w.isVisible() and w.findChild(QWidget, "pinPrompt").isVisible() and w.pin_prompt.digits() == ""
     assert w.pin_prompt.message.text() == PIN_WRONG
     # the window system cannot close it while the prompt is open either
     assert w.windowHandle().close() is False and w.isVisible()
 
     # Esc closes the prompt (not the kiosk); touches on the prompt do not reach the kiosk
     qtbot.keyClick(w, Qt.Key.Key_Escape)
-    assert w.isVisible() and not w.pin_prompt_open()
+    assert w.isVisible() and not w.findChild(QWidget, "pinPrompt").isVisible()
     qtbot.keyClick(w, Qt.Key.Key_Q, CTRL_SHIFT)
-    assert w.pin_prompt_open()
+    assert w.findChild(QWidget, "pinPrompt").isVisible()
     touches = w.ripple.touches
     qtbot.mouseClick(w.pin_prompt, Qt.MouseButton.LeftButton, pos=QPoint(10, 10))
-    assert w.ripple.touches == touches and w.pin_prompt_open()
+    assert w.ripple.touches == touches and w.findChild(QWidget, "pinPrompt").isVisible()
 
     # the right PIN on the keypad (a touch screen) leaves
     for digit in PIN + "⌫" + PIN[-1]:
@@ -184,7 +189,7 @@ def test_too_many_wrong_pins_lock_the_prompt(qtbot, make_kiosk, sample_index):
     assert not w.pin_prompt.keys["OK"].isEnabled()
     qtbot.keyClicks(w, PIN)  # even the right PIN: refused while locked
     qtbot.keyClick(w, Qt.Key.Key_Return)
-    assert w.isVisible() and w.pin_prompt_open()
+    assert w.isVisible() and w.findChild(QWidget, "pinPrompt").isVisible()
 
 
 def test_holding_the_corner_opens_the_pin_prompt_only_with_a_pin(qtbot, make_kiosk, sample_index, monkeypatch):
@@ -193,7 +198,7 @@ def test_holding_the_corner_opens_the_pin_prompt_only_with_a_pin(qtbot, make_kio
     qtbot.mousePress(free, Qt.MouseButton.LeftButton, pos=QPoint(5, 5))
     qtbot.wait(500)
     qtbot.mouseRelease(free, Qt.MouseButton.LeftButton, pos=QPoint(5, 5))
-    assert free.isVisible() and not free.pin_prompt_open()
+    assert free.isVisible() and not free.findChild(QWidget, "pinPrompt").isVisible()
     free.shutdown()
     free.close()
 
@@ -201,13 +206,13 @@ def test_holding_the_corner_opens_the_pin_prompt_only_with_a_pin(qtbot, make_kio
     qtbot.mousePress(w, Qt.MouseButton.LeftButton, pos=QPoint(500, 300))  # not the corner
     qtbot.wait(500)
     qtbot.mouseRelease(w, Qt.MouseButton.LeftButton, pos=QPoint(500, 300))
-    assert not w.pin_prompt_open()
+    assert not w.findChild(QWidget, "pinPrompt").isVisible()
     qtbot.mousePress(w, Qt.MouseButton.LeftButton, pos=QPoint(5, 5))
     qtbot.mouseRelease(w, Qt.MouseButton.LeftButton, pos=QPoint(5, 5))  # a short tap: nothing
     qtbot.wait(500)
-    assert not w.pin_prompt_open()
+    assert not w.findChild(QWidget, "pinPrompt").isVisible()
     qtbot.mousePress(w, Qt.MouseButton.LeftButton, pos=QPoint(5, 5))
-    qtbot.waitUntil(w.pin_prompt_open, timeout=3000)
+    qtbot.waitUntil(w.findChild(QWidget, "pinPrompt").isVisible, timeout=3000)
     qtbot.mouseRelease(w.pin_prompt, Qt.MouseButton.LeftButton, pos=QPoint(5, 5))
     assert w.isVisible()
 
@@ -311,7 +316,7 @@ def test_quit_during_a_build_asks_and_cancels_when_confirmed(qtbot, window, coll
     tab.index_edit.setText(str(out))
     tab.batch_size = 1
     assert tab.start_build()
-    qtbot.waitUntil(lambda: tab.progress_bar.value() > 0, timeout=TIMEOUT)
+    qtbot.waitUntil(lambda: tab.progress.bar.value() > 0, timeout=TIMEOUT)
     assert tab.running and window.busy_text() == "A build is running"
 
     quit_action = next(a for a in window.menuBar().actions()[0].menu().actions() if "Quit" in a.text())
@@ -333,9 +338,9 @@ def test_quit_during_a_build_asks_and_cancels_when_confirmed(qtbot, window, coll
     qtbot.mouseClick(box.button(QMessageBox.StandardButton.Yes), Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: not window.isVisible(), timeout=TIMEOUT)
     qtbot.waitUntil(lambda: not tab.running, timeout=TIMEOUT)
-    assert tab.status_label.text() == "Cancelled — no index was saved"
+    assert tab.progress.status_label.text() == "Cancelled — no index was saved"
     assert not (out / "manifest.json").exists()
-    assert tab.progress_bar.value() < tab.progress_bar.maximum() or tab.progress_bar.value() == 0
+    assert tab.progress.bar.value() < tab.progress.bar.maximum() or tab.progress.bar.value() == 0
 
 
 def test_quit_during_an_evaluation_asks_and_cancels_when_confirmed(qtbot, window, sample_index, block):
@@ -361,7 +366,7 @@ def test_quit_during_an_evaluation_asks_and_cancels_when_confirmed(qtbot, window
     qtbot.waitUntil(lambda: not window.isVisible(), timeout=TIMEOUT)
     qtbot.waitUntil(lambda: not tab.is_running(), timeout=TIMEOUT)
     assert not blocked.release.is_set()  # cancelled, not finished
-    assert "cancelled" in tab.status_label.text() and tab.runs == []
+    assert "cancelled" in tab.progress_panel.status_label.text() and tab.runs == []
 
 
 def test_quit_without_a_job_does_not_ask(qtbot, window):
@@ -378,11 +383,11 @@ APP = r"""
 import json, sys
 from PySide6.QtCore import QSettings, QSocketNotifier, QTimer
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QWidget
 
 app = QApplication([sys.argv[0]])
 from museum_search.core.capture import FileSequenceCamera
-from museum_search.core.index import Index
+from museum_search.core.store import Index
 from museum_search.gui.main_window import MainWindow
 from museum_search.gui.state import AppState, Settings
 
@@ -404,7 +409,7 @@ def now():
         "full_screen": d is not None and d.isFullScreen(),
         "geometry": list(d.geometry().getRect()) if d is not None else None,
         "mode": d.mode if d is not None else None,
-        "pin_prompt": d is not None and d.pin_prompt_open(),
+        "pin_prompt": d is not None and d.findChild(QWidget, "pinPrompt").isVisible(),
         "pin_message": d.pin_prompt.message.text() if d is not None else "",
         "visible_windows": [w.windowTitle() for w in app.topLevelWidgets() if w.isVisible()],
         "active": active.windowTitle() if active is not None else None,

@@ -14,7 +14,8 @@ from PySide6.QtCore import QSettings, Qt
 
 from museum_search.core.backbones import imported_meta
 from museum_search.core.catalogue import ItemStore
-from museum_search.core.index import Index, Item, LabellingSpec
+from museum_search.core.catalogue import Item
+from museum_search.core.store import Index, LabellingSpec
 from museum_search.gui import workers
 from museum_search.gui.state import AppState, Settings
 from museum_search.gui.widgets.thumbnails import ROW_ROLE, ThumbnailCache
@@ -233,8 +234,8 @@ def test_thumbnail_that_arrives_repaints_its_row_through_the_filter(qtbot, tmp_p
 
 def _ann_index(tmp_path: Path, n: int = 3000) -> Index:
     """A saved index with neighbour lists and an approximate-search index (built by core)."""
-    from museum_search.core import index as index_mod
-    from museum_search.core.extract import run
+    from museum_search.core import indexing as index_mod
+    from museum_search.core.progress import drive as run
 
     root = tmp_path / "photos-root"
     root.mkdir(exist_ok=True)
@@ -269,6 +270,7 @@ def test_search_mode_choice_follows_the_index(qtbot, state, tmp_path):
     from museum_search.core.query import QueryPipeline
     from museum_search.gui.evaluation_tab import EvaluationTab
     from museum_search.gui.search_tab import SearchTab
+    from museum_search.gui.widgets.search_mode import SearchModeCombo
 
     search = SearchTab(state)
     evaluation = EvaluationTab(state)
@@ -278,7 +280,7 @@ def test_search_mode_choice_follows_the_index(qtbot, state, tmp_path):
         plain = Index(tmp_path, imported_meta(DIM), _items(100), _descriptors(100), LabellingSpec("imported"))
         with_ann = _ann_index(tmp_path)
         for tab in (search, evaluation):
-            combo = tab.search_mode
+            combo = tab.findChild(SearchModeCombo, "searchMode")
             assert [combo.itemText(i) for i in range(combo.count())] == \
                 ["Automatic", "Exact", "Approximate (large collections)"]
             state.set_index(plain)
@@ -314,6 +316,7 @@ def test_search_tab_answers_the_same_with_approximate_search(qtbot, state, sampl
     from museum_search.core.ann import AnnIndex
     from museum_search.core.progress import drive
     from museum_search.gui.search_tab import SearchTab
+    from museum_search.gui.widgets.search_mode import SearchModeCombo
 
     index = copy.copy(sample_index)  # the session's index is shared: its ANN index is this test's own
     index.ann = drive(AnnIndex.build(index.descriptors))
@@ -325,7 +328,7 @@ def test_search_tab_answers_the_same_with_approximate_search(qtbot, state, sampl
         query = Path(__file__).resolve().parents[1] / "resources" / "sample" / "queries" / "q01.jpg"
         answers = {}
         for mode in ("exact", "ann"):
-            tab.search_mode.set_mode(mode)
+            tab.findChild(SearchModeCombo, "searchMode").set_mode(mode)
             if mode == "exact":
                 assert tab.search_file(query)
             qtbot.waitUntil(tab.is_up_to_date, timeout=120_000)

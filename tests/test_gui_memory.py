@@ -18,7 +18,8 @@ from PySide6.QtWidgets import QApplication
 from museum_search.core import memory
 from museum_search.core.backbones import BackboneMeta, DescriptorExtractor
 from museum_search.core.images import load_image
-from museum_search.core.index import Index, Item
+from museum_search.core.catalogue import Item
+from museum_search.core.store import Index
 from museum_search.gui import workers
 from museum_search.gui.state import AppState, Settings
 
@@ -82,13 +83,13 @@ def test_finished_jobs_are_freed_with_what_their_callbacks_hold(qtbot):
 
 
 def test_search_tab_keeps_one_result_dialog(qtbot, tmp_path, sample):
-    from museum_search.core.search import results_for
+    from museum_search.gui.widgets.query_page import ranked_results
     from museum_search.gui.search_tab import ResultDialog, SearchTab
 
     index = sample[0]
     tab = SearchTab(AppState(_settings(tmp_path)))
     qtbot.addWidget(tab)
-    results = results_for(index, np.arange(4), np.linspace(1, 0.5, len(index)).astype(np.float32))
+    results = ranked_results(index, np.arange(4), np.linspace(1, 0.5, len(index)).astype(np.float32))
     for r in results:  # a user opening one result after another
         dialog = tab.show_result_dialog(r)
         qtbot.waitUntil(lambda dialog=dialog: not dialog.is_busy(), timeout=10_000)
@@ -113,15 +114,16 @@ def test_evaluation_tab_keeps_the_newest_runs_whole(qtbot, tmp_path, sample, mon
     tab.resize(1400, 900)
     tab.show()
     assert tab.load_queryset_path(queries)
-    tab.set_rerank([], verify=False)
+    tab.rerank.set_names([])
+    tab.rerank.set_verify(False)
     shown = summary = None
     for n in range(4):
         with qtbot.waitSignal(tab.run_finished, timeout=120_000):
             assert tab.run_evaluation()
         qtbot.waitUntil(lambda: not tab.is_running(), timeout=30_000)
         if n == 0:
-            tab.select_query_row(0)
-            shown = (tab.query_info.text(), [c.result.path for c in tab.result_grid.cards()])
+            tab.queries.select_row(0)
+            shown = (tab.queries.query_info.text(), [c.result.path for c in tab.queries.result_grid.cards()])
             summary = dict(tab.runs[0].report.summary)
     assert len(tab.runs) == 4
     lengths = [{len(rec.ranking) for rec in run.report.records} for run in tab.runs]
@@ -129,8 +131,8 @@ def test_evaluation_tab_keeps_the_newest_runs_whole(qtbot, tmp_path, sample, mon
     assert all(len(rec.relevance) == len(index) for run in tab.runs for rec in run.report.records)
     # the oldest run still shows the same figures and the same top results
     tab.select_run(tab.runs[0])
-    tab.select_query_row(0)
+    tab.queries.select_row(0)
     assert tab.runs[0].report.summary == summary
-    assert (tab.query_info.text(), [c.result.path for c in tab.result_grid.cards()]) == shown
+    assert (tab.queries.query_info.text(), [c.result.path for c in tab.queries.result_grid.cards()]) == shown
     tab.shutdown()
     assert workers.wait_all(30_000)

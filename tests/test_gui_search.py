@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from PySide6.QtCore import QMimeData, QSettings, Qt
+from PySide6.QtWidgets import QComboBox
 
 from museum_search.core.capture import FileSequenceCamera, OpenCVCamera, list_cameras
 from museum_search.core.query import QueryPipeline, QuerySettings, load_query, query_from_array
@@ -88,8 +89,8 @@ def _same_answer(a, b) -> None:
 
 def test_search_tab_gives_the_cli_answer_and_describes_once(qtbot, make_tab, data):
     tab = make_tab(data.index, top_k=5)
-    assert tab.verify.isChecked() and "slower" in tab.verify.toolTip().lower()
-    assert tab.rerank_combo.findData("spatial") < 0  # verification is its own toggle
+    assert tab.rerank.verify_check.isChecked() and "slower" in tab.rerank.verify_check.toolTip().lower()
+    assert tab.findChild(QComboBox, "rerankCombo").findData("spatial") < 0  # verification is its own toggle
     path, instance = data.easy
     _search(qtbot, tab, path)
 
@@ -122,26 +123,26 @@ def test_search_tab_gives_the_cli_answer_and_describes_once(qtbot, make_tab, dat
     tab.per_instance.setChecked(False)
     tab.k_spin.setValue(5)
     for name in ("aqe", "icfrr"):
-        tab.set_reranker(name)
+        tab.rerank.set_names([name])
         _settle(qtbot, tab)
-        assert tab._shown_pipeline.settings.rerank == name and tab.grid.count() == 5
+        assert tab._shown_pipeline.settings.rerank == (name,) and tab.grid.count() == 5
         assert f"{name}, verified" in tab.status.text()
-    assert tab.icfrr_kq.value() >= 1  # suggested from the collection
-    tab.icfrr_beta.setValue(0.25)  # a parameter change answers again (after a short pause)
+    assert tab.rerank.kq_spin.value() >= 1  # suggested from the collection
+    tab.rerank.beta_spin.setValue(0.25)  # a parameter change answers again (after a short pause)
     qtbot.waitUntil(lambda: tab.is_up_to_date() and tab._shown_pipeline.settings.options.beta == 0.25,
                     timeout=TIMEOUT)
-    tab.set_reranker("")
+    tab.rerank.set_names([""])
     _settle(qtbot, tab)
     _same_answer(tab.answer(), cli)  # back to the default settings: the CLI's answer again
 
-    tab.verify.setChecked(False)  # not verified: cosine only, no inliers on the cards
+    tab.rerank.verify_check.setChecked(False)  # not verified: cosine only, no inliers on the cards
     _settle(qtbot, tab)
     assert all(r.inliers is None for r in tab.results())
     assert all("not verified" in c.evidence_label.text() for c in tab.grid.cards())
     assert "not verified" in tab.answer().reason
     (unverified,) = QueryPipeline(data.index, QuerySettings(verify=False)).answer([load_query(path)])
     _same_answer(tab.answer(), unverified)
-    tab.verify.setChecked(True)
+    tab.rerank.verify_check.setChecked(True)
     _settle(qtbot, tab)
     assert tab._descriptors[1] is descriptors  # never described again
     assert "described" not in tab.status.text()
@@ -252,10 +253,10 @@ def test_not_in_collection_banner_and_no_geometric_match(qtbot, make_tab, data):
     assert f"confidence {cli.confidence:.2f}; " in text and "Confidence:" in tab.banner.toolTip()
     assert tab.grid.count() == 4  # the closest references are still listed
 
-    tab.set_reranker("aqe")  # the verdict stays the pipeline's, whatever the re-ranking
+    tab.rerank.set_names(["aqe"])  # the verdict stays the pipeline's, whatever the re-ranking
     _settle(qtbot, tab)
     assert tab.verdict() is False
-    tab.set_reranker("")
+    tab.rerank.set_names([""])
     _settle(qtbot, tab)
 
     # no homography with a (wrong) reference: the two photos, "no geometric match"
@@ -274,12 +275,12 @@ def test_not_in_collection_banner_and_no_geometric_match(qtbot, make_tab, data):
 
 
 def test_result_grid_marks_correct_results(qtbot, data):
-    from museum_search.core.search import results_for
+    from museum_search.gui.widgets.query_page import ranked_results
     from museum_search.gui.widgets.result_grid import ResultGrid
 
     index = data.index
     rows = np.arange(min(4, len(index)))
-    results = results_for(index, rows, np.linspace(0.9, 0.5, len(index)).astype(np.float32))
+    results = ranked_results(index, rows, np.linspace(0.9, 0.5, len(index)).astype(np.float32))
     grid = ResultGrid(thumb_size=96)
     qtbot.addWidget(grid)
     grid.resize(500, 400)

@@ -1,5 +1,5 @@
 """Opening an index of the older format 2 in the GUI: the error is shown with an offer to convert it;
-Convert runs ``core.index.upgrade_index`` on a worker (progress, Cancel) and opens the result. The
+Convert runs ``core.indexing.upgrade_index`` on a worker (progress, Cancel) and opens the result. The
 format-2 indexes are written as museum-search 0.x wrote them (``test_index_format._write_v2``)."""
 
 from __future__ import annotations
@@ -16,13 +16,8 @@ from PySide6.QtWidgets import QPushButton
 from test_index_format import _write_v2
 
 from museum_search.core.backbones import imported_meta
-from museum_search.core.index import (
-    MANIFEST,
-    Index,
-    Item,
-    LabellingSpec,
-    _manifest_digest,
-)
+from museum_search.core.catalogue import Item
+from museum_search.core.store import MANIFEST, Index, LabellingSpec, _manifest_digest
 from museum_search.core.progress import Progress
 from museum_search.gui import workers
 from museum_search.gui.state import AppState, Settings
@@ -114,7 +109,7 @@ def test_old_index_is_converted_after_asking_and_opened(qtbot, window, tmp_path)
 
 
 def test_cancelled_conversion_leaves_the_old_index(qtbot, window, tmp_path, monkeypatch):
-    from museum_search.core import index as index_mod
+    from museum_search.core import indexing as index_mod
 
     old = tmp_path / "old-index"
     _write_v2(old, _index(tmp_path))
@@ -257,9 +252,9 @@ def test_update_in_the_collection_tab_converts_an_old_index_first(qtbot, window,
 
     tab.update_button.click()
     qtbot.waitUntil(lambda: len(_visible("upgradeIndexDialog")) == 1, timeout=5000)
-    assert "older format" in tab.status_label.text() and not started
+    assert "older format" in tab.progress.status_label.text() and not started
     _visible("upgradeIndexDialog")[0].reject()
-    qtbot.waitUntil(lambda: "Nothing was updated" in tab.status_label.text(), timeout=5000)
+    qtbot.waitUntil(lambda: "Nothing was updated" in tab.progress.status_label.text(), timeout=5000)
     assert not started and json.loads((old / MANIFEST).read_text())["version"] == 2
 
     tab.update_button.click()

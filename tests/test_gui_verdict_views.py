@@ -13,7 +13,7 @@ import pytest
 from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QLabel
 
-from museum_search.core.index import Index
+from museum_search.core.store import Index
 from museum_search.core.verdict import Verdict
 from museum_search.gui import workers
 from museum_search.gui.demo_window import CONFIDENCE_WORDS, confidence_words

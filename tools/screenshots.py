@@ -29,7 +29,7 @@ def main() -> int:
 
     from PySide6.QtWidgets import QApplication
 
-    from museum_search.core.index import build_index
+    from museum_search.core.indexing import build_index
     from museum_search.core.extract import run
     from museum_search.gui import workers
     from museum_search.gui.main_window import MainWindow
@@ -72,13 +72,15 @@ def main() -> int:
     tab = win.evaluation_tab
     win.tabs.setCurrentWidget(tab)
     tab.load_queryset_path(args.data / "queries" / args.query_set)
-    tab.set_rerank([], verify=False)  # the unverified baseline first
+    tab.rerank.set_names([])  # the unverified baseline first
+    tab.rerank.set_verify(False)
     tab.run_evaluation()
     pump(1800, until=lambda: not tab.is_running())
-    tab.set_rerank([], verify=True)  # then the default pipeline: verified answers
+    tab.rerank.set_names([])  # then the default pipeline: verified answers
+    tab.rerank.set_verify(True)
     tab.run_evaluation()
     pump(1800, until=lambda: not tab.is_running())
-    tab.select_query_row(0)
+    tab.queries.select_row(0)
     pump(4)
     shot("evaluation")
     workers.wait_all()

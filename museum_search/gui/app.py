@@ -23,6 +23,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"museum-search {__version__}")
         return 0
 
+    app = _application()
+    if args.demo:
+        if args.index is None:
+            parser.error("--demo needs an INDEX")
+        return _run_demo(app, args)
+    from .main_window import MainWindow
+
+    window = MainWindow()
+    window.show()
+    if args.index is not None:
+        window.open_index(args.index)
+    elif args.sample:
+        window.collection_tab.open_sample_collection()
+    return app.exec()
+
+
+def _application():
+    """The QApplication, with the engine and the matcher of the stored settings."""
     from PySide6.QtCore import Qt
     from PySide6.QtWidgets import QApplication
 
@@ -37,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     app = QApplication.instance() or QApplication([sys.argv[0]])
     app.setApplicationName("museum-search")
     app.setOrganizationName("museum-search")
-    from .main_window import MainWindow, app_icon
+    from .main_window import app_icon
 
     app.setWindowIcon(app_icon())
     from .state import Settings
@@ -45,41 +63,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     if engines.chosen() is None:  # not chosen on the command line: the stored setting
         Settings().apply_engine()
     Settings().apply_matcher()  # the matcher of the indexes built in the app
-    if args.demo:
-        if args.index is None:
-            parser.error("--demo needs an INDEX")
-        from . import upgrade
-        from .demo_window import DemoWindow
+    return app
 
-        settings = Settings()
-        if args.camera is not None:
-            settings.camera = args.camera
-        windows = []
 
-        def opened(index) -> None:
-            app.setQuitOnLastWindowClosed(True)
-            windows.append(DemoWindow(index, settings))
-            windows[-1].showFullScreen()
+def _run_demo(app, args) -> int:
+    """The kiosk on ``args.index`` (full screen) until it is left."""
+    from PySide6.QtWidgets import QWidget
 
-        # An index of an older format is offered for conversion first. Until the kiosk shows, closing a
-        # dialog must not end the application; if the index cannot be opened, it ends once the error
-        # has been read (there is no window to go back to).
-        from PySide6.QtWidgets import QWidget
+    from . import upgrade
+    from .demo_window import DemoWindow
+    from .main_window import app_icon
+    from .state import Settings
 
-        app.setQuitOnLastWindowClosed(False)
-        host = QWidget()  # never shown: owns the dialogs shown before the kiosk (else they are freed at once)
-        host.setWindowIcon(app_icon())
-        upgrade.open_index(host, args.index, opened, on_failed=lambda: _quit_after_errors(app))
-        code = app.exec()
-        host.deleteLater()
-        return code
-    window = MainWindow()
-    window.show()
-    if args.index is not None:
-        window.open_index(args.index)
-    elif args.sample:
-        window.collection_tab.open_sample_collection()
-    return app.exec()
+    settings = Settings()
+    if args.camera is not None:
+        settings.camera = args.camera
+    windows = []
+
+    def opened(index) -> None:
+        app.setQuitOnLastWindowClosed(True)
+        windows.append(DemoWindow(index, settings))
+        windows[-1].showFullScreen()
+
+    # An index of an older format is offered for conversion first. Until the kiosk shows, closing a
+    # dialog must not end the application; if the index cannot be opened, it ends once the error
+    # has been read (there is no window to go back to).
+    app.setQuitOnLastWindowClosed(False)
+    host = QWidget()  # never shown: owns the dialogs shown before the kiosk (else they are freed at once)
+    host.setWindowIcon(app_icon())
+    upgrade.open_index(host, args.index, opened, on_failed=lambda: _quit_after_errors(app))
+    code = app.exec()
+    host.deleteLater()
+    return code
 
 
 def _quit_after_errors(app) -> None:

@@ -2,16 +2,16 @@
 to use, build (or update) its index in the background, and browse what is indexed.
 
 All long work runs through :mod:`museum_search.gui.workers` on core generators
-(``core.index.build_index`` / ``update_index``); the network itself is built inside the worker so
+(``core.indexing.build_index`` / ``update_index``); the network itself is built inside the worker so
 a missing-weights error is reported like any other (a dialog, no traceback). Cancelling stops the
 generator before it saves: the index on disk is replaced atomically only at the very end, so the
 previous index stays as it was.
 
 Where the index goes: a new collection gets a new folder of its own,
-``core.index.default_index_folder`` (``<collection>-index`` beside it), never the folder of the
+``core.store.default_index_folder`` (``<collection>-index`` beside it), never the folder of the
 index that happens to be open. The field under *Index* says what is in the folder chosen (new,
 empty, this collection's index, another collection's index, or a folder that cannot be used),
-*Build* refuses what ``core.index.check_output_folder`` refuses and asks before replacing the index
+*Build* refuses what ``core.store.check_output_folder`` refuses and asks before replacing the index
 of another collection. The core takes the index's writer lock before any work, so a second writer
 gets a clear message instead of a half-written index. *Choose…* opens a :class:`FolderChooser`,
 which also makes new folders: its New Folder button, or a typed path that does not exist yet
@@ -44,7 +44,6 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QMessageBox,
-    QProgressBar,
     QPushButton,
     QScrollArea,
     QSizePolicy,
@@ -58,36 +57,17 @@ from PySide6.QtWidgets import (
 from superqt import QElidingLabel
 
 from ..core import paths
-from ..core.backbones import (
-    DEFAULT_BACKBONE,
-    DEFAULT_HEAD,
-    DEFAULT_SIZE,
-    HEADS,
-    REGISTRY,
-    BackboneConfig,
-    build_extractor,
-)
+from ..core.backbones import DEFAULT_BACKBONE, DEFAULT_HEAD, DEFAULT_SIZE, HEADS, REGISTRY, BackboneConfig
 from ..core.errors import MuseumSearchError, OutputFolderError
 from ..core.extract import ExtractProgress
 from ..core.images import load_image
-from ..core.index import (
-    BUILD_STAGES,
-    MANIFEST,
-    BuildReport,
-    Index,
-    LabellingSpec,
-    _indexed_collection,
-    build_index,
-    check_output_folder,
-    default_index_folder,
-    is_index_folder,
-    update_index,
-    writer_lock,
-)
+from ..core.indexing import BUILD_STAGES, BuildReport, build_job, update_job
+from ..core.store import MANIFEST, Index, LabellingSpec, _indexed_collection, check_output_folder, default_index_folder, is_index_folder
 from ..core.labels import RULES, describe, find_catalogue, label_collection
 from ..core.verdict import Verdict
 from . import upgrade, workers
 from .state import AppState
+from .widgets.progress_panel import ProgressPanel
 from .widgets.camera_view import ImageView
 from .widgets.result_grid import catalogue_form
 from .widgets.thumbnails import ThumbnailBrowser, ThumbnailCache
@@ -377,33 +357,6 @@ def _manifest_stamp(folder: Path) -> int | None:
         return None
 
 
-# ---- the generators run in the worker (never touch Qt there) ---------------------------------
-
-
-def _build_job(collection: Path, out: Path, config: BackboneConfig, spec: LabellingSpec, batch_size: int):
-    """Take the index's writer lock (checks the folder; IndexLockedError / OutputFolderError before any
-    work), build the extractor (may raise WeightsUnavailableError), then the index.
-
-    The lock is re-entrant in this worker thread, so ``build_index`` takes it again without waiting;
-    holding it from the start means a second writer is reported at once, not after the network loads.
-    """
-    yield ExtractProgress(0, 0, None, stage="checking the index folder")
-    with writer_lock(out, collection=collection):
-        yield ExtractProgress(0, 0, None, stage=f"loading {config.name}")
-        extractor = build_extractor(config)
-        yield ExtractProgress(0, 0, None, stage="listing and labelling the images")
-        report = yield from build_index(collection, out, config, spec, extractor=extractor, batch_size=batch_size)
-    return report
-
-
-def _update_job(index_dir: Path, batch_size: int):
-    yield ExtractProgress(0, 0, None, stage="reading the index")
-    index = Index.load(index_dir)
-    yield ExtractProgress(0, 0, None, stage="looking for new, changed and removed files")
-    report = yield from update_index(index, batch_size=batch_size)
-    return report
-
-
 class CollectionTab(QWidget):
     """Build, update and browse the index of a collection. See the module docstring."""
 
@@ -437,7 +390,38 @@ class CollectionTab(QWidget):
 
     # ---- UI ----------------------------------------------------------------------------------
     def _build_ui(self) -> None:
-        # collection group
+        left = QWidget()
+        ll = QVBoxLayout(left)
+        ll.setContentsMargins(0, 0, 0, 0)
+        for box in (self._collection_box(), self._descriptor_box(), self._index_box()):
+            ll.addWidget(box)
+        ll.addWidget(self._skipped_box(), 1)
+        left.setMinimumWidth(360)
+        # on a small screen (1024×700) the controls scroll instead of squeezing wrapped texts
+        self.controls = QScrollArea()
+        self.controls.setObjectName("collectionControls")
+        self.controls.setWidgetResizable(True)
+        self.controls.setFrameShape(QFrame.Shape.NoFrame)
+        self.controls.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.controls.setWidget(left)
+        self.controls.setMinimumWidth(360 + self.controls.verticalScrollBar().sizeHint().width())
+        self.browser = ThumbnailBrowser(self)
+        self.browser.setObjectName("collectionBrowser")
+        self.browser.activated.connect(self.show_reference)
+        splitter = QSplitter(Qt.Orientation.Horizontal)
+        splitter.addWidget(self.controls)
+        splitter.addWidget(self.browser)
+        splitter.setStretchFactor(0, 0)
+        splitter.setStretchFactor(1, 1)
+        splitter.setSizes([420, 860])
+        splitter.setChildrenCollapsible(False)
+        self.splitter = splitter
+        lay = QVBoxLayout(self)
+        lay.addWidget(splitter)
+        self._rule_changed()
+
+    def _collection_box(self) -> QGroupBox:
+        """The collection folder, how its photos are labelled (rule, catalogue, expression), what was found."""
         self.collection_edit = QLineEdit()
         self.collection_edit.setObjectName("collectionFolder")
         self.collection_edit.setPlaceholderText("Folder of reference photos")
@@ -488,8 +472,10 @@ class CollectionTab(QWidget):
         cl = QVBoxLayout(coll_box)
         cl.addLayout(form)
         cl.addWidget(self.detected_label)  # below the form: a wrapped label sizes well in a box layout
+        return coll_box
 
-        # descriptor group
+    def _descriptor_box(self) -> QGroupBox:
+        """The network: backbone, head and image size."""
         self.backbone_combo = QComboBox()
         self.backbone_combo.setObjectName("backbone")
         for name, spec in REGISTRY.items():
@@ -517,8 +503,10 @@ class CollectionTab(QWidget):
         self._set_combo(self.head_combo, DEFAULT_HEAD)
         self.size_spin.setValue(DEFAULT_SIZE)
         self._backbone_changed()
+        return desc_box
 
-        # index group
+    def _index_box(self) -> QGroupBox:
+        """The index folder, Build / Update / Cancel, the progress and the verdict's warning."""
         self.index_edit = QLineEdit()
         self.index_edit.setObjectName("indexFolder")
         self.index_edit.setPlaceholderText("Where the index is saved (a new folder for a new collection)")
@@ -537,6 +525,30 @@ class CollectionTab(QWidget):
         # typing: look at the folder once the user pauses (a network folder may be slow to list)
         self._folder_check_timer = QTimer(self, singleShot=True, interval=250)
         self._folder_check_timer.timeout.connect(self._refresh_folder_check)
+        self._make_progress()
+        # a weak operating point of the verdict: said here, before a visitor meets it in the kiosk
+        self.verdict_warning = QLabel("")
+        self.verdict_warning.setObjectName("verdictWarning")
+        self.verdict_warning.setWordWrap(True)
+        self.verdict_warning.setTextFormat(Qt.TextFormat.PlainText)
+        self.verdict_warning.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.verdict_warning.setStyleSheet("QLabel { background:#fff4e0; color:#6b3d00; border:1px solid #e0a030; "
+                                           "padding:6px; border-radius:4px; }")
+        self.verdict_warning.hide()
+        index_box = QGroupBox("Index")
+        iform = QVBoxLayout(index_box)
+        folder_form = QFormLayout()
+        folder_form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+        folder_form.setContentsMargins(0, 0, 0, 0)
+        folder_form.addRow("Folder:", _row(self.index_edit, idx_button))
+        iform.addLayout(folder_form)
+        iform.addWidget(self.index_hint)
+        iform.addWidget(self.progress)
+        iform.addWidget(self.verdict_warning)
+        return index_box
+
+    def _make_progress(self) -> None:
+        """Build / Update / Cancel above the progress bar, the file being described and the status."""
         self.build_button = QPushButton("Build index")
         self.build_button.setObjectName("buildButton")
         self.build_button.setToolTip("Describe every labelled photo of the collection and save the index")
@@ -548,48 +560,18 @@ class CollectionTab(QWidget):
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.setObjectName("cancelButton")
         self.cancel_button.clicked.connect(self.cancel)
-        self.progress_bar = QProgressBar()
-        self.progress_bar.setObjectName("buildProgress")
-        self.progress_bar.setRange(0, 1)
-        self.progress_bar.setValue(0)
-        self.progress_bar.setTextVisible(False)
-        self.progress_label = QElidingLabel("")
-        self.progress_label.setObjectName("progressLabel")
-        self.progress_label.setElideMode(Qt.TextElideMode.ElideMiddle)
-        self.status_label = QLabel("")
-        self.status_label.setObjectName("collectionStatus")
-        self.status_label.setWordWrap(True)
-        self.status_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        # a weak operating point of the verdict: said here, before a visitor meets it in the kiosk
-        self.verdict_warning = QLabel("")
-        self.verdict_warning.setObjectName("verdictWarning")
-        self.verdict_warning.setWordWrap(True)
-        self.verdict_warning.setTextFormat(Qt.TextFormat.PlainText)
-        self.verdict_warning.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.verdict_warning.setStyleSheet("QLabel { background:#fff4e0; color:#6b3d00; border:1px solid #e0a030; "
-                                           "padding:6px; border-radius:4px; }")
-        self.verdict_warning.hide()
-
-        index_box = QGroupBox("Index")
-        iform = QVBoxLayout(index_box)
-        folder_form = QFormLayout()
-        folder_form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
-        folder_form.setContentsMargins(0, 0, 0, 0)
-        folder_form.addRow("Folder:", _row(self.index_edit, idx_button))
-        iform.addLayout(folder_form)
-        iform.addWidget(self.index_hint)
+        item_label = QElidingLabel("")
+        item_label.setObjectName("progressLabel")
+        item_label.setElideMode(Qt.TextElideMode.ElideMiddle)
         buttons = QHBoxLayout()
         buttons.addWidget(self.build_button)
         buttons.addWidget(self.update_button)
         buttons.addStretch(1)
         buttons.addWidget(self.cancel_button)
-        iform.addLayout(buttons)
-        iform.addWidget(self.progress_bar)
-        iform.addWidget(self.progress_label)
-        iform.addWidget(self.status_label)
-        iform.addWidget(self.verdict_warning)
+        self.progress = ProgressPanel(buttons, "buildProgress", "collectionStatus", item_label, selectable=True)
+        self.progress.bar.setTextVisible(False)
 
-        # skipped files
+    def _skipped_box(self) -> QGroupBox:
         self.skipped_tree = QTreeWidget()
         self.skipped_tree.setObjectName("skippedFiles")
         self.skipped_tree.setHeaderLabels(["File", "Reason"])
@@ -602,38 +584,7 @@ class CollectionTab(QWidget):
         self.skipped_box = QGroupBox("Skipped and ignored files")
         sl = QVBoxLayout(self.skipped_box)
         sl.addWidget(self.skipped_tree)
-
-        left = QWidget()
-        ll = QVBoxLayout(left)
-        ll.setContentsMargins(0, 0, 0, 0)
-        ll.addWidget(coll_box)
-        ll.addWidget(desc_box)
-        ll.addWidget(index_box)
-        ll.addWidget(self.skipped_box, 1)
-        left.setMinimumWidth(360)
-        # on a small screen (1024×700) the controls scroll instead of squeezing wrapped texts
-        self.controls = QScrollArea()
-        self.controls.setObjectName("collectionControls")
-        self.controls.setWidgetResizable(True)
-        self.controls.setFrameShape(QFrame.Shape.NoFrame)
-        self.controls.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.controls.setWidget(left)
-        self.controls.setMinimumWidth(360 + self.controls.verticalScrollBar().sizeHint().width())
-
-        self.browser = ThumbnailBrowser(self)
-        self.browser.setObjectName("collectionBrowser")
-        self.browser.activated.connect(self.show_reference)
-        splitter = QSplitter(Qt.Orientation.Horizontal)
-        splitter.addWidget(self.controls)
-        splitter.addWidget(self.browser)
-        splitter.setStretchFactor(0, 0)
-        splitter.setStretchFactor(1, 1)
-        splitter.setSizes([420, 860])
-        splitter.setChildrenCollapsible(False)
-        self.splitter = splitter
-        lay = QVBoxLayout(self)
-        lay.addWidget(splitter)
-        self._rule_changed()
+        return self.skipped_box
 
     @staticmethod
     def _set_combo(combo: QComboBox, value: Any) -> None:
@@ -673,7 +624,7 @@ class CollectionTab(QWidget):
     def open_sample_collection(self) -> None:
         """Open the index of the bundled sample collection, building it first if needed."""
         if self.running:
-            self.status_label.setText("Wait for the current job to finish (or cancel it) first.")
+            self.progress.status_label.setText("Wait for the current job to finish (or cancel it) first.")
             return
         root = paths.sample_collection()
         collection, catalogue = root / "collection", root / "catalogue.csv"
@@ -695,7 +646,7 @@ class CollectionTab(QWidget):
             else:
                 if _same_folder(index.root, collection):
                     self.state.set_index(index)
-                    self.status_label.setText(f"Sample collection: {len(index)} references.")
+                    self.progress.status_label.setText(f"Sample collection: {len(index)} references.")
                     return
                 log.warning("sample index at %s is of %s, not %s; rebuilding it", out, index.root, collection)
                 why = "was indexed from another installation; it is indexed again"
@@ -709,7 +660,7 @@ class CollectionTab(QWidget):
         self._detect_labels()
         # our own per-user folder: replacing whatever index is there needs no question
         if self.start_build(own_folder=True):
-            self.status_label.setText(f"The sample collection {why} in {out}…")
+            self.progress.status_label.setText(f"The sample collection {why} in {out}…")
 
     @staticmethod
     def _sample_index_folder(collection: Path) -> Path:
@@ -773,11 +724,11 @@ class CollectionTab(QWidget):
         if check.kind == "other" and not own_folder:
             self._ask_replace(collection, out, check)
             return False
-        self._start(_build_job(collection, out, self.config(), spec, self.batch_size), "build", out)
+        self._start(build_job(collection, out, self.config(), spec, batch_size=self.batch_size), "build", out)
         return True
 
     def _refuse(self, message: str) -> None:
-        self.status_label.setText(f"Cannot build the index: {message}")
+        self.progress.status_label.setText(f"Cannot build the index: {message}")
         self.state.status.emit("Cannot build the index.")
         workers.show_error(self, "Cannot build the index", message)
 
@@ -813,17 +764,17 @@ class CollectionTab(QWidget):
             self._replace_box = None
             box.deleteLater()
             if clicked is None or clicked is cancel_button:
-                self.status_label.setText(f"Nothing was built: {out} still holds the index of {other}.")
+                self.progress.status_label.setText(f"Nothing was built: {out} still holds the index of {other}.")
             elif clicked is new_button and new is not None:
                 self._set_index_dir(new)
                 self.start_build()
             elif clicked is replace_button and not self.running:
-                self._start(_build_job(collection, out, self.config(), self.labelling_spec(), self.batch_size),
+                self._start(build_job(collection, out, self.config(), self.labelling_spec(), batch_size=self.batch_size),
                             "build", out)
 
         box.finished.connect(answered)
         self._replace_box = box
-        self.status_label.setText(f"{out} holds the index of {other}: replace it or build in a new folder?")
+        self.progress.status_label.setText(f"{out} holds the index of {other}: replace it or build in a new folder?")
         box.open()
 
     def start_update(self) -> None:
@@ -843,25 +794,25 @@ class CollectionTab(QWidget):
                                "(File → Open index…); to index this collection, use Build.")
             return
         if upgrade.upgradable(out):  # written by an older museum-search: convert it (asked), then update it
-            self.status_label.setText(f"{out} holds an index of an older format: convert it first.")
+            self.progress.status_label.setText(f"{out} holds an index of an older format: convert it first.")
 
             def converted(index: Index) -> None:
                 self.state.set_index(index)
-                self.status_label.setText(f"Index converted: {len(index):,} references. Updating it…")
+                self.progress.status_label.setText(f"Index converted: {len(index):,} references. Updating it…")
                 self.start_update()
 
             def declined() -> None:
-                self.status_label.setText(f"Nothing was updated: {out} holds an index of an older format. "
+                self.progress.status_label.setText(f"Nothing was updated: {out} holds an index of an older format. "
                                           "Convert it, or build the index again.")
 
             upgrade.open_index(self, out, converted, "Cannot update the index", on_failed=declined)
             return
-        self._start(_update_job(out, self.batch_size), "update", out)
+        self._start(update_job(out, batch_size=self.batch_size), "update", out)
 
     def cancel(self) -> None:
         if self._job is not None and not self._job.cancelled:
             self._job.cancel()
-            self.status_label.setText("Cancelling…")
+            self.progress.status_label.setText("Cancelling…")
             self.cancel_button.setEnabled(False)
 
     def show_reference(self, row: int) -> ReferenceDialog | None:
@@ -894,10 +845,10 @@ class CollectionTab(QWidget):
         self._stamp_before = _manifest_stamp(out)
         self._last_progress = None
         self._described = None
-        self.progress_bar.setRange(0, 0)  # busy until the first file is done
-        self.progress_label.setText("Starting…")
+        self.progress.bar.setRange(0, 0)  # busy until the first file is done
+        self.progress.item_label.setText("Starting…")
         verb = "Building" if kind == "build" else "Updating"
-        self.status_label.setText(f"{verb} the index in {out}…")
+        self.progress.status_label.setText(f"{verb} the index in {out}…")
         self.state.status.emit(f"{verb} the index in {out}…")
         try:
             self._job = workers.start(
@@ -920,12 +871,12 @@ class CollectionTab(QWidget):
             return
         self._last_progress = p
         if p.total <= 0:
-            self.progress_bar.setRange(0, 0)
-            self.progress_label.setText(f"{p.stage[:1].upper()}{p.stage[1:]}…")
+            self.progress.bar.setRange(0, 0)
+            self.progress.item_label.setText(f"{p.stage[:1].upper()}{p.stage[1:]}…")
             return
-        if self.progress_bar.maximum() != p.total:
-            self.progress_bar.setRange(0, p.total)
-        self.progress_bar.setValue(p.done)
+        if self.progress.bar.maximum() != p.total:
+            self.progress.bar.setRange(0, p.total)
+        self.progress.bar.setValue(p.done)
         current = self._relative(p.current) if p.current else ""
         # each stage has its own count and ETA: say which step of the build this is, and that the
         # time left is this step's (the later steps take longer than describing)
@@ -939,7 +890,7 @@ class CollectionTab(QWidget):
             text = f"{p.stage[:1].upper()}{p.stage[1:]}: {text}"
         if current:
             text += f" — {current}"
-        self.progress_label.setText(text)
+        self.progress.item_label.setText(text)
         for path, reason in p.skipped:
             self._add_skipped(self._relative(path), reason)
 
@@ -948,14 +899,14 @@ class CollectionTab(QWidget):
         self.state.set_index(report.index)
         verb = "built" if self._job_kind == "build" else "updated"
         msg = f"Index {verb}: {report.summary()}."
-        self.status_label.setText(msg)
+        self.progress.status_label.setText(msg)
         self.state.status.emit(msg)
         self._succeeded = True
 
     def _on_error(self, exc: BaseException) -> None:
         title = "Cannot build the index" if self._job_kind == "build" else "Cannot update the index"
         msg = workers.error_message(exc)
-        self.status_label.setText(f"{title}: {msg}")
+        self.progress.status_label.setText(f"{title}: {msg}")
         self.state.status.emit(f"{title}.")
         workers.show_error(self, title, exc)
 
@@ -963,7 +914,7 @@ class CollectionTab(QWidget):
         job, self._job = self._job, None
         succeeded = self._succeeded
         self._succeeded = False
-        self.progress_bar.setRange(0, max(1, self.progress_bar.maximum()))
+        self.progress.bar.setRange(0, max(1, self.progress.bar.maximum()))
         if job is not None and job.cancelled and not succeeded:
             out = self._job_out
             if out is not None and _manifest_stamp(out) != self._stamp_before:
@@ -974,18 +925,18 @@ class CollectionTab(QWidget):
                     index = None
                 if index is not None:
                     self.state.set_index(index)
-                    self.status_label.setText("The index was already complete when you cancelled; it is open.")
+                    self.progress.status_label.setText("The index was already complete when you cancelled; it is open.")
                     succeeded = True
             if not succeeded:
-                self.progress_bar.setValue(0)
-                self.progress_label.setText("")
+                self.progress.bar.setValue(0)
+                self.progress.item_label.setText("")
                 msg = ("Cancelled — the previous index is unchanged" if self._stamp_before is not None
                        else "Cancelled — no index was saved")
-                self.status_label.setText(msg)
+                self.progress.status_label.setText(msg)
                 self.state.status.emit(msg)
         elif not succeeded:
-            self.progress_bar.setValue(0)
-            self.progress_label.setText("")
+            self.progress.bar.setValue(0)
+            self.progress.item_label.setText("")
         self._refresh_folder_check()
         self._update_buttons()
         self.job_done.emit(succeeded)
@@ -994,13 +945,13 @@ class CollectionTab(QWidget):
         self.skipped_tree.clear()
         rows = [(self._relative(p), r) for p, r in report.skipped] + list(report.labelling.ignored)
         self._fill_skipped(rows)
-        n = self.progress_bar.maximum()
-        self.progress_bar.setValue(n)
+        n = self.progress.bar.maximum()
+        self.progress.bar.setValue(n)
         p = self._described
         if p is not None and p.total > 0:
-            self.progress_label.setText(f"{p.done:,} / {p.total:,} described in {format_duration(p.elapsed)}")
+            self.progress.item_label.setText(f"{p.done:,} / {p.total:,} described in {format_duration(p.elapsed)}")
         elif report.added == 0:
-            self.progress_label.setText("Nothing new to describe")
+            self.progress.item_label.setText("Nothing new to describe")
 
     # ---- label detection (in a worker: a big collection takes a while to list) ---------------
     def _detect_labels(self) -> None:
@@ -1118,12 +1069,12 @@ class CollectionTab(QWidget):
             inside = _new_folder_inside(chosen, collection)
             if inside is not None:
                 self._set_index_dir(inside)
-                self.status_label.setText(f"{chosen} already holds other files: the index goes in a new "
+                self.progress.status_label.setText(f"{chosen} already holds other files: the index goes in a new "
                                           f"folder inside it, {inside.name}.")
                 return
         self._set_index_dir(chosen)
         if self.index_chooser is not None and chosen in self.index_chooser.created:
-            self.status_label.setText(f"New folder {chosen} created for the index.")
+            self.progress.status_label.setText(f"New folder {chosen} created for the index.")
 
     def _set_index_dir(self, folder: str | Path) -> None:
         self.index_edit.setText(str(folder))

@@ -721,7 +721,14 @@ class DemoWindow(QWidget):
         if parent is not None:
             self.setWindowFlag(Qt.WindowType.Window, True)  # always a window of its own
         self._apply_palette()
+        self._init_state()
+        self._build_pages(max_fps)
+        self._make_timers()
+        self._restyle()
+        self._set_mode("starting")
+        self._load_pipeline()
 
+    def _init_state(self) -> None:
         self._mode = "starting"
         self._pipeline: QueryPipeline | None = None
         self._camera_error: str | None = None  # the technician's text of the last camera failure
@@ -753,6 +760,8 @@ class DemoWindow(QWidget):
         self._trigger_ref: np.ndarray | None = None  # the frame of the last trigger
         self._quiet_ref: np.ndarray | None = None  # a still scene found "not in the collection"
 
+    def _build_pages(self, max_fps: float) -> None:
+        """The camera, the card and the message pages; the touch ripple and the PIN prompt over them."""
         self.camera_view = CameraView(max_fps=max_fps, messages=False)  # the kiosk says what visitors read
         self.camera_view.setObjectName("demoCamera")
         view = self.camera_view.view
@@ -777,6 +786,8 @@ class DemoWindow(QWidget):
         self.ripple = _Ripple(self)
         self.pin_prompt = _PinPrompt(self)
         self.pin_prompt.submitted.connect(self._pin_submitted)
+
+    def _make_timers(self) -> None:
         self._corner_timer = QTimer(self, singleShot=True, interval=self.CORNER_HOLD_MS)
         self._corner_timer.timeout.connect(self._corner_held)
         self._pin_unlock_timer = QTimer(self, singleShot=True)
@@ -789,9 +800,6 @@ class DemoWindow(QWidget):
         self._result_timer.timeout.connect(self.back_to_live)
         self._problem_timer = QTimer(self, singleShot=True)  # shows _pending_problem
         self._problem_timer.timeout.connect(self._show_pending_problem)
-        self._restyle()
-        self._set_mode("starting")
-        self._load_pipeline()
 
     # ---- public API ----------------------------------------------------------------------
     @property
@@ -834,22 +842,6 @@ class DemoWindow(QWidget):
         self._corner_timer.stop()
         self.pin_prompt.open()
         self._show_pin_lock()
-
-    def pin_prompt_open(self) -> bool:
-        return self.pin_prompt.isVisible()
-
-    def holds_screen(self) -> bool:
-        """True while the kiosk holds the screen (the other windows hidden, activation taken back)."""
-        return self._holding
-
-    @property
-    def last_answer(self) -> Answer | None:
-        """The query pipeline's answer about the last recognized frame."""
-        return self.last_recognition.answer if self.last_recognition is not None else None
-
-    def recognize(self) -> bool:
-        """Recognize the newest camera frame now (as a touch does). False when not possible."""
-        return self._trigger(auto=False)
 
     def back_to_live(self) -> None:
         """Leave the card and show the camera again."""
@@ -902,50 +894,9 @@ class DemoWindow(QWidget):
         """True while a background job (model loading, recognition) runs."""
         return any(j is not None and j.running for j in (self._job, self._load_job))
 
-    # texts shown (for tests and accessibility)
-    def card_title_text(self) -> str:
-        return self.card_page.title.text()
-
-    def card_artist_text(self) -> str:
-        return self.card_page.artist.text()
-
-    def card_year_text(self) -> str:
-        return self.card_page.year.text()
-
-    def card_description_text(self) -> str:
-        return self.card_page.description.text()
-
-    def card_confidence_text(self) -> str:
-        return self.card_page.confidence.text()
-
-    def card_verdict_text(self) -> str:
-        return self.card_page.verdict.text()
-
-    def card_has_photo(self) -> bool:
-        return self.card_page.photo.has_image()
-
-    def hint_text(self) -> str:
-        return self.live_page.hint.text()
-
-    def status_text(self) -> str:
-        return self.live_page.status.text() if not self.live_page.status.isHidden() else ""
-
-    def message_text(self) -> str:
-        """Headline and detail of the full-screen message (error and retrying modes)."""
-        page = self.message_page
-        return "\n".join(t for t in (page.headline.text(), page.detail.text()) if t)
-
     def problem(self) -> str | None:
         """The problem shown or last shown: "camera", "setup", "lookup" (None: none yet)."""
         return self._problem
-
-    def visible_text(self) -> str:
-        """Everything a visitor can read now (labels shown, texts painted in the pictures)."""
-        texts = [lab.text() for lab in self.findChildren(QLabel) if lab.text() and lab.isVisibleTo(self)]
-        for view in (self.camera_view.view, self.card_page.photo):
-            if view.isVisibleTo(self) and view.message():
-                texts.append(view.message())
-        return "\n".join(texts)
 
     # ---- start-up ------------------------------------------------------------------------
     def _load_pipeline(self) -> None:

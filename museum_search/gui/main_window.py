@@ -39,6 +39,15 @@ class SettingsDialog(QDialog):
         self.camera = QSpinBox(minimum=0, maximum=16)
         self.camera.setValue(state.settings.camera)
         form.addRow("Camera number:", self.camera)
+        self._add_kiosk_rows(form)
+        self._add_engine_rows(form)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        form.addRow(buttons)
+
+    def _add_kiosk_rows(self, form: QFormLayout) -> None:
+        state = self.state
         # Demo mode (the kiosk): how staff leave it; the label under the fields says what visitors
         # can and cannot do with what is typed here
         self.exit_keys = QKeySequenceEdit(QKeySequence(str(state.settings.value(EXIT_KEYS_SETTING, "") or "")))
@@ -73,8 +82,12 @@ class SettingsDialog(QDialog):
         self.pin.textChanged.connect(self._update_kiosk_help)
         self.clear_pin.toggled.connect(self._update_kiosk_help)
         self._update_kiosk_help()
+
+    def _add_engine_rows(self, form: QFormLayout) -> None:
+        """The inference engine and the matcher of new indexes."""
         from ..core import engines
 
+        state = self.state
         self.engine = QComboBox()
         self.engine.addItem(f"Automatic ({engines.default()})", "auto")
         self.engine.addItem("ONNX Runtime" + ("" if engines.onnx_available() else " (not installed)"), "onnx")
@@ -96,10 +109,6 @@ class SettingsDialog(QDialog):
                                 "Automatic computes both, calibrates the verdict with each on the collection's own "
                                 "views and keeps the better (a build takes about twice as long).")
         form.addRow("Matcher for new indexes:", self.matcher)
-        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
-        buttons.accepted.connect(self.accept)
-        buttons.rejected.connect(self.reject)
-        form.addRow(buttons)
 
     def _pin_after(self) -> bool:
         """Whether a PIN will be set once these settings are saved."""

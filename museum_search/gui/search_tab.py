@@ -18,16 +18,15 @@ import html
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QMimeData, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QGuiApplication, QImage, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
-    QCheckBox, QComboBox, QDialog, QDialogButtonBox, QDoubleSpinBox, QFileDialog, QFormLayout, QFrame,
-    QHBoxLayout, QLabel, QProgressBar, QPushButton, QSizePolicy, QSpinBox, QSplitter, QStackedWidget,
-    QVBoxLayout, QWidget,
+    QCheckBox, QComboBox, QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QFrame,
+    QHBoxLayout, QLabel, QProgressBar, QPushButton, QSpinBox, QSplitter, QVBoxLayout, QWidget,
 )
 
 from ..core.capture import CameraSource, OpenCVCamera, list_cameras
@@ -36,24 +35,21 @@ from ..core.images import SUPPORTED_EXTENSIONS, is_image_file, load_image
 from ..core.query import (
     Answer, QueryImage, QueryPipeline, QuerySettings, Result, load_query, query_from_array, query_from_bytes,
 )
-from ..core.rerank import RerankOptions, icfrr_advice
+from ..core.rerank import icfrr_advice
 from ..core.rerank import icfrr as _icfrr  # noqa: F401 - imports scipy.sparse at start-up, not on the GUI thread later
 from . import workers
 from .state import AppState
 from .widgets.camera_view import CameraView, ImageView
 from .widgets.evidence_view import EvidenceView
+from .widgets.rerank_controls import RerankControls
 from .widgets.result_grid import ResultGrid, evidence_text, result_title
-from .widgets.search_mode import SearchModeCombo
 
 log = logging.getLogger(__name__)
 
 #: Longest side of the reference photo in the result dialog.
 REFERENCE_SIDE = 1024
 NO_INDEX = "Open or build an index in the Collection tab first."
-RERANKERS = (("None", ""), ("ICFRR", "icfrr"), ("αQE", "aqe"), ("DBA", "dba"))
 IMAGE_FILTER = "Images ({});;All files (*)".format(" ".join(f"*{e}" for e in sorted(SUPPORTED_EXTENSIONS)))
-VERIFY_TIP = ("Geometric verification: the top references are matched point by point with the photo. "
-              "Slower, but answers are checked, and “not in this collection” is reliable.")
 _PIPELINES_KEPT = 8
 
 #: What the banner's confidence is (its tooltip).
@@ -160,7 +156,7 @@ def query_from_mime(mime: QMimeData, name: str = "pasted image") -> QueryImage |
 def _evidence_job(pipeline: QueryPipeline | None, query: QueryImage | None, result: Result):
     """The reference photo and, when there is a pipeline and a query, the verification evidence."""
     reference = load_image(result.abspath, max_side=REFERENCE_SIDE)
-    evidence = pipeline.evidence(query, result.row) if pipeline is not None and query is not None else None
+    evidence = pipeline.matches(query, result.row) if pipeline is not None and query is not None else None
     return reference, evidence
 
 
@@ -258,7 +254,40 @@ class SearchTab(QWidget):
 
     # ---- UI ------------------------------------------------------------------------------
     def _build_ui(self) -> None:
-        # top bar: query sources
+        self.query_caption = QLabel("<b>Query</b>")
+        self.query_caption.setWordWrap(True)
+        self.banner = QLabel()
+        self.banner.setObjectName("verdictBanner")
+        self.banner.setWordWrap(True)
+        self.banner.setTextFormat(Qt.TextFormat.RichText)
+        self.banner.hide()
+        self.message = QLabel()
+        self.message.setObjectName("searchMessage")
+        self.message.setWordWrap(True)
+        self.message.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.message.hide()
+        self.grid = ResultGrid(placeholder=NO_INDEX)
+        self.grid.setObjectName("resultGrid")
+        self.grid.activated.connect(self.show_result_dialog)
+        self.splitter = QSplitter(Qt.Orientation.Horizontal)
+        self.splitter.addWidget(self._query_column())
+        self.splitter.addWidget(self._answer_column())
+        self.splitter.setStretchFactor(0, 2)
+        self.splitter.setStretchFactor(1, 3)
+        self.splitter.setSizes([420, 760])
+        lay = QVBoxLayout(self)
+        lay.addLayout(self._source_bar())
+        lay.addWidget(self.splitter, 1)
+        ctx = Qt.ShortcutContext.WidgetWithChildrenShortcut
+        self._space = QShortcut(QKeySequence(Qt.Key.Key_Space), self, context=ctx)
+        self._space.activated.connect(self._space_pressed)
+        self._paste = QShortcut(QKeySequence.StandardKey.Paste, self, context=ctx)
+        self._paste.activated.connect(self.paste)
+        self._rerank_timer = QTimer(self, singleShot=True, interval=250)
+        self._rerank_timer.timeout.connect(self._reconcile)
+
+    def _source_bar(self) -> QHBoxLayout:
+        """The query sources: a file, the clipboard, the camera."""
         self.open_button = QPushButton("Open image…")
         self.open_button.setToolTip("Search with a photo file (you can also drop one on this tab)")
         self.open_button.clicked.connect(self.open_image_dialog)
@@ -275,28 +304,26 @@ class SearchTab(QWidget):
         self.capture_button.setToolTip("Search with the current camera image (Space)")
         self.capture_button.setEnabled(False)
         self.capture_button.clicked.connect(self.capture)
-        bar = QHBoxLayout()
-        bar.addWidget(self.open_button)
-        bar.addWidget(self.paste_button)
         sep = QFrame()
         sep.setFrameShape(QFrame.Shape.VLine)
         sep.setFrameShadow(QFrame.Shadow.Sunken)
+        bar = QHBoxLayout()
+        bar.addWidget(self.open_button)
+        bar.addWidget(self.paste_button)
         bar.addSpacing(8)
         bar.addWidget(sep)
         bar.addSpacing(8)
-        bar.addWidget(QLabel("Camera:"))
-        bar.addWidget(self.camera_combo)
-        bar.addWidget(self.camera_button)
-        bar.addWidget(self.capture_button)
+        for w in (QLabel("Camera:"), self.camera_combo, self.camera_button, self.capture_button):
+            bar.addWidget(w)
         bar.addStretch(1)
+        return bar
 
-        # left: query image and live camera
+    def _query_column(self) -> QWidget:
+        """The query photo, and the live camera below it while it runs."""
         self.query_view = ImageView("Open an image, drop one here, paste one (Ctrl+V) or use the camera.",
                                     alignment=Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignHCenter,
                                     dark=False)
         self.query_view.setObjectName("queryImage")
-        self.query_caption = QLabel("<b>Query</b>")
-        self.query_caption.setWordWrap(True)
         self.camera_view = CameraView()
         self.camera_view.setObjectName("cameraView")
         self.camera_view.failed.connect(self._camera_failed)
@@ -315,8 +342,10 @@ class SearchTab(QWidget):
         ll.addWidget(self.query_caption)
         ll.addWidget(self.query_view, 1)
         ll.addWidget(self.camera_box, 1)
+        return left
 
-        # right: controls, verdict, messages, results
+    def _answer_column(self) -> QWidget:
+        """The controls, core's ICFRR warning, the verdict, messages, the results and the status."""
         self.k_spin = QSpinBox(minimum=1, maximum=200)
         self.k_spin.setObjectName("kSpin")
         self.k_spin.setValue(max(1, min(200, self.state.settings.top_k)))
@@ -325,56 +354,16 @@ class SearchTab(QWidget):
         self.per_instance = QCheckBox("One result per instance")
         self.per_instance.setToolTip("Show only the best photo of each object")
         self.per_instance.toggled.connect(lambda _on: self._reconcile())
-        self.rerank_combo = QComboBox()
-        self.rerank_combo.setObjectName("rerankCombo")
-        for label, name in RERANKERS:
-            self.rerank_combo.addItem(label, name)
-        self.rerank_combo.setToolTip(
-            "ICFRR: diffusion over the collection (helps when objects have several photos); "
-            "αQE / DBA: query expansion / database-side augmentation")
-        self.rerank_combo.currentIndexChanged.connect(self._rerank_changed)
-        self.verify = QCheckBox("Verify (geometric)")
-        self.verify.setObjectName("verifyCheck")
-        self.verify.setToolTip(VERIFY_TIP)
-        self.verify.setChecked(str(self.state.settings.value("search/verify", "true")).lower() != "false")
-        self.verify.toggled.connect(self._verify_changed)
-        self.verify_top = self._spin(1, 500, QuerySettings().verify_top, "Number of top references verified")
-        self.verify_top.setEnabled(self.verify.isChecked())
-        # exact or approximate (ANN) search: Approximate only with an index that has an ANN index
-        self.search_mode = SearchModeCombo()
-        try:
-            self.search_mode.set_mode(str(self.state.settings.value("search/mode", "auto") or "auto"))
-        except ValueError:
-            pass
-        self.search_mode.mode_changed.connect(self._search_mode_changed)
-        self.param_stack = QStackedWidget()
-        self.param_stack.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
-        self._build_param_pages()
-
-        controls, rerank_row = QHBoxLayout(), QHBoxLayout()
-        for w in (QLabel("Results:"), self.k_spin, self.per_instance, self.verify, QLabel("top"), self.verify_top):
-            controls.addWidget(w)
-            controls.addSpacing(12 if w in (self.k_spin, self.per_instance) else 0)
-        controls.addStretch(1)
-        for w in (QLabel("Re-ranking:"), self.rerank_combo, self.param_stack):
-            rerank_row.addWidget(w)
-        rerank_row.addStretch(1)
-        rerank_row.addWidget(QLabel("Search:"))
-        rerank_row.addWidget(self.search_mode)
-
-        self.banner = QLabel()
-        self.banner.setObjectName("verdictBanner")
-        self.banner.setWordWrap(True)
-        self.banner.setTextFormat(Qt.TextFormat.RichText)
-        self.banner.hide()
-        self.message = QLabel()
-        self.message.setObjectName("searchMessage")
-        self.message.setWordWrap(True)
-        self.message.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.message.hide()
-        self.grid = ResultGrid(placeholder=NO_INDEX)
-        self.grid.setObjectName("resultGrid")
-        self.grid.activated.connect(self.show_result_dialog)
+        self.rerank = self._rerank_controls()
+        for i, w in enumerate((QLabel("Results:"), self.k_spin, self.per_instance)):
+            self.rerank.first_row.insertWidget(2 * i, w)
+            self.rerank.first_row.insertSpacing(2 * i + 1, 12 if i else 0)
+        # core's warning while ICFRR re-ranks a collection it cannot help (stays while ICFRR is chosen)
+        self.icfrr_warning = QLabel()
+        self.icfrr_warning.setObjectName("icfrrWarning")
+        self.icfrr_warning.setWordWrap(True)
+        self.icfrr_warning.setStyleSheet(f"QLabel {{ {_MESSAGE_STYLE['warning']} padding:4px; border-radius:4px; }}")
+        self.icfrr_warning.hide()
         self.busy = QProgressBar()
         self.busy.setRange(0, 0)
         self.busy.setMaximumWidth(120)
@@ -383,90 +372,31 @@ class SearchTab(QWidget):
         self.busy.hide()
         self.status = QLabel()
         self.status.setObjectName("searchStatus")
-        status_row = QHBoxLayout()
-        status_row.addWidget(self.busy)
-        status_row.addWidget(self.status, 1)
-
         right = QWidget()
         rl = QVBoxLayout(right)
         rl.setContentsMargins(0, 0, 0, 0)
-        rl.addLayout(controls)
-        rl.addLayout(rerank_row)
-        # core's warning while ICFRR re-ranks a collection it cannot help (stays while ICFRR is chosen)
-        self.icfrr_warning = QLabel()
-        self.icfrr_warning.setObjectName("icfrrWarning")
-        self.icfrr_warning.setWordWrap(True)
-        self.icfrr_warning.setStyleSheet(f"QLabel {{ {_MESSAGE_STYLE['warning']} padding:4px; border-radius:4px; }}")
-        self.icfrr_warning.hide()
-        rl.addWidget(self.icfrr_warning)
-        rl.addWidget(self.banner)
-        rl.addWidget(self.message)
+        for w in (self.rerank, self.icfrr_warning, self.banner, self.message):
+            rl.addWidget(w)
         rl.addWidget(self.grid, 1)
+        status_row = QHBoxLayout()
+        status_row.addWidget(self.busy)
+        status_row.addWidget(self.status, 1)
         rl.addLayout(status_row)
+        return right
 
-        self.splitter = QSplitter(Qt.Orientation.Horizontal)
-        self.splitter.addWidget(left)
-        self.splitter.addWidget(right)
-        self.splitter.setStretchFactor(0, 2)
-        self.splitter.setStretchFactor(1, 3)
-        self.splitter.setSizes([420, 760])
-
-        lay = QVBoxLayout(self)
-        lay.addLayout(bar)
-        lay.addWidget(self.splitter, 1)
-
-        ctx = Qt.ShortcutContext.WidgetWithChildrenShortcut
-        self._space = QShortcut(QKeySequence(Qt.Key.Key_Space), self, context=ctx)
-        self._space.activated.connect(self._space_pressed)
-        self._paste = QShortcut(QKeySequence.StandardKey.Paste, self, context=ctx)
-        self._paste.activated.connect(self.paste)
-
-        self._rerank_timer = QTimer(self, singleShot=True, interval=250)
-        self._rerank_timer.timeout.connect(self._reconcile)
-
-    def _spin(self, lo: int, hi: int, value: int, tip: str) -> QSpinBox:
-        s = QSpinBox(minimum=lo, maximum=hi)
-        s.setValue(value)
-        s.setToolTip(tip)
-        s.valueChanged.connect(self._param_changed)
-        return s
-
-    def _dspin(self, lo: float, hi: float, step: float, value: float, tip: str) -> QDoubleSpinBox:
-        s = QDoubleSpinBox(minimum=lo, maximum=hi, singleStep=step, decimals=2)
-        s.setValue(value)
-        s.setToolTip(tip)
-        s.valueChanged.connect(self._param_changed)
-        return s
-
-    def _build_param_pages(self) -> None:
-        d = RerankOptions()
-
-        def page(*rows: tuple[str, QWidget]) -> QWidget:
-            w = QWidget()
-            h = QHBoxLayout(w)
-            h.setContentsMargins(0, 0, 0, 0)
-            for label, widget in rows:
-                h.addWidget(QLabel(label))
-                h.addWidget(widget)
-            h.addStretch(1)
-            return w
-
-        self.icfrr_kq = self._spin(0, 1000, 0, "K_q: how many current top references vote (0 = suggested)")
-        self.icfrr_kg = self._spin(0, 1000, 0, "K_g: gallery-gallery rank cut-off (0 = suggested)")
-        for s in (self.icfrr_kq, self.icfrr_kg):
-            s.setSpecialValueText("auto")
-        self.icfrr_beta = self._dspin(0.0, 1.0, 0.05, d.beta, "β: weight of each update")
-        self.icfrr_iter = self._spin(1, 50, d.iterations, "Maximum number of updates")
-        self.qe_n = self._spin(1, 100, d.qe_n, "n: number of top references used for expansion")
-        self.qe_alpha = self._dspin(0.0, 20.0, 0.5, d.qe_alpha, "α: weighting power of the neighbours")
-        self._pages = {
-            "": page(),
-            "icfrr": page(("K_q", self.icfrr_kq), ("K_g", self.icfrr_kg), ("β", self.icfrr_beta),
-                          ("iterations", self.icfrr_iter)),
-            "qe": page(("n", self.qe_n), ("α", self.qe_alpha)),
-        }
-        for w in self._pages.values():
-            self.param_stack.addWidget(w)
+    def _rerank_controls(self) -> RerankControls:
+        """One re-ranker, verification (remembered) and the search mode (remembered)."""
+        rerank = RerankControls(single=True)
+        rerank.set_verify(str(self.state.settings.value("search/verify", "true")).lower() != "false")
+        try:
+            rerank.search_mode.set_mode(str(self.state.settings.value("search/mode", "auto") or "auto"))
+        except ValueError:
+            pass
+        rerank.verify_changed.connect(self._verify_changed)
+        rerank.choice_changed.connect(self._rerank_changed)
+        rerank.params_changed.connect(self._param_changed)
+        rerank.search_mode.mode_changed.connect(self._search_mode_changed)
+        return rerank
 
     # ---- public API ----------------------------------------------------------------------
     def query(self) -> Query | None:
@@ -492,36 +422,16 @@ class SearchTab(QWidget):
         """True when the answer shown is the one for the current query, index and controls."""
         return not self.is_busy() and self._shown_for is not None and self._shown_for == self._wanted()
 
-    def reranker(self) -> str:
-        return str(self.rerank_combo.currentData() or "")
-
-    def set_reranker(self, name: str) -> None:
-        i = self.rerank_combo.findData(name)
-        if i < 0:
-            raise ValueError(f"unknown re-ranker {name!r}")
-        self.rerank_combo.setCurrentIndex(i)
-
-    def rerank_options(self) -> RerankOptions:
-        return RerankOptions(
-            k_q=self.icfrr_kq.value() or None, k_g=self.icfrr_kg.value() or None,
-            beta=float(self.icfrr_beta.value()), iterations=int(self.icfrr_iter.value()),
-            qe_n=int(self.qe_n.value()), qe_alpha=float(self.qe_alpha.value()),
-        )
-
     def query_settings(self) -> QuerySettings:
         """The pipeline settings the controls describe."""
         return QuerySettings(k=self.k_spin.value(), per_instance=self.per_instance.isChecked(),
-                             rerank=self.reranker(), options=self.rerank_options(),
-                             verify=self.verify.isChecked(), verify_top=int(self.verify_top.value()),
-                             search=self.search_mode.mode())
+                             rerank=self.rerank.names(), options=self.rerank.options(),
+                             verify=self.rerank.verify(), verify_top=self.rerank.verify_top(),
+                             search=self.rerank.search_mode.mode())
 
     def search_file(self, path: str | Path) -> bool:
         """Search with the image file at ``path``; False (and a message) if it cannot be read."""
         return self._search(lambda: load_query(path), str(path))
-
-    def search_image(self, image: np.ndarray, name: str = "image") -> bool:
-        """Search with an RGB uint8 image (a camera frame, a picture from another program)."""
-        return self._search(lambda: query_from_array(image, name))
 
     def _search(self, make: Callable[[], QueryImage | None], path: str | None = None) -> bool:
         try:
@@ -651,9 +561,9 @@ class SearchTab(QWidget):
             self._extractor = None
         self._suggest_icfrr(index)
         self._update_icfrr_warning()
-        self.search_mode.blockSignals(True)  # the answer is recomputed below anyway
-        self.search_mode.set_index(index)
-        self.search_mode.blockSignals(False)
+        self.rerank.search_mode.blockSignals(True)  # the answer is recomputed below anyway
+        self.rerank.search_mode.set_index(index)
+        self.rerank.search_mode.blockSignals(False)
         if index is None:
             self.grid.clear(NO_INDEX)
             self.status.setText("")
@@ -677,13 +587,8 @@ class SearchTab(QWidget):
         except (ImportError, ValueError) as exc:
             log.debug("no ICFRR suggestion: %s", exc)
             return
-        for spin, value in ((self.icfrr_kq, p.k_q), (self.icfrr_kg, p.k_g), (self.icfrr_iter, p.max_iter)):
-            spin.blockSignals(True)
-            spin.setValue(int(value))
-            spin.blockSignals(False)
-        self.icfrr_beta.blockSignals(True)
-        self.icfrr_beta.setValue(float(p.beta))
-        self.icfrr_beta.blockSignals(False)
+        self.rerank.set_options(replace(self.rerank.options(), k_q=int(p.k_q), k_g=int(p.k_g), beta=float(p.beta),
+                                        iterations=int(p.max_iter)), quiet=True)
 
     def _k_changed(self, k: int) -> None:
         self.state.settings.top_k = k
@@ -691,33 +596,28 @@ class SearchTab(QWidget):
 
     def _verify_changed(self, on: bool) -> None:
         self.state.settings.set_value("search/verify", "true" if on else "false")
-        self.verify_top.setEnabled(on)
         self._reconcile()
 
     def _search_mode_changed(self, mode: str) -> None:
         self.state.settings.set_value("search/mode", mode)
         self._reconcile()
 
-    def _rerank_changed(self, _i: int) -> None:
-        name = self.reranker()
-        self.param_stack.setCurrentWidget(self._pages["qe" if name in ("aqe", "dba") else name])
+    def _rerank_changed(self) -> None:
         self._update_icfrr_warning()
         self._rerank_timer.stop()
         self._reconcile()
 
-    def _param_changed(self, *_args) -> None:
+    def _param_changed(self) -> None:
         self._update_icfrr_warning()
         self._rerank_timer.start()  # wait for the user to stop clicking
 
     def icfrr_advice(self) -> str | None:
         """Core's warning when the chosen ICFRR cannot help the open collection (else None)."""
-        if self.reranker() != "icfrr" or self.state.index is None:
+        if self.rerank.names() != ["icfrr"] or self.state.index is None:
             return None
-        return icfrr_advice(self.state.index.labels, self.rerank_options())
+        return icfrr_advice(self.state.index.labels, self.rerank.options())
 
     def _update_icfrr_warning(self) -> None:
-        if not hasattr(self, "icfrr_warning"):  # spin boxes set while the controls are built
-            return
         advice = self.icfrr_advice()
         self.icfrr_warning.setText(f"⚠ {advice}" if advice else "")
         self.icfrr_warning.setVisible(bool(advice))
@@ -727,7 +627,7 @@ class SearchTab(QWidget):
         """(query id, index id, settings) of the answer the controls ask for, or None."""
         if self._query is None or self.state.index is None:
             return None
-        return (self._query.id, id(self.state.index), repr(self.query_settings()))
+        return (self._query.id, id(self.state.index), self.query_settings())
 
     def _reconcile(self) -> None:
         """Start the job that brings the answer up to date with the inputs, if any is needed."""

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QSettings, Signal
 
-from ..core.index import Index
+from ..core.store import Index
 
 MAX_RECENT = 8
 #: Settings key of the kiosk's staff PIN, stored as a salted PBKDF2 hash (never the PIN itself).

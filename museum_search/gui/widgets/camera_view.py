@@ -237,9 +237,6 @@ class CameraView(QWidget):
         """A copy of the newest frame received (None before the first one)."""
         return None if self._latest is None else self._latest.copy()
 
-    def source_name(self) -> str:
-        return self._source_name
-
     def message(self) -> str:
         return self.view.message()
 

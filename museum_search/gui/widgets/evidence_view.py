@@ -2,7 +2,7 @@
 side, the reference's outline projected into the query (a closed polygon) and the inlier matches as
 lines between the two images, with a caption ("57 matching points" or "no geometric match").
 
-The evidence (:class:`museum_search.core.rerank.spatial.Evidence`) comes from
+The evidence (:class:`museum_search.core.rerank.spatial.Matches`) comes from
 ``QueryPipeline.evidence``, computed on a worker; its coordinates are in the frames of the images
 resized for verification (``query_size``, ``reference_size``) and are scaled here to wherever the
 images are drawn::
@@ -18,7 +18,7 @@ from PySide6.QtCore import QPointF, QRectF, QSize, Qt
 from PySide6.QtGui import QColor, QImage, QPainter, QPalette, QPen, QPolygonF
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
-from ...core.rerank.spatial import Evidence
+from ...core.rerank.spatial import Matches
 from .thumbnails import numpy_to_qimage
 
 #: At most this many match lines are drawn (evenly chosen among the inliers).
@@ -28,7 +28,7 @@ OUTLINE_COLOUR = QColor("#ffd23f")
 LINE_COLOURS = [QColor(c) for c in ("#4cc9f0", "#80ed99", "#f72585", "#ff9f1c", "#b8c0ff")]
 
 
-def match_caption(evidence: Evidence | None) -> str:
+def match_caption(evidence: Matches | None) -> str:
     if evidence is None or evidence.outline is None:
         return NO_MATCH
     return f"{evidence.inliers} matching point{'s' if evidence.inliers != 1 else ''}"
@@ -45,7 +45,7 @@ class EvidenceView(QWidget):
         self._images: list[QImage | None] = [None, None]
         self._titles = ["Query", "Reference"]
         self._messages = ["No query image", "Loading…"]
-        self._evidence: Evidence | None = None
+        self._evidence: Matches | None = None
         self._caption = "Matching…"
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
         self.setMinimumSize(480, 260)
@@ -69,13 +69,13 @@ class EvidenceView(QWidget):
         self._titles = [query, reference]
         self.update()
 
-    def set_evidence(self, evidence: Evidence | None, caption: str | None = None) -> None:
+    def set_evidence(self, evidence: Matches | None, caption: str | None = None) -> None:
         """Draw ``evidence`` (None or no outline: the images only, "no geometric match")."""
         self._evidence = evidence
         self._caption = caption or match_caption(evidence)
         self.update()
 
-    def evidence(self) -> Evidence | None:
+    def evidence(self) -> Matches | None:
         return self._evidence
 
     def caption(self) -> str:
@@ -145,7 +145,7 @@ class EvidenceView(QWidget):
                    self._caption)
         p.end()
 
-    def _paint_evidence(self, p: QPainter, ev: Evidence, qrect: QRectF, rrect: QRectF) -> None:
+    def _paint_evidence(self, p: QPainter, ev: Matches, qrect: QRectF, rrect: QRectF) -> None:
         to_q = self._mapper(qrect, ev.query_size)
         to_r = self._mapper(rrect, ev.reference_size)
         n = len(ev.query_points)

@@ -268,8 +268,20 @@ class EvaluationPlots(pg.GraphicsLayoutWidget):
         self.total = 0
         self._dirty = False
         self._live = False
+        self._add_running_plot()
+        self._add_pr_plot()
+        self._add_histograms()
+        self.ci.layout.setColumnStretchFactor(0, 1)
+        self.ci.layout.setColumnStretchFactor(1, 1)
+        self.ci.layout.setColumnStretchFactor(2, 1)
+        self.ci.layout.setRowStretchFactor(0, 1)
+        self.ci.layout.setRowStretchFactor(1, 1)
+        self.timer = QTimer(self)
+        self.timer.setInterval(REFRESH_MS)
+        self.timer.timeout.connect(self.refresh)
 
-        # running means
+    def _add_running_plot(self) -> None:
+        """The running means (wide, first row), with the legend of the runs drawn."""
         self.running_plot: pg.PlotItem = self.addPlot(row=0, col=0, colspan=3,
                                                       axisItems={"bottom": IntegerAxis("bottom")})
         _title(self.running_plot, "Running means: " + " · ".join(_coloured(METRIC_LABELS[m], METRIC_COLOURS[m])
@@ -290,7 +302,7 @@ class EvaluationPlots(pg.GraphicsLayoutWidget):
         self.running_overlays: dict[object, dict[str, pg.PlotDataItem]] = {}
         self._main_colour = RUN_COLOURS[0]
 
-        # precision–recall
+    def _add_pr_plot(self) -> None:
         self.pr_plot: pg.PlotItem = self.addPlot(row=1, col=2)
         _title(self.pr_plot, "Precision–recall (11-point)", self._fg)
         self.pr_plot.setLabel("bottom", "recall", color=self._fg)
@@ -305,7 +317,8 @@ class EvaluationPlots(pg.GraphicsLayoutWidget):
                                           symbolSize=5, symbolBrush=RUN_COLOURS[0], symbolPen=None)
         self.pr_overlays: dict[object, pg.PlotDataItem] = {}
 
-        # histograms
+    def _add_histograms(self) -> None:
+        """Per-query AP and MNRO histograms (second row)."""
         self.hist_plots: dict[str, pg.PlotItem] = {}
         self.histograms: dict[str, pg.PlotDataItem] = {}
         for col, (key, title, bottom, colour) in enumerate((
@@ -329,15 +342,6 @@ class EvaluationPlots(pg.GraphicsLayoutWidget):
                            brush=pg.mkBrush(fill), pen=pg.mkPen(c, width=1.5))
             self.hist_plots[key] = p
             self.histograms[key] = curve
-        self.ci.layout.setColumnStretchFactor(0, 1)
-        self.ci.layout.setColumnStretchFactor(1, 1)
-        self.ci.layout.setColumnStretchFactor(2, 1)
-        self.ci.layout.setRowStretchFactor(0, 1)
-        self.ci.layout.setRowStretchFactor(1, 1)
-
-        self.timer = QTimer(self)
-        self.timer.setInterval(REFRESH_MS)
-        self.timer.timeout.connect(self.refresh)
 
     # ---- live -----------------------------------------------------------------------------
     def start_live(self, total: int) -> None:

@@ -11,7 +11,7 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelInd
 from PySide6.QtGui import QColor
 
 from ...core.evaluation.runner import QueryRecord
-from ...core.index import Index
+from ...core.store import Index
 
 SORT_ROLE = Qt.ItemDataRole.UserRole + 2  # what the table sorts by (numbers, lower-case text)
 

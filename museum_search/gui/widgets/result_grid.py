@@ -14,6 +14,7 @@ signal); a card shows a placeholder until then.
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Sequence
 
 from PySide6.QtCore import QSize, Qt, QTimer, Signal
@@ -29,7 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ...core.search import Result
+from ...core.query import Result
 from .thumbnails import ThumbnailCache
 
 CORRECT_COLOUR = "#2e9d4c"
@@ -56,13 +57,11 @@ def result_title(result: Result) -> str:
 
 
 def evidence_text(result: Result) -> str:
-    """'cosine 0.81 · 57 inliers' (or '· not verified') for an answer of the query pipeline
-    (:class:`museum_search.core.query.Result`); 'score 0.812' for a bare ranking (evaluation)."""
-    cosine = getattr(result, "cosine", None)
-    if cosine is None:
+    """'cosine 0.81 · 57 inliers' (or '· not verified') for an answer of the query pipeline;
+    'score 0.812' for a bare ranking (an evaluation's results: no cosine, NaN)."""
+    if not math.isfinite(result.cosine):
         return f"score {result.score:.3f}"
-    inliers = getattr(result, "inliers", None)
-    return f"cosine {cosine:.2f} · " + ("not verified" if inliers is None else f"{inliers} inliers")
+    return f"cosine {result.cosine:.2f} · " + ("not verified" if result.inliers is None else f"{result.inliers} inliers")
 
 
 def catalogue_form(instance: str, metadata: dict[str, str] | None, path: str,
@@ -179,8 +178,8 @@ class ResultCard(QFrame):
 
 
 class ResultGrid(QWidget):
-    """Cards of results (:class:`museum_search.core.query.Result`, or
-    :class:`museum_search.core.search.Result` for a bare ranking), as many per row as fit."""
+    """Cards of results (:class:`museum_search.core.query.Result`; a bare ranking's have a NaN
+    cosine), as many per row as fit."""
 
     activated = Signal(object)  # Result, on double-click or Enter
     selection_changed = Signal(object)  # Result or None
@@ -259,9 +258,6 @@ class ResultGrid(QWidget):
         if placeholder is not None:
             self.placeholder.setText(placeholder)
 
-    def set_placeholder(self, text: str) -> None:
-        self.placeholder.setText(text)
-
     def results(self) -> list[Result]:
         return list(self._results)
 
@@ -273,9 +269,6 @@ class ResultGrid(QWidget):
 
     def count(self) -> int:
         return len(self._cards)
-
-    def selected_result(self) -> Result | None:
-        return None if self._selected is None else self._selected.result
 
     def _clear_cards(self) -> None:
         self._selected = None

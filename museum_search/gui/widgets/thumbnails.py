@@ -14,7 +14,7 @@ requests that pile up while scrolling fast are dropped (they are asked for again
 Memory is bounded by an LRU on bytes. A file that cannot be decoded gets a drawn "broken image"
 placeholder and is never retried (see :meth:`ThumbnailCache.failure` for the reason).
 
-:class:`ThumbnailBrowser` shows an :class:`~museum_search.core.index.Index` as a filterable icon
+:class:`ThumbnailBrowser` shows an :class:`~museum_search.core.store.Index` as a filterable icon
 grid (:class:`CollectionModel` + :class:`CollectionFilterModel`). A ``QListView`` asks for
 ``DecorationRole`` only for the items it paints, so only visible thumbnails are ever loaded. Both
 models are lazy (an index of a million references is opened without walking its items: a row is
@@ -403,7 +403,7 @@ def _title(metadata: dict[str, str]) -> str:
 
 
 class CollectionModel(QAbstractListModel):
-    """The references of an :class:`~museum_search.core.index.Index`, one row each.
+    """The references of an :class:`~museum_search.core.store.Index`, one row each.
 
     Lazy: nothing is walked when an index is set (a saved index of a million references is an
     SQLite catalogue, :class:`~museum_search.core.catalogue.ItemStore`); a row's item is read when
@@ -441,15 +441,11 @@ class CollectionModel(QAbstractListModel):
         self.endResetModel()
 
     def item(self, row: int):
-        """The :class:`~museum_search.core.index.Item` of ``row``."""
+        """The :class:`~museum_search.core.store.Item` of ``row``."""
         return self._index.items[row]
 
     def path(self, row: int) -> str:
         return str(self._root / self._index.items[row].path)
-
-    def search_text(self, row: int) -> str:
-        it = self._index.items[row]
-        return " ".join([it.instance, it.path, *it.metadata.values()]).lower()
 
     def match(self, text: str) -> np.ndarray | None:
         """Rows (ascending) of the references that match ``text``, a full-text query of the index's

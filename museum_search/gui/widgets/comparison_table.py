@@ -1,0 +1,182 @@
+"""The Evaluation tab's comparison of runs: a baseline run, and one row per compared run with its
+means and 95 % bootstrap intervals, GAP, the verdict's figures and the paired one-tailed tests
+against the baseline (computed by core: ``reports.paired_tests``)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QAbstractItemView, QComboBox, QHeaderView, QLabel, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget,
+)
+
+from ...core.evaluation.reports import COMPARED
+from ...core.evaluation.stats import PairedTestResult, stars
+from .layout import row
+from .query_table import fmt
+from .run_list import colour_icon
+
+#: The verdict's figures (keys of ``summary["verdict"]``) in the comparison table.
+VERDICT_FIGURES = {"unknown_rejected": "Unknown\nrejected", "known_rejected": "Known\nrejected",
+                   "accuracy": "Accuracy"}
+#: Columns: run, queries, the means with their intervals (:data:`COMPARED`), GAP, the verdict's
+#: figures, then the paired tests.
+GAP_COLUMN = 5
+VERDICT_COLUMN = GAP_COLUMN + 1  # the first of VERDICT_FIGURES
+P_COLUMN = VERDICT_COLUMN + len(VERDICT_FIGURES)  # the first paired test (of COMPARED's first metric)
+VALUE_ROLE = Qt.ItemDataRole.UserRole + 1  # numbers behind a cell
+GAP_TIP = ("GAP (Global Average Precision, the Met dataset's open-set metric): every query, known and unknown, "
+           "sorted by its answer's confidence; the precision of the right top-1 answers along that order, "
+           "averaged over the known queries (1 is perfect: every known query right and surer than every "
+           "unknown one). In brackets: over the known queries only.")
+NOTE = ("Intervals: 95 % percentile bootstrap over queries. GAP: Global Average Precision over "
+        "all queries sorted by confidence (in brackets, over the known queries only). "
+        "Verdict (“in this collection”): "
+        "unknown objects rejected, known objects wrongly rejected, accuracy (right answer or right "
+        "rejection); n/a without such queries. p: paired one-tailed randomization test that the run "
+        "is better than the baseline (for AMNRO, lower is better), exact up to 20 differing queries; "
+        "in brackets the number of queries that differ (the only ones it uses) and the paired "
+        "bootstrap test's p, which is too small when few queries differ; "
+        "* p ≤ 0.05, ** p ≤ 0.01, *** p ≤ 0.001 (randomization p).")
+NO_COMMON = "No common evaluated queries with the baseline (at least 2 needed)."
+
+
+def pct(x: float | None) -> str:
+    return "n/a" if x is None or not math.isfinite(x) else f"{100 * x:.1f} %"
+
+
+def cell(text: str, value: Any) -> QTableWidgetItem:
+    """A right-aligned cell with the numbers behind it (:data:`VALUE_ROLE`)."""
+    item = QTableWidgetItem(text)
+    item.setData(VALUE_ROLE, value)
+    item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+    return item
+
+
+def p_text(metric: str, res: PairedTestResult) -> tuple[str, str]:
+    """A paired test in the cell (p, stars, differing queries, bootstrap p) and in its tooltip."""
+    p, boot = float(res.p_value), res.bootstrap_p_value
+    better = "lower" if not COMPARED[metric][1] else "higher"
+    p_str, boot_str = ((f"{x:.3f}" if x >= 0.001 else "<0.001") for x in (p, boot))
+    text = f"{p_str} {stars(p)}".rstrip() + f" ({res.differing_queries} differing; bootstrap {boot_str})"
+    how = (f"exact, all {res.n_resamples:,} sign assignments" if res.exact
+           else f"Monte Carlo, {res.n_resamples:,} random sign assignments")
+    tip = (f"Δ = {res.delta:+.3f} ({better} is better) over {res.n_queries} paired queries, "
+           f"{res.differing_queries} of them differing; one-tailed p = {p:.4f} (paired "
+           f"{res.test} test, {how}); paired bootstrap test p = {boot:.4f} (studentized, "
+           f"over all {res.n_queries} queries)")
+    return text, tip
+
+
+class ComparisonPage(QWidget):
+    """The baseline choice above the table (``summaryTable``) and its note."""
+
+    #: another baseline was chosen
+    baseline_changed = Signal()
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.baseline_combo = QComboBox()
+        self.baseline_combo.setObjectName("baselineCombo")
+        self.baseline_combo.setToolTip("The run every other run is tested against")
+        self.baseline_combo.currentIndexChanged.connect(lambda _i: self.baseline_changed.emit())
+        self.table = QTableWidget(0, 12)
+        self.table.setObjectName("summaryTable")
+        self.table.setHorizontalHeaderLabels(
+            ["Run", "Queries", "MP@1 [95% CI]", "MAP [95% CI]", "AMNRO [95% CI]", "GAP [known]",
+             *VERDICT_FIGURES.values(), "p MP@1", "p MAP", "p AMNRO"])
+        self.table.horizontalHeaderItem(GAP_COLUMN).setToolTip(GAP_TIP)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.verticalHeader().hide()
+        sh = self.table.horizontalHeader()
+        sh.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        sh.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        note = QLabel(NOTE)
+        note.setWordWrap(True)
+        lay = QVBoxLayout(self)
+        lay.addLayout(row("Baseline:", (self.baseline_combo, 1)))
+        lay.addWidget(self.table, 1)
+        lay.addWidget(note)
+
+    # ---- baseline -------------------------------------------------------------------------
+    def set_runs(self, runs: Sequence) -> None:
+        """The runs one can choose as the baseline (the current one is kept, else the first)."""
+        current = self.baseline_combo.currentData()
+        self.baseline_combo.blockSignals(True)
+        self.baseline_combo.clear()
+        for run in runs:
+            self.baseline_combo.addItem(colour_icon(run.colour), run.name, run.key)
+        i = self.baseline_combo.findData(current)
+        self.baseline_combo.setCurrentIndex(i if i >= 0 else 0)
+        self.baseline_combo.blockSignals(False)
+
+    def baseline_key(self) -> int | None:
+        return self.baseline_combo.currentData()
+
+    def set_baseline_key(self, key: int) -> None:
+        i = self.baseline_combo.findData(key)
+        if i >= 0:
+            self.baseline_combo.setCurrentIndex(i)
+
+    # ---- the table ------------------------------------------------------------------------
+    def fill(self, runs: Sequence, base, tests: Callable[[Any, Any], dict[str, PairedTestResult | None]]
+             ) -> list[dict[str, Any]]:
+        """One row per run of ``runs`` (``EvalRun``), tested against ``base`` with ``tests(run, base)``
+        (:func:`museum_search.core.evaluation.reports.paired_tests`); returns the rows' figures."""
+        self.table.setRowCount(len(runs))
+        return [self._fill_row(r, run, base, tests) for r, run in enumerate(runs)]
+
+    def _fill_row(self, r: int, run, base, tests) -> dict[str, Any]:
+        s = run.report.summary
+        out: dict[str, Any] = {"key": run.key, "name": run.name, "queries": s["queries"],
+                               "gap": s["gap"], "gap_known": s["gap_known"],
+                               "baseline": base is not None and run.key == base.key, "ci": {}, "p": {},
+                               "stars": {}, "delta": {}, "verdict": {}, "differing": {}, "bootstrap_p": {}}
+        label = run.name + ("  (baseline)" if out["baseline"] else "")
+        name_item = QTableWidgetItem(colour_icon(run.colour), label)
+        name_item.setData(VALUE_ROLE, run.key)
+        name_item.setToolTip(label)
+        self.table.setItem(r, 0, name_item)
+        self.table.setItem(r, 1, cell(f"{out['queries']:,}", out["queries"]))
+        for c, metric in enumerate(COMPARED, start=2):
+            mean, lo, hi = out["ci"][metric] = run.cis.get(metric, (math.nan, math.nan, math.nan))
+            self.table.setItem(r, c, cell(f"{fmt(mean)} [{fmt(lo)}, {fmt(hi)}]", (mean, lo, hi)))
+        gap = cell(f"{fmt(s['gap'])} [{fmt(s['gap_known'])}]", (s["gap"], s["gap_known"]))
+        gap.setToolTip(GAP_TIP)
+        self.table.setItem(r, GAP_COLUMN, gap)
+        v = run.verdict_figures
+        tip = (f"{run.report.verdict.rule(run.verified)} ({v['calibration']}); {v['known_queries']} known "
+               f"and {v['unknown_queries']} unknown queries")
+        for c, key in enumerate(VERDICT_FIGURES, start=VERDICT_COLUMN):
+            out["verdict"][key] = v[key]
+            self.table.setItem(r, c, cell(pct(v[key]), v[key]))
+            self.table.item(r, c).setToolTip(tip)
+        results = tests(run, base) if base is not None and not out["baseline"] else {}
+        for c, metric in enumerate(COMPARED, start=P_COLUMN):
+            self.table.setItem(r, c, self._p_cell(out, metric, base, results.get(metric)))
+        return out
+
+    def _p_cell(self, out: dict[str, Any], metric: str, base, res: PairedTestResult | None) -> QTableWidgetItem:
+        if base is None or out["baseline"]:
+            text, p, tip = ("baseline" if out["baseline"] else ""), None, ""
+        elif res is None:
+            text, p, tip = "—", None, NO_COMMON
+        else:
+            p = float(res.p_value)
+            out["delta"][metric] = float(res.delta)
+            out["differing"][metric] = res.differing_queries
+            out["bootstrap_p"][metric] = res.bootstrap_p_value
+            text, tip = p_text(metric, res)
+        out["p"][metric] = p
+        out["stars"][metric] = stars(p)
+        item = cell(text, p)
+        item.setToolTip(tip)
+        if p is not None and stars(p):
+            f = item.font()
+            f.setBold(True)
+            item.setFont(f)
+        return item

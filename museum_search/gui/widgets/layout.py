@@ -1,0 +1,51 @@
+"""Small layout helpers shared by the tabs' widgets: a row of widgets, a splitter, a scroll area
+as tall as its contents."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QEvent, Qt
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QScrollArea, QSplitter, QWidget
+
+
+def row(*items: QWidget | str | tuple | None) -> QHBoxLayout:
+    """A row of widgets, texts (labels), ``(widget, stretch)`` pairs and stretches (``None``)."""
+    layout = QHBoxLayout()
+    for it in items:
+        if it is None:
+            layout.addStretch(1)
+        else:
+            layout.addWidget(*(it if isinstance(it, tuple) else (QLabel(it) if isinstance(it, str) else it,)))
+    return layout
+
+
+def split(orientation: Qt.Orientation, *parts: tuple[QWidget, int, int]) -> QSplitter:
+    """A splitter of ``(widget, stretch factor, initial size)`` parts."""
+    sp = QSplitter(orientation)
+    for i, (w, stretch, _size) in enumerate(parts):
+        sp.addWidget(w)
+        sp.setStretchFactor(i, stretch)
+    sp.setSizes([size for _w, _s, size in parts])
+    return sp
+
+
+class FitScroll(QScrollArea):
+    """A scroll area as tall as its contents when there is room (Qt caps a scroll area's size
+    hint at a few hundred pixels), shorter, with a scroll bar, when there is not."""
+
+    def setWidget(self, widget: QWidget) -> None:  # noqa: N802 - Qt API
+        super().setWidget(widget)
+        widget.installEventFilter(self)
+
+    def eventFilter(self, obj, event) -> bool:  # noqa: N802 - Qt API
+        if obj is self.widget() and event.type() in (QEvent.Type.LayoutRequest, QEvent.Type.Resize):
+            self.updateGeometry()  # its contents changed (a label wraps, a box shows): ask again
+        return False
+
+    def sizeHint(self):  # noqa: N802 - Qt API
+        hint = super().sizeHint()
+        w = self.widget()
+        if w is not None:
+            width = self.viewport().width()
+            h = w.heightForWidth(width) if w.hasHeightForWidth() and width > 0 else -1
+            hint.setHeight((h if h > 0 else w.sizeHint().height()) + 2 * self.frameWidth())
+        return hint
