@@ -30,14 +30,14 @@ def main() -> int:
     from PySide6.QtWidgets import QApplication
 
     from museum_search.core.indexing import build_index
-    from museum_search.core.extract import run
+    from museum_search.core.progress import drive
     from museum_search.gui import workers
     from museum_search.gui.main_window import MainWindow
 
     app = QApplication(sys.argv[:1])
     if not (args.index / "manifest.json").is_file():
         print("indexing", args.data / "references", flush=True)
-        run(build_index(args.data / "references", args.index))
+        drive(build_index(args.data / "references", args.index))
     win = MainWindow()
     win.resize(1400, 860)
     win.show()
