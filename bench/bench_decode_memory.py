@@ -57,7 +57,8 @@ CHILD_PRELUDE = """
 import json, resource, sys, time
 import numpy as np
 from museum_search.core import images
-from museum_search.core.extract import extract, run
+from museum_search.core.extract import extract
+from museum_search.core.progress import drive as run
 def _status_mb(key):
     with open("/proc/self/status") as f:
         return next(int(l.split()[1]) for l in f if l.startswith(key)) / 1024

@@ -31,9 +31,10 @@ sys.path.insert(0, str(REPO))
 DATA = REPO.parent / "shared" / "data"
 
 from museum_search.core import engines  # noqa: E402
-from museum_search.core.backbones import BackboneConfig, build_extractor  # noqa: E402
+from museum_search.core.backbones import BackboneConfig  # noqa: E402
+from museum_search.core.engines import build_extractor
 from museum_search.core.images import load_image  # noqa: E402
-from museum_search.core.index import build_index  # noqa: E402
+from museum_search.core.indexing import build_index  # noqa: E402
 from museum_search.core.progress import drive  # noqa: E402
 from museum_search.core.query import QueryPipeline, load_query  # noqa: E402
 
@@ -97,7 +98,7 @@ def indexing(folder: Path, tmp: Path) -> dict:
 
 
 def latency(index_path: Path, queries: list[Path]) -> dict:
-    from museum_search.core.index import Index
+    from museum_search.core.store import Index
 
     index = Index.load(index_path)
     out = {}

@@ -54,8 +54,8 @@ def main() -> int:
     from PySide6.QtWidgets import QApplication
 
     from museum_search.core import backbones, engines
-    from museum_search.core.extract import run
-    from museum_search.core.index import build_index
+    from museum_search.core.progress import drive as run
+    from museum_search.core.indexing import build_index
     from museum_search.gui import workers
     from museum_search.gui.main_window import MainWindow
 

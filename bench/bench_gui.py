@@ -66,7 +66,8 @@ def main() -> None:
     from museum_search.core.capture import FileSequenceCamera
     from museum_search.core.extract import describe_query_image
     from museum_search.core.images import load_image
-    from museum_search.core.search import score_matrix, search
+    from museum_search.core.ranking import order
+    from museum_search.core.search import results_for, score_matrix
     from museum_search.gui import workers
     from museum_search.gui.main_window import MainWindow
 
@@ -139,14 +140,15 @@ def main() -> None:
         capture_times.append(time.perf_counter() - t0)
     ext = st._extractor if getattr(st, "_extractor", None) is not None else None
     if ext is None:
-        from museum_search.core.backbones import extractor_for_meta
+        from museum_search.core.engines import extractor_for_meta
 
         ext = extractor_for_meta(index.meta)
     frame = load_image(cam_frames[0])
     for _ in range(5):
         t0 = time.perf_counter()
         d = describe_query_image(frame, ext)
-        search(index, d[None], k=8, scores=score_matrix(index, d[None]))
+        s = score_matrix(index, d[None])[0]
+        results_for(index, order(s, 8), s)
         bare_times.append(time.perf_counter() - t0)
     st.stop_camera()
     out["capture"] = {"capture_to_results_ms": 1000 * float(np.median(capture_times)),

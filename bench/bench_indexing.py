@@ -22,11 +22,15 @@ from pathlib import Path
 
 import numpy as np
 
-from museum_search.core.backbones import DEFAULT_SIZE, BackboneConfig, build_extractor
-from museum_search.core.extract import extract, query_crops, run
+from museum_search.core.backbones import DEFAULT_SIZE, BackboneConfig
+from museum_search.core.engines import build_extractor
+from museum_search.core.extract import extract, query_crops
+from museum_search.core.progress import drive as run
 from museum_search.core.images import is_image_file, load_image
-from museum_search.core.index import Index, Item
-from museum_search.core.search import search
+from museum_search.core.catalogue import Item
+from museum_search.core.store import Index
+from museum_search.core.ranking import order
+from museum_search.core.search import results_for, score_matrix
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_IMAGES = HERE.parent.parent / "shared" / "data" / "paintings" / "references"
@@ -84,7 +88,8 @@ def main() -> None:
             t1 = time.perf_counter()
             q = ext.embed(x)[None]
             t2 = time.perf_counter()
-            search(index, q, k=10)
+            s = score_matrix(index, q)[0]
+            results_for(index, order(s, 10), s)
             t3 = time.perf_counter()
             timings["decode"].append(t1 - t0)
             timings["forward"].append(t2 - t1)

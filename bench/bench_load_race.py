@@ -33,8 +33,9 @@ sys.path.insert(0, str(REPO))
 
 from museum_search.core.backbones import BackboneConfig  # noqa: E402
 from museum_search.core.errors import IndexFormatError  # noqa: E402
-from museum_search.core.extract import run  # noqa: E402
-from museum_search.core.index import Index, LabellingSpec, build_index  # noqa: E402
+from museum_search.core.progress import drive as run  # noqa: E402
+from museum_search.core.indexing import build_index  # noqa: E402
+from museum_search.core.store import Index, LabellingSpec
 
 SAMPLE = REPO / "resources" / "sample"
 

@@ -17,7 +17,7 @@ takes the index's matcher (``spatial.params_of_index``). Measured per data set a
   AUC (same vs wrong over queries), the share of known queries whose object beats every other, the
   smallest gate above every wrong count and the share of known queries at it.
 - **ms per verification**: query extraction (``extract_features``) + matching and homography against
-  one stored reference (``Verifier.verify_features`` with one row), p50/p95 over up to 40 queries;
+  one stored reference (``Verifier.verify_rows`` with one row), p50/p95 over up to 40 queries;
   ``pipeline_verify_ms``: the pipeline's whole verification step (extraction + top 20).
 - **bytes per reference** stored (offsets, points, descriptors, sizes) and the build stage's ms per
   reference.
@@ -55,14 +55,16 @@ sys.path.insert(0, str(REPO))
 
 import cv2  # noqa: E402
 
-from museum_search.core.backbones import build_extractor  # noqa: E402
+from museum_search.core.engines import build_extractor  # noqa: E402
 from museum_search.core.evaluation.querysets import load_queryset  # noqa: E402
-from museum_search.core.index import LabellingSpec, build_index  # noqa: E402
+from museum_search.core.indexing import build_index  # noqa: E402
+from museum_search.core.store import LabellingSpec
 from museum_search.core.labels import COIL100_REGEX  # noqa: E402
 from museum_search.core.progress import drive  # noqa: E402
-from museum_search.core.query import QueryPipeline, QuerySettings, load_query, object_inliers  # noqa: E402
+from museum_search.core.query import QueryPipeline, QuerySettings, load_query  # noqa: E402
+from museum_search.core.verification import object_inliers  # noqa: E402
 from museum_search.core.rerank import spatial  # noqa: E402
-from museum_search.core.search import ranking  # noqa: E402
+from museum_search.core.ranking import order  # noqa: E402
 from museum_search.core.verdict import DISTINCT, Verdict  # noqa: E402
 
 MATCHERS = ("sift", "xfeat")
@@ -102,13 +104,13 @@ def rescored(answer, labels: np.ndarray, gate: int, params: spatial.SpatialParam
     """The pipeline's ranking for another gate, from the answer's own cosines and verified inliers
     (``best_alike``: a variant that lifts only the objects verified alike the best one, within DISTINCT)."""
     scores = np.array(answer.cosine, np.float32)
-    if answer.verified:
-        short = np.array(sorted(answer.verified), np.int64)
-        inl = object_inliers(np.array([answer.verified[int(r)] for r in short]), labels[short], gate)
+    if answer.verified_inliers:
+        short = np.array(sorted(answer.verified_inliers), np.int64)
+        inl = object_inliers(np.array([answer.verified_inliers[int(r)] for r in short]), labels[short], gate)
         if best_alike:
             inl = np.where(inl * DISTINCT > inl.max(), inl, 0)
         scores[short] = spatial.blend(scores[short], inl, params, gate)
-    return ranking(scores)
+    return order(scores)
 
 
 def average_precision(order: np.ndarray, labels: np.ndarray, relevant) -> float:
@@ -130,7 +132,7 @@ def run_dataset(name: str, index, queries, extractor, gates: dict[str, int], dar
                  "known_queries": len(known),
                  "mp1_no_verification": round(float(np.mean([plain[i].top.instance in queries[i].relevant
                                                               for i in known])), 4),
-                 "map_no_verification": round(float(np.mean([average_precision(ranking(plain[i].cosine), labels,
+                 "map_no_verification": round(float(np.mean([average_precision(order(plain[i].cosine), labels,
                                                                                queries[i].relevant)
                                                              for i in known])), 4)}
     per_query: dict[str, list] = {}
@@ -150,8 +152,8 @@ def run_dataset(name: str, index, queries, extractor, gates: dict[str, int], dar
             a = pipe.answer([img], descriptors=desc[i:i + 1])[0]
             verify_ms.append(pipe.timings["verify"] * 1e3)
             answers.append(a)
-            same = [n for r, n in a.verified.items() if labels[r] in q.relevant]
-            wrong = [n for r, n in a.verified.items() if labels[r] not in q.relevant]
+            same = [n for r, n in a.verified_inliers.items() if labels[r] in q.relevant]
+            wrong = [n for r, n in a.verified_inliers.items() if labels[r] not in q.relevant]
             rows.append({"query": os.path.relpath(q.path, REPO.parent), "relevant": sorted(q.relevant),
                          "same": max(same) if same else None, "wrong": max(wrong) if wrong else 0,
                          "top": a.top.instance if a.top else None,
@@ -170,11 +172,11 @@ def run_dataset(name: str, index, queries, extractor, gates: dict[str, int], dar
         verifier = pipe._spatial
         for i in known[:40]:
             row = next((r for r in range(len(index)) if labels[r] in queries[i].relevant), 0)
-            verifier.verify_features(spatial.extract_features(images[i].image, params), [row], index)  # warm
+            verifier.verify_rows(spatial.extract_features(images[i].image, params), [row], index)  # warm
             t = time.perf_counter()
             qf = spatial.extract_features(images[i].image, params)
             t2 = time.perf_counter()
-            verifier.verify_features(qf, [row], index)
+            verifier.verify_rows(qf, [row], index)
             t3 = time.perf_counter()
             ext_ms.append((t2 - t) * 1e3)
             match_ms.append((t3 - t2) * 1e3)

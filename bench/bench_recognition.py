@@ -29,7 +29,8 @@ import numpy as np
 from museum_search.core.backbones import BackboneConfig
 from museum_search.core.evaluation.querysets import load_queryset
 from museum_search.core.evaluation.runner import run_evaluation
-from museum_search.core.index import Index, LabellingSpec, build_index
+from museum_search.core.indexing import build_index
+from museum_search.core.store import Index, LabellingSpec
 from museum_search.core.labels import COIL100_REGEX
 from museum_search.core.progress import drive
 from museum_search.core.query import QueryPipeline, QuerySettings, load_query

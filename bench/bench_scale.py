@@ -112,7 +112,7 @@ QUERY = r"""
 import json, sys, time
 started = float(sys.argv[4])
 import numpy as np
-from museum_search.core.index import Index
+from museum_search.core.store import Index
 from museum_search.core.query import QueryPipeline, QuerySettings, descriptor_query
 from museum_search.core.rerank import RerankOptions
 

@@ -37,21 +37,22 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from museum_search.core.backbones import BackboneMeta
-from museum_search.core.index import Index, Item
+from museum_search.core.catalogue import Item
+from museum_search.core.store import Index
 from museum_search.core.rerank.spatial import (
     SpatialParams,
     Verifier,
     blend,
     extract_features,
 )
-from museum_search.core.search import full_ranking, ranking
+from museum_search.core.ranking import order
 
 
 def verified(rr: Verifier, scores: np.ndarray, index, images) -> np.ndarray:
     """The scores after verifying each query's top-N (the query pipeline's step, ungated)."""
     out = scores.copy()
     for qi, img in enumerate(images):
-        short = ranking(out[qi], rr.params.top_n)
+        short = order(out[qi], rr.params.top_n)
         out[qi, short] = blend(out[qi, short], rr.verify(img, short, index), rr.params)
     return out
 
@@ -111,7 +112,7 @@ def main() -> int:
             new = verified(rr, scores, index, query_images)
             timings[name] = (time.perf_counter() - t0) / len(gt)
             cpu[name] = (time.process_time() - c0) / len(gt)
-        first = {params.estimator: float(np.mean(full_ranking(new)[:, 0] == true_rows))}
+        first = {params.estimator: float(np.mean(order(np.atleast_2d(new))[:, 0] == true_rows))}
         # the other homography estimators, warm (the reference features do not depend on them)
         for est in ("ransac", "usac", "magsac"):
             if est == params.estimator:
@@ -122,7 +123,7 @@ def main() -> int:
             new = verified(other, scores, index, query_images)
             timings[f"warm_{est}"] = (time.perf_counter() - t0) / len(gt)
             cpu[f"warm_{est}"] = (time.process_time() - c0) / len(gt)
-            first[est] = float(np.mean(full_ranking(new)[:, 0] == true_rows))
+            first[est] = float(np.mean(order(np.atleast_2d(new))[:, 0] == true_rows))
         # where the warm time goes: query features vs matching + homographies
         t0, c0 = time.perf_counter(), time.process_time()
         for img in query_images:

@@ -5,7 +5,7 @@ Synthetic clustered 1280-d float16 descriptors (``bench_scale.prepare``: objects
 grouped in themes), memory-mapped from a .npy. For each size, the first N rows are the index and
 the 100 rows after them (10 objects the index does not have) the photos added. Scenarios: add 1,
 add 100, remove 1 (a random reference). Each reference keeps its 32 nearest neighbours
-(:data:`museum_search.core.index.K_MAX`).
+(:data:`museum_search.core.store.K_MAX`).
 
 * **exact** (below ``ann.AUTO_MIN_REFERENCES``, 20,000 by default): ``update_neighbour_lists``
   against ``neighbour_lists`` of the updated descriptors; identical = equal arrays.
@@ -46,7 +46,7 @@ sys.path.insert(0, str(HERE.parent))
 from bench_scale import prepare  # noqa: E402
 
 from museum_search.core import ann  # noqa: E402
-from museum_search.core.index import K_MAX  # noqa: E402
+from museum_search.core.store import K_MAX  # noqa: E402
 from museum_search.core.progress import drive  # noqa: E402
 
 EXTRA = 100

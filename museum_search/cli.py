@@ -2,6 +2,10 @@
 
 Exit codes: 0 ok, 2 usage error (argparse), 1 anything else with a one-line message on stderr,
 130 when interrupted with Ctrl-C (nothing on disk is changed then).
+
+Each command imports the core modules it uses inside its function: lazy, for start-up time only
+(``museum-search --help`` or ``info`` must not load torch, OpenCV, faiss or Qt). Nothing is imported
+late to dodge a cycle: core is layered (see the README's Architecture).
 """
 
 from __future__ import annotations
@@ -62,21 +66,16 @@ def _print_skips(skipped: Sequence[tuple[str, str]], ignored: Sequence[tuple[str
 
 
 def cmd_index(args: argparse.Namespace) -> int:
-    from .core.backbones import BackboneConfig, build_extractor
-    from .core.errors import MuseumSearchError
-    from .core.index import LabellingSpec, build_index, check_output_folder
+    from .core.backbones import BackboneConfig
+    from .core.indexing import build_job
+    from .core.store import LabellingSpec
 
-    if not args.collection.is_dir():
-        raise MuseumSearchError(f"collection folder not found: {args.collection}")
-    check_output_folder(args.output, args.collection)  # before the network is even loaded
     config = BackboneConfig(args.backbone, args.head, args.size, tuple(args.scales), args.gem_p, args.weights)
-    extractor = build_extractor(config)
-    print(f"backbone: {extractor.meta.describe()}", file=sys.stderr)
     spec = LabellingSpec(args.labels, args.catalogue, args.regex)
-    report = _drive(build_index(args.collection, args.output, config, spec, extractor=extractor,
-                                batch_size=args.batch_size, dtype="float16" if args.float16 else "float32",
-                                ann=args.ann, neighbours=args.neighbours, ray=args.ray, matcher=args.matcher),
-                    "indexing")
+    report = _drive(build_job(args.collection, args.output, config, spec, batch_size=args.batch_size,
+                              dtype="float16" if args.float16 else "float32", ann=args.ann,
+                              neighbours=args.neighbours, ray=args.ray, matcher=args.matcher), "indexing")
+    print(f"backbone: {report.index.meta.describe()}", file=sys.stderr)
     _print_skips(report.skipped, report.labelling.ignored)
     print(f"index written to {args.output}: {report.summary()}")
     return 0
@@ -94,11 +93,10 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_update(args: argparse.Namespace) -> int:
-    from .core.index import Index, update_index
+    from .core.indexing import update_job
 
-    index = Index.load(args.index)
-    report = _drive(update_index(index, weights=args.weights, batch_size=args.batch_size,
-                                 checksum=args.checksum, ann=args.ann), "updating")
+    report = _drive(update_job(args.index, weights=args.weights, batch_size=args.batch_size,
+                               checksum=args.checksum, ann=args.ann), "updating")
     _print_skips(report.skipped, report.labelling.ignored)
     if report.removed_files:
         print(f"{len(report.removed_files)} reference(s) removed from the index:", file=sys.stderr)
@@ -109,7 +107,7 @@ def cmd_update(args: argparse.Namespace) -> int:
 
 
 def cmd_upgrade(args: argparse.Namespace) -> int:
-    from .core.index import upgrade_index
+    from .core.indexing import upgrade_index
 
     index = _drive(upgrade_index(args.index, ann=args.ann, neighbours=args.neighbours), "converting")
     print(f"index {args.index} converted to the current format: {index.describe()}")
@@ -156,7 +154,7 @@ def _descriptor_pipeline(args: argparse.Namespace, index):
 
 def cmd_query(args: argparse.Namespace) -> int:
     from .core.errors import MuseumSearchError
-    from .core.index import Index
+    from .core.store import Index
 
     if bool(args.images) == bool(args.descriptors):
         raise MuseumSearchError("give query photos or --descriptors Q.npy (one of the two)")
@@ -210,7 +208,7 @@ def _print_answer(answer) -> None:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from .core.index import Index
+    from .core.store import Index
 
     index = Index.load(args.index, verify="full" if args.check else True)
     print(index.describe())
@@ -255,7 +253,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from .core.evaluation import reports
     from .core.evaluation.querysets import load_queryset
     from .core.evaluation.runner import evaluate
-    from .core.index import Index
+    from .core.store import Index
     from .core.query import QueryPipeline
 
     if bool(args.queries) == bool(args.descriptors) or bool(args.descriptors) != bool(args.ground_truth):
@@ -394,7 +392,7 @@ def _add_rerank_options(p: argparse.ArgumentParser) -> None:
 
 
 def _add_derived_options(p: argparse.ArgumentParser, neighbours: bool = True) -> None:
-    from .core.index import K_MAX
+    from .core.store import K_MAX
 
     p.add_argument("--ann", choices=("auto", "yes", "no"), default="auto",
                    help="build an approximate-search index (faiss): auto (default) for large indexes, yes, no")
@@ -562,8 +560,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _interrupted_text() -> str:
     """What Ctrl-C did: nothing, or (if it came after an index's commit) the index was saved."""
     committed = []
-    if "museum_search.core.index" in sys.modules:  # nothing was written if core never loaded
-        from .core.index import committed_in_this_process
+    if "museum_search.core.store" in sys.modules:  # nothing was written if core never loaded
+        from .core.store import committed_in_this_process
 
         committed = committed_in_this_process()
     if committed:

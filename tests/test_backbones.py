@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from museum_search.core import pooling
-from museum_search.core.backbones import REGISTRY, BackboneConfig, BackboneMeta, build_extractor
+from museum_search.core.backbones import REGISTRY, BackboneConfig, BackboneMeta
+from museum_search.core.engines import build_extractor
 from museum_search.core.errors import MuseumSearchError, WeightsUnavailableError
 from museum_search.core.extract import extract
 

@@ -10,7 +10,7 @@ import pytest
 
 from museum_search.core.catalogue import ItemStore, fts_query, write_store
 from museum_search.core.errors import IndexFormatError
-from museum_search.core.index import Item
+from museum_search.core.catalogue import Item
 
 
 def _items(n: int = 300) -> list[Item]:

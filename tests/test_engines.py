@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from museum_search.core import engines
-from museum_search.core.backbones import BackboneConfig, Extractor, build_extractor
+from museum_search.core.backbones import BackboneConfig, Extractor
+from museum_search.core.engines import build_extractor
 from museum_search.core.engines import OnnxExtractor
 from museum_search.core.images import load_image
 
@@ -150,8 +151,8 @@ def test_engine_choice(monkeypatch):
 
 
 def test_index_built_with_one_engine_is_queried_with_the_other(collection, tmp_path):
-    from museum_search.core.extract import run
-    from museum_search.core.index import build_index
+    from museum_search.core.progress import drive as run
+    from museum_search.core.indexing import build_index
     from museum_search.core.query import QueryPipeline, QuerySettings, load_query
 
     index = run(build_index(collection, tmp_path / "index", verification=False)).index  # the default: onnx
@@ -176,7 +177,7 @@ def test_queries_need_no_torch_once_exported(sample_index, sample_collection):
                 if name.split(".")[0] in ("torch", "torchvision", "efficientnet_lite_pytorch"):
                     raise ImportError("no torch in this build: " + name)
         sys.meta_path.insert(0, NoTorch())
-        from museum_search.core.index import Index
+        from museum_search.core.store import Index
         from museum_search.core.query import QueryPipeline, load_query
         pipe = QueryPipeline(Index.load({str(sample_index.path)!r}))
         (a,) = pipe.answer([load_query({str(query)!r})])

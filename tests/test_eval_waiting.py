@@ -14,7 +14,7 @@ from museum_search.core.evaluation.querysets import load_queryset
 from museum_search.core.evaluation.runner import (DESCRIBING, EVALUATING, LOADING, NEIGHBOURS, SEARCHING,
                                                   VERIFYING, EvalStep, evaluate, run_evaluation)
 from museum_search.core.evaluation.sweep import SweepStep, sweep, sweep_advice
-from museum_search.core.index import Index
+from museum_search.core.store import Index
 from museum_search.core.progress import EtaEstimator, Progress, wait, with_eta
 from museum_search.core.query import QueryPipeline, QuerySettings
 from museum_search.core.rerank import RerankOptions, icfrr_advice

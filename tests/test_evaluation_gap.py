@@ -24,7 +24,7 @@ from museum_search.cli import _print_summary, main
 from museum_search.core.evaluation import metrics, reports
 from museum_search.core.evaluation.querysets import load_queryset
 from museum_search.core.evaluation.runner import gap_figures, run_evaluation
-from museum_search.core.index import Index
+from museum_search.core.store import Index
 from museum_search.core.verdict import Verdict
 
 

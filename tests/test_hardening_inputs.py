@@ -27,7 +27,8 @@ from museum_search.core.errors import ImageError, LabelError
 from museum_search.core.progress import DecodePool
 from museum_search.core.images import decode_cost, image_size, load_image
 from museum_search.core.importing import DescriptorError, open_descriptors
-from museum_search.core.index import MANIFEST, Index, LabellingSpec, build_index
+from museum_search.core.indexing import build_index
+from museum_search.core.store import MANIFEST, Index, LabellingSpec
 from museum_search.core.labels import label_collection, read_csv_table
 from museum_search.core.progress import drive
 

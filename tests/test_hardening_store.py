@@ -23,17 +23,9 @@ from museum_search.cli import main as cli_main
 from museum_search.core.backbones import BackboneConfig
 from museum_search.core.catalogue import ItemStore
 from museum_search.core.errors import IndexFormatError, OutputFolderError
-from museum_search.core.extract import run
-from museum_search.core.index import (
-    JOURNAL,
-    LOCK,
-    MANIFEST,
-    Index,
-    LabellingSpec,
-    _manifest_digest,
-    build_index,
-    update_index,
-)
+from museum_search.core.progress import drive as run
+from museum_search.core.indexing import build_index, update_index
+from museum_search.core.store import JOURNAL, LOCK, MANIFEST, Index, LabellingSpec, _manifest_digest
 
 SMALL = BackboneConfig(size=64)
 REPO = Path(__file__).resolve().parents[1]
@@ -250,7 +242,7 @@ def test_leftovers_with_a_file_of_the_user_are_still_refused(collection, tmp_pat
 WRITER = """
 import sys, time
 import numpy as np
-from museum_search.core.index import Index
+from museum_search.core.store import Index
 idx = Index.load(sys.argv[1], mmap=False)
 print("ready", flush=True)
 for i in range(int(sys.argv[2])):
@@ -298,7 +290,7 @@ def _damage_catalogue(out: Path) -> Path:
 def test_damaged_catalogue_is_named_not_a_traceback(built, capsys, monkeypatch):
     """As on a 480 MB catalogue, where the damage lies between the sampled blocks: opening checks
     only samples, and the SQLite error that follows is checked against the full checksum."""
-    import museum_search.core.index as index_mod
+    import museum_search.core.store as index_mod
 
     collection, out = built
     f = _damage_catalogue(out)

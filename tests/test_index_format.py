@@ -13,14 +13,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import museum_search.core.index as index_mod
+import museum_search.core.store as index_mod
+from museum_search.core.indexing import derive
 from museum_search.cli import main as cli_main
 from museum_search.core.backbones import imported_meta
 from museum_search.core.catalogue import ItemStore
 from museum_search.core.errors import IndexFormatError, MuseumSearchError
-from museum_search.core.extract import run
-from museum_search.core.index import MANIFEST, Index, Item, LabellingSpec, _manifest_digest, upgrade_index
-from museum_search.core.rerank.icfrr import gallery_ranks
+from museum_search.core.progress import drive as run
+from museum_search.core.catalogue import Item
+from museum_search.core.indexing import upgrade_index
+from museum_search.core.store import MANIFEST, Index, LabellingSpec, _manifest_digest
+from oracles import gallery_ranks
 from museum_search.core.search import score_matrix
 
 
@@ -66,7 +69,7 @@ def _write_v2(folder: Path, index: Index, with_ranks: bool = True) -> None:
 
 def test_saved_index_has_sqlite_items_and_neighbour_lists(tmp_path):
     idx = _index(tmp_path)
-    run(index_mod.derive(idx, ann="no"))
+    run(derive(idx, ann="no"))
     idx.save(tmp_path / "idx")
     names = sorted(os.listdir(tmp_path / "idx"))
     kinds = sorted(n.split("-")[0] for n in names if index_mod.DATA_FILE.match(n))
@@ -91,7 +94,7 @@ def test_saved_index_has_sqlite_items_and_neighbour_lists(tmp_path):
 
 def test_longer_neighbour_lists_are_computed_and_saved_for_a_small_index(tmp_path):
     idx = _index(tmp_path, n_objects=20)
-    run(index_mod.derive(idx, ann="no", neighbours=5))
+    run(derive(idx, ann="no", neighbours=5))
     idx.save(tmp_path / "idx")
     back = Index.load(tmp_path / "idx")
     assert back.neighbours_stored == 5 and back.has_neighbours(5) and not back.has_neighbours(6)
@@ -102,7 +105,7 @@ def test_longer_neighbour_lists_are_computed_and_saved_for_a_small_index(tmp_pat
 
 def test_large_index_refuses_longer_lists_with_what_to_do(tmp_path, monkeypatch):
     idx = _index(tmp_path, n_objects=20)
-    run(index_mod.derive(idx, ann="no", neighbours=4))
+    run(derive(idx, ann="no", neighbours=4))
     monkeypatch.setattr(index_mod, "EXACT_NEIGHBOURS_MAX", 10)
     with pytest.raises(MuseumSearchError, match="--neighbours 8"):
         idx.neighbour_lists(8)
@@ -201,7 +204,7 @@ def test_float16_scores_never_convert_the_whole_matrix(tmp_path, monkeypatch):
 
 def test_approximate_index_is_saved_with_its_generation_and_searched(tmp_path):
     idx = _index(tmp_path, n_objects=1000, views=4, dim=64, dtype="float16")
-    run(index_mod.derive(idx, ann="yes", neighbours=8))
+    run(derive(idx, ann="yes", neighbours=8))
     assert idx.ann is not None
     idx.save(tmp_path / "idx")
     manifest = json.loads((tmp_path / "idx" / MANIFEST).read_text())

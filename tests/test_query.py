@@ -7,16 +7,14 @@ import numpy as np
 import pytest
 
 from museum_search.core.backbones import BackboneConfig
-from museum_search.core.evaluation.metrics import rankings_from_scores
 from museum_search.core.evaluation.querysets import load_queryset
 from museum_search.core.evaluation.runner import run_evaluation
-from museum_search.core.extract import run
+from museum_search.core.progress import drive as run
 from museum_search.core.images import load_image
-from museum_search.core.index import Index, LabellingSpec, build_index, update_index
+from museum_search.core.indexing import build_index, update_index
+from museum_search.core.store import Index, LabellingSpec
 from museum_search.core.query import QueryPipeline, QuerySettings, load_query, query_from_array
-from museum_search.core.ranking import ranking
-from museum_search.core.rerank.icfrr import ranking_from_scores, top_indices
-from museum_search.core.search import full_ranking, top_k
+from museum_search.core.ranking import order, per_instance
 
 
 def test_one_ranking_ties_by_row():
@@ -24,16 +22,12 @@ def test_one_ranking_ties_by_row():
     scores = rng.integers(0, 6, (7, 40)).astype(np.float32) / 5  # many ties
     scores[2, 5] = -np.inf
     expected = np.argsort(-scores, axis=1, kind="stable")  # by score, ties by row
-    np.testing.assert_array_equal(ranking(scores), expected)
-    np.testing.assert_array_equal(full_ranking(scores), expected)
-    np.testing.assert_array_equal(rankings_from_scores(scores), expected)
-    np.testing.assert_array_equal(ranking_from_scores(scores), expected)
+    np.testing.assert_array_equal(order(scores), expected)
     for k in (1, 3, 9, 40):
-        np.testing.assert_array_equal(ranking(scores, k), expected[:, :k])
-        np.testing.assert_array_equal(top_indices(scores, k), expected[:, :k])
-        assert [list(r) for r in top_k(scores, k)] == [list(r) for r in expected[:, :k]]
+        np.testing.assert_array_equal(order(scores, k), expected[:, :k])
+        assert [list(order(r, k)) for r in scores] == [list(r) for r in expected[:, :k]]
     labels = np.array([f"o{i % 6}" for i in range(40)], dtype=object)
-    per = ranking(scores[0], 4, labels=labels)
+    per = per_instance(scores[0], labels, 4)
     assert len(set(labels[per])) == 4
     firsts = [r for r in expected[0] if r == next(x for x in expected[0] if labels[x] == labels[r])]
     assert list(per) == firsts[:4]
@@ -95,7 +89,7 @@ def test_evidence_draws_the_reference_in_the_query(sample_index, known_query):
     pipe = QueryPipeline(sample_index)
     q = load_query(path)
     (a,) = pipe.answer([q])
-    ev = pipe.evidence(q, a.top.row)
+    ev = pipe.matches(q, a.top.row)
     assert ev.inliers == a.top.inliers or abs(ev.inliers - a.top.inliers) <= 2  # same features, RANSAC
     assert ev.outline is not None and ev.outline.shape == (4, 2)
     assert len(ev.query_points) == len(ev.reference_points) == ev.inliers
@@ -194,7 +188,7 @@ def test_sample_verdict_meets_the_open_set_targets(sample_index, sample_collecti
 
 
 def test_object_inliers_lift_whole_objects_and_leave_lookalikes_to_the_cosine():
-    from museum_search.core.query import object_inliers
+    from museum_search.core.verification import object_inliers
 
     inl = np.array([63, 65, 48, 41, 5, 20, 3, 0])
     lab = np.array(["32", "32", "29", "29", "29", "7", "8", "7"])

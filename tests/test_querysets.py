@@ -11,7 +11,7 @@ from PIL import Image
 
 from museum_search.core.errors import LabelError
 from museum_search.core.evaluation.querysets import LAYOUTS, Query, QuerySet, load_queryset
-from museum_search.core.labels import COIL100_REGEX, WALL_REASON, label_collection, read_csv_rows
+from museum_search.core.labels import COIL100_REGEX, WALL_REASON, label_collection, read_csv_table
 
 _buf = io.BytesIO()
 Image.new("RGB", (8, 8), (40, 80, 120)).save(_buf, "JPEG")
@@ -281,7 +281,7 @@ def test_ground_truth_keeps_quoted_multiline_cells(tmp_path):
     assert qs.ignored == []
     got = {Path(q.path).name: set(q.relevant) for q in qs.queries}
     assert got == {"q1.jpg": {"mona"}, "q2.jpg": set(), "q3.jpg": {"mona", "scream"}}
-    header, rows = read_csv_rows(tmp_path / "ground_truth.csv")
+    header, rows, _ = read_csv_table(tmp_path / "ground_truth.csv")
     assert header == ["query", "instance", "note"]
     assert [r["note"] for r in rows] == [
         "seen from the left;\nq2.jpg;guernica;glare", "reflection\u2028on the glass", "two\nlines", ""]

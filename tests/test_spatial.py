@@ -13,7 +13,8 @@ import pytest
 from museum_search.core.backbones import BackboneMeta
 from museum_search.core.errors import MuseumSearchError
 from museum_search.core.images import load_image
-from museum_search.core.index import Index, Item
+from museum_search.core.catalogue import Item
+from museum_search.core.store import Index
 from museum_search.core.rerank import spatial
 from museum_search.core.rerank.spatial import (
     SpatialParams,

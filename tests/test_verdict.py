@@ -5,17 +5,8 @@ import pytest
 
 from museum_search.core.images import load_image
 from museum_search.core.rerank.spatial import SpatialParams, verify_pair
-from museum_search.core.verdict import (
-    DISTINCT,
-    MIN_CALIBRATED,
-    Evidence,
-    Verdict,
-    choose,
-    open_set_figures,
-    operating_points,
-    recalibrated,
-    synthetic_view,
-)
+from museum_search.core.calibration import synthetic_view
+from museum_search.core.verdict import DISTINCT, MIN_CALIBRATED, Evidence, Verdict, choose, open_set_figures, operating_points, recalibrated
 
 
 def test_decide_uses_inliers_when_verified_and_cosine_otherwise():
@@ -93,12 +84,12 @@ def test_synthetic_view_is_a_verifiable_photo_of_the_reference(sample_collection
 
 from dataclasses import replace as _replace  # noqa: E402
 
+from museum_search.core.calibration import calibration_plan  # noqa: E402
 from museum_search.core.verdict import (  # noqa: E402
     EXACT_COPY,
     REAL_VIEWS,
     TARGET_FALSE_ACCEPT,
     VERIFIED_FEATURES,
-    calibration_plan,
     fit_model,
     fit_verdict,
     unknown_threshold,

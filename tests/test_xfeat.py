@@ -19,7 +19,7 @@ from museum_search.core import engines
 from museum_search.core.errors import MuseumSearchError
 from museum_search.core.images import load_image
 from museum_search.core.rerank import spatial, xfeat
-from museum_search.core.rerank.spatial import LocalFeatures
+from museum_search.core.features import LocalFeatures
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -107,7 +107,8 @@ def test_local_features_keep_float16_descriptors():
                for n in (5, 7)] + [None]
     settings = spatial.settings_of(_xfeat_params())
     lf = LocalFeatures.from_list(entries, settings, 64, np.float16)
-    assert lf.descriptors.dtype == np.float16 and lf.matches(_xfeat_params()) and not lf.matches(spatial.SpatialParams())
+    assert lf.descriptors.dtype == np.float16 and lf.settings == settings
+    assert lf.settings != spatial.settings_of(spatial.SpatialParams())
     both = LocalFeatures.concat([lf.subset([1]), lf.subset([0, 2])])
     assert both.descriptors.dtype == np.float16 and len(both) == 3 and both.get(2) is None
     assert np.array_equal(both.get(1)[0][1], entries[0][0][1])
@@ -161,8 +162,9 @@ def test_cli_index_with_xfeat_but_no_way_to_run_it_is_one_line(tmp_path, collect
 
 
 def test_index_built_with_xfeat_stores_and_verifies_with_them(xfeat_ready, tmp_path, collection):
-    from museum_search.core.extract import run
-    from museum_search.core.index import Index, LabellingSpec, build_index, update_index
+    from museum_search.core.progress import drive as run
+    from museum_search.core.indexing import build_index, update_index
+    from museum_search.core.store import Index, LabellingSpec
     from museum_search.core.query import QueryPipeline, load_query
 
     out = tmp_path / "idx"
@@ -175,11 +177,11 @@ def test_index_built_with_xfeat_stores_and_verifies_with_them(xfeat_ready, tmp_p
     assert spatial.params_of_index(index, 7).effective_feature == "xfeat"
     spatial.clear_memory_cache()
     pipe = QueryPipeline(index)
-    assert pipe._spatial.params.effective_feature == "xfeat" and pipe._spatial.params.inlier_cap == 150
+    assert pipe.verification.params.effective_feature == "xfeat" and pipe.verification.params.inlier_cap == 150
     photo = sorted(collection.glob("*-2.jpg"))[0]
     answer = pipe.answer([load_query(photo)])[0]
     assert answer.top.instance == photo.stem.rsplit("-", 1)[0] and answer.top_inliers > 100
-    assert pipe._spatial.stats["computed"] == 0  # the stored XFeat features, none computed again
+    assert pipe.verification.verifier.stats["computed"] == 0  # the stored XFeat features, none computed again
     # an update keeps the index's matcher, and computes features for the new photo only
     new = collection / "extra-1.jpg"
     new.write_bytes(photo.read_bytes())
@@ -242,9 +244,10 @@ def test_auto_keeps_the_matcher_whose_calibration_is_better(xfeat_ready, shared_
     """``--matcher auto`` calibrates the verdict with SIFT's and with XFeat's features on the same views
     and keeps the features and verdict of the better operating point (SIFT unless XFeat wins by the
     margin)."""
-    from museum_search.core import index as index_mod
-    from museum_search.core.extract import run
-    from museum_search.core.index import LabellingSpec, build_index
+    from museum_search.core import indexing as index_mod
+    from museum_search.core.progress import drive as run
+    from museum_search.core.indexing import build_index
+    from museum_search.core.store import LabellingSpec
     from museum_search.core.labels import COIL100_REGEX
     from museum_search.core.verdict import Verdict
 

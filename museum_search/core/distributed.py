@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import logging
 import math
 import os
 import socket
@@ -40,14 +41,18 @@ import time
 from collections.abc import Generator, Sequence
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
-from .backbones import BackboneConfig, BackboneMeta, DescriptorExtractor
+from . import engines
+from .backbones import REGISTRY, BackboneConfig, BackboneMeta, DescriptorExtractor, check_config, meta_for
+from .engines import build_extractor
 from .errors import MuseumSearchError
-from .extract import ExtractProgress, ExtractResult
-from .progress import HEARTBEAT, Progress
+from .extract import ExtractResult, extract
+from .features import LocalFeatures
+from .progress import HEARTBEAT, Progress, drive
+from .rerank.spatial import SpatialParams, compute_local_features, descriptor_layout, settings_of
 
 #: ``Progress.stage`` of the records while the shares are described.
 STAGE = "describing on the Ray cluster"
@@ -107,10 +112,6 @@ def describe_share(paths: list[str], config: dict, engine: str | None, batch_siz
     ``engine``, ``host``, ``seconds``, and with ``spatial`` (SpatialParams fields) ``local``:
     the local features of the described files as arrays (:class:`LocalFeatures` fields).
     """
-    from .backbones import build_extractor
-    from .extract import extract
-    from .progress import drive
-
     _inject_fault(fault)
     t0 = time.perf_counter()
     cfg = dict(config)
@@ -127,8 +128,6 @@ def describe_share(paths: list[str], config: dict, engine: str | None, batch_siz
         "local": None,
     }
     if spatial is not None:
-        from .rerank.spatial import SpatialParams, compute_local_features
-
         local = drive(compute_local_features([paths[i] for i in res.ok], SpatialParams(**spatial)))
         out["local"] = {"settings": dict(local.settings), "offsets": local.offsets, "points": local.points,
                         "descriptors": local.descriptors, "sizes": local.sizes}
@@ -141,8 +140,6 @@ def describe_share(paths: list[str], config: dict, engine: str | None, batch_siz
 
 def _config_and_meta(what, weights: str | None) -> tuple[BackboneConfig, BackboneMeta]:
     """The configuration the workers build, and the meta their descriptors must have."""
-    from .backbones import REGISTRY, _check_config, meta_for
-
     if isinstance(what, DescriptorExtractor):
         config = getattr(what, "config", None)
         if config is None or weights is not None:
@@ -154,7 +151,7 @@ def _config_and_meta(what, weights: str | None) -> tuple[BackboneConfig, Backbon
         config = what or BackboneConfig()
         if weights is not None:
             config = BackboneConfig(**{**asdict(config), "weights": weights})
-        _check_config(config)
+        check_config(config)
         meta = meta_for(REGISTRY[config.name], config)
     else:
         raise TypeError(f"describe_on_ray needs a BackboneConfig, BackboneMeta or extractor, not {type(what)!r}")
@@ -179,8 +176,6 @@ def _cause(ray, exc: BaseException) -> tuple[str, bool]:
 
 
 def _merge_local(parts: list[dict], settings: dict, dim: int, dtype=np.uint8):
-    from .rerank.spatial import LocalFeatures
-
     offsets = [np.zeros(1, np.int64)]
     points, descs, sizes = [], [], []
     base = 0
@@ -214,7 +209,7 @@ def describe_on_ray(
     engine: str | None = None,
     spatial=None,
     _faults: dict[int, tuple[str, int, str]] | None = None,
-) -> Generator[ExtractProgress, None, tuple[ExtractResult, Any]]:
+) -> Generator[Progress, None, tuple[ExtractResult, Any]]:
     """Describe ``paths`` on Ray; returns ``(ExtractResult, LocalFeatures | None)`` in the input order,
     equal to ``extract(paths, extractor)`` and (with ``verification``) ``compute_local_features`` of
     the described files (``result.ok``), row for row.
@@ -227,8 +222,6 @@ def describe_on_ray(
     ``spatial``: the :class:`SpatialParams` of the local features (default: its defaults).
     ``_faults``: testing hook, share number -> (kind, times, folder) (see :func:`_inject_fault`).
     """
-    from . import engines
-
     given = [str(p) for p in paths]  # skipped files are named as the caller named them
     paths = [os.path.abspath(os.fspath(p)) for p in paths]
     cfg, meta = _config_and_meta(config, weights)
@@ -237,8 +230,6 @@ def describe_on_ray(
         raise MuseumSearchError(f"max_retries must be 0 or more, not {max_retries}")
     sp = None
     if verification:
-        from .rerank.spatial import SpatialParams, descriptor_layout, settings_of
-
         params = spatial or SpatialParams()
         sp = {f.name: getattr(params, f.name) for f in fields(params)}
         local_settings = settings_of(params)
@@ -246,8 +237,6 @@ def describe_on_ray(
     if not paths:
         local = None
         if verification:
-            from .rerank.spatial import LocalFeatures
-
             local = LocalFeatures.from_list([], local_settings, local_dim, local_dtype)
         return ExtractResult(np.empty((0, meta.dim), np.float32), [], []), local
     ray = import_ray()
@@ -257,8 +246,6 @@ def describe_on_ray(
     inflight: dict[Any, int] = {}  # object ref -> share number
     try:
         if not ray.is_initialized():
-            import logging
-
             kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING}
             if address is None:
                 kwargs["num_cpus"] = num_cpus
@@ -270,7 +257,7 @@ def describe_on_ray(
             started = True
             try:
                 ray.init(**kwargs)
-            except Exception as exc:  # noqa: BLE001 - ray.init raises many types
+            except Exception as exc:
                 where = f"the Ray cluster at {address}" if address else "a local Ray instance"
                 first = str(exc).strip().splitlines()
                 raise MuseumSearchError(f"cannot start or join {where}: {first[0] if first else type(exc).__name__}"
@@ -334,7 +321,7 @@ def describe_on_ray(
                 done += len(shares[k][1])
                 yield Progress(done, len(paths), given[lo + len(shares[k][1]) - 1], list(out["skipped"]),
                                time.perf_counter() - t_desc, stage=STAGE)
-        parts: list[dict] = results  # type: ignore[assignment] - every share is done here
+        parts = cast("list[dict]", results)  # every share is done here (no None left)
         descriptors = np.concatenate([r["descriptors"] for r in parts]).reshape(-1, meta.dim)
         ok = [int(lo + i) for (lo, _), r in zip(shares, parts) for i in r["ok"]]
         skipped = [tuple(s) for r in parts for s in r["skipped"]]

@@ -25,11 +25,21 @@ import os
 import secrets
 import threading
 from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 
 from . import paths
-from .backbones import REGISTRY, BackboneConfig, BackboneMeta, DescriptorExtractor, build_torch_extractor, meta_for
+from .backbones import (
+    REGISTRY,
+    BackboneConfig,
+    BackboneMeta,
+    DescriptorExtractor,
+    NoNetwork,
+    build_torch_extractor,
+    check_config,
+    meta_for,
+)
 from .errors import MuseumSearchError, WeightsUnavailableError
 
 log = logging.getLogger(__name__)
@@ -43,6 +53,18 @@ _engine: str | None = None  # set by the CLI's --engine and the GUI's Settings
 _lock = threading.Lock()
 _sessions: dict[BackboneMeta, "OnnxExtractor"] = {}
 _said: set[tuple[str, str]] = set()
+
+
+class ExportMeta(Protocol):
+    """What names an export: a :class:`.backbones.BackboneMeta`, or :class:`.rerank.xfeat.XFeatMeta`."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def head(self) -> str: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
 
 
 def onnx_available() -> bool:
@@ -123,7 +145,7 @@ class OnnxExtractor(DescriptorExtractor):
             return self.session.run(None, {"x": np.ascontiguousarray(batch, np.float32)})[0]
 
 
-def export_key(meta: BackboneMeta) -> str:
+def export_key(meta: ExportMeta) -> str:
     """The name of the export of ``meta`` (stable across processes and machines)."""
     text = json.dumps({"meta": meta.to_dict(), "opset": OPSET, "format": EXPORT_FORMAT}, sort_keys=True)
     return f"{meta.name}-{meta.head}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
@@ -143,7 +165,7 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def export_file(folder: Path, meta: BackboneMeta) -> Path:
+def export_file(folder: Path, meta: ExportMeta) -> Path:
     """The file of ``meta``'s export in ``folder``: ``<key>.onnx``, or ``<key>.onnx.xz`` (compressed with xz,
     as the frozen build bundles them) when only that one is there."""
     plain = folder / f"{export_key(meta)}.onnx"
@@ -151,7 +173,7 @@ def export_file(folder: Path, meta: BackboneMeta) -> Path:
     return packed if packed.is_file() and not plain.is_file() else plain
 
 
-def read_export(folder: Path, meta: BackboneMeta) -> bytes | None:
+def read_export(folder: Path, meta: ExportMeta) -> bytes | None:
     """The model bytes of ``meta``'s export in ``folder`` if it is there and intact, else None.
     The sidecar's SHA-256 is that of the ``.onnx`` bytes, also for an ``.onnx.xz`` file."""
     onnx_file, side = export_file(folder, meta), folder / f"{export_key(meta)}.json"
@@ -172,7 +194,7 @@ def read_export(folder: Path, meta: BackboneMeta) -> bytes | None:
     return data
 
 
-def export_info(folder: Path, meta: BackboneMeta) -> dict:
+def export_info(folder: Path, meta: ExportMeta) -> dict:
     """The sidecar of ``meta``'s export in ``folder`` (``{}`` if there is none or it cannot be read)."""
     try:
         info = json.loads((folder / f"{export_key(meta)}.json").read_text(encoding="utf-8"))
@@ -181,7 +203,7 @@ def export_info(folder: Path, meta: BackboneMeta) -> dict:
     return info if isinstance(info, dict) else {}
 
 
-def write_export(folder: Path, meta: BackboneMeta, data: bytes, *, weights: str = "float32",
+def write_export(folder: Path, meta: ExportMeta, data: bytes, *, weights: str = "float32",
                  compress: bool = False) -> Path:
     """Write an export and its sidecar atomically (temporary files, then ``os.replace``).
     ``weights`` says how the weights are stored (``"float16"``: see :func:`half_weights`); ``compress``
@@ -192,8 +214,8 @@ def write_export(folder: Path, meta: BackboneMeta, data: bytes, *, weights: str 
     token = f"{os.getpid()}.{secrets.token_hex(4)}"
     side = {"meta": meta.to_dict(), "sha256": _sha256(data), "opset": OPSET, "format": EXPORT_FORMAT,
             "weights": weights}
-    payload = lzma.compress(data, preset=9 | lzma.PRESET_EXTREME) if compress else data
-    for name, payload in ((out.name, payload), (f"{key}.json", json.dumps(side, indent=1).encode())):
+    blob = lzma.compress(data, preset=9 | lzma.PRESET_EXTREME) if compress else data
+    for name, payload in ((out.name, blob), (f"{key}.json", json.dumps(side, indent=1).encode())):
         tmp = folder / f".{name}.{token}.tmp"
         try:
             with open(tmp, "wb") as f:
@@ -329,7 +351,9 @@ def export(config: BackboneConfig, *, download: bool = True, half: bool = False)
         dynamic["x"].update({2: "height", 3: "width"})
     with warnings.catch_warnings(), torch.inference_mode(), _traceable_padding():
         warnings.simplefilter("ignore")  # the exporter's deprecation and tracer notes
-        torch.onnx.export(_Forward().eval(), (x,), buf, input_names=["x"], output_names=["descriptor"],
+        # ignore: torch's annotation of f omits the file-like objects its TorchScript exporter writes to
+        torch.onnx.export(_Forward().eval(), (x,), buf,  # type: ignore[arg-type]
+                          input_names=["x"], output_names=["descriptor"],
                           dynamic_axes=dynamic, opset_version=OPSET, dynamo=False)
     data = buf.getvalue()
     if half:
@@ -370,7 +394,7 @@ def onnx_extractor(config: BackboneConfig, *, download: bool = True) -> Descript
                 return build_torch_extractor(config, download=download)
             except (WeightsUnavailableError, MuseumSearchError):
                 raise
-            except Exception as exc:  # noqa: BLE001 - the exporter raises many types
+            except Exception as exc:
                 _say_once(config.name, f"the export failed: {str(exc).splitlines()[0][:200]}")
                 return build_torch_extractor(config, download=download)
             if exported_meta != meta:
@@ -380,9 +404,10 @@ def onnx_extractor(config: BackboneConfig, *, download: bool = True) -> Descript
             except OSError as exc:
                 log.warning("cannot keep the ONNX export in %s (%s); it is used from memory", export_dirs()[-1], exc)
                 where = export_dirs()[-1] / f"{export_key(meta)}.onnx"
+        assert where is not None  # set with data: where it was found, or where it is (or would be) kept
         try:
             ext = OnnxExtractor(meta, data, where)
-        except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own exception types
+        except Exception as exc:
             _say_once(config.name, f"ONNX Runtime cannot load the model: {str(exc).splitlines()[0][:200]}")
             return build_torch_extractor(config, download=download)
         _sessions[meta] = ext
@@ -391,3 +416,33 @@ def onnx_extractor(config: BackboneConfig, *, download: bool = True) -> Descript
 
 __all__ = ["ENGINES", "OnnxExtractor", "current", "default", "export", "export_file", "export_info", "export_key",
            "half_weights", "onnx_available", "onnx_extractor", "read_export", "resolve", "set_engine", "write_export"]
+
+
+# ---- the extractor of a backbone on the engine in use -----------------------------------------
+
+
+def build_extractor(config: BackboneConfig | None = None, *, download: bool = True, cache: bool = True,
+                    engine: str | None = None) -> DescriptorExtractor:
+    """Build (or reuse) the extractor for ``config`` on ``engine`` (default: :func:`current`).
+    Raises a clear error for bad settings. Where the ONNX engine cannot run this backbone, the
+    torch engine is used (said once in the log)."""
+    config = config or BackboneConfig()
+    check_config(config)
+    if resolve(engine) == "onnx":
+        return onnx_extractor(config, download=download)
+    return build_torch_extractor(config, download=download, cache=cache)
+
+
+def extractor_for_meta(meta: BackboneMeta, weights: str | None = None,
+                       engine: str | None = None) -> DescriptorExtractor:
+    """The extractor that produces descriptors compatible with an index built with ``meta``
+    (:class:`NoNetwork` for imported descriptors: a photo is refused with :data:`IMPORTED_PHOTO`)."""
+    if meta.imported:
+        return NoNetwork(meta)
+    ext = build_extractor(meta.config(weights), engine=engine)
+    if ext.meta != meta:
+        raise MuseumSearchError(
+            f"the weights available here ({ext.meta.weights_id}) differ from the ones the index was "
+            f"built with ({meta.weights_id}); pass the same --weights FILE or rebuild the index"
+        )
+    return ext

@@ -26,7 +26,7 @@ from typing import Generator, Sequence
 
 import numpy as np
 
-from .backbones import Extractor
+from .backbones import DescriptorExtractor
 from .errors import ImageError
 from .images import load_image
 from .progress import DecodePool, Progress
@@ -60,7 +60,7 @@ def query_crops(image: np.ndarray, regions: bool = True) -> list[np.ndarray]:
             for x0, y0, x1, y1 in QUERY_REGIONS]
 
 
-def _prepare(extractor: Extractor, path: str) -> np.ndarray:
+def _prepare(extractor: DescriptorExtractor, path: str) -> np.ndarray:
     return extractor.preprocess(load_image(path, max_side=extractor.max_side))
 
 
@@ -70,14 +70,14 @@ def default_workers() -> int:
 
 def extract(
     paths: Sequence[str | os.PathLike],
-    extractor: Extractor,
+    extractor: DescriptorExtractor,
     batch_size: int = 8,
     workers: int | None = None,
 ) -> Generator[ExtractProgress, None, ExtractResult]:
     """Describe ``paths`` (references) with ``extractor``; unreadable images are skipped with their
     reason. Queries go through :mod:`museum_search.core.query` instead."""
-    paths = [str(p) for p in paths]
-    total = len(paths)
+    files = [str(p) for p in paths]
+    total = len(files)
     dim = extractor.meta.dim
     out = np.empty((total, dim), np.float32)
     ok: list[int] = []
@@ -95,7 +95,7 @@ def extract(
         def fill() -> None:
             nonlocal next_i
             while next_i < total and len(pending) < window:
-                pending.append((next_i, pool.submit(_prepare, extractor, paths[next_i])))
+                pending.append((next_i, pool.submit(_prepare, extractor, files[next_i])))
                 next_i += 1
 
         fill()
@@ -110,19 +110,19 @@ def extract(
                     batch.append(fut.result())
                     batch_idx.append(i)
                 except ImageError as exc:  # decoding refused it (incl. over the decode budget)
-                    new_skips.append((paths[i], exc.reason))
+                    new_skips.append((files[i], exc.reason))
                 except MemoryError:
-                    new_skips.append((paths[i], "not enough memory to prepare this image; close "
+                    new_skips.append((files[i], "not enough memory to prepare this image; close "
                                       "other programs, or save a smaller copy and use that"))
                 except (OSError, ValueError) as exc:
-                    new_skips.append((paths[i], f"cannot be read: {exc}"))
+                    new_skips.append((files[i], f"cannot be read: {exc}"))
                 done += 1
                 fill()
             if batch:
                 out[len(ok) : len(ok) + len(batch)] = extractor.embed(batch)
                 ok.extend(batch_idx)
             skipped.extend(new_skips)
-            yield Progress(done, total, paths[done - 1], new_skips, time.perf_counter() - start)
+            yield Progress(done, total, files[done - 1], new_skips, time.perf_counter() - start)
         finished = True
     finally:
         # Left early (cancelled, Ctrl-C, an error): the calls not started are cancelled and the

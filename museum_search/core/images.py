@@ -824,7 +824,7 @@ def _tiff_header(fp: BinaryIO) -> _Header:
     # TIFF headers are IFD graphs that may sit anywhere in the file: let Pillow parse them.
     # The plugin class is used directly (not Image.open) so Pillow's decompression-bomb
     # check, whose limit differs from ours, does not apply; nothing is decoded here.
-    from PIL import TiffImagePlugin
+    from PIL import TiffImagePlugin  # lazy: Pillow is loaded only for the TIFF files that need it
 
     try:
         im = TiffImagePlugin.TiffImageFile(fp)
@@ -879,7 +879,7 @@ def _opencv_tiff_quirks() -> _TiffQuirks:
     other format) and reads 8-bit RGBA TIFFs through libtiff's RGBA interface, which
     premultiplies unassociated alpha. Measuring keeps both right on other OpenCV versions.
     """
-    from PIL import Image
+    from PIL import Image  # lazy: Pillow is loaded only for the TIFF files that need it
 
     def decode(im: Image.Image, **kw) -> np.ndarray | None:
         buf = io.BytesIO()

@@ -40,13 +40,15 @@ from typing import Generator
 import numpy as np
 
 from .backbones import imported_meta
+from .catalogue import Item
 from .errors import LabelError, MuseumSearchError
 from .evaluation.querysets import Query, QuerySet, read_ground_truth_rows
 from .images import NotRegularFileError, open_regular
-from .index import K_MAX, Index, Item, LabellingSpec, check_output_folder, derive, writer_lock
+from .indexing import derive
 from .labels import CATALOGUE_FILE_COLUMNS, CATALOGUE_INSTANCE_COLUMNS, find_column, normalize_relpath, read_csv_table
-from .progress import Progress
+from .progress import Progress, drive
 from .query import QueryImage, descriptor_query
+from .store import K_MAX, Index, LabellingSpec, check_output_folder, writer_lock
 
 #: The labelling rule recorded in an imported index (its labels come from ITEMS.csv).
 RULE = "imported"
@@ -167,8 +169,6 @@ def check_descriptors(array: np.ndarray, name: str = "descriptors", dim: int | N
                       dtype: str = "float32") -> np.ndarray:
     """An L2-normalized ``dtype`` copy of a 2-D numeric array (of ``dim`` columns), or a
     :class:`DescriptorError` saying what is wrong (see :func:`normalized`)."""
-    from .progress import drive
-
     array = np.asarray(array)
     check_shape(array, name, dim)
     return drive(normalized(array, name, dtype))[0]
@@ -250,8 +250,8 @@ def read_items(items_csv: str | os.PathLike, root: str | os.PathLike | None = No
     path_col = find_column(header, CATALOGUE_FILE_COLUMNS)
     inst_col = find_column(header, CATALOGUE_INSTANCE_COLUMNS)
     if path_col is None or inst_col is None:
-        missing = "path column (path, file or filename)" if path_col is None else "instance column"
-        raise LabelError(f"{items_csv} has no {missing} (columns: {', '.join(header)}); use a header like "
+        what = "path column (path, file or filename)" if path_col is None else "instance column"
+        raise LabelError(f"{items_csv} has no {what} (columns: {', '.join(header)}); use a header like "
                          "path,instance,title,artist")
     meta_cols = [h for h in header if h not in (path_col, inst_col)]
     base = str(root)

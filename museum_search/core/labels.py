@@ -168,7 +168,7 @@ def folder_label(relpath: str) -> str | None:
     return parts[0] if len(parts) > 1 else None
 
 
-def label_file(rule: str, relpath: str, pattern: re.Pattern | None = None) -> tuple[str | None, str | None]:
+def label_file(rule: str, relpath: str, pattern: re.Pattern | None = None) -> tuple[str, None] | tuple[None, str]:
     """Apply a filename rule (``folder``, ``clicide``, ``garofou``, ``regex``, ``none``) to one path.
 
     Returns ``(instance, None)`` or ``(None, reason the file is ignored)``.
@@ -433,8 +433,8 @@ def _label_catalogue(
 
     by_rel = set(rels)
     by_name: dict[str, list[str]] = {}
-    for rel in rels:
-        by_name.setdefault(PurePosixPath(rel).name, []).append(rel)
+    for known in rels:
+        by_name.setdefault(PurePosixPath(known).name, []).append(known)
     root_abs = os.path.abspath(root)
     root_real = os.path.realpath(root)
     cat_dir = os.path.abspath(catalogue.parent)
@@ -614,11 +614,11 @@ def label_collection(
             rels = [p for p in rels if PurePosixPath(p).parts[0] == GAROFOU_REFERENCE_FOLDER]
         refs = []
         for rel in rels:
-            instance, reason = label_file(rule, rel, pattern)
-            if instance is None:
-                ignored.append((rel, reason))
+            labelled = label_file(rule, rel, pattern)
+            if labelled[0] is None:
+                ignored.append((rel, labelled[1]))  # (None, reason)
             else:
-                refs.append(Reference(rel, instance, {}))
+                refs.append(Reference(rel, labelled[0], {}))  # (instance, None)
 
     if not refs:
         example = f" (e.g. {ignored[0][0]}: {ignored[0][1]})" if ignored else ""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -15,7 +16,7 @@ def resources_dir() -> Path:
     """The ``resources/`` folder: next to the package in a checkout, inside a PyInstaller build."""
     candidates = []
     if hasattr(sys, "_MEIPASS"):
-        candidates.append(Path(sys._MEIPASS) / "resources")  # type: ignore[attr-defined]
+        candidates.append(Path(sys._MEIPASS) / "resources")
     candidates.append(Path(__file__).resolve().parents[2] / "resources")
     candidates.append(Path(sys.prefix) / "share" / APP / "resources")
     for c in candidates:
@@ -39,6 +40,4 @@ def data_dir() -> Path:
 
 def cache_dir() -> Path:
     """Per-user cache (e.g. the ONNX exports of the backbones); ``$MUSEUM_SEARCH_CACHE`` overrides it."""
-    import os
-
     return Path(os.environ["MUSEUM_SEARCH_CACHE"]) if os.environ.get("MUSEUM_SEARCH_CACHE") else Path(_dirs.user_cache_dir)

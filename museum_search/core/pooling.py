@@ -44,7 +44,7 @@ def rmac_regions(h: int, w: int, levels: int = 3, overlap: float = 0.4) -> list[
     idx = min(range(len(steps)), key=errors.__getitem__)
     wd = idx + 1 if h < w else 0
     hd = idx + 1 if h > w else 0
-    regions = []
+    regions: list[tuple[int, int, int]] = []
     for level in range(1, levels + 1):
         side = int(math.floor(2 * short / (level + 1)))
         if side == 0:

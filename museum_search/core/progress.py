@@ -167,7 +167,7 @@ def _call(fn: Callable[[], R], key: Hashable | None) -> Future:
                 if fut.set_running_or_notify_cancel():
                     try:
                         fut.set_result(fn())
-                    except BaseException as exc:  # noqa: BLE001 - handed to the waiting job
+                    except BaseException as exc:  # handed to the waiting job
                         fut.set_exception(exc)
             finally:
                 if key is not None:
@@ -273,7 +273,7 @@ class DecodePool:
                 _busy_threads.add(me)
             try:
                 result = fn(*args)
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller, as an executor does
+            except BaseException as exc:  # handed to the caller, as an executor does
                 fut.set_exception(exc)
             else:
                 fut.set_result(result)

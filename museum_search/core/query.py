@@ -23,7 +23,7 @@ asked about.
   using the reference features stored with the index. An object with a photo of at least the verdict's ``min_inliers`` gets the
   bonus ``min(inliers, 50) / 50`` on each of its shortlisted photos (:func:`object_inliers`: objects
   verified alike share one level); fewer inliers are noise and change nothing.
-* **ranking**: :func:`search.ranking` (by score, ties by row).
+* **ranking**: :func:`.ranking.order` and :func:`.ranking.per_instance` (by score, ties by row).
 * **verdict**: from the top result's evidence (:class:`.verdict.Verdict`, a model calibrated per
   index): its cosine, its margin over the best other object, the inliers of its object's best photo
   and the most inliers any other object got on the same part of the photo; it gives the answer's
@@ -41,25 +41,19 @@ import cv2
 import numpy as np
 
 from .ann import resolve_mode
-from .backbones import Extractor, NoNetwork, extractor_for_meta
+from .backbones import DescriptorExtractor, NoNetwork
+from .engines import extractor_for_meta
 from .errors import ImageError, MuseumSearchError
 from .extract import query_crops
 from .images import decode_image, load_image
-from .index import Index
+from .ranking import order, per_instance
 from .rerank import RerankOptions, build_pipeline
-from .rerank.spatial import (
-    Evidence,
-    SpatialParams,
-    Verifier,
-    blend,
-    evidence_of,
-    extract_features,
-    outline_overlap,
-    params_of_index,
-)
-from .search import ranking, score_matrix
+from .rerank.spatial import Matches, SpatialParams, params_of_index
+from .search import score_matrix
+from .store import Index
 from .verdict import Evidence as VerdictEvidence
-from .verdict import DISTINCT, Verdict
+from .verdict import Verdict
+from .verification import Verification, cosine_margin
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +189,7 @@ class Answer:
     reason: str
     scores: np.ndarray  # (G,) final score of every reference
     cosine: np.ndarray  # (G,) cosine of every reference
-    verified: dict[int, int]  # row → inliers, for the verified shortlist
+    verified_inliers: dict[int, int]  # row → inliers, for the verified shortlist
     ranking: np.ndarray | None = None  # (G,) every row, best first (when asked for)
     rival: int = 0  # most inliers of a verified reference of another object than the top result's
     top_inliers: int | None = None  # the best inliers of a photo of the top result's object (None: not verified)
@@ -223,29 +217,8 @@ class Answer:
     def to_dict(self) -> dict[str, Any]:
         return {"query": self.query, "in_collection": self.in_collection,
                 "confidence": None if self.confidence is None else round(float(self.confidence), 4),
-                "reason": self.reason, "inliers": self.top_inliers, "rival_inliers": self.rival if self.verified else None,
+                "reason": self.reason, "inliers": self.top_inliers, "rival_inliers": self.rival if self.verified_inliers else None,
                 "results": [r.to_dict() for r in self.results]}
-
-
-def object_inliers(inliers: np.ndarray, labels: np.ndarray, gate: int) -> np.ndarray:
-    """The inliers each verified reference is ranked by: the best of its object, or of the objects
-    verification cannot tell from it (best inliers within :data:`.verdict.DISTINCT` of each other).
-
-    So verification lifts the objects it verifies, with every photo of them in the shortlist (a 3D
-    object's other views do not verify, they are the same object), and leaves the order among the
-    photos of objects it verifies alike (near-identical objects: two boxes of one brand in COIL-100)
-    to the global score. Photos of objects with no reference at ``gate`` keep their count."""
-    inliers = np.asarray(inliers)
-    ok = inliers >= gate
-    best: dict[str, int] = {}
-    for lab, n in zip(labels[ok], inliers[ok]):
-        best[lab] = max(best.get(lab, 0), int(n))
-    out = inliers.copy()
-    for i in range(len(out)):
-        mine = best.get(labels[i])
-        if mine is not None:  # every shortlisted photo of a verified object, verified itself or not
-            out[i] = max(b for b in best.values() if max(b, mine) < DISTINCT * min(b, mine))
-    return out
 
 
 class QueryPipeline:
@@ -254,14 +227,16 @@ class QueryPipeline:
     verify_side = VERIFY_SIDE
 
     def __init__(self, index: Index, settings: QuerySettings | None = None, *,
-                 extractor: Extractor | None = None, weights: str | None = None):
+                 extractor: DescriptorExtractor | None = None, weights: str | None = None):
         self.index = index
         self.settings = settings or QuerySettings()
         self.extractor = extractor or extractor_for_meta(index.meta, weights)
         index.check_compatible(self.extractor.meta)
         self._rerank = build_pipeline(self.settings.rerank, self.settings.options)
-        self._spatial = Verifier(params_of_index(index, self.settings.verify_top))  # the index's matcher
         self.verdict = self.settings.verdict or Verdict.of_index(index)
+        #: the verification of shortlists, with the index's own matcher and the verdict's gate
+        self.verification = Verification(index, params_of_index(index, self.settings.verify_top),
+                                         self.verdict.min_inliers, self.settings.rivals_anywhere)
         #: "exact" or "ann": how the global scores are computed (``settings.search`` for this index)
         self.search_mode = resolve_mode(self.settings.search, len(index), index.ann is not None)
         self.timings: dict[str, float] = {}
@@ -292,6 +267,7 @@ class QueryPipeline:
     # ---- describe ---------------------------------------------------------------------------
     def inputs(self, query: QueryImage) -> list[np.ndarray]:
         """The network inputs of a photo: its regions at the backbone's size."""
+        assert query.image is not None  # a photo query (a descriptor query is not described)
         small = _shrink(query.image, self.extractor.max_side)
         return [self.extractor.preprocess(c) for c in query_crops(small, self.settings.regions)]
 
@@ -343,18 +319,8 @@ class QueryPipeline:
         verified: dict[int, int] = {}
         qf = None
         if s.verify and s.verify_top > 0 and query.image is not None:
-            short = ranking(scores, s.verify_top)
-            short = short[np.isfinite(scores[short])]
-            if len(short):
-                qf = extract_features(query.image, self._spatial.params)
-                inl = self._spatial.verify_features(qf, short, self.index)
-                verified = {int(r): int(n) for r, n in zip(short, inl)}
-                scores = scores.copy()
-                scores[short] = blend(scores[short], object_inliers(inl, self.index.labels[short],
-                                                                    self.verdict.min_inliers),
-                                      self._spatial.params, self.verdict.min_inliers)
-        labels = self.index.labels if s.per_instance else None
-        top = ranking(scores, s.k, labels=labels)
+            scores, verified, qf = self.verification.shortlist(query.image, scores, s.verify_top)
+        top = per_instance(scores, self.index.labels, s.k) if s.per_instance else order(scores, s.k)
         results = []
         for rank, row in enumerate(top, start=1):
             row = int(row)
@@ -369,70 +335,19 @@ class QueryPipeline:
             best = results[0]
             if qf is not None and best.row in verified:
                 # the object's evidence: the best verified photo of the top result's object
-                top_inliers, top_row = max((n, r) for r, n in verified.items()
-                                           if self.index.items[r].instance == best.instance)
-                rival = self._rival(query, qf, best.instance, top_row, top_inliers, verified)
-            margin = self._margin(best, cos, np.isfinite(scores))
+                assert query.image is not None  # qf is only set for a photo (verified above)
+                top_inliers, rival = self.verification.top_evidence(query.image, qf, best.instance, verified)
+            margin = cosine_margin(self.index.labels, best.instance, best.cosine, cos, np.isfinite(scores))
             judged = self.verdict.judge(VerdictEvidence(best.cosine, top_inliers, True, True, rival, margin))
             known, reason, confidence = judged.known, judged.reason, judged.confidence
         else:
             known, reason, confidence, margin = False, "the collection is empty", None, float("nan")
-        full = ranking(scores) if full_ranking else None
+        full = order(scores) if full_ranking else None
         return Answer(query.name, results, known, reason, scores, cos, verified, full, rival, top_inliers,
                       margin, confidence)
 
-    def _margin(self, best: Result, cos: np.ndarray, valid: np.ndarray) -> float:
-        """The top result's cosine minus the best cosine of a reference of another object among the
-        ``valid`` (not left out, scored) references; the cosine itself when there is none."""
-        labels = self.index.labels
-        cos = np.where(valid & np.isfinite(cos), cos, -np.inf)
-        for n in (64, len(cos)):  # the nearest few first; the whole gallery when they are all one object
-            near = ranking(cos, n)
-            near = near[np.isfinite(cos[near])]
-            other = near[labels[near] != best.instance]
-            if len(other):
-                return float(best.cosine - cos[other[0]])
-            if len(near) < n:
-                break
-        return float(best.cosine)
-
-    def _rival(self, query: QueryImage, qf, instance: str, row: int, inliers: int, verified: dict[int, int]) -> int:
-        """The most inliers a reference of another object has *on the same part of the photo* as
-        the top result (see :data:`.verdict.DISTINCT`).
-
-        Matches on what objects share (a frame moulding) put both references on the same place in
-        the photo; a photo of two paintings side by side puts them apart, and both are right. So a
-        rival strong enough to matter is set aside only when it is verified itself (at least the
-        verdict's inliers: a second object in the photo) and the outlines of the two references,
-        projected into the photo, overlap by less than half (intersection over union)."""
-        others = sorted(((n, r) for r, n in verified.items() if self.index.items[r].instance != instance),
-                        reverse=True)
-        weak = [n for n, _ in others if n * DISTINCT <= inliers]
-        strong = [(n, r) for n, r in others if n * DISTINCT > inliers]
-        gate = self.verdict.min_inliers
-        if strong and (self.settings.rivals_anywhere or inliers < gate):
-            return strong[0][0]
-        mine = None
-        for n, r in strong:
-            if n < gate:  # not an object of its own: what it shares with the top result matches
-                return n
-            mine = self.evidence(query, row, qf).outline if mine is None else mine
-            theirs = self.evidence(query, r, qf).outline
-            if mine is None or theirs is None or outline_overlap(mine, theirs) >= 0.5:
-                return n
-        return weak[0] if weak else 0
-
-    # ---- evidence -----------------------------------------------------------------------------
-    def evidence(self, query: QueryImage, row: int, qf=None) -> Evidence:
-        """The inlier matches and projected outline of reference ``row`` in the query photo
-        (``qf``: the photo's local features, when already extracted)."""
-        params = self._spatial.params
-        ref = self._spatial.reference_features(self.index, int(row))
-        h, w = query.image.shape[:2]
-        s = min(1.0, params.max_side / max(h, w))
-        size_q = (max(1, round(w * s)), max(1, round(h * s)))
-        qf = extract_features(query.image, params) if qf is None else qf
-        if ref is None:
-            empty = np.empty((0, 2), np.float32)
-            return Evidence(0, empty, empty, None, size_q, (1.0, 1.0))
-        return evidence_of(qf, ref[0], params, size_q, ref[1])
+    # ---- what a viewer draws ------------------------------------------------------------------
+    def matches(self, query: QueryImage, row: int) -> Matches:
+        """The inlier matches and projected outline of reference ``row`` in the query photo."""
+        assert query.image is not None  # a photo query: a descriptor query has no photo to draw on
+        return self.verification.matches(query.image, row)

@@ -22,7 +22,7 @@ the answer is "in the collection" when the confidence reaches the model's thresh
 at most :data:`TARGET_FALSE_ACCEPT` of the unknown objects of the calibration are accepted. A
 near-exact copy of a reference (cosine at least :data:`EXACT_COPY`) is always recognised.
 
-Calibration needs no labelled queries (:func:`calibrate`): it asks the query pipeline about
+Calibration needs no labelled queries (:func:`.calibration.calibrate`): it asks the query pipeline about
 
 * **real views** where the collection has them: a reference photo of an object with two or more
   photos, queried with that one photo left out (a *known* object seen from another side) and with
@@ -32,7 +32,7 @@ Calibration needs no labelled queries (:func:`calibrate`): it asks the query pip
   with its object left out (unknown).
 
 The evidence is stored with the verdict, so that an update refits the model from it and the new
-photos' own views (:func:`refit`) instead of calibrating again. :func:`recalibrated` refits the
+photos' own views (:func:`.calibration.refit`) instead of calibrating again. :func:`recalibrated` refits the
 same model on a labelled query set (evaluation, ``--calibrate-verdict``).
 
 Without a model (an index calibrated by an older version, or thresholds given on the command line)
@@ -43,19 +43,13 @@ with a confidence that is 0.5 at the threshold.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Generator, Sequence
+from typing import Any, Sequence
 
-import cv2
 import numpy as np
 from scipy.optimize import minimize
 
 from .errors import MuseumSearchError
-from .progress import Progress
-
-if TYPE_CHECKING:
-    from .index import Index
 
 #: RANSAC always explains 4 matches, and a handful more happen by chance: below this many inliers a
 #: verification is noise, whatever the calibration says.
@@ -328,7 +322,7 @@ class Verdict:
         """The evidence that decided: the feature pulling hardest the way the verdict went (an
         accepted answer whose matching points count for it says so first)."""
         terms = dict(zip(model.features, model.terms(x)))
-        name = max(terms, key=terms.get) if known else min(terms, key=terms.get)
+        name = max(terms, key=terms.__getitem__) if known else min(terms, key=terms.__getitem__)
         phrases = []
         if known and terms.get("inliers", 0.0) > 0 and name != "inliers":
             phrases.append(_WORDS["inliers"][0])
@@ -412,46 +406,9 @@ class Verdict:
                                     "build the index again (museum-search index COLLECTION -o INDEX)") from exc
 
     @classmethod
-    def of_index(cls, index: "Index") -> "Verdict":
+    def of_index(cls, index: Any) -> "Verdict":
+        """The verdict stored with ``index`` (a :class:`.store.Index`, whose ``verdict`` is its dict)."""
         return cls.from_dict(getattr(index, "verdict", None))
-
-
-# ---- synthetic views ---------------------------------------------------------------------------
-
-
-def synthetic_view(image: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """A photo of ``image`` as a visitor might take it: cropped, in perspective, in other light,
-    blurred, with a frame and a wall around it (RGB uint8 in, RGB uint8 out)."""
-    h, w = image.shape[:2]
-    # crop: keep 70–100 % of each side
-    cw, ch = int(w * rng.uniform(0.7, 1.0)), int(h * rng.uniform(0.7, 1.0))
-    x0, y0 = int(rng.integers(0, w - cw + 1)), int(rng.integers(0, h - ch + 1))
-    img = image[y0:y0 + ch, x0:x0 + cw]
-    # a frame, then a wall
-    frame = int(max(2, 0.04 * max(cw, ch) * rng.uniform(0.3, 1.0)))
-    fcol = [int(v) for v in rng.integers(20, 200, 3)]
-    img = cv2.copyMakeBorder(img, frame, frame, frame, frame, cv2.BORDER_CONSTANT, value=fcol)
-    wall = [int(rng.uniform(0.05, 0.3) * s) for s in (img.shape[0], img.shape[0], img.shape[1], img.shape[1])]
-    wcol = [int(v) for v in rng.integers(120, 240, 3)]
-    img = cv2.copyMakeBorder(img, *wall, cv2.BORDER_CONSTANT, value=wcol)
-    # perspective: move each corner by up to 8 % of the size
-    hh, ww = img.shape[:2]
-    src = np.float32([[0, 0], [ww, 0], [ww, hh], [0, hh]])
-    jitter = rng.uniform(-0.08, 0.08, (4, 2)) * np.float32([ww, hh])
-    dst = (src + jitter).astype(np.float32)
-    dst -= dst.min(axis=0)
-    out_w, out_h = int(dst[:, 0].max()) + 1, int(dst[:, 1].max()) + 1
-    H = cv2.getPerspectiveTransform(src, dst)
-    img = cv2.warpPerspective(img, H, (out_w, out_h), borderMode=cv2.BORDER_CONSTANT, borderValue=wcol)
-    # light: contrast and brightness, a little colour cast
-    gain = rng.uniform(0.7, 1.3) * rng.uniform(0.92, 1.08, 3)
-    bias = rng.uniform(-30, 30)
-    img = np.clip(img.astype(np.float32) * gain + bias, 0, 255).astype(np.uint8)
-    # blur (focus, shake)
-    sigma = rng.uniform(0.0, 1.5)
-    if sigma > 0.3:
-        img = cv2.GaussianBlur(img, (0, 0), sigma)
-    return np.ascontiguousarray(img)
 
 
 # ---- calibration -------------------------------------------------------------------------------
@@ -491,9 +448,7 @@ def fit_verdict(evidence: Sequence[Evidence], source: str,
     """The calibrated verdict of ``evidence`` (known and unknown views): the rule's thresholds
     (:func:`choose`), a model for verified answers and one for the cosine alone, each with the
     threshold that accepts at most ``max_false_accept`` of the unknown views, and the operating
-    point they reach on these views. The evidence is kept with it (for :func:`refit`)."""
-    known = [e for e in evidence if e.known]
-    unknown = [e for e in evidence if not e.known]
+    point they reach on these views. The evidence is kept with it (for :func:`.calibration.refit`)."""
     # the rule (and the ranking's gate) from synthetic views where there are some: views of the
     # photo itself, as before real views (a gate from other sides of an object would be too high)
     synthetic = [e for e in evidence if e.kind == "synthetic"] or list(evidence)
@@ -535,113 +490,6 @@ def calibration_point(evidence: Sequence[Evidence], verdict: Verdict,
 
 def _unverified(e: Evidence) -> Evidence:
     return replace(e, inliers=None, rival=0)
-
-
-def calibrate(index: "Index", extractor=None, views: int | None = None, seed: int = 0
-              ) -> Generator[Progress, None, Verdict]:
-    """Calibrate the verdict of ``index`` on real and synthetic views of its references (see the
-    module doc). ``views``: how many views (default: :func:`calibration_plan`).
-    Needs at least two objects in the collection (otherwise the default verdict is returned)."""
-    labels = index.labels
-    if len(set(labels.tolist())) < 2:
-        return Verdict(source="default (a collection of one object cannot be calibrated)")
-    evidence = yield from calibration_evidence(index, extractor, views, seed)
-    return fit_verdict(evidence, _source(evidence))
-
-
-def _source(evidence: Sequence[Evidence]) -> str:
-    real = sum(1 for e in evidence if e.known and e.kind == "real")
-    synthetic = sum(1 for e in evidence if e.known and e.kind == "synthetic")
-    parts = [f"{real} real views" if real else "", f"{synthetic} synthetic views" if synthetic else ""]
-    return " and ".join(p for p in parts if p) + " (each as a known and as an unknown object)"
-
-
-def calibration_plan(labels: np.ndarray, views: int | None = None, seed: int = 0,
-                     rows: Sequence[int] | None = None, rng: np.random.Generator | None = None
-                     ) -> list[tuple[int, str]]:
-    """The (row, kind) views calibration asks about, in order:
-
-    * ``views`` "synthetic" views of references drawn at random (default: one per reference, at
-      least 20, at most 50; the same draw as before real views existed, so a one-photo collection
-      is calibrated on the same views);
-    * up to :data:`REAL_VIEWS` "real" views: photos of objects that have other photos, spread over
-      the objects (one per object before a second).
-
-    ``rows``: only views of these references (an update's new photos): a real view where the
-    object has another photo, else a synthetic one. ``rng``: the stream the synthetic rows are drawn
-    from (default: a new one of ``seed``), which then goes on to make the synthetic views."""
-    labels = np.asarray(labels)
-    n = len(labels)
-    _, inverse, counts = np.unique(labels, return_inverse=True, return_counts=True)
-    multi = counts[inverse] >= 2
-    if rows is not None:
-        return [(int(r), "real" if multi[r] else "synthetic") for r in sorted(set(rows))]
-    views = views if views is not None else max(20, min(50, n))
-    rng = np.random.default_rng(seed) if rng is None else rng
-    plan = [(int(r), "synthetic") for r in rng.choice(n, size=views, replace=views > n)]
-    order = np.random.default_rng(seed + 1).permutation(np.flatnonzero(multi))
-    rank = np.empty(len(order), int)  # the k-th photo of its object in this order
-    seen: dict[int, int] = {}
-    for i, r in enumerate(order):
-        obj = int(inverse[r])
-        rank[i] = seen[obj] = seen.get(obj, -1) + 1
-    order = order[np.argsort(rank, kind="stable")]
-    return plan + [(int(r), "real") for r in order[:REAL_VIEWS]]
-
-
-def calibration_evidence(index: "Index", extractor=None, views: int | None = None, seed: int = 0,
-                         rows: Sequence[int] | None = None
-                         ) -> Generator[Progress, None, list[Evidence]]:
-    """Known and unknown evidence of the views of :func:`calibration_plan` (see the module doc)."""
-    from .images import load_image
-    from .query import QueryImage, QueryPipeline, QuerySettings
-
-    labels = index.labels
-    rng = np.random.default_rng(seed)  # one stream: the plan's draw of rows, then the synthetic views
-    plan = calibration_plan(labels, views, seed, rows, rng=rng)
-    pipe = QueryPipeline(index, QuerySettings(k=1, verdict=Verdict(min_inliers=NOISE_INLIERS), rivals_anywhere=True),
-                         extractor=extractor)
-    evidence: list[Evidence] = []
-    t0 = time.perf_counter()
-    for i, (row, kind) in enumerate(plan):
-        path = index.items[row].path
-        try:
-            ref = load_image(index.abspath(row), max_side=pipe.verify_side)
-        except Exception:  # noqa: BLE001 - an unreadable reference is simply not used
-            yield Progress(i + 1, len(plan), stage="calibrating", elapsed=time.perf_counter() - t0)
-            continue
-        image = synthetic_view(ref, rng) if kind == "synthetic" else ref
-        view = QueryImage(f"{kind} view of {path}", image)
-        same = labels == labels[row]
-        itself = np.zeros(len(labels), bool)
-        itself[row] = True
-        desc = pipe.embed([view])  # described once, asked twice
-        (a_in,) = pipe.answer([view], desc, exclude=itself if kind == "real" else None)
-        (a_out,) = pipe.answer([view], desc, exclude=same)
-        top_in = a_in.top
-        tags = {"kind": kind, "instance": str(labels[row]), "path": path}
-        evidence.append(replace(a_in.evidence(True, top_in is not None and top_in.instance == labels[row]), **tags))
-        evidence.append(replace(a_out.evidence(False, False), **tags))
-        yield Progress(i + 1, len(plan), current=view.name, stage="calibrating", elapsed=time.perf_counter() - t0)
-    return evidence
-
-
-def refit(index: "Index", previous: Verdict, changed: set[str], new_rows: Sequence[int], extractor=None,
-          seed: int = 0) -> Generator[Progress, None, Verdict]:
-    """An updated index's verdict, refitted from ``previous``'s stored evidence, less the views of
-    objects in ``changed`` (photos added, changed or removed) and of photos no longer in the index,
-    plus the views of the photos in ``new_rows`` (see :func:`calibration_plan`). None of the other
-    views is asked again: a model of a few numbers fits in milliseconds."""
-    present = {it.path for it in index.items}
-    kept = [Evidence.from_dict(d) for d in previous.evidence]
-    kept = [e for e in kept if e.instance not in changed and e.path in present]
-    new: list[Evidence] = []
-    if len(new_rows):
-        new = yield from calibration_evidence(index, extractor, seed=seed, rows=new_rows)
-    evidence = kept + new
-    if not any(e.known for e in evidence) or not any(not e.known for e in evidence):
-        return (yield from calibrate(index, extractor, seed=seed))
-    return fit_verdict(evidence, _source(evidence) + "; refitted after an update")
 
 
 # ---- evaluation: the verdict against labelled queries -------------------------------------------
@@ -714,7 +562,8 @@ def recalibrated(evidence: Sequence[Evidence], current: Verdict, max_known_rejec
         model = fit_model([e for e in ev if e.inliers is not None] if verified else ev,
                           VERIFIED_FEATURES if verified else COSINE_FEATURES, known_threshold(max_known_rejected))
         if model is not None:
-            new = replace(current, source=src, **({"model_verified": model} if verified else {"model_cosine": model}))
+            new = (replace(current, source=src, model_verified=model) if verified
+                   else replace(current, source=src, model_cosine=model))
             return replace(new, operating_point=calibration_point(ev, new))
     pts = operating_points(evidence, verified)
     ok = np.flatnonzero(np.nan_to_num(pts["known_rejected"], nan=0.0) <= max_known_rejected)

@@ -366,6 +366,7 @@ def load_queryset(
 
     queries: list[Query] = []
     if layout == "csv":
+        assert csv_path is not None  # set above for the csv layout
         truth, more = _read_ground_truth(csv_path, rels, [p for p, _ in unusable])
         ignored.extend(more)
         for rel, grades in truth.items():
@@ -376,6 +377,7 @@ def load_queryset(
         for rel in rels:
             instance, reason = label_file(layout, rel, pattern)
             if instance is None:
+                assert reason is not None  # label_file gives a reason for every file it ignores
                 ignored.append((rel, reason))
             else:
                 queries.append(Query(absolute(rel), frozenset({instance}), {instance: 1}))

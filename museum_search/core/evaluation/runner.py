@@ -32,17 +32,18 @@ import time
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Callable, Generator
 
 import numpy as np
 
-from ..backbones import Extractor
+from ..backbones import DescriptorExtractor
 from ..engines import extractor_for_meta
 from ..errors import ImageError, MuseumSearchError
-from ..store import Index
 from ..progress import DecodePool, Progress, drive, wait
 from ..query import Answer, QueryImage, QueryPipeline, QuerySettings, descriptor_query, load_query
 from ..rerank import icfrr_advice, icfrr_k_g
+from ..store import Index
 from ..verdict import Evidence, open_set_figures, recalibrated
 from .metrics import gap_known, global_average_precision, relevance_matrix, summarize
 from .querysets import Query, QuerySet
@@ -167,7 +168,7 @@ def evaluate(
     queryset: QuerySet,
     settings: QuerySettings | None = None,
     *,
-    extractor: Extractor | None = None,
+    extractor: DescriptorExtractor | None = None,
     weights: str | None = None,
     batch_size: int = 8,
     pipeline: QueryPipeline | None = None,
@@ -206,6 +207,10 @@ def evaluate(
     def elapsed() -> float:
         return time.perf_counter() - start
 
+    def progress(done: int, path: str, stage: str) -> Progress:
+        return Progress(done, total, path, stage=stage, elapsed=elapsed())
+
+    feed: Generator[Progress | Described, None, None]
     if qs.descriptors is not None:  # queries given as descriptors: nothing to decode or describe
         feed = (Described(j, descriptor_query(qs.descriptors[q.row], q.path), None) for j, q in enumerate(queries))
     else:
@@ -222,8 +227,7 @@ def evaluate(
                 done += 1
                 yield EvalStep(done, total, None, [(q.path, item.reason)], elapsed(), running=running)
                 continue
-            ans = yield from answered(pipe, item, lambda: Progress(done, total, q.path, stage=answering,
-                                                                   elapsed=elapsed()))
+            ans = yield from answered(pipe, item, partial(progress, done, q.path, answering))
             got = measure(ans, q, labels)
             per = summarize(got.relevance[None], np.array([got.n_relevant], np.int64), ks=(1, 5),
                             n_collection=len(index), gtm=gtm)["per_query"]
@@ -256,7 +260,7 @@ def evaluate(
                       pipe.settings_text(), per_query, pipe.verdict)
 
 
-def query_pipeline(index: Index, settings: QuerySettings | None = None, *, extractor: Extractor | None = None,
+def query_pipeline(index: Index, settings: QuerySettings | None = None, *, extractor: DescriptorExtractor | None = None,
                    weights: str | None = None, pipeline: QueryPipeline | None = None,
                    neighbours: int | None = None) -> Generator[Progress, None, QueryPipeline]:
     """The query pipeline of a job (``pipeline`` when given), built with progress: the network
@@ -328,17 +332,18 @@ def described(pipe: QueryPipeline, paths: list[str], batch_size: int,
             chunk: list[tuple[int, Any]] = []
             for j in range(i, min(len(paths), i + n)):
                 fill(j + 1 + max(1, batch_size))
-                decoded = yield from wait(pending.popleft(), lambda: beat(paths[j]))
+                decoded: QueryImage | str = yield from wait(pending.popleft(), partial(beat, paths[j]))
                 chunk.append((j, decoded))
             ok = [(j, d) for j, d in chunk if not isinstance(d, str)]
             desc = None
             if ok:
-                desc = yield from wait(lambda: pipe.embed([d for _, d in ok]), lambda: beat(paths[ok[0][0]]))
+                desc = yield from wait(partial(pipe.embed, [d for _, d in ok]), partial(beat, paths[ok[0][0]]))
             k = 0
             for j, d in chunk:
                 if isinstance(d, str):
                     yield Described(j, None, None, d)
                 else:
+                    assert desc is not None  # d is decoded, so ok is not empty and desc was computed
                     yield Described(j, d, desc[k : k + 1])
                     k += 1
             i += len(chunk)
@@ -350,7 +355,9 @@ def described(pipe: QueryPipeline, paths: list[str], batch_size: int,
 def answered(pipe: QueryPipeline, item: Described, beat: Callable[[], Progress]) -> Generator[Progress, None, Answer]:
     """The pipeline's answer to the described query ``item`` (with its full ranking), yielding
     ``beat()`` at least every 0.1 s while it runs (runner and sweep)."""
-    return (yield from wait(lambda: pipe.answer([item.image], item.descriptors, full_ranking=True), beat))[0]
+    image = item.image
+    assert image is not None  # only a decoded query is answered (runner and sweep skip the others)
+    return (yield from wait(lambda: pipe.answer([image], item.descriptors, full_ranking=True), beat))[0]
 
 
 @dataclass

@@ -148,7 +148,7 @@ def _resample_stats(values: np.ndarray, n_resamples: int, rng: np.random.Generat
         idx = rng.integers(0, n, size=(stop - start, n))
         sample = values[idx]
         means[start:stop] = sample.mean(axis=1)
-        if with_sd:
+        if sds is not None:  # with_sd
             sds[start:stop] = sample.std(axis=1, ddof=1) if n > 1 else 0.0
     return means, sds
 

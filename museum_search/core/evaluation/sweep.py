@@ -33,20 +33,31 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Generator, Sequence
 
 import numpy as np
 
-from ..backbones import Extractor
+from ..backbones import DescriptorExtractor
 from ..errors import MuseumSearchError
-from ..store import Index
 from ..progress import HEARTBEAT, Progress
 from ..query import QueryPipeline, QuerySettings
 from ..rerank import RerankOptions, icfrr_advice, icfrr_k_g
+from ..store import Index
 from ..verdict import Evidence
 from .querysets import QuerySet
-from .runner import (DESCRIBING, EVALUATING, Described, answered, described, measure, nmrr_gtm, pipeline_summary,
-                     query_pipeline, summary_of)
+from .runner import (
+    DESCRIBING,
+    EVALUATING,
+    Described,
+    answered,
+    described,
+    measure,
+    nmrr_gtm,
+    pipeline_summary,
+    query_pipeline,
+    summary_of,
+)
 
 PARAMETERS = ("k", "beta")
 PARAMETER_NAMES = {"k": "K_q = K_g", "beta": "β"}
@@ -121,8 +132,7 @@ def parse_values(text: str, parameter: str = "k") -> list[float]:
             raise MuseumSearchError(
                 f"cannot read sweep value {part!r}: use numbers separated by commas, or start:stop:step"
             ) from None
-    seen: set[float] = set()
-    values = [v for v in out if not (v in seen or seen.add(v))]
+    values = list(dict.fromkeys(out))  # without repeats, in order
     base = RerankOptions()
     for v in values:
         options_at(base, parameter, v)  # validates
@@ -135,7 +145,7 @@ def sweep(
     parameter: str,
     values: Sequence[float],
     base_options: RerankOptions | None = None,
-    extractor: Extractor | None = None,
+    extractor: DescriptorExtractor | None = None,
     *,
     names: Sequence[str] = ("icfrr",),
     weights: str | None = None,
@@ -175,6 +185,9 @@ def sweep(
     def elapsed() -> float:
         return time.perf_counter() - start
 
+    def progress(done: int, path: str, stage: str) -> Progress:
+        return Progress(done, total, path, stage=stage, elapsed=elapsed())
+
     # 1. decode and describe every query once, as the runner does
     usable: list[Described] = []
     seen = 0
@@ -209,8 +222,9 @@ def sweep(
         evidence: list[Evidence] = []
         for j, item in enumerate(usable):
             done = i * m + j
-            ans = yield from answered(pipe, item, lambda: Progress(done, total, item.image.name, stage=stage,
-                                                                   elapsed=elapsed()))
+            image = item.image
+            assert image is not None  # usable: decoded queries only
+            ans = yield from answered(pipe, item, partial(progress, done, image.name, stage))
             got = measure(ans, queries[item.position], labels)
             rels.append(got.relevance)
             nrels.append(got.n_relevant)
@@ -218,7 +232,7 @@ def sweep(
             evidence.append(got.evidence)
             if time.perf_counter() - beat_at >= HEARTBEAT:  # fast answers: still a chance to stop
                 beat_at = time.perf_counter()
-                yield Progress(done + 1, total, item.image.name, stage=stage, elapsed=elapsed())
+                yield Progress(done + 1, total, image.name, stage=stage, elapsed=elapsed())
         summary, per_query = summary_of(index, rels, nrels, skipped, gtm, unknown)
         summary.update(pipeline_summary(pipe, evidence))
         points.append(SweepPoint(value, option_sets[i], summary, per_query))

@@ -18,12 +18,16 @@ from __future__ import annotations
 
 import logging
 import weakref
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
 
 from ..errors import MuseumSearchError
+from ..search import whole_image
+from .expansion import AQEReranker, DBAReranker, dba
+from .icfrr import ICFRRParams, ICFRRReranker, graph_from_neighbours, suggest_params
 
 NAMES = ("icfrr", "aqe", "dba")
 log = logging.getLogger(__name__)
@@ -59,11 +63,9 @@ class Pipeline:
         query_descriptors: np.ndarray,
         *,
         query_paths: Sequence[str] | None = None,
-        query_images: Sequence[np.ndarray] | None = None,
+        query_images: Sequence[np.ndarray | None] | None = None,
     ) -> np.ndarray:
         """Re-rank the (Q, G) ``scores`` of ``query_descriptors`` against ``index``."""
-        from ..search import whole_image
-
         q = whole_image(query_descriptors)  # query expansion works on the whole-image descriptor
         desc = None  # the gallery as float32: only for the stages that read descriptors (aqe, dba)
         for position, (name, stage) in enumerate(zip(self.names, self._stages)):
@@ -78,13 +80,13 @@ class Pipeline:
                     _check_expansion_size(gallery, name)
                     desc = np.asarray(gallery, dtype=np.float32)
                 ctx["descriptors"] = desc
+                if name == "dba":
+                    ctx["dba_gallery"] = _dba_gallery(index, desc, self.options)
             if name == "icfrr":
                 params = stage.params_for(ctx["labels"])
                 ctx["graph"] = icfrr_graph(index, params.k_g, np.shape(scores)[-1])
                 # after another re-ranker the scores are no longer dot products: use them as s0
                 ctx["scores_are"] = "dot" if position == 0 else "neg_distance"
-            if name == "dba":
-                ctx["dba_gallery"] = _dba_gallery(index, desc, self.options)
             scores = np.asarray(stage.rerank(np.asarray(scores, dtype=np.float32), **ctx), dtype=np.float32)
         return scores
 
@@ -121,8 +123,6 @@ def icfrr_graph(index, k_g: int, size: int):
     object with ``neighbour_lists(k)`` that can be weakly referenced. ``size``: the number of
     references (the columns of the scores).
     """
-    from .icfrr import graph_from_neighbours
-
     kg = max(0, min(int(k_g), int(size) - 1))
     key = (kg, int(size))
     graphs = _GRAPH_CACHE.get(index)
@@ -144,8 +144,6 @@ def icfrr_graph(index, k_g: int, size: int):
 def icfrr_k_g(labels, options: RerankOptions | None = None) -> int:
     """The K_g ICFRR runs with: ``options.k_g`` when set by hand, else suggested from ``labels``
     (:func:`~.icfrr.suggest_params`). The neighbour lists must hold at least this many."""
-    from .icfrr import suggest_params
-
     if options is not None and options.k_g is not None:
         return int(options.k_g)
     return suggest_params(labels).k_g
@@ -153,8 +151,6 @@ def icfrr_k_g(labels, options: RerankOptions | None = None) -> int:
 
 def _dba_gallery(index, desc: np.ndarray, opts: RerankOptions) -> np.ndarray:
     """DBA-augmented gallery, computed once per index and parameters."""
-    from .expansion import dba
-
     params = (opts.qe_n, opts.qe_alpha)
     cached = _DBA_CACHE.get(index)
     if cached is None or cached[0] != params:
@@ -180,23 +176,17 @@ def build_pipeline(spec: str | Sequence[str] | None, options: RerankOptions | No
     """Pipeline from a comma-separated list such as ``"dba,icfrr"``."""
     options = options or RerankOptions()
     names = parse_names(spec)
-    stages = []
+    stages: list[Any] = []
     for n in names:
         if n == "icfrr":
-            from .icfrr import ICFRRParams, ICFRRReranker
-
             if options.beta < 0 or options.iterations < 1:
                 raise MuseumSearchError("ICFRR needs beta >= 0 and at least one iteration")
             if options.icfrr_mode not in ("paper", "reference"):
                 raise MuseumSearchError("ICFRR mode must be 'paper' or 'reference'")
             stages.append(_ICFRRStage(options, ICFRRParams, ICFRRReranker))
         elif n == "aqe":
-            from .expansion import AQEReranker
-
             stages.append(AQEReranker(n=options.qe_n, alpha=options.qe_alpha))
         elif n == "dba":
-            from .expansion import DBAReranker
-
             stages.append(DBAReranker(n=options.qe_n, alpha=options.qe_alpha))
     return Pipeline(names, options, stages)
 
@@ -212,10 +202,6 @@ def icfrr_advice(labels, options: RerankOptions | None = None) -> str | None:
     nearest gallery neighbour. ``options``: K_q/K_g set by hand (None: suggested from the labels).
     The Evaluation and Search tabs show this warning wherever ICFRR runs; the pipeline logs it.
     """
-    from collections import Counter
-
-    from .icfrr import suggest_params
-
     if len(labels) == 0:
         return None
     counts = Counter(labels)
@@ -249,17 +235,19 @@ class _ICFRRStage:
         self._warned = False
 
     def params_for(self, labels) -> Any:
-        from .icfrr import suggest_params
-
         o = self.options
         base = suggest_params(labels) if o.k_q is None or o.k_g is None else None
         advice = icfrr_advice(labels, o)
         if advice and not self._warned:
             log.warning("%s", advice)
             self._warned = True
+        k_q, k_g = o.k_q, o.k_g
+        if base is not None:  # one of them is not set by hand
+            k_q = k_q if k_q is not None else base.k_q
+            k_g = k_g if k_g is not None else base.k_g
         return self._params_cls(
-            k_q=o.k_q if o.k_q is not None else base.k_q,
-            k_g=o.k_g if o.k_g is not None else base.k_g,
+            k_q=k_q,
+            k_g=k_g,
             beta=o.beta, max_iter=o.iterations, mode=o.icfrr_mode,
         )
 

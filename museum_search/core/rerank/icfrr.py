@@ -337,6 +337,7 @@ def _run_chunk(s0: np.ndarray, graph: ICFRRGraph, p: ICFRRParams, kq: int):
         inc = (delta[sel] * scale).astype(np.float32)  # beta * Delta(t)
         o = ranked[sel]
         if ref:
+            assert s0_sorted is not None  # computed when ref
             # public code: the item at position j gets the j-th best initial score + beta Delta
             new_s = np.empty_like(inc)
             np.put_along_axis(new_s, o, s0_sorted[sel] + np.take_along_axis(inc, o, axis=1), axis=1)
@@ -519,6 +520,7 @@ def icfrr(
         partial.append((r, scored, _to_s0(qs[r, scored][None, :], scores_are)[0]))
     out = np.full((q, g), -np.inf, dtype=np.float32)
     for a in range(0, len(whole), step):
+        assert s0_whole is not None  # whole is not empty here
         sel = whole[a : a + step]
         out[sel], iters[sel], conv[sel] = _run_chunk(s0_whole[a : a + step], graph, params, kq)
     for r, scored, s0_scored in partial:

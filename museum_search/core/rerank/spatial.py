@@ -62,7 +62,7 @@ import weakref
 import zipfile
 from collections import OrderedDict
 from collections.abc import Generator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +70,9 @@ import cv2
 import numpy as np
 
 from ..errors import ImageError, MuseumSearchError
+from ..features import Features, LocalFeatures
 from ..images import load_image
+from ..progress import DecodePool, Progress
 from . import xfeat
 from .blocks import gemm_groups
 
@@ -88,7 +90,6 @@ MIN_MATCHES = 4  # a homography needs 4 point pairs
 CACHE_FORMAT = 1
 
 # (N, 2) float32 keypoint positions, (N, D) descriptors: uint8 for SIFT and ORB, float16 for XFeat
-Features = tuple[np.ndarray, np.ndarray]
 
 
 @dataclass
@@ -148,9 +149,9 @@ def _detector(feature: str, max_keypoints: int):
     det = cache.get(key)
     if det is None:
         if feature == "sift":
-            det = cv2.SIFT_create(nfeatures=max_keypoints)
+            det = cv2.SIFT.create(nfeatures=max_keypoints)
         else:
-            det = cv2.ORB_create(nfeatures=max_keypoints)
+            det = cv2.ORB.create(nfeatures=max_keypoints)
         cache[key] = det
     return det
 
@@ -355,7 +356,7 @@ def outline_overlap(a: np.ndarray, b: np.ndarray) -> float:
 
 
 @dataclass
-class Evidence:
+class Matches:
     """Why a reference matched a query: what a viewer draws (as VISE does).
 
     Coordinates are in the frames of the two images resized to ``max_side`` (``query_size`` and
@@ -370,18 +371,18 @@ class Evidence:
     reference_size: tuple[float, float]
 
 
-def evidence_of(fa: Features, fb: Features, params: SpatialParams, size_a: tuple[float, float],
-                size_b: tuple[float, float]) -> Evidence:
+def matches_of(fa: Features, fb: Features, params: SpatialParams, size_a: tuple[float, float],
+                size_b: tuple[float, float]) -> Matches:
     """The inlier matches and the projected outline of reference b in query a."""
     src, dst = match_features(fa, [fb], params)[0]
     n, H, mask = _homography(src, dst, params, size_b)
     if H is None or mask is None:
         empty = np.empty((0, 2), np.float32)
-        return Evidence(0, empty, empty, None, size_a, size_b)
+        return Matches(0, empty, empty, None, size_a, size_b)
     w, h = size_b
     corners = np.array([[0, 0], [w, 0], [w, h], [0, h]], np.float32).reshape(-1, 1, 2)
     outline = cv2.perspectiveTransform(corners, H).reshape(-1, 2)
-    return Evidence(n, src[mask].astype(np.float32), dst[mask].astype(np.float32), outline, size_a, size_b)
+    return Matches(n, src[mask].astype(np.float32), dst[mask].astype(np.float32), outline, size_a, size_b)
 
 
 def _extent(pts: np.ndarray) -> tuple[float, float]:
@@ -430,7 +431,9 @@ def blend(global_scores: np.ndarray, inliers: np.ndarray, params: SpatialParams,
     """``global + weight · min(inliers, cap) / cap`` (element-wise) where ``inliers ≥ gate``; the
     global score unchanged elsewhere (fewer inliers than the verdict's threshold are noise)."""
     inl = np.asarray(inliers, np.float64)
-    bonus = np.where(inl >= gate, np.minimum(inl, params.inlier_cap) / params.inlier_cap, 0.0)
+    cap = params.inlier_cap
+    assert cap is not None  # set by SpatialParams.__post_init__
+    bonus = np.where(inl >= gate, np.minimum(inl, cap) / cap, 0.0)
     return (np.asarray(global_scores, np.float64) + params.weight * bonus).astype(np.float32)
 
 
@@ -514,7 +517,7 @@ class Verifier:
         when their settings are these; otherwise computed and cached.
         """
         stored = getattr(index, "local", None)
-        if stored is not None and stored.matches(self.params):
+        if stored is not None and stored.settings == settings_of(self.params):
             self.stats["memory_hits"] += 1
             return stored.get(row)
         key = self._key(index, row)
@@ -609,84 +612,23 @@ class Verifier:
                 pass
 
     # ---- verification --------------------------------------------------------------------------
-    def verify_features(self, q: Features, rows: Sequence[int], index) -> np.ndarray:
+    def verify_rows(self, q: Features, rows: Sequence[int], index) -> np.ndarray:
         """Inliers of the query's features against each reference row (0 for unreadable references)."""
         refs = [self.reference_features(index, int(r)) for r in rows]
         ok = [j for j, ref in enumerate(refs) if ref is not None]
+        found = [ref for ref in refs if ref is not None]  # refs[j] for j in ok
         inl = np.zeros(len(rows), np.int64)
         if ok:
-            inl[ok] = verify_many(q, [refs[j][0] for j in ok], self.params, [refs[j][1] for j in ok])
+            inl[ok] = verify_many(q, [ref[0] for ref in found], self.params, [ref[1] for ref in found])
         return inl
 
     def verify(self, query_image: np.ndarray, rows: Sequence[int], index) -> np.ndarray:
         """Homography inliers between a query image (RGB) and each reference row of ``index``."""
-        return self.verify_features(extract_features(query_image, self.params), rows, index)
+        return self.verify_rows(extract_features(query_image, self.params), rows, index)
 
     def inliers(self, query_image: np.ndarray, reference_row: int, index) -> int:
         """Homography inliers between a query image (RGB) and reference ``reference_row`` of ``index``."""
         return int(self.verify(query_image, [int(reference_row)], index)[0])
-
-    def params_dict(self) -> dict[str, Any]:
-        return asdict(self.params)
-
-
-# ---- reference features stored with the index --------------------------------------------------
-
-
-@dataclass
-class LocalFeatures:
-    """Local features of every reference of an index, stored with its generation (flat arrays).
-
-    Row ``i``'s keypoints are ``points[offsets[i]:offsets[i+1]]`` and its descriptors the same
-    slice of ``descriptors``; ``sizes[i]`` is its resized (width, height), (0, 0) when the file
-    could not be read.
-    """
-
-    settings: dict[str, Any]  # feature, max_side, max_keypoints
-    offsets: np.ndarray  # (N + 1,) int64
-    points: np.ndarray  # (M, 2) float32
-    descriptors: np.ndarray  # (M, D) uint8 (SIFT, ORB) or float16 (XFeat)
-    sizes: np.ndarray  # (N, 2) float32
-
-    def __len__(self) -> int:
-        return len(self.sizes)
-
-    def matches(self, params: SpatialParams) -> bool:
-        return self.settings == settings_of(params)
-
-    def get(self, row: int) -> tuple[Features, tuple[float, float]] | None:
-        w, h = (float(v) for v in self.sizes[row])
-        if w <= 0 or h <= 0:
-            return None
-        a, b = int(self.offsets[row]), int(self.offsets[row + 1])
-        return (np.asarray(self.points[a:b]), np.asarray(self.descriptors[a:b])), (w, h)
-
-    def subset(self, rows: Sequence[int]) -> "LocalFeatures":
-        return LocalFeatures.from_list([self.get(int(r)) for r in rows], self.settings, self.descriptors.shape[1],
-                                       self.descriptors.dtype)
-
-    @staticmethod
-    def from_list(entries: Sequence[tuple[Features, tuple[float, float]] | None], settings: dict[str, Any],
-                  dim: int, dtype: Any = np.uint8) -> "LocalFeatures":
-        counts = [0 if e is None else len(e[0][0]) for e in entries]
-        offsets = np.zeros(len(entries) + 1, np.int64)
-        offsets[1:] = np.cumsum(counts)
-        pts = [e[0][0] for e in entries if e is not None]
-        desc = [e[0][1] for e in entries if e is not None]
-        sizes = np.array([(0.0, 0.0) if e is None else e[1] for e in entries], np.float32).reshape(-1, 2)
-        return LocalFeatures(
-            dict(settings), offsets,
-            np.concatenate(pts).astype(np.float32) if pts else np.empty((0, 2), np.float32),
-            np.concatenate(desc).astype(dtype) if desc else np.empty((0, dim), dtype),
-            sizes)
-
-    @staticmethod
-    def concat(parts: Sequence["LocalFeatures"]) -> "LocalFeatures":
-        entries: list = []
-        for p in parts:
-            entries.extend(p.get(i) for i in range(len(p)))
-        return LocalFeatures.from_list(entries, parts[0].settings, parts[0].descriptors.shape[1],
-                                       parts[0].descriptors.dtype)
 
 
 def settings_of(params: SpatialParams) -> dict[str, Any]:
@@ -789,8 +731,6 @@ def compute_local_features(paths: Sequence[str | os.PathLike], params: SpatialPa
 
     Runs on a thread pool (OpenCV releases the GIL); closing the generator cancels.
     """
-    from ..progress import DecodePool, Progress
-
     params = params or SpatialParams()
     dim, dtype = descriptor_layout(params)
     prepare(params)  # XFeat that cannot run: one clear error before any work, not one per photo

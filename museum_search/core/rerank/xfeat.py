@@ -47,8 +47,8 @@ import cv2
 import numpy as np
 
 from .. import engines
-from .blocks import gemm_groups
 from ..errors import MuseumSearchError
+from .blocks import gemm_groups
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +181,9 @@ def export(top_k: int = 1000, *, half: bool = False) -> bytes:
     buf = io.BytesIO()
     with warnings.catch_warnings(), torch.inference_mode():
         warnings.simplefilter("ignore")  # the exporter's deprecation and tracer notes
-        torch.onnx.export(module, (torch.rand(1, 1, 480, 640),), buf, input_names=["image"],
+        # ignore: torch's annotation of f omits the file-like objects its TorchScript exporter writes to
+        torch.onnx.export(module, (torch.rand(1, 1, 480, 640),), buf,  # type: ignore[arg-type]
+                          input_names=["image"],
                           output_names=["keypoints", "scores", "descriptors"], opset_version=engines.OPSET,
                           dynamic_axes={"image": {2: "height", 3: "width"}}, dynamo=False)
     data = buf.getvalue()
@@ -276,7 +278,7 @@ def session(top_k: int = 1000) -> _Session:
                 data = export(meta.top_k)
             except engines.ExportMismatch:
                 raise
-            except Exception as exc:  # noqa: BLE001 - the exporter raises many types
+            except Exception as exc:
                 raise XFeatUnavailable(f"the learned matcher XFeat could not be exported to ONNX "
                                        f"({str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}); "
                                        "choose the SIFT matcher") from None
@@ -286,19 +288,14 @@ def session(top_k: int = 1000) -> _Session:
                 log.warning("cannot keep the XFeat export in %s (%s); it is used from memory",
                             engines.export_dirs()[-1], exc)
                 where = engines.export_dirs()[-1] / f"{engines.export_key(meta)}.onnx"
+        assert where is not None  # set with data: where it was found, or where it is (or would be) kept
         try:
             got = _Session(data, where)
-        except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own exception types
+        except Exception as exc:
             raise XFeatUnavailable(f"ONNX Runtime cannot load the XFeat model {where} "
                                    f"({str(exc).splitlines()[0][:200]})") from None
         _sessions[meta] = got
         return got
-
-
-def clear_sessions() -> None:
-    """Forget the loaded sessions (the next use reads or makes the export again)."""
-    with _lock:
-        _sessions.clear()
 
 
 # ---- extraction and matching ---------------------------------------------------------------------
@@ -384,4 +381,4 @@ def match_mnn(fa: tuple[np.ndarray, np.ndarray], refs: Sequence[tuple[np.ndarray
 
 
 __all__ = ["DIM", "MIN_COSINE", "MIN_SIDE", "XFeatMeta", "XFeatUnavailable", "available", "check_export",
-           "clear_sessions", "export", "extract", "match_mnn", "model_id", "network_input", "session"]
+           "export", "extract", "match_mnn", "model_id", "network_input", "session"]

@@ -1,0 +1,152 @@
+"""Verification of a query photo's shortlist, and the evidence its verdict is judged on.
+
+The best ``verify_top`` references of the global scores are matched with the photo (local features
+and a homography, :mod:`.rerank.spatial`, with the index's own matcher). What verification decides:
+
+* **the order**: a reference's object counts by the best inliers of its photos, or of the objects
+  verification cannot tell from it (:func:`object_inliers`); verified objects are lifted above the
+  others (:func:`.rerank.spatial.blend`);
+* **the evidence of the top answer** (:meth:`Verification.top_evidence`): the inliers of its object's
+  best photo and the **rival** inliers, the most of a reference of another object on the same part
+  of the photo (:data:`.verdict.DISTINCT`); with the cosine **margin** (:func:`cosine_margin`) they
+  are what :class:`.verdict.Verdict` judges;
+* **the matches** a viewer draws (:meth:`Verification.matches`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .features import Features
+from .ranking import order
+from .rerank.spatial import (
+    Matches,
+    SpatialParams,
+    Verifier,
+    blend,
+    extract_features,
+    matches_of,
+    outline_overlap,
+)
+from .store import Index
+from .verdict import DISTINCT
+
+
+def object_inliers(inliers: np.ndarray, labels: np.ndarray, gate: int) -> np.ndarray:
+    """The inliers each verified reference is ranked by: the best of its object, or of the objects
+    verification cannot tell from it (best inliers within :data:`.verdict.DISTINCT` of each other).
+
+    So verification lifts the objects it verifies, with every photo of them in the shortlist (a 3D
+    object's other views do not verify, they are the same object), and leaves the order among the
+    photos of objects it verifies alike (near-identical objects: two boxes of one brand in COIL-100)
+    to the global score. Photos of objects with no reference at ``gate`` keep their count."""
+    inliers = np.asarray(inliers)
+    ok = inliers >= gate
+    best: dict[str, int] = {}
+    for lab, n in zip(labels[ok], inliers[ok]):
+        best[lab] = max(best.get(lab, 0), int(n))
+    out = inliers.copy()
+    for i in range(len(out)):
+        mine = best.get(labels[i])
+        if mine is not None:  # every shortlisted photo of a verified object, verified itself or not
+            out[i] = max(b for b in best.values() if max(b, mine) < DISTINCT * min(b, mine))
+    return out
+
+
+def cosine_margin(labels: np.ndarray, instance: str, cosine: float, cos: np.ndarray, valid: np.ndarray) -> float:
+    """The top result's ``cosine`` minus the best cosine of a reference of another object than
+    ``instance`` among the ``valid`` (not left out, scored) references; the cosine itself when there
+    is none."""
+    cos = np.where(valid & np.isfinite(cos), cos, -np.inf)
+    for n in (64, len(cos)):  # the nearest few first; the whole gallery when they are all one object
+        near = order(cos, n)
+        near = near[np.isfinite(cos[near])]
+        other = near[labels[near] != instance]
+        if len(other):
+            return float(cosine - cos[other[0]])
+        if len(near) < n:
+            break
+    return float(cosine)
+
+
+class Verification:
+    """Verifies the shortlists of one index's queries (see the module docstring).
+
+    ``gate``: the inliers at which an object counts as verified (the verdict's ``min_inliers``);
+    ``rivals_anywhere``: count a strong rival wherever it matches in the photo (calibration: a
+    synthetic view shows one object, so any strong rival matches what objects share)."""
+
+    def __init__(self, index: Index, params: SpatialParams, gate: int, rivals_anywhere: bool = False):
+        self.index = index
+        self.verifier = Verifier(params)
+        self.gate = int(gate)
+        self.rivals_anywhere = rivals_anywhere
+
+    @property
+    def params(self) -> SpatialParams:
+        return self.verifier.params
+
+    def shortlist(self, image: np.ndarray, scores: np.ndarray, top: int
+                  ) -> tuple[np.ndarray, dict[int, int], Features | None]:
+        """Verify the ``top`` best references of ``scores`` with the photo ``image``: (the scores
+        with the verified objects lifted, row → inliers of each verified reference, the photo's
+        local features; None when nothing was verified)."""
+        short = order(scores, top)
+        short = short[np.isfinite(scores[short])]
+        if not len(short):
+            return scores, {}, None
+        qf = extract_features(image, self.params)
+        inl = self.verifier.verify_rows(qf, short, self.index)
+        verified = {int(r): int(n) for r, n in zip(short, inl)}
+        scores = scores.copy()
+        scores[short] = blend(scores[short], object_inliers(inl, self.index.labels[short], self.gate),
+                              self.params, self.gate)
+        return scores, verified, qf
+
+    def top_evidence(self, image: np.ndarray, qf: Features, instance: str, verified: dict[int, int]
+                     ) -> tuple[int, int]:
+        """(inliers, rival inliers) of the top result's object ``instance``: the inliers of its best
+        verified photo, and :meth:`rival`."""
+        items = self.index.items
+        inliers, row = max((n, r) for r, n in verified.items() if items[r].instance == instance)
+        return inliers, self.rival(image, qf, instance, row, inliers, verified)
+
+    def rival(self, image: np.ndarray, qf: Features, instance: str, row: int, inliers: int,
+              verified: dict[int, int]) -> int:
+        """The most inliers a reference of another object has *on the same part of the photo* as
+        the top result (see :data:`.verdict.DISTINCT`).
+
+        Matches on what objects share (a frame moulding) put both references on the same place in
+        the photo; a photo of two paintings side by side puts them apart, and both are right. So a
+        rival strong enough to matter is set aside only when it is verified itself (at least the
+        gate: a second object in the photo) and the outlines of the two references, projected into
+        the photo, overlap by less than half (intersection over union)."""
+        others = sorted(((n, r) for r, n in verified.items() if self.index.items[r].instance != instance),
+                        reverse=True)
+        weak = [n for n, _ in others if n * DISTINCT <= inliers]
+        strong = [(n, r) for n, r in others if n * DISTINCT > inliers]
+        if strong and (self.rivals_anywhere or inliers < self.gate):
+            return strong[0][0]
+        mine = None
+        for n, r in strong:
+            if n < self.gate:  # not an object of its own: what it shares with the top result matches
+                return n
+            mine = self.matches(image, row, qf).outline if mine is None else mine
+            theirs = self.matches(image, r, qf).outline
+            if mine is None or theirs is None or outline_overlap(mine, theirs) >= 0.5:
+                return n
+        return weak[0] if weak else 0
+
+    def matches(self, image: np.ndarray, row: int, qf: Features | None = None) -> Matches:
+        """The inlier matches and projected outline of reference ``row`` in the photo ``image``
+        (``qf``: the photo's local features, when already extracted)."""
+        params = self.params
+        ref = self.verifier.reference_features(self.index, int(row))
+        h, w = image.shape[:2]
+        s = min(1.0, params.max_side / max(h, w))
+        size_q = (max(1, round(w * s)), max(1, round(h * s)))
+        qf = extract_features(image, params) if qf is None else qf
+        if ref is None:
+            empty = np.empty((0, 2), np.float32)
+            return Matches(0, empty, empty, None, size_q, (1.0, 1.0))
+        return matches_of(qf, ref[0], params, size_q, ref[1])
