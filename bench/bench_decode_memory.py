@@ -42,9 +42,9 @@ from PIL import Image
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from museum_search.core import images  # noqa: E402
-from museum_search.core.extract import default_workers  # noqa: E402
-from museum_search.core.images import DECODE_BUDGET_ENV, decode_cost, is_image_file, load_image  # noqa: E402
+from museum_search.core import images
+from museum_search.core.extract import default_workers
+from museum_search.core.images import DECODE_BUDGET_ENV, decode_cost, is_image_file, load_image
 
 MIB = 1 << 20
 DEFAULT_IMAGES = REPO.parent / "shared" / "data" / "paintings" / "references"

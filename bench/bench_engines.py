@@ -30,13 +30,13 @@ REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 DATA = REPO.parent / "shared" / "data"
 
-from museum_search.core import engines  # noqa: E402
-from museum_search.core.backbones import BackboneConfig  # noqa: E402
+from museum_search.core import engines
+from museum_search.core.backbones import BackboneConfig
 from museum_search.core.engines import build_extractor
-from museum_search.core.images import load_image  # noqa: E402
-from museum_search.core.indexing import build_index  # noqa: E402
-from museum_search.core.progress import drive  # noqa: E402
-from museum_search.core.query import QueryPipeline, load_query  # noqa: E402
+from museum_search.core.images import load_image
+from museum_search.core.indexing import build_index
+from museum_search.core.progress import drive
+from museum_search.core.query import QueryPipeline, load_query
 
 BACKBONES = ("mobilenet_v2", "efficientnet_lite0", "efficientnet_lite1", "efficientnet_lite2")
 HEADS = ("gem", "gap", "mac", "logits", "rmac")

@@ -54,8 +54,8 @@ def main() -> int:
     from PySide6.QtWidgets import QApplication
 
     from museum_search.core import backbones, engines
-    from museum_search.core.progress import drive as run
     from museum_search.core.indexing import build_index
+    from museum_search.core.progress import drive as run
     from museum_search.gui import workers
     from museum_search.gui.main_window import MainWindow
 
@@ -63,7 +63,7 @@ def main() -> int:
         print("indexing", args.data / "references", flush=True)
         run(build_index(args.data / "references", args.index))
 
-    app = QApplication([])
+    _app = QApplication([])  # kept alive for the benchmark
     # PySide6 6.12's static void functions (QApplication.processEvents, QThread.msleep, QTest.qWait)
     # return None without a reference: thousands of calls free None and crash Python. An event
     # loop object's processEvents() is safe.

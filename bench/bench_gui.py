@@ -18,7 +18,7 @@ from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 HERE = Path(__file__).resolve().parent
 
@@ -136,7 +136,7 @@ def main() -> None:
         before = st.results()
         t0 = time.perf_counter()
         assert st.capture()
-        pump(120, lambda: st.results() is not before and bool(st.results()) and not st.is_busy())
+        pump(120, lambda before=before: st.results() is not before and bool(st.results()) and not st.is_busy())
         capture_times.append(time.perf_counter() - t0)
     ext = st._extractor if getattr(st, "_extractor", None) is not None else None
     if ext is None:

@@ -53,19 +53,19 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-import cv2  # noqa: E402
+import cv2
 
-from museum_search.core.engines import build_extractor  # noqa: E402
-from museum_search.core.evaluation.querysets import load_queryset  # noqa: E402
-from museum_search.core.indexing import build_index  # noqa: E402
+from museum_search.core.engines import build_extractor
+from museum_search.core.evaluation.querysets import load_queryset
+from museum_search.core.indexing import build_index
+from museum_search.core.labels import COIL100_REGEX
+from museum_search.core.progress import drive
+from museum_search.core.query import QueryPipeline, QuerySettings, load_query
+from museum_search.core.ranking import order
+from museum_search.core.rerank import spatial
 from museum_search.core.store import LabellingSpec
-from museum_search.core.labels import COIL100_REGEX  # noqa: E402
-from museum_search.core.progress import drive  # noqa: E402
-from museum_search.core.query import QueryPipeline, QuerySettings, load_query  # noqa: E402
-from museum_search.core.verification import object_inliers  # noqa: E402
-from museum_search.core.rerank import spatial  # noqa: E402
-from museum_search.core.ranking import order  # noqa: E402
-from museum_search.core.verdict import DISTINCT, Verdict  # noqa: E402
+from museum_search.core.verdict import DISTINCT, Verdict
+from museum_search.core.verification import object_inliers
 
 MATCHERS = ("sift", "xfeat")
 GATES = (5, 10, 15, 20, 30, 40, 60)

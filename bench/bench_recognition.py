@@ -30,10 +30,10 @@ from museum_search.core.backbones import BackboneConfig
 from museum_search.core.evaluation.querysets import load_queryset
 from museum_search.core.evaluation.runner import run_evaluation
 from museum_search.core.indexing import build_index
-from museum_search.core.store import Index, LabellingSpec
 from museum_search.core.labels import COIL100_REGEX
 from museum_search.core.progress import drive
 from museum_search.core.query import QueryPipeline, QuerySettings, load_query
+from museum_search.core.store import Index, LabellingSpec
 from museum_search.core.verdict import Verdict, open_set_figures
 
 HERE = Path(__file__).resolve().parent

@@ -33,7 +33,7 @@ from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 HERE = Path(__file__).resolve().parent
 SAMPLE = HERE.parent / "resources" / "sample"
@@ -111,7 +111,7 @@ def main() -> None:
     for var in ("XDG_CONFIG_HOME", "XDG_DATA_HOME"):  # throw-away settings; the weights and ONNX caches stay
         os.environ[var] = str(tmp / var.lower())
 
-    from PySide6.QtCore import QEventLoop, QTimer
+    from PySide6.QtCore import QEventLoop, QTimer, qInstallMessageHandler
     from PySide6.QtWidgets import QApplication
 
     from museum_search.core.rerank import RerankOptions
@@ -119,14 +119,12 @@ def main() -> None:
     from museum_search.gui.main_window import MainWindow
     from museum_search.gui.widgets.thumbnails import ThumbnailCache
 
-    from PySide6.QtCore import qInstallMessageHandler
-
     def quiet(mode, context, message: str) -> None:  # the offscreen platform's note on every dialog
         if "propagateSizeHints" not in message:
             print(message, file=sys.stderr)
 
     qInstallMessageHandler(quiet)
-    app = QApplication.instance() or QApplication([])
+    _app = QApplication.instance() or QApplication([])  # kept alive for the benchmark
     sampler = Sampler(args.trace)
 
     def pump(until, timeout: float = 600.0, settle_ms: int = 0) -> float:
@@ -203,7 +201,7 @@ def main() -> None:
         pump(lambda: st.is_up_to_date() and bool(st.results()), 300)
         if args.dialog_every and i % args.dialog_every == args.dialog_every - 1:
             dlg = st.show_result_dialog(st.results()[0])
-            pump(lambda: not dlg.is_busy(), 120, settle_ms=20)
+            pump(lambda dlg=dlg: not dlg.is_busy(), 120, settle_ms=20)
             dlg.reject()
             dialogs += 1
         pump(lambda: True, settle_ms=5)

@@ -43,11 +43,11 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from bench_scale import prepare  # noqa: E402
+from bench_scale import prepare
 
-from museum_search.core import ann  # noqa: E402
-from museum_search.core.store import K_MAX  # noqa: E402
-from museum_search.core.progress import drive  # noqa: E402
+from museum_search.core import ann
+from museum_search.core.progress import drive
+from museum_search.core.store import K_MAX
 
 EXTRA = 100
 

@@ -526,7 +526,7 @@ class Runner:
         """``base`` methods (every pair); ``extras``: LighterGlue, the cosine-threshold and int8 variants (subsets)."""
         q, r = self.features(qpath), self.features(rpath)
         qx, rx = q["xfeat"], r["xfeat"]
-        plain = lambda a, b: mnn(a["desc"], b["desc"])  # noqa: E731
+        plain = lambda a, b: mnn(a["desc"], b["desc"])
         out: dict = {}
         if base:
             out["xfeat_mnn"] = self._verify(plain, qx, rx)
@@ -699,7 +699,6 @@ def agreement(models: dict, images: list[tuple[Path, int | None]], side: int, to
         feats.append((ok_kp, ok_d, x.shape[3], x.shape[2]))
     out = {"xfeat": rows}
     if models.get("lg") is not None and len(feats) >= 2:
-        from kornia.feature.lightglue import filter_matches
 
         lg_rows = []
         for (k0, d0, w0, h0), (k1, d1, w1, h1) in [(feats[i], feats[i + 1]) for i in range(0, len(feats) - 1, 2)]:

@@ -8,12 +8,12 @@ import tracemalloc
 
 import numpy as np
 import pytest
+from oracles import gallery_ranks
 
 from museum_search.core import ann
 from museum_search.core.errors import IndexFormatError, MuseumSearchError
 from museum_search.core.progress import Progress, drive
 from museum_search.core.ranking import order
-from oracles import gallery_ranks
 
 
 def clustered(objects: int, views: int, dim: int, seed: int = 0, dtype=np.float16, per_group: int = 10) -> np.ndarray:

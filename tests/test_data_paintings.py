@@ -16,8 +16,8 @@ import pytest
 from museum_search.core.backbones import BackboneConfig
 from museum_search.core.evaluation.querysets import load_queryset
 from museum_search.core.evaluation.runner import run_evaluation
-from museum_search.core.progress import drive as run
 from museum_search.core.indexing import build_index
+from museum_search.core.progress import drive as run
 from museum_search.core.query import QuerySettings
 
 pytestmark = [pytest.mark.data, pytest.mark.slow]

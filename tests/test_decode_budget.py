@@ -29,7 +29,6 @@ from PIL import Image
 from museum_search.core import images
 from museum_search.core.errors import ImageError
 from museum_search.core.extract import extract
-from museum_search.core.progress import drive as run
 from museum_search.core.images import (
     DECODE_BUDGET_BYTES,
     DECODE_BUDGET_ENV,
@@ -40,6 +39,7 @@ from museum_search.core.images import (
     load_image,
     set_decode_budget,
 )
+from museum_search.core.progress import drive as run
 
 MIB = 1 << 20
 REPO = Path(__file__).resolve().parents[1]
@@ -281,7 +281,7 @@ def test_an_image_over_the_whole_budget_is_refused_at_once(tmp_path, budget, mon
 
 
 def test_budget_counts_the_reduced_jpeg_size():
-    from test_images import solid_jpeg  # noqa: PLC0415
+    from test_images import solid_jpeg
 
     data = solid_jpeg(20_000, 20_000, (30, 120, 220))
     header = images._read_header(io.BytesIO(data), "huge.jpg")
@@ -332,7 +332,7 @@ def test_parallel_decodes_never_hold_more_than_the_budget(tmp_path, budget):
 
 
 class _Stub:
-    class meta:  # noqa: N801
+    class meta:
         dim = 3
 
     max_side = 256

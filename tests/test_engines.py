@@ -13,8 +13,7 @@ import pytest
 
 from museum_search.core import engines
 from museum_search.core.backbones import BackboneConfig, Extractor
-from museum_search.core.engines import build_extractor
-from museum_search.core.engines import OnnxExtractor
+from museum_search.core.engines import OnnxExtractor, build_extractor
 from museum_search.core.images import load_image
 
 
@@ -151,8 +150,8 @@ def test_engine_choice(monkeypatch):
 
 
 def test_index_built_with_one_engine_is_queried_with_the_other(collection, tmp_path):
-    from museum_search.core.progress import drive as run
     from museum_search.core.indexing import build_index
+    from museum_search.core.progress import drive as run
     from museum_search.core.query import QueryPipeline, QuerySettings, load_query
 
     index = run(build_index(collection, tmp_path / "index", verification=False)).index  # the default: onnx

@@ -11,13 +11,22 @@ import pytest
 
 from museum_search.core.evaluation import runner
 from museum_search.core.evaluation.querysets import load_queryset
-from museum_search.core.evaluation.runner import (DESCRIBING, EVALUATING, LOADING, NEIGHBOURS, SEARCHING,
-                                                  VERIFYING, EvalStep, evaluate, run_evaluation)
-from museum_search.core.evaluation.sweep import SweepStep, sweep, sweep_advice
-from museum_search.core.store import Index
+from museum_search.core.evaluation.runner import (
+    DESCRIBING,
+    EVALUATING,
+    LOADING,
+    NEIGHBOURS,
+    SEARCHING,
+    VERIFYING,
+    EvalStep,
+    evaluate,
+    run_evaluation,
+)
+from museum_search.core.evaluation.sweep import sweep, sweep_advice
 from museum_search.core.progress import EtaEstimator, Progress, wait, with_eta
 from museum_search.core.query import QueryPipeline, QuerySettings
 from museum_search.core.rerank import RerankOptions, icfrr_advice
+from museum_search.core.store import Index
 
 SAMPLE = Path(__file__).resolve().parents[1] / "resources" / "sample"
 

@@ -6,7 +6,6 @@ and every file left out of an index is listed once."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -24,13 +23,12 @@ import pytest
 from museum_search.cli import main as cli_main
 from museum_search.core.backbones import BackboneConfig
 from museum_search.core.errors import ImageError, LabelError
-from museum_search.core.progress import DecodePool
 from museum_search.core.images import decode_cost, image_size, load_image
 from museum_search.core.importing import DescriptorError, open_descriptors
 from museum_search.core.indexing import build_index
-from museum_search.core.store import MANIFEST, Index, LabellingSpec
 from museum_search.core.labels import label_collection, read_csv_table
-from museum_search.core.progress import drive
+from museum_search.core.progress import DecodePool, drive
+from museum_search.core.store import MANIFEST, Index, LabellingSpec
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs and Unix sockets are POSIX only")
 
@@ -46,7 +44,7 @@ def _within(seconds: float, fn, *args, **kwargs):
     def run():
         try:
             box["value"] = fn(*args, **kwargs)
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread
+        except BaseException as exc:
             box["error"] = exc
 
     t = threading.Thread(target=run, daemon=True)

@@ -12,8 +12,6 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-import textwrap
-import time
 from pathlib import Path
 
 import numpy as np
@@ -23,8 +21,8 @@ from museum_search.cli import main as cli_main
 from museum_search.core.backbones import BackboneConfig
 from museum_search.core.catalogue import ItemStore
 from museum_search.core.errors import IndexFormatError, OutputFolderError
-from museum_search.core.progress import drive as run
 from museum_search.core.indexing import build_index, update_index
+from museum_search.core.progress import drive as run
 from museum_search.core.store import JOURNAL, LOCK, MANIFEST, Index, LabellingSpec, _manifest_digest
 
 SMALL = BackboneConfig(size=64)

@@ -3,7 +3,6 @@ modes, helpers."""
 
 import numpy as np
 import pytest
-
 from oracles import gallery_ranks, icfrr_dense, icfrr_loop, prepare_graph, rank_dtype
 
 from museum_search.core.ranking import neg_distance, order

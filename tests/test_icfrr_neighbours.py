@@ -12,7 +12,6 @@ import weakref
 
 import numpy as np
 import pytest
-
 from oracles import gallery_ranks, icfrr_dense, icfrr_loop, prepare_graph
 
 from museum_search.core.ranking import neg_distance, order

@@ -15,8 +15,8 @@ import pytest
 
 from museum_search.core.backbones import BackboneConfig
 from museum_search.core.errors import IndexFormatError, MuseumSearchError
-from museum_search.core.progress import drive as run
 from museum_search.core.indexing import build_index, update_index
+from museum_search.core.progress import drive as run
 from museum_search.core.store import JOURNAL, LOCK, MANIFEST, Index, LabellingSpec
 
 SMALL = BackboneConfig(size=96)

@@ -12,19 +12,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from oracles import gallery_ranks
 
 import museum_search.core.store as index_mod
-from museum_search.core.indexing import derive
 from museum_search.cli import main as cli_main
 from museum_search.core.backbones import imported_meta
-from museum_search.core.catalogue import ItemStore
+from museum_search.core.catalogue import Item, ItemStore
 from museum_search.core.errors import IndexFormatError, MuseumSearchError
+from museum_search.core.indexing import derive, upgrade_index
 from museum_search.core.progress import drive as run
-from museum_search.core.catalogue import Item
-from museum_search.core.indexing import upgrade_index
-from museum_search.core.store import MANIFEST, Index, LabellingSpec, _manifest_digest
-from oracles import gallery_ranks
 from museum_search.core.search import score_matrix
+from museum_search.core.store import MANIFEST, Index, LabellingSpec, _manifest_digest
 
 
 def _clustered(n_objects: int, views: int, dim: int = 64, noise: float = 0.25, seed: int = 0) -> np.ndarray:

@@ -21,8 +21,8 @@ import pytest
 from museum_search.cli import main as cli_main
 from museum_search.core.backbones import BackboneConfig
 from museum_search.core.errors import IndexFormatError, IndexLockedError, MuseumSearchError, OutputFolderError
-from museum_search.core.progress import drive as run
 from museum_search.core.indexing import build_index, update_index
+from museum_search.core.progress import drive as run
 from museum_search.core.store import LOCK, MANIFEST, Index, LabellingSpec, _manifest_digest, default_index_folder
 
 SMALL = BackboneConfig(size=64)

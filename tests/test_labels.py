@@ -455,8 +455,8 @@ def test_unreadable_subfolder_is_reported(tmp_path):
 def test_build_and_update_survive_bad_names_and_links(tmp_path, sample_collection):
     """End to end: the index is written (its JSON is UTF-8) and updated; bad files are reported."""
     from museum_search.core.backbones import BackboneConfig
-    from museum_search.core.progress import drive as run
     from museum_search.core.indexing import build_index, update_index
+    from museum_search.core.progress import drive as run
     from museum_search.core.store import Index, LabellingSpec
 
     coll = tmp_path / "coll"

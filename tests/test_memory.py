@@ -13,9 +13,9 @@ import pytest
 
 from museum_search.core import memory
 from museum_search.core.backbones import BackboneMeta
+from museum_search.core.catalogue import Item
 from museum_search.core.evaluation.reports import report_dict, write_csv
 from museum_search.core.evaluation.runner import EvalReport, QueryRecord
-from museum_search.core.catalogue import Item
 from museum_search.core.store import Index
 
 SAMPLE = Path(__file__).resolve().parents[1] / "resources" / "sample"

@@ -140,7 +140,7 @@ def _exec_spec(monkeypatch, onnx_dir: Path) -> dict:
         "__name__": "__main__", "__file__": str(SPEC), "SPECPATH": str(PACKAGING), "DISTPATH": str(dist),
         "Analysis": _Analysis, "PYZ": _Target, "EXE": _Target, "COLLECT": _Target, "BUNDLE": _Target,
     }
-    exec(compile(SPEC.read_text(encoding="utf-8"), str(SPEC), "exec"), namespace)  # noqa: S102 - our own spec file
+    exec(compile(SPEC.read_text(encoding="utf-8"), str(SPEC), "exec"), namespace)
     return namespace
 
 

@@ -9,12 +9,12 @@ import pytest
 from museum_search.core.backbones import BackboneConfig
 from museum_search.core.evaluation.querysets import load_queryset
 from museum_search.core.evaluation.runner import run_evaluation
-from museum_search.core.progress import drive as run
 from museum_search.core.images import load_image
 from museum_search.core.indexing import build_index, update_index
-from museum_search.core.store import Index, LabellingSpec
+from museum_search.core.progress import drive as run
 from museum_search.core.query import QueryPipeline, QuerySettings, load_query, query_from_array
 from museum_search.core.ranking import order, per_instance
+from museum_search.core.store import Index, LabellingSpec
 
 
 def test_one_ranking_ties_by_row():

@@ -36,7 +36,7 @@ def _ground_truth(path: Path) -> dict[str, set[str]]:
     truth = defaultdict(set)
     with open(path, newline="", encoding="utf-8") as f:
         for row in csv.DictReader(f):
-            truth[row["query"]]  # noqa: B018 - register the query even when its instance is empty
+            truth[row["query"]]
             if row["instance"]:
                 truth[row["query"]].add(row["instance"])
     return dict(truth)

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from museum_search.core.backbones import BackboneConfig
-from museum_search.core.engines import build_extractor
 from museum_search.core.distributed import RAY_MISSING, STAGE, describe_on_ray
+from museum_search.core.engines import build_extractor
 from museum_search.core.errors import MuseumSearchError
 from museum_search.core.extract import extract
 from museum_search.core.progress import drive

@@ -6,9 +6,9 @@ import pytest
 
 from museum_search.core.backbones import BackboneMeta
 from museum_search.core.catalogue import Item
-from museum_search.core.store import Index
 from museum_search.core.ranking import grouped_order, merge_top, order, per_instance, reorder
 from museum_search.core.search import results_for, score_matrix
+from museum_search.core.store import Index
 
 
 def _index(desc, labels):

@@ -11,10 +11,9 @@ import numpy as np
 import pytest
 
 from museum_search.core.backbones import BackboneMeta
+from museum_search.core.catalogue import Item
 from museum_search.core.errors import MuseumSearchError
 from museum_search.core.images import load_image
-from museum_search.core.catalogue import Item
-from museum_search.core.store import Index
 from museum_search.core.rerank import spatial
 from museum_search.core.rerank.spatial import (
     SpatialParams,
@@ -23,6 +22,7 @@ from museum_search.core.rerank.spatial import (
     homography_is_plausible,
     verify_pair,
 )
+from museum_search.core.store import Index
 
 # ---- synthetic images ------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ import pytest
 
 from museum_search.core.errors import MuseumSearchError
 from museum_search.core.evaluation.querysets import load_queryset
-from museum_search.core.evaluation.runner import DESCRIBING, EVALUATING, NEIGHBOURS, LOADING, evaluate
+from museum_search.core.evaluation.runner import DESCRIBING, EVALUATING, LOADING, NEIGHBOURS, evaluate
 from museum_search.core.evaluation.sweep import (
     SweepPoint,
     SweepStep,

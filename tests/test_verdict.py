@@ -3,10 +3,19 @@
 import numpy as np
 import pytest
 
+from museum_search.core.calibration import synthetic_view
 from museum_search.core.images import load_image
 from museum_search.core.rerank.spatial import SpatialParams, verify_pair
-from museum_search.core.calibration import synthetic_view
-from museum_search.core.verdict import DISTINCT, MIN_CALIBRATED, Evidence, Verdict, choose, open_set_figures, operating_points, recalibrated
+from museum_search.core.verdict import (
+    DISTINCT,
+    MIN_CALIBRATED,
+    Evidence,
+    Verdict,
+    choose,
+    open_set_figures,
+    operating_points,
+    recalibrated,
+)
 
 
 def test_decide_uses_inliers_when_verified_and_cosine_otherwise():

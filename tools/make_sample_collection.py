@@ -635,7 +635,7 @@ def paint_rose_window(rng, h, w):
     ring_of = np.zeros(n_lab, np.int32)
     lab_col = np.zeros((n_lab, 3), np.float32)
     lab_bri = rng.uniform(0.75, 1.15, n_lab).astype(np.float32)
-    for idx, (px, py) in enumerate(pts):
+    for px, py in pts:
         lab = labels[int(np.clip(py, 0, h - 1)), int(np.clip(px, 0, w - 1))]
         qr = math.hypot(px - cx, py - cy) / R
         ring = int(np.searchsorted(ring_r, qr - 0.05))
@@ -871,8 +871,8 @@ def make_plane(rng: np.random.Generator, framed: np.ndarray, pad: tuple[int, int
                           (0.35, 0.35, 0.35) if k else (0.12, 0.12, 0.12), -1)
     img[M : M + Hf, M : M + Wf] = framed
     u8 = np.clip(img * 255 + 0.5, 0, 255).astype(np.uint8)
-    t, b, l, r = pad
-    return Plane(u8, (M, M, M + Wf, M + Hf), (M + l, M + t, M + Wf - r, M + Hf - b))
+    t, b, left, r = pad
+    return Plane(u8, (M, M, M + Wf, M + Hf), (M + left, M + t, M + Wf - r, M + Hf - b))
 
 
 # --------------------------------------------------------------------------------------------
