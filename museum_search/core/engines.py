@@ -12,6 +12,9 @@ is exported again, never trusted. Folders of ready exports (a frozen build bundl
 Where the ONNX path cannot be built (onnxruntime not installed, an operator the exporter lacks,
 R-MAC, whose regions depend on the feature map's size and would be frozen into the graph), the
 torch engine is used and the log says so, once per backbone and reason.
+
+torch, onnx and onnxruntime are imported inside the functions that use them: lazy, for start-up
+time only (a query on an exported network never loads torch).
 """
 
 from __future__ import annotations

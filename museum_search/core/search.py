@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from .ann import exact_scores, rows_scores
 from .store import Index
 
 
@@ -42,8 +43,6 @@ def score_matrix(index: Index, query_descriptors: np.ndarray, mode: str = "exact
     approximate search finds for any of the query's regions, exactly, and gives the others -inf
     (ranked last): :func:`.ann.resolve_mode` says which a search uses.
     """
-    from .ann import exact_scores, rows_scores
-
     q = np.asarray(query_descriptors, dtype=np.float32)
     regions = q.ndim == 3
     flat = q.reshape(-1, q.shape[-1])

@@ -37,6 +37,7 @@ from typing import Any, Callable, Generator
 
 import numpy as np
 
+from .. import engines
 from ..backbones import DescriptorExtractor
 from ..engines import extractor_for_meta
 from ..errors import ImageError, MuseumSearchError
@@ -271,8 +272,6 @@ def query_pipeline(index: Index, settings: QuerySettings | None = None, *, extra
     ``index.neighbour_lists``. Both run through :func:`~museum_search.core.progress.wait`: a cancel
     does not wait for them, and a job started again meanwhile waits for the same call instead of
     starting another."""
-    from .. import engines
-
     t0 = time.perf_counter()
     if pipeline is None:
         if extractor is None:

