@@ -253,8 +253,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from .core.evaluation import reports
     from .core.evaluation.querysets import load_queryset
     from .core.evaluation.runner import evaluate
-    from .core.store import Index
     from .core.query import QueryPipeline
+    from .core.store import Index
 
     if bool(args.queries) == bool(args.descriptors) or bool(args.descriptors) != bool(args.ground_truth):
         raise MuseumSearchError("give a query folder, or --descriptors Q.npy with --ground-truth GT.csv")

@@ -209,8 +209,8 @@ def test_build_progress_browser_filter_thumbnails(tab, qtbot, small_collection, 
 
 def test_cancel_keeps_previous_index(tab, qtbot, small_collection, tmp_path):
     from museum_search.core.backbones import BackboneConfig
-    from museum_search.core.progress import drive as run
     from museum_search.core.indexing import build_index
+    from museum_search.core.progress import drive as run
     from museum_search.core.store import Index, LabellingSpec
 
     out = tmp_path / "index"
@@ -386,8 +386,8 @@ def _museum(tmp_path: Path, name: str, n: int = 3) -> Path:
 
 def _core_index(collection: Path, out: Path):
     from museum_search.core.backbones import BackboneConfig
-    from museum_search.core.progress import drive as run
     from museum_search.core.indexing import build_index
+    from museum_search.core.progress import drive as run
     from museum_search.core.store import LabellingSpec
 
     run(build_index(collection, out, BackboneConfig(size=TINY),
@@ -514,7 +514,7 @@ def test_folder_that_is_not_an_index_is_refused_and_left_alone(tab, qtbot, tmp_p
                           (b, "collection folder itself"),
                           (b.parent, "contains the collection")):
         tab.index_edit.setText(str(folder))
-        qtbot.waitUntil(lambda: words in tab.index_hint.text(), timeout=5000)  # said as soon as typed
+        qtbot.waitUntil(lambda words=words: words in tab.index_hint.text(), timeout=5000)  # said as soon as typed
         assert tab.index_hint.text().startswith("⚠")
         qtbot.mouseClick(tab.build_button, _left())
         qtbot.waitUntil(lambda: len(_error_dialogs()) == 1, timeout=5000)

@@ -17,25 +17,29 @@ from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QMessageBox, QScrollArea
 
 from museum_search.core.evaluation.querysets import load_queryset
-from museum_search.core.evaluation.runner import (DESCRIBING, NEIGHBOURS, LOADING, VERIFYING,
-                                                  precision_recall_curve, run_evaluation)
-from museum_search.core.evaluation.stats import paired_bootstrap_test, paired_randomization_test
-from museum_search.core.store import Index, writer_lock
+from museum_search.core.evaluation.runner import (
+    DESCRIBING,
+    LOADING,
+    NEIGHBOURS,
+    VERIFYING,
+    precision_recall_curve,
+    run_evaluation,
+)
+from museum_search.core.evaluation.stats import paired_bootstrap_test, paired_randomization_test, stars
 from museum_search.core.rerank import RerankOptions, icfrr_advice
+from museum_search.core.store import Index, writer_lock
 from museum_search.core.verdict import Verdict, operating_points, recalibrated
 from museum_search.gui import workers
-from museum_search.core.evaluation.stats import stars
 from museum_search.gui.evaluation_tab import EvaluationTab
+from museum_search.gui.state import AppState, Settings
 from museum_search.gui.widgets.comparison_table import (
-    GAP_COLUMN,
     P_COLUMN,
     VALUE_ROLE,
     VERDICT_COLUMN,
     VERDICT_FIGURES,
 )
-from museum_search.gui.widgets.query_table import SORT_ROLE
-from museum_search.gui.state import AppState, Settings
 from museum_search.gui.widgets.plots import HIST_BINS, VERDICT_CURVES, RunningBuffer
+from museum_search.gui.widgets.query_table import SORT_ROLE
 
 pytestmark = pytest.mark.gui
 
@@ -516,7 +520,7 @@ def test_layout_holds_at_1024x700_and_up(qtbot, data, tmp_path):
         tab.select_run(tab.runs[0])
         for size in ((1024, 700), (1600, 1000)):
             win.resize(*size)
-            qtbot.waitUntil(lambda: (win.width(), win.height()) == size, timeout=5000)
+            qtbot.waitUntil(lambda size=size: (win.width(), win.height()) == size, timeout=5000)
             qtbot.wait(100)
             for b in (tab.run_button, tab.cancel_button, tab.run_list.remove_button, tab.run_list.export_json_button,
                       tab.run_list.export_csv_button, tab.progress_panel.bar):

@@ -13,8 +13,7 @@ import pytest
 from PySide6.QtCore import QSettings, Qt
 
 from museum_search.core.backbones import imported_meta
-from museum_search.core.catalogue import ItemStore
-from museum_search.core.catalogue import Item
+from museum_search.core.catalogue import Item, ItemStore
 from museum_search.core.store import Index, LabellingSpec
 from museum_search.gui import workers
 from museum_search.gui.state import AppState, Settings

@@ -17,8 +17,8 @@ from PySide6.QtWidgets import QApplication
 
 from museum_search.core import memory
 from museum_search.core.backbones import BackboneMeta, DescriptorExtractor
-from museum_search.core.images import load_image
 from museum_search.core.catalogue import Item
+from museum_search.core.images import load_image
 from museum_search.core.store import Index
 from museum_search.gui import workers
 from museum_search.gui.state import AppState, Settings
@@ -73,8 +73,8 @@ def test_finished_jobs_are_freed_with_what_their_callbacks_hold(qtbot):
             return photo
 
         job = workers.start((lambda photo=photo: photo) if kind == "function" else gen(),
-                            on_result=lambda value, photo=photo: results.append(value is photo))
-        qtbot.waitUntil(lambda: not job.running, timeout=10_000)
+                            on_result=lambda value, photo=photo: results.append(value is photo))  # noqa: B023 - called in this iteration
+        qtbot.waitUntil(lambda: not job.running, timeout=10_000)  # noqa: B023, F821 - this iteration's job, deleted below on purpose
         assert results == [True]
         del photo, job, gen
     qtbot.wait(50)  # the release runs when the event loop is idle
@@ -83,8 +83,8 @@ def test_finished_jobs_are_freed_with_what_their_callbacks_hold(qtbot):
 
 
 def test_search_tab_keeps_one_result_dialog(qtbot, tmp_path, sample):
-    from museum_search.gui.widgets.query_page import ranked_results
     from museum_search.gui.search_tab import ResultDialog, SearchTab
+    from museum_search.gui.widgets.query_page import ranked_results
 
     index = sample[0]
     tab = SearchTab(AppState(_settings(tmp_path)))

@@ -17,8 +17,8 @@ from test_index_format import _write_v2
 
 from museum_search.core.backbones import imported_meta
 from museum_search.core.catalogue import Item
-from museum_search.core.store import MANIFEST, Index, LabellingSpec, _manifest_digest
 from museum_search.core.progress import Progress
+from museum_search.core.store import MANIFEST, Index, LabellingSpec, _manifest_digest
 from museum_search.gui import workers
 from museum_search.gui.state import AppState, Settings
 

@@ -62,13 +62,21 @@ from ..core.errors import MuseumSearchError, OutputFolderError
 from ..core.extract import ExtractProgress
 from ..core.images import load_image
 from ..core.indexing import BUILD_STAGES, BuildReport, build_job, update_job
-from ..core.store import MANIFEST, Index, LabellingSpec, _indexed_collection, check_output_folder, default_index_folder, is_index_folder
 from ..core.labels import RULES, describe, find_catalogue, label_collection
+from ..core.store import (
+    MANIFEST,
+    Index,
+    LabellingSpec,
+    _indexed_collection,
+    check_output_folder,
+    default_index_folder,
+    is_index_folder,
+)
 from ..core.verdict import Verdict
 from . import upgrade, workers
 from .state import AppState
-from .widgets.progress_panel import ProgressPanel
 from .widgets.camera_view import ImageView
+from .widgets.progress_panel import ProgressPanel
 from .widgets.result_grid import catalogue_form
 from .widgets.thumbnails import ThumbnailBrowser, ThumbnailCache
 

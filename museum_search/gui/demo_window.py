@@ -928,7 +928,7 @@ class DemoWindow(QWidget):
         number = self.settings.camera
         try:
             source: CameraSource = self.camera_factory(number)
-        except Exception as exc:  # noqa: BLE001 - a factory failure is a camera failure
+        except Exception as exc:
             log.debug("kiosk: the camera factory failed for camera %s", number, exc_info=exc)
             self._camera_failed(workers.error_message(exc))
             return

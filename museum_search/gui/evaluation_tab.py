@@ -45,22 +45,28 @@ from PySide6.QtWidgets import QFileDialog, QFrame, QGroupBox, QLabel, QPushButto
 from ..core.errors import MuseumSearchError
 from ..core.evaluation.querysets import LAYOUTS, QuerySet, load_queryset
 from ..core.evaluation.reports import (
-    confidence_intervals, paired_tests, unknown_instances_warning, values_by_query,
+    confidence_intervals,
+    paired_tests,
+    unknown_instances_warning,
+    values_by_query,
 )
 from ..core.evaluation.runner import DESCRIBING, EvalReport, EvalStep
 from ..core.evaluation.stats import PairedTestResult
 from ..core.evaluation.sweep import PARAMETER_NAMES, SweepPoint, SweepStep, parse_values, sweep_advice
-from ..core.store import Index
 from ..core.memory import compact_reports
 from ..core.progress import Progress, wait
 from ..core.query import QuerySettings
 from ..core.rerank import icfrr_advice
+from ..core.store import Index
 from ..core.verdict import Verdict, operating_points
 from . import upgrade, workers
 from .collection_tab import format_duration
 from .state import AppState
-from .widgets.comparison_table import ComparisonPage, pct as _pct
-from .widgets.layout import FitScroll, row as _row, split as _split
+from .widgets.comparison_table import ComparisonPage
+from .widgets.comparison_table import pct as _pct
+from .widgets.layout import FitScroll
+from .widgets.layout import row as _row
+from .widgets.layout import split as _split
 from .widgets.plots import EvaluationPlots, Overlay, RunningBuffer, run_colour
 from .widgets.progress_panel import ProgressPanel
 from .widgets.query_page import QueryPage
@@ -384,7 +390,7 @@ class EvaluationTab(QWidget):
             if layout == "regex" and rx is None:
                 raise MuseumSearchError("Enter a regular expression with a group named 'instance'.")
             qs = load_queryset(path, layout, regex=rx if layout == "regex" else None)
-        except Exception as exc:  # noqa: BLE001 - any failure is shown, the previous set is dropped
+        except Exception as exc:
             self.queryset = None
             self.queryset_path = None
             box.detected_label.setText("No query set.")
@@ -762,7 +768,7 @@ class EvaluationTab(QWidget):
             path = path.with_suffix(suffix)
         try:
             writer(run.report, run.index, path)
-        except Exception as exc:  # noqa: BLE001 - shown to the user
+        except Exception as exc:
             workers.show_error(self, title, exc)
             return None
         self.state.settings.set_value("evaluation/export_dir", str(path.parent))

@@ -7,14 +7,26 @@ from pathlib import Path
 from PySide6.QtCore import QByteArray, QRegularExpression, Qt
 from PySide6.QtGui import QAction, QIcon, QKeySequence, QRegularExpressionValidator
 from PySide6.QtWidgets import (
-    QCheckBox, QComboBox, QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QKeySequenceEdit, QLabel,
-    QLineEdit, QMainWindow, QMessageBox, QSpinBox, QTabWidget, QWidget,
+    QCheckBox,
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QFileDialog,
+    QFormLayout,
+    QKeySequenceEdit,
+    QLabel,
+    QLineEdit,
+    QMainWindow,
+    QMessageBox,
+    QSpinBox,
+    QTabWidget,
+    QWidget,
 )
 
 from .. import __version__
 from ..core.paths import resource
-from .demo_window import DEFAULT_EXIT_KEYS, EXIT_KEYS_SETTING, lock_summary
 from . import upgrade
+from .demo_window import DEFAULT_EXIT_KEYS, EXIT_KEYS_SETTING, lock_summary
 from .state import AppState
 from .workers import show_error
 
@@ -326,7 +338,7 @@ class MainWindow(QMainWindow):
         box.finished.connect(answered)
         box.open()
 
-    def closeEvent(self, event) -> None:  # noqa: N802 - Qt API
+    def closeEvent(self, event) -> None:
         busy = None if self._quit_confirmed else self.busy_text()
         if busy is not None:
             event.ignore()  # asked first; closed again when the answer is yes

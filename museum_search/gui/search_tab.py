@@ -25,18 +25,38 @@ import numpy as np
 from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QMimeData, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QGuiApplication, QImage, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
-    QCheckBox, QComboBox, QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QFrame,
-    QHBoxLayout, QLabel, QProgressBar, QPushButton, QSpinBox, QSplitter, QVBoxLayout, QWidget,
+    QCheckBox,
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QFileDialog,
+    QFormLayout,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
 )
 
 from ..core.capture import CameraSource, OpenCVCamera, list_cameras
 from ..core.errors import ImageError
 from ..core.images import SUPPORTED_EXTENSIONS, is_image_file, load_image
 from ..core.query import (
-    Answer, QueryImage, QueryPipeline, QuerySettings, Result, load_query, query_from_array, query_from_bytes,
+    Answer,
+    QueryImage,
+    QueryPipeline,
+    QuerySettings,
+    Result,
+    load_query,
+    query_from_array,
+    query_from_bytes,
 )
-from ..core.rerank import icfrr_advice
 from ..core.rerank import icfrr as _icfrr  # noqa: F401 - imports scipy.sparse at start-up, not on the GUI thread later
+from ..core.rerank import icfrr_advice
 from . import workers
 from .state import AppState
 from .widgets.camera_view import CameraView, ImageView
@@ -497,7 +517,7 @@ class SearchTab(QWidget):
         self.clear_message()
         try:
             source = self.camera_factory(int(index))
-        except Exception as exc:  # noqa: BLE001 - a factory failure is a camera failure
+        except Exception as exc:
             self._camera_failed(workers.error_message(exc))
             return
         self.camera_box.show()

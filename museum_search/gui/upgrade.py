@@ -52,7 +52,7 @@ def open_index(parent: QWidget | None, path: str | Path, on_opened: Callable[[In
             return False
         _failed(parent, title, exc, on_failed)
         return False
-    except Exception as exc:  # noqa: BLE001 - any failure is shown, nothing changes
+    except Exception as exc:
         _failed(parent, title, exc, on_failed)
         return False
     on_opened(index)

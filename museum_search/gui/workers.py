@@ -21,7 +21,7 @@ from typing import Any, Callable, Generator
 
 from PySide6.QtCore import QObject, QThreadPool, Signal
 from PySide6.QtWidgets import QMessageBox, QWidget
-from superqt.utils import GeneratorWorker, FunctionWorker
+from superqt.utils import FunctionWorker, GeneratorWorker
 
 from ..core.errors import MuseumSearchError
 from ..core.progress import EtaEstimator, with_eta

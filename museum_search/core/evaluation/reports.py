@@ -28,7 +28,7 @@ CSV_VERDICT_COLUMNS = ("in_collection", "reason", "inliers", "confidence")
 COMPARED = {"mp@1": ("p@1", True), "map": ("ap", True), "amnro": ("mnro", False)}
 
 
-def _num(x: float) -> float | None:
+def _num(x: float | None) -> float | None:
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else round(float(x), 6)
 
 
@@ -119,7 +119,7 @@ def write_csv(report: EvalReport, index, path: Path) -> None:
                     *("" if math.isnan(r.metrics[k]) else f"{r.metrics[k]:.6f}" for k in keys),
                     top.instance, top.path, f"{float(r.scores[0]):.6f}", ";".join(r.unknown),
                     int(r.in_collection), r.reason, "" if r.top_inliers is None else r.top_inliers,
-                    "" if _num(r.confidence) is None else f"{float(r.confidence):.6f}"])
+                    "" if _num(r.confidence) is None else f"{_num(r.confidence):.6f}"])
     atomic_write(path, buf.getvalue())
 
 

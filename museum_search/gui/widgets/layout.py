@@ -32,16 +32,16 @@ class FitScroll(QScrollArea):
     """A scroll area as tall as its contents when there is room (Qt caps a scroll area's size
     hint at a few hundred pixels), shorter, with a scroll bar, when there is not."""
 
-    def setWidget(self, widget: QWidget) -> None:  # noqa: N802 - Qt API
+    def setWidget(self, widget: QWidget) -> None:
         super().setWidget(widget)
         widget.installEventFilter(self)
 
-    def eventFilter(self, obj, event) -> bool:  # noqa: N802 - Qt API
+    def eventFilter(self, obj, event) -> bool:
         if obj is self.widget() and event.type() in (QEvent.Type.LayoutRequest, QEvent.Type.Resize):
             self.updateGeometry()  # its contents changed (a label wraps, a box shows): ask again
         return False
 
-    def sizeHint(self):  # noqa: N802 - Qt API
+    def sizeHint(self):
         hint = super().sizeHint()
         w = self.widget()
         if w is not None:

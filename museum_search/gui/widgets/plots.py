@@ -133,7 +133,7 @@ class Overlay:
 class IntegerAxis(pg.AxisItem):
     """An axis with ticks on whole numbers only (query counts)."""
 
-    def tickSpacing(self, minVal, maxVal, size):  # noqa: N802, N803 - pyqtgraph API
+    def tickSpacing(self, minVal, maxVal, size):
         levels = [(spacing, offset) for spacing, offset in super().tickSpacing(minVal, maxVal, size) if spacing >= 1]
         return levels or [(1.0, 0.0)]
 
@@ -187,10 +187,10 @@ class _ElidedLabel(QLabel):
     def full_text(self) -> str:
         return self._full
 
-    def sizeHint(self) -> QSize:  # noqa: N802 - Qt API
+    def sizeHint(self) -> QSize:
         return QSize(self.fontMetrics().horizontalAdvance(self._full) + 4, super().sizeHint().height())
 
-    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt API
+    def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
         self._elide()
 

@@ -10,7 +10,15 @@ from pathlib import Path
 import numpy as np
 from PySide6.QtCore import QItemSelectionModel, QModelIndex, QSortFilterProxyModel, Qt
 from PySide6.QtWidgets import (
-    QAbstractItemView, QFrame, QHBoxLayout, QHeaderView, QLabel, QSplitter, QTableView, QVBoxLayout, QWidget,
+    QAbstractItemView,
+    QFrame,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QSplitter,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
 )
 
 from ...core.query import Result

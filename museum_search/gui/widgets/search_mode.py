@@ -37,7 +37,7 @@ def resolved_mode(index) -> str:
         from ...core.ann import resolve_mode
 
         return resolve_mode("auto", len(index), getattr(index, "ann", None) is not None)
-    except Exception:  # noqa: BLE001 - core without ANN: exact
+    except Exception:
         return "exact"
 
 

@@ -455,7 +455,7 @@ class CollectionModel(QAbstractListModel):
             return None
         return self._index.catalogue().match(text)
 
-    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
+    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:
         return 0 if parent.isValid() else self._count
 
     def _thumbnail(self, row: int) -> tuple[str, QPixmap | None]:
@@ -588,7 +588,7 @@ class CollectionFilterModel(QAbstractProxyModel):
         return lo, hi
 
     # ---- QAbstractProxyModel -----------------------------------------------------------------
-    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
+    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:
         if parent.isValid():
             return 0
         if self._rows is not None:
@@ -596,11 +596,11 @@ class CollectionFilterModel(QAbstractProxyModel):
         src = self.sourceModel()
         return src.rowCount() if src is not None else 0
 
-    def columnCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
+    def columnCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:
         return 0 if parent.isValid() else 1
 
     def index(self, row: int, column: int = 0,
-              parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> QModelIndex:  # noqa: B008
+              parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> QModelIndex:
         if parent.isValid() or column != 0 or not 0 <= row < self.rowCount():
             return QModelIndex()
         return self.createIndex(row, 0)
@@ -613,7 +613,7 @@ class CollectionFilterModel(QAbstractProxyModel):
     def sibling(self, row: int, column: int, idx) -> QModelIndex:
         return self.index(row, column)
 
-    def hasChildren(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> bool:  # noqa: B008
+    def hasChildren(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> bool:
         return not parent.isValid() and self.rowCount() > 0
 
     def mapToSource(self, proxy: QModelIndex | QPersistentModelIndex) -> QModelIndex:
