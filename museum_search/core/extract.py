@@ -2,7 +2,7 @@
 
 Decoding and pre-processing run on a thread pool (OpenCV releases the GIL) while the network runs
 on the calling thread, so decoding overlaps inference. The generator yields an
-:class:`ExtractProgress` after every batch and returns an :class:`ExtractResult`::
+:class:`~.progress.Progress` after every batch and returns an :class:`ExtractResult`::
 
     gen = extract(paths, extractor)
     for progress in gen: ...           # drive a progress bar; stop iterating (gen.close()) to cancel
@@ -30,9 +30,6 @@ from .backbones import DescriptorExtractor
 from .errors import ImageError
 from .images import load_image
 from .progress import DecodePool, Progress
-
-#: The one progress record (done, total, stage, ETA): see :mod:`museum_search.core.progress`.
-ExtractProgress = Progress
 
 
 @dataclass
@@ -73,7 +70,7 @@ def extract(
     extractor: DescriptorExtractor,
     batch_size: int = 8,
     workers: int | None = None,
-) -> Generator[ExtractProgress, None, ExtractResult]:
+) -> Generator[Progress, None, ExtractResult]:
     """Describe ``paths`` (references) with ``extractor``; unreadable images are skipped with their
     reason. Queries go through :mod:`museum_search.core.query` instead."""
     files = [str(p) for p in paths]

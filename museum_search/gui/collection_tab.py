@@ -59,10 +59,10 @@ from superqt import QElidingLabel
 from ..core import paths
 from ..core.backbones import DEFAULT_BACKBONE, DEFAULT_HEAD, DEFAULT_SIZE, HEADS, REGISTRY, BackboneConfig
 from ..core.errors import MuseumSearchError, OutputFolderError
-from ..core.extract import ExtractProgress
 from ..core.images import load_image
 from ..core.indexing import BUILD_STAGES, BuildReport, build_job, update_job
 from ..core.labels import RULES, describe, find_catalogue, label_collection
+from ..core.progress import Progress
 from ..core.store import (
     MANIFEST,
     Index,
@@ -385,8 +385,8 @@ class CollectionTab(QWidget):
         self._replace_box: QMessageBox | None = None
         self._filling = False
         self._succeeded = False
-        self._last_progress: ExtractProgress | None = None
-        self._described: ExtractProgress | None = None  # the last progress of the describing stage
+        self._last_progress: Progress | None = None
+        self._described: Progress | None = None  # the last progress of the describing stage
         self._last_collection: Path | None = None
         self.index_chooser: FolderChooser | None = None
         self.reference_dialog: ReferenceDialog | None = None
@@ -874,7 +874,7 @@ class CollectionTab(QWidget):
             return
         self._update_buttons()
 
-    def _on_progress(self, p: ExtractProgress) -> None:
+    def _on_progress(self, p: Progress) -> None:
         if self._job is None:
             return
         self._last_progress = p
