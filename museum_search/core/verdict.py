@@ -283,15 +283,6 @@ class Verdict:
             return Judgement(True, max(conf, e.cosine), f"a copy of a reference photo (cosine {e.cosine:.3f})")
         return Judgement(bool(known), float(conf), reason)
 
-    def decide(self, cosine: float, inliers: int | None, rival: int = 0,
-               margin: float = float("nan")) -> tuple[bool, str]:
-        """(in the collection?, the reason in words) for the top result's evidence (see :meth:`judge`).
-
-        ``rival``: the most inliers a reference of another object got on the same part of the photo
-        (see :data:`DISTINCT`)."""
-        j = self.judge(Evidence(cosine, inliers, True, True, rival, margin))
-        return j.known, j.reason
-
     def _rule(self, e: Evidence) -> tuple[bool, str]:
         cosine, inliers, rival = e.cosine, e.inliers, e.rival
         if inliers is not None:
