@@ -355,6 +355,41 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return gui_main(["--demo", str(args.index)] + (["--camera", str(args.camera)] if args.camera is not None else []))
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from .core.errors import MuseumSearchError
+
+    try:
+        from .serve import create_app, server
+    except ImportError as exc:
+        raise MuseumSearchError(f"serve needs fastapi, uvicorn, segno and python-multipart ({exc}); "
+                                "pip install museum-search again to get them") from None
+    https = args.https is not None
+    if https:
+        for f in args.https:
+            if not Path(f).is_file():
+                raise MuseumSearchError(f"--https: {f} is not a file (give CERT KEY, PEM files)")
+    if args.label is not None and Path(args.label).exists():  # before loading anything
+        raise MuseumSearchError(f"--label {args.label}: this file exists already; it is left as it is")
+    print(f"loading {args.index} and warming up the network…", file=sys.stderr)
+    app = create_app(args.index, workers=args.workers, queue=args.queue, allow_origin=args.allow_origin,
+                     keep_missed=args.keep_missed)
+    urls = server.urls(args.host, args.port, https)
+    name = app.state.index.root.name
+    print(f"serving {name} ({len(app.state.index)} references, {app.state.pool.workers} workers) at:")
+    for url in urls:
+        print(f"  {url}")
+    if args.host == "127.0.0.1":
+        print("only this machine can open it; --host 0.0.0.0 puts it on the local network")
+    print(server.terminal_qr(urls[0]))
+    if args.label is not None:
+        print(f"label written to {server.write_label(args.label, urls[0], name)}")
+    if args.keep_missed:
+        print(f"photos answered 'not in this collection' are kept in {args.keep_missed}")
+    server.run(app, args.host, args.port, certfile=args.https[0] if https else None,
+               keyfile=args.https[1] if https else None, capacity=app.state.pool.capacity)
+    return 0
+
+
 # ---- parser ----------------------------------------------------------------------------------
 
 
@@ -542,6 +577,27 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--camera", type=int, default=None, help="camera number (default: from settings)")
     _add_engine_option(s)
     s.set_defaults(func=cmd_demo)
+
+    s = sub.add_parser("serve", help="answer visitors' phones: a web page and JSON API on the local network",
+                       description="Serve the visitor page and the JSON API (POST /api/identify, /api/objects, "
+                                   "/healthz, /openapi.json) over the same query pipeline as 'query'.")
+    s.add_argument("index", type=Path)
+    s.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0: the local network)")
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--workers", type=int, default=None, help="query workers (default: one per core)")
+    s.add_argument("--queue", type=int, default=None,
+                   help="requests that may wait for a worker (default 2 x workers); more get 503 and retry")
+    s.add_argument("--https", nargs=2, default=None, metavar=("CERT", "KEY"),
+                   help="serve HTTPS with this certificate and key (PEM): phones then show a live viewfinder")
+    s.add_argument("--allow-origin", default=None, metavar="ORIGIN",
+                   help="send CORS headers for this origin (default: none)")
+    s.add_argument("--keep-missed", type=Path, default=None, metavar="DIR",
+                   help="keep photos answered 'not in this collection' in DIR (default: nothing is stored)")
+    s.add_argument("--label", type=Path, default=None, metavar="FILE",
+                   help="write a printable label (.png or .pdf) with the QR code; an existing file is refused")
+    _add_engine_option(s)
+    s.set_defaults(func=cmd_serve)
     return p
 
 

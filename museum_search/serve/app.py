@@ -1,0 +1,422 @@
+"""``museum-search serve``: the JSON API and the visitor page over the one query pipeline.
+
+A view over core, like the CLI and the GUI: every answer comes from :class:`QueryPipeline`
+(``Answer.to_dict``, as ``query --json`` prints it), with server paths replaced by opaque ids.
+Decoding and querying run on a bounded pool of worker threads (:mod:`.workers`), never on the
+event loop; the photo is read with size and time limits (:mod:`.upload`). Nothing here writes the
+index; the only file ever written is a rejected photo under ``keep_missed``, when asked for."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import os
+import re
+import secrets
+import time
+from contextlib import asynccontextmanager
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import anyio
+import cv2
+from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .. import __version__
+from ..core.errors import ImageError, MuseumSearchError
+from ..core.images import load_image
+from ..core.query import QueryPipeline, QuerySettings, query_from_bytes
+from ..core.store import Index
+from .upload import ApiError, Upload, read_photo
+from .workers import Busy, WorkerPool
+
+log = logging.getLogger(__name__)
+
+STATIC = Path(__file__).resolve().parent / "static"
+CSP = ("default-src 'self'; img-src 'self' blob: data:; style-src 'self' 'unsafe-inline'; "
+       "script-src 'self' 'unsafe-inline'; connect-src 'self'; frame-ancestors 'none'")
+SECURITY_HEADERS = [
+    (b"content-security-policy", CSP.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-frame-options", b"DENY"),
+]
+IMAGE_SIZES = (32, 2048)
+BUSY = "busy, try again"
+_LANG = re.compile(r"^[A-Za-z]{1,8}(?:[-_][A-Za-z0-9]{1,8}){0,4}$")
+_ID = re.compile(r"^([0-9a-f]{1,12})-([0-9a-f]{10})$")
+_MAGIC = ((b"\xff\xd8\xff", ".jpg"), (b"\x89PNG", ".png"), (b"RIFF", ".webp"), (b"BM", ".bmp"),
+          (b"II*\x00", ".tif"), (b"MM\x00*", ".tif"))
+
+
+# ---- ids -------------------------------------------------------------------------------------
+
+
+class Ids:
+    """Opaque object ids: the row in hex and a keyed checksum of it. Nothing a client sends is
+    ever used as a path: an id that is not one of ours is unknown (404)."""
+
+    def __init__(self, key: bytes, count: int):
+        self._key = key
+        self._count = count
+
+    def _tag(self, row: int) -> str:
+        return hmac.new(self._key, str(row).encode(), hashlib.sha256).hexdigest()[:10]
+
+    def make(self, row: int) -> str:
+        return f"{row:x}-{self._tag(row)}"
+
+    def row(self, oid: str) -> int | None:
+        m = _ID.match(oid)
+        if m is None:
+            return None
+        row = int(m.group(1), 16)
+        if row >= self._count or not hmac.compare_digest(m.group(2), self._tag(row)):
+            return None
+        return row
+
+
+# ---- languages -------------------------------------------------------------------------------
+
+
+def catalogue_languages(fields: list[str]) -> list[str]:
+    """The languages of the per-language columns (``title@fr`` → ``fr``), sorted."""
+    return sorted({f.rsplit("@", 1)[1] for f in fields if "@" in f and f.rsplit("@", 1)[1]})
+
+
+def language_preferences(lang: str | None) -> list[str]:
+    """``fr-CA`` → ``["fr-ca", "fr"]`` (an Accept-Language list keeps its first tag); [] for none."""
+    if not lang:
+        return []
+    tag = lang.split(",")[0].split(";")[0].strip()
+    if not tag or tag == "*":
+        return []
+    if not _LANG.match(tag):
+        raise ApiError(400, f"lang={lang[:40]!r} is not a language tag; use e.g. lang=fr or lang=pt-BR")
+    tag = tag.lower().replace("_", "-")
+    primary = tag.split("-")[0]
+    return [tag] if tag == primary else [tag, primary]
+
+
+def localize(metadata: dict[str, str], prefs: list[str]) -> dict[str, str]:
+    """Metadata in the visitor's language: a per-language column (``title@fr``) replaces its base
+    key (``title``) when it has a value; the per-language columns themselves are left out."""
+    out = {k: v for k, v in metadata.items() if "@" not in k}
+    if not prefs:
+        return out
+    best: dict[str, tuple[int, str]] = {}
+    for key, value in metadata.items():
+        if "@" not in key or not str(value).strip():
+            continue
+        base, lang = key.rsplit("@", 1)
+        lang = lang.lower().replace("_", "-")
+        if lang in prefs:
+            rank = prefs.index(lang)
+            if base not in best or rank < best[base][0]:
+                best[base] = (rank, value)
+    for base, (_, value) in best.items():
+        out[base] = value
+    return out
+
+
+# ---- responses -------------------------------------------------------------------------------
+
+
+def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+class SecurityHeaders:
+    """Adds the security headers to every response (pure ASGI: errors and static files too)."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                present = {k.lower() for k, _ in headers}
+                headers += [(k, v) for k, v in SECURITY_HEADERS if k not in present]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+def _query_name(filename: str) -> str:
+    """The name an answer carries: the upload's file name (no folders, printable, short) or "photo"."""
+    name = PurePosixPath(filename.replace("\\", "/")).name
+    name = "".join(c for c in name if c.isprintable())[:100]
+    return name or "photo"
+
+
+def _safe_relative(path: str) -> bool:
+    p = PurePosixPath(path)
+    return bool(path) and not p.is_absolute() and ".." not in p.parts and "\\" not in path and ":" not in p.parts[0]
+
+
+# ---- the app ---------------------------------------------------------------------------------
+
+
+def create_app(index_path: str | os.PathLike, *, workers: int | None = None, queue: int | None = None,
+               max_upload: int = 20 << 20, allow_origin: str | None = None,
+               keep_missed: str | os.PathLike | None = None, body_timeout: float = 10.0,
+               settings: QuerySettings | None = None) -> FastAPI:
+    """The ASGI app of ``museum-search serve`` for the index at ``index_path``.
+
+    The index is loaded once, and ``workers`` pipelines (default: one per core) are built on it,
+    sharing its network, and warmed up before this returns. ``queue`` requests (default 2 ×
+    workers) may wait beyond the workers; more get 503 with ``Retry-After``. ``keep_missed``: a
+    folder where photos answered "not in this collection" are kept (off by default)."""
+    n = max(1, int(workers or os.cpu_count() or 1))
+    waiting = 2 * n if queue is None else max(0, int(queue))
+    if max_upload <= 0 or body_timeout <= 0:
+        raise ValueError("max_upload and body_timeout must be positive")
+    index = Index.load(index_path)
+    first = QueryPipeline(index, settings)
+    pipelines = [first] + [QueryPipeline(index, settings, extractor=first.extractor) for _ in range(n - 1)]
+    pool = WorkerPool(pipelines, waiting)
+    pool.run_each(lambda p: p.warm_up())
+    catalogue = index.catalogue()
+    languages = catalogue_languages(list(catalogue.fields))
+    root = index.root
+    key_source = f"{Path(index_path).resolve()}|{getattr(catalogue, 'path', '')}|{len(index)}"
+    ids = Ids(hashlib.sha256(b"museum-search serve ids|" + key_source.encode()).digest(), len(index))
+    missed = _missed_folder(keep_missed, Path(index_path), root)
+    image_limiter = anyio.CapacityLimiter(n)
+    min_inliers = first.verdict.min_inliers
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        pool.shutdown()
+
+    app = FastAPI(title="museum-search", version=__version__, docs_url=None, redoc_url=None,
+                  openapi_url="/openapi.json", lifespan=lifespan,
+                  description="Which object of the collection does this photo show? The answers of "
+                              "`museum-search query --json`, for visitors' phones.")
+    app.state.index = index
+    app.state.pool = pool
+    app.state.ids = ids
+
+    # ---- errors: every one is JSON {"error": ...} ---------------------------------------------
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return error(exc.status, exc.message, exc.headers)
+
+    @app.exception_handler(Busy)
+    async def _busy(request: Request, exc: Busy) -> JSONResponse:
+        return error(503, BUSY, {"Retry-After": "1"})
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 404:
+            msg = f"nothing at {request.url.path[:100]}; the API is under /api (see /openapi.json)"
+        elif exc.status_code == 405:
+            allowed = (exc.headers or {}).get("Allow") or (exc.headers or {}).get("allow", "")
+            msg = f"{request.method} is not allowed on {request.url.path[:100]}; use {allowed or 'another method'}"
+        else:
+            msg = str(exc.detail)
+        return error(exc.status_code, msg, dict(exc.headers or {}))
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        parts = []
+        for e in exc.errors()[:3]:
+            where = ".".join(str(x) for x in e.get("loc", ()) if x not in ("query", "path"))
+            parts.append(f"{where}: {e.get('msg', 'invalid')}")
+        return error(400, "bad request: " + "; ".join(parts))
+
+    @app.exception_handler(ClientDisconnect)
+    async def _gone(request: Request, exc: ClientDisconnect) -> JSONResponse:
+        return error(400, "the client went away before sending the whole photo")
+
+    # ---- identify -------------------------------------------------------------------------------
+    def answer_photo(pipe: QueryPipeline, upload: Upload, prefs: list[str]) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        try:
+            query = query_from_bytes(upload.data, _query_name(upload.filename))
+        except ImageError as exc:
+            raise ApiError(415, f"{exc.reason}; send a photo (JPEG, PNG or WebP)") from None
+        t1 = time.perf_counter()
+        answer = pipe.answer([query])[0]
+        timings = dict(pipe.timings)
+        assert query.image is not None
+        h, w = query.image.shape[:2]
+        outline = None
+        top = answer.top
+        if top is not None and top.inliers is not None and top.inliers >= min_inliers:
+            m = pipe.matches(query, top.row)
+            if m.outline is not None:
+                sx, sy = w / float(m.query_size[0]), h / float(m.query_size[1])
+                outline = [[round(float(x) * sx, 1), round(float(y) * sy, 1)] for x, y in m.outline]
+        if missed is not None and not answer.in_collection:
+            _keep(missed, upload.data)
+        t2 = time.perf_counter()
+        doc = answer.to_dict()
+        results = []
+        for r, d in zip(answer.results, doc["results"]):
+            oid = ids.make(r.row)
+            results.append({"rank": d["rank"], "score": d["score"], "cosine": d["cosine"], "inliers": d["inliers"],
+                            "id": oid, "image": f"/api/objects/{oid}/image", "instance": d["instance"],
+                            "metadata": localize(d["metadata"], prefs)})
+        doc["results"] = results
+        doc["timing"] = {"decode_ms": _ms(t1 - t0), "describe_ms": _ms(timings.get("describe", 0.0)),
+                         "search_ms": _ms(timings.get("search", 0.0)), "verify_ms": _ms(timings.get("verify", 0.0)),
+                         "total_ms": _ms(t2 - t0)}
+        doc["evidence"] = {"photo_size": [int(w), int(h)], "outline": outline}
+        return doc
+
+    @app.post("/api/identify", summary="Which object does this photo show?", openapi_extra={
+        "requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
+            "type": "object", "required": ["photo"],
+            "properties": {"photo": {"type": "string", "format": "binary"}}}}}},
+        "responses": {"400": {"description": "no photo, truncated body"}, "408": {"description": "too slow"},
+                      "413": {"description": "too large"}, "415": {"description": "not an image"},
+                      "503": {"description": "busy: retry after Retry-After seconds"}}})
+    async def identify(request: Request, lang: str | None = Query(None, max_length=100)) -> JSONResponse:
+        prefs = language_preferences(lang)
+        with pool.admission():
+            upload = await read_photo(request, max_upload, body_timeout)
+            doc = await pool.run(answer_photo, upload, prefs)
+        return JSONResponse(doc)
+
+    # ---- the collection ---------------------------------------------------------------------------
+    def item_doc(row: int, item, prefs: list[str]) -> dict[str, Any]:
+        oid = ids.make(row)
+        return {"id": oid, "instance": item.instance, "metadata": localize(dict(item.metadata), prefs),
+                "image": f"/api/objects/{oid}/image"}
+
+    @app.get("/api/info", summary="The collection")
+    async def info() -> dict[str, Any]:
+        return {"name": root.name, "objects": len(index.instances), "references": len(index),
+                "languages": languages, "version": __version__}
+
+    @app.get("/healthz", summary="Liveness and load")
+    async def healthz() -> dict[str, Any]:
+        return {"status": "ok", "references": len(index), "workers": pool.workers, "busy": pool.busy,
+                "queued": pool.queued}
+
+    @app.get("/api/objects", summary="The catalogue, filtered by full text and paginated")
+    async def objects(q: str = Query("", max_length=200), page: int = Query(1, ge=1, le=1_000_000),
+                      per_page: int = Query(20, ge=1, le=100),
+                      lang: str | None = Query(None, max_length=100)) -> dict[str, Any]:
+        prefs = language_preferences(lang)
+
+        def find() -> dict[str, Any]:
+            rows = catalogue.match(q)
+            total = len(catalogue) if rows is None else len(rows)
+            lo = min(total, (page - 1) * per_page)
+            hi = min(total, lo + per_page)
+            chosen = list(range(lo, hi)) if rows is None else [int(r) for r in rows[lo:hi]]
+            items = catalogue.rows(chosen)
+            return {"total": total, "page": page, "per_page": per_page,
+                    "items": [item_doc(r, it, prefs) for r, it in zip(chosen, items)]}
+
+        return await anyio.to_thread.run_sync(find, limiter=image_limiter)
+
+    def row_of(oid: str) -> int:
+        row = ids.row(oid)
+        if row is None:
+            raise ApiError(404, "no object has this id; ids come from /api/objects or /api/identify")
+        return row
+
+    @app.get("/api/objects/{oid}", summary="One object")
+    async def one_object(oid: str, lang: str | None = Query(None, max_length=100)) -> dict[str, Any]:
+        prefs = language_preferences(lang)
+        row = row_of(oid)
+        item = await anyio.to_thread.run_sync(lambda: catalogue[row], limiter=image_limiter)
+        return item_doc(row, item, prefs)
+
+    @app.get("/api/objects/{oid}/image", summary="The object's photo as a JPEG, scaled down",
+             response_class=Response, responses={200: {"content": {"image/jpeg": {}}}})
+    async def object_image(request: Request, oid: str,
+                           size: int = Query(512, ge=IMAGE_SIZES[0], le=IMAGE_SIZES[1])) -> Response:
+        row = row_of(oid)
+        etag = f'"{oid}-{size}"'
+        cache = {"Cache-Control": "public, max-age=3600", "ETag": etag}
+        if request.headers.get("if-none-match") == etag:
+            return Response(status_code=304, headers=cache)
+
+        def render() -> bytes:
+            item = catalogue[row]
+            if not _safe_relative(item.path):
+                raise ApiError(404, "this object's photo is not in the collection folder")
+            try:
+                rgb = load_image(root / item.path, max_side=size)
+            except ImageError as exc:
+                raise ApiError(404, f"this object's photo cannot be read ({exc.reason})") from None
+            ok, buf = cv2.imencode(".jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 85])
+            if not ok:
+                raise ApiError(500, "the photo could not be encoded")
+            return buf.tobytes()
+
+        data = await anyio.to_thread.run_sync(render, limiter=image_limiter)
+        return Response(data, media_type="image/jpeg", headers=cache)
+
+    # ---- the visitor page ------------------------------------------------------------------------
+    @app.get("/", include_in_schema=False)
+    async def page() -> Response:
+        f = STATIC / "index.html"
+        if not f.is_file():
+            return error(404, "the visitor page is not installed (museum_search/serve/static/index.html)")
+        return FileResponse(f, media_type="text/html; charset=utf-8", headers={"Cache-Control": "no-cache"})
+
+    app.mount("/static", StaticFiles(directory=STATIC, check_dir=False), name="static")
+
+    app.add_middleware(SecurityHeaders)
+    if allow_origin:
+        from fastapi.middleware.cors import CORSMiddleware
+
+        app.add_middleware(CORSMiddleware, allow_origins=[allow_origin], allow_methods=["GET", "POST"],
+                           allow_headers=["Content-Type"], max_age=600)
+    return app
+
+
+def _ms(seconds: float) -> float:
+    return round(1000.0 * seconds, 1)
+
+
+def _missed_folder(keep_missed: str | os.PathLike | None, index_path: Path, root: Path) -> Path | None:
+    """The ``keep_missed`` folder, made if needed; never inside the index or the collection (a
+    kept photo must not become a reference by accident, and nothing writes the index)."""
+    if keep_missed is None:
+        return None
+    folder = Path(keep_missed).expanduser().resolve()
+    for other, what in ((index_path.resolve(), "the index folder"), (root.resolve(), "the collection folder")):
+        if folder == other or other in folder.parents:
+            raise MuseumSearchError(f"--keep-missed {keep_missed} is inside {what} ({other}); choose a folder "
+                                    "of its own (kept photos must not become references by accident)")
+    folder.mkdir(parents=True, exist_ok=True)
+    if not os.access(folder, os.W_OK):
+        raise MuseumSearchError(f"--keep-missed {keep_missed}: this folder cannot be written")
+    return folder
+
+
+def _keep(folder: Path, data: bytes) -> Path | None:
+    """Save a rejected photo under a new name (created exclusively: nothing is ever overwritten)."""
+    ext = next((e for magic, e in _MAGIC if data.startswith(magic)), ".img")
+    for _ in range(5):
+        f = folder / f"missed-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}{ext}"
+        try:
+            with open(f, "xb") as out:
+                out.write(data)
+            return f
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            log.warning("could not keep a missed photo in %s: %s", folder, exc)
+            return None
+    return None
