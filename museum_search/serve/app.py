@@ -257,8 +257,14 @@ def create_app(index_path: str | os.PathLike, *, workers: int | None = None, que
         h, w = query.image.shape[:2]
         outline = None
         top = answer.top
-        if top is not None and top.inliers is not None and top.inliers >= min_inliers:
-            m = pipe.matches(query, top.row)
+        if top is not None and answer.top_inliers is not None and answer.top_inliers >= min_inliers:
+            # the top result's reference, or (when another photo of its object is the one verified)
+            # the best verified photo of the same object: the evidence the verdict judged
+            row = top.row
+            if (top.inliers or 0) < min_inliers:
+                same = [(n, r) for r, n in answer.verified_inliers.items() if pipe.index.labels[r] == top.instance]
+                row = max(same)[1] if same else row
+            m = pipe.matches(query, row)
             if m.outline is not None:
                 sx, sy = w / float(m.query_size[0]), h / float(m.query_size[1])
                 outline = [[round(float(x) * sx, 1), round(float(y) * sy, 1)] for x, y in m.outline]
