@@ -38,6 +38,11 @@ keypad (touch or keyboard); only the right PIN leaves. Wrong PINs keep the kiosk
 :attr:`DemoWindow.PIN_MAX_TRIES` of them the prompt refuses for :attr:`DemoWindow.PIN_LOCK_SECONDS`.
 :func:`lock_summary` says all this in plain words (the Settings dialog shows it).
 
+The phone link: with a web address in the setting ``demo/qr_url`` (the page of ``museum-search
+serve``), the live view shows it as a QR code in its bottom-right corner, about
+:attr:`DemoWindow.QR_HEIGHT` of the screen high, captioned :data:`PHONE_CAPTION`, so visitors in a
+queue can ask from their own phones. It is on the live view only, never over an answer card.
+
 Full screen: :meth:`DemoWindow.showFullScreen` also sizes the window to its screen, so the kiosk
 fills the screen in a bare X session without a window manager (where nobody acts on the
 full-screen request), and follows the screen when its resolution changes.
@@ -99,12 +104,13 @@ from ..core.query import Answer, QueryPipeline, QuerySettings, Result, query_fro
 from . import workers
 from .state import Settings
 from .widgets.camera_view import CameraView, ImageView
+from .widgets.qr_code import QrPanel
 
 log = logging.getLogger(__name__)
 
 __all__ = ["ASK_STAFF", "DEFAULT_EXIT_KEYS", "EXIT_KEYS_SETTING", "GETTING_READY", "HINT", "LOOKUP_FAILED",
-           "NOT_IN_COLLECTION", "PIN_TITLE", "PIN_WRONG", "TRYING_AGAIN", "DemoWindow", "confidence_words",
-           "exit_keys_from", "lock_summary"]
+           "NOT_IN_COLLECTION", "PHONE_CAPTION", "PIN_TITLE", "PIN_WRONG", "TRYING_AGAIN", "DemoWindow",
+           "confidence_words", "exit_keys_from", "lock_summary"]
 
 #: Settings key of the key combination with which staff leave the kiosk (empty: DEFAULT_EXIT_KEYS).
 EXIT_KEYS_SETTING = "demo/exit_keys"
@@ -135,6 +141,8 @@ LOOKUP_FAILED_BODY = "Please try again, holding the object still in front of the
 TRYING_AGAIN = "Trying again…"
 TRYING_AGAIN_BODY = "One moment, please."
 PHOTO_MISSING = "Photo not available"
+#: Under the QR code of the phone link (setting ``demo/qr_url``).
+PHONE_CAPTION = "Use your phone: scan me"
 #: problem → (headline, detail, detail after a touch did not help)
 _PROBLEMS = {
     "camera": (ASK_STAFF, CAMERA_DOWN, CAMERA_STILL_DOWN),
@@ -391,6 +399,7 @@ class _LivePage(QWidget):
         self.status.hide()
         for w in (self.hint, self.status):
             w.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents, True)
+        self.phone_qr = QrPanel(PHONE_CAPTION, self)  # the phone link, bottom-right (hidden: none)
 
     def set_status(self, text: str) -> None:
         self.status.setText(text)
@@ -405,10 +414,19 @@ class _LivePage(QWidget):
         w, h = self.width(), self.height()
         margin = max(16, h // 24)
         hw = min(w - 2 * margin, max(w * 3 // 4, 320))
-        self.hint.setFixedWidth(hw)
+        qr = self.phone_qr
+        # the hint, centred, narrows to stay clear of the QR code; where that leaves it too narrow
+        # (a portrait screen), the QR code goes above it instead
+        beside = 2 * (w - 2 * margin - qr.width() - w // 2) if not qr.isHidden() else hw
+        self.hint.setFixedWidth(max(1, min(hw, beside)) if beside >= min(hw, 560) else hw)
         self.hint.adjustSize()
-        self.hint.move((w - hw) // 2, h - margin - self.hint.height())
+        self.hint.move((w - self.hint.width()) // 2, h - margin - self.hint.height())
         self.hint.raise_()
+        if not qr.isHidden():
+            above = beside < min(hw, 560)  # where the hint is (or will be), shown or not: it never jumps
+            bottom = self.hint.y() - margin // 2 if above else h - margin
+            qr.move(w - margin - qr.width(), bottom - qr.height())
+            qr.raise_()
         if not self.status.isHidden():
             self.status.setFixedWidth(max(1, min(w - 2 * margin, self.status.sizeHint().width())))
             self.status.adjustSize()
@@ -699,6 +717,8 @@ class DemoWindow(QWidget):
     #: Wrong PINs in a row before the prompt refuses for PIN_LOCK_SECONDS.
     PIN_MAX_TRIES = 5
     PIN_LOCK_SECONDS = 60
+    #: The phone link's QR code is about this fraction of the screen's height.
+    QR_HEIGHT = 0.12
     #: While the kiosk holds the screen, it checks this often that it is still in front.
     GUARD_MS = 500
     #: The kiosk that holds the screen now (one at a time: the last shown).
@@ -783,6 +803,7 @@ class DemoWindow(QWidget):
                   self.message_page, self.card_page.photo):
             w.setFocusPolicy(Qt.FocusPolicy.NoFocus)  # keys always reach the window
 
+        self.set_phone_link(self.settings.demo_qr_url)
         self.ripple = _Ripple(self)
         self.pin_prompt = _PinPrompt(self)
         self.pin_prompt.submitted.connect(self._pin_submitted)
@@ -811,6 +832,16 @@ class DemoWindow(QWidget):
     def exit_keys(self) -> QKeySequence:
         """The combination with which staff leave (:data:`DEFAULT_EXIT_KEYS` when none is set)."""
         return exit_keys_from(self.settings)
+
+    @property
+    def phone_link(self) -> str:
+        """The web address shown as a QR code on the live view ("" for none)."""
+        return self.live_page.phone_qr.data()
+
+    def set_phone_link(self, url: str) -> None:
+        """Show ``url`` as a QR code in the live view's corner; "" hides it."""
+        self.live_page.phone_qr.set_data(url)
+        self.live_page._place()
 
     @property
     def pin_set(self) -> bool:
@@ -1379,6 +1410,9 @@ class DemoWindow(QWidget):
             QLabel#demoStatus {{ font-size: {px(64)}px; font-weight: 600; background: rgba(38, 39, 46, 225);
                                  border: 1px solid rgba(255, 255, 255, 60);
                                  border-radius: {px(32)}px; padding: {px(32)}px {px(64)}px; }}
+            QLabel#qrCaption {{ font-size: {px(24)}px; background: rgba(38, 39, 46, 215);
+                                border: 1px solid rgba(255, 255, 255, 60);
+                                border-radius: {px(12)}px; padding: {px(6)}px {px(14)}px; }}
             QLabel#demoVerdict {{ font-size: {px(34)}px; color: {_GOOD}; font-weight: 600; }}
             QLabel#demoTitle {{ font-size: {px(76)}px; font-weight: 700; }}
             QLabel#demoTitle[sorry="true"] {{ color: {_SORRY}; font-size: {px(68)}px; }}
@@ -1410,4 +1444,5 @@ class DemoWindow(QWidget):
         """)
         self.pin_prompt.set_sizes(px(760), px(96))
         self.pin_prompt.setGeometry(self.rect())
+        self.live_page.phone_qr.set_side(max(64, round(self.QR_HEIGHT * self.height())))
         self.live_page._place()

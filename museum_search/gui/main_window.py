@@ -27,7 +27,7 @@ from .. import __version__
 from ..core.paths import resource
 from . import upgrade
 from .demo_window import DEFAULT_EXIT_KEYS, EXIT_KEYS_SETTING, lock_summary
-from .state import AppState
+from .state import AppState, phone_link_problem
 from .workers import show_error
 
 
@@ -52,6 +52,7 @@ class SettingsDialog(QDialog):
         self.camera.setValue(state.settings.camera)
         form.addRow("Camera number:", self.camera)
         self._add_kiosk_rows(form)
+        self._add_phone_link_rows(form)
         self._add_engine_rows(form)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self.accept)
@@ -94,6 +95,31 @@ class SettingsDialog(QDialog):
         self.pin.textChanged.connect(self._update_kiosk_help)
         self.clear_pin.toggled.connect(self._update_kiosk_help)
         self._update_kiosk_help()
+
+    def _add_phone_link_rows(self, form: QFormLayout) -> None:
+        """The kiosk's phone link: the web page of ``museum-search serve``, shown as a QR code."""
+        self.qr_url = QLineEdit(self.state.settings.demo_qr_url)
+        self.qr_url.setPlaceholderText("e.g. http://192.168.1.20:8000/ (empty: no QR code)")
+        self.qr_url.setClearButtonEnabled(True)
+        self.qr_url.setToolTip("Demo mode: the kiosk shows this web address as a QR code in the bottom-right "
+                               "corner (\"Use your phone: scan me\"), so visitors can ask from their own phones. "
+                               "Use the address that “museum-search serve --host 0.0.0.0” prints. Empty: no QR code.")
+        form.addRow("Phone link (QR code in the kiosk corner):", self.qr_url)
+        self.qr_error = QLabel("")
+        self.qr_error.setObjectName("qrUrlError")
+        self.qr_error.setStyleSheet("color: #b3261e;")
+        self.qr_error.setWordWrap(True)
+        self.qr_error.hide()
+        form.addRow("", self.qr_error)
+        self.qr_url.textChanged.connect(self.qr_error.hide)
+        self.qr_url.editingFinished.connect(self._check_phone_link)
+
+    def _check_phone_link(self) -> bool:
+        """Say under the field why the phone link cannot be used; True when it can (or is empty)."""
+        problem = phone_link_problem(self.qr_url.text())
+        self.qr_error.setText(problem)
+        self.qr_error.setVisible(bool(problem))
+        return not problem
 
     def _add_engine_rows(self, form: QFormLayout) -> None:
         """The inference engine and the matcher of new indexes."""
@@ -140,7 +166,11 @@ class SettingsDialog(QDialog):
             self.pin_error.show()
             self.pin.setFocus()
             return
+        if not self._check_phone_link():
+            self.qr_url.setFocus()
+            return
         self.state.settings.camera = self.camera.value()
+        self.state.settings.demo_qr_url = self.qr_url.text()
         self.state.settings.set_value(EXIT_KEYS_SETTING, self.exit_keys.keySequence().toString())
         if pin:
             self.state.settings.set_demo_pin(pin)

@@ -4,17 +4,49 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
+import logging
 import secrets
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from PySide6.QtCore import QObject, QSettings, Signal
 
 from ..core.store import Index
 
+log = logging.getLogger(__name__)
+
 MAX_RECENT = 8
 #: Settings key of the kiosk's staff PIN, stored as a salted PBKDF2 hash (never the PIN itself).
 PIN_SETTING = "demo/pin"
 _PIN_ITERATIONS = 200_000
+#: Settings key of the phone link the kiosk shows as a QR code in a corner (empty: no QR code).
+QR_URL_SETTING = "demo/qr_url"
+_SERVE_HINT = "the address that “museum-search serve --host 0.0.0.0” prints, e.g. http://192.168.1.20:8000/"
+
+
+def phone_link_problem(url: str) -> str:
+    """Why ``url`` cannot be the kiosk's phone link, in plain words for staff ("" when it can be,
+    or is empty: no QR code). Phones open it: an http(s) address of this machine on the network."""
+    text = (url or "").strip()
+    if not text:
+        return ""
+    try:
+        parts = urlsplit(text)
+        host, _port = parts.hostname, parts.port  # .port raises ValueError on a bad port
+    except ValueError:
+        host, parts = None, None
+    if parts is None or parts.scheme.lower() not in ("http", "https") or not host or any(c.isspace() for c in text):
+        return f"The phone link must be a web address starting with http:// or https://: {_SERVE_HINT}."
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        ip = None
+    if host.lower() == "localhost" or (ip is not None and ip.is_loopback):
+        return f"{host} is this computer only: a visitor's phone cannot open it. Use {_SERVE_HINT}."
+    if ip is not None and ip.is_unspecified:
+        return f"{host} is not an address a phone can open. Use {_SERVE_HINT}."
+    return ""
 
 
 def _pin_hash(pin: str, salt: bytes, iterations: int) -> bytes:
@@ -128,6 +160,29 @@ class Settings:
             return int(parts[1]), bytes.fromhex(parts[2]), bytes.fromhex(parts[3])
         except ValueError:
             return None
+
+    # the kiosk's phone link (demo mode): a QR code in a corner
+    @property
+    def demo_qr_url(self) -> str:
+        """The web address the kiosk shows as a QR code ("" for none, or when the stored one is not
+        a usable phone link: :func:`phone_link_problem`)."""
+        value = self.q.value(QR_URL_SETTING, "")
+        if isinstance(value, (list, tuple)):  # QSettings splits "a, b" into a list
+            value = ", ".join(str(v) for v in value)
+        text = str(value or "").strip()
+        problem = phone_link_problem(text)
+        if problem:
+            log.warning("ignoring the kiosk's phone link %r: %s", text, problem)
+            return ""
+        return text
+
+    @demo_qr_url.setter
+    def demo_qr_url(self, url: str) -> None:
+        text = (url or "").strip()
+        if text:
+            self.q.setValue(QR_URL_SETTING, text)
+        else:
+            self.q.remove(QR_URL_SETTING)
 
     def value(self, key: str, default=None):
         return self.q.value(key, default)
