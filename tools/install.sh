@@ -72,10 +72,12 @@ install_missing() {
 install_missing "Qt" libegl1 libgl1 libxkbcommon0 libxkbcommon-x11-0 libfontconfig1 libglib2.0-0 libdbus-1-3 \
   libxcb-icccm4 libxcb-keysyms1 libxcb-cursor0 libxcb-image0 libxcb-render-util0 libxcb-shape0 libxcb-xinerama0
 # The test tools (--dev): the kiosk tests under a real X server with a window manager
-# (tests/test_gui_kiosk_lock.py: Xvfb, openbox, xdotool, xprop) and the signal tests that inject a
-# signal at one system call (tests/test_hardening_store.py: strace).
+# (tests/test_gui_kiosk_lock.py: Xvfb, openbox, xdotool, xprop), the signal tests that inject a
+# signal at one system call (tests/test_hardening_store.py: strace), and the visitor page of `serve`
+# in Debian's headless Chromium, driven by playwright (tests/test_serve_browser.py: chromium;
+# `playwright install` is not needed, the test passes the browser's path).
 if [ -n "$extra" ]; then
-  install_missing "the tests" xvfb openbox xdotool x11-utils strace
+  install_missing "the tests" xvfb openbox xdotool x11-utils strace chromium
 fi
 
 # PyTorch: a range, so pip takes the build available locally when there is one.

@@ -1,0 +1,397 @@
+"""The visitor page of ``museum-search serve`` in a real browser (issue 22).
+
+Debian's Chromium, headless, driven by Playwright (``executable_path``: ``playwright install`` is
+not needed), at phone size (360×740, touch, mobile). The real server runs in a child process on an
+index of the bundled sample collection whose catalogue has French columns (``title@fr``,
+``description@fr``). The page is asked what a visitor's photo shows through the file input (the
+``capture`` input a phone opens its camera with), and the test reads the card; it checks the "not
+in this collection" path, the busy answer (503 + Retry-After: the page says so and retries), the
+server's error messages, the language switch (a French phone gets the French title and words), and
+that the live viewfinder appears only where a browser allows a camera and sends its frame.
+
+Needs /usr/bin/chromium (``apt-get install chromium``) and ``playwright`` (the dev extra; both
+installed by ``tools/install.sh --dev``). Without them the tests are skipped, except in CI
+(``CI`` set), where they fail.
+
+Screenshots of the answer and of "not found" go to a temporary folder, or to
+``$MUSEUM_SEARCH_SCREENSHOTS`` when set (``MUSEUM_SEARCH_SCREENSHOTS=docs/screenshots`` refreshes
+``docs/screenshots/serve-answer.png`` and ``serve-not-found.png``).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+PHONE = {"viewport": {"width": 360, "height": 740}, "device_scale_factor": 2, "is_mobile": True, "has_touch": True}
+OUTLINE_RGB = (0xE8, 0xB4, 0x5A)  # the page's outline colour
+# French titles of the sample's objects (the catalogue's title@fr column)
+TITLES_FR = {
+    "valley_at_dusk": "Vallée au crépuscule",
+    "composition_rby": "Composition en rouge, bleu et jaune n° 3",
+    "twelve_suns": "Douze soleils",
+    "wind_over_wheat": "Le vent sur les blés",
+    "ochre_tessellation": "Pavage ocre et sarcelle",
+    "undulation": "Ondulation",
+    "improvisation_circles": "Improvisation avec des cercles",
+    "turbulent_night": "Nuit turbulente",
+    "three_fields_of_ember": "Trois champs de braise",
+    "still_life_pears": "Nature morte aux poires et au pichet bleu",
+    "harbour_lights": "Lumières du port",
+    "rose_window": "Rosace",
+}
+DESCRIPTION_FR = {
+    "wind_over_wheat": "Le vent couche les blés en vagues dorées sous un ciel d’orage. "
+                       "Chaque coup de pinceau suit un champ de vecteurs tiré au hasard.",
+}
+# visitor photos of resources/sample/queries (see its ground_truth.csv): a known painting, recognised
+# with confidence ≥ 0.95 by the default pipeline, and one that is not in the collection
+KNOWN = ("q19.jpg", "wind_over_wheat", "Wind over the Wheat", "Workshop of the Gaussian Kernel")
+UNKNOWN = "q08.jpg"
+
+
+def _unavailable(reason: str):
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason}: the browser tests must run in CI (tools/install.sh --dev installs it)")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    path = next((p for p in (shutil.which("chromium"), shutil.which("chromium-browser")) if p), None)
+    if path is None:
+        _unavailable("Debian's chromium is not installed (apt-get install chromium)")
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        _unavailable("playwright is not installed (pip install playwright, or the dev extra)")
+    return path
+
+
+@pytest.fixture(scope="module")
+def served_index(tmp_path_factory, sample_collection) -> Path:
+    """An index of the sample collection with a catalogue in English and French."""
+    from museum_search.core.indexing import build_index
+    from museum_search.core.progress import drive
+    from museum_search.core.store import LabellingSpec
+
+    root = tmp_path_factory.mktemp("serve-browser")
+    coll = root / "collection"
+    coll.mkdir()
+    for f in (sample_collection / "collection").glob("*.jpg"):
+        shutil.copy2(f, coll / f.name)
+    with open(sample_collection / "catalogue.csv", encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f))
+    fields = ["file", "instance", "title", "title@fr", "artist", "year", "description", "description@fr"]
+    with open(coll / "catalogue.csv", "w", encoding="utf-8", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        for r in rows:
+            w.writerow({**r, "title@fr": TITLES_FR[r["instance"]], "description@fr": DESCRIPTION_FR.get(r["instance"], "")})
+    out = root / "index"
+    drive(build_index(coll, out, labelling=LabellingSpec("catalogue", str(coll / "catalogue.csv"))))
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(served_index, tmp_path_factory):
+    """``museum-search serve INDEX --port P`` in a child process; yields its base URL."""
+    port = _free_port()
+    log = tmp_path_factory.mktemp("serve-log") / "serve.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "museum_search", "serve", str(served_index),
+                                 "--host", "127.0.0.1", "--port", str(port)],
+                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180  # loads the network and warms it up first
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"the server stopped (exit {proc.returncode}):\n{log.read_text(errors='replace')[-3000:]}")
+            try:
+                with urllib.request.urlopen(base + "/api/info", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"the server did not answer in 180 s:\n{log.read_text(errors='replace')[-3000:]}")
+            time.sleep(0.25)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+@pytest.fixture(scope="module")
+def browser(chromium):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        # a fake camera (a test pattern) that needs no permission prompt, for the live viewfinder
+        b = p.chromium.launch(executable_path=chromium, headless=True,
+                              args=["--use-fake-device-for-media-stream", "--use-fake-ui-for-media-stream"])
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory) -> Path:
+    d = os.environ.get("MUSEUM_SEARCH_SCREENSHOTS")
+    out = Path(d) if d else tmp_path_factory.mktemp("screenshots")
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+class Phone:
+    """A page at phone size, with its console errors and its /api/identify requests recorded."""
+
+    def __init__(self, browser, base: str, locale: str = "en-GB", **kw):
+        self.context = browser.new_context(locale=locale, **PHONE, **kw)
+        self.page = self.context.new_page()
+        self.errors: list[str] = []
+        self.identify: list[str] = []
+        self.page.on("console", lambda m: self.errors.append(f"{m.text} {m.location.get('url', '')}")
+                     if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.on("requestfailed", lambda r: self.errors.append(f"{r.url}: {r.failure}"))
+        self.page.on("request", lambda r: self.identify.append(r.url) if "/api/identify" in r.url else None)
+        self.page.set_default_timeout(60_000)
+        self.page.goto(base + "/")
+        # /api/info answered: the collection's size is shown
+        self.page.wait_for_function("() => document.getElementById('collection-size').textContent !== ''")
+
+    def send(self, photo: Path | dict) -> None:
+        self.page.set_input_files("#photo", photo)
+
+    def text(self, selector: str) -> str:
+        return self.page.inner_text(selector).strip()
+
+    def visible(self, selector: str) -> bool:
+        return self.page.is_visible(selector)
+
+    def wait_answer(self) -> str:
+        """Waits for the card or "not found"; returns which."""
+        self.page.wait_for_selector("#answer:not([hidden]), #not-found:not([hidden])", state="visible")
+        return "answer" if self.visible("#answer") else "not-found"
+
+    def close(self) -> None:
+        self.context.close()
+
+
+@pytest.fixture()
+def phone(browser, server):
+    made = []
+
+    def make(**kw) -> Phone:
+        p = Phone(browser, server, **kw)
+        made.append(p)
+        return p
+
+    yield make
+    for p in made:
+        p.close()
+
+
+def _outline_pixels(page) -> int:
+    """How many pixels of the visitor-photo canvas have the outline's colour."""
+    return page.evaluate("""([r, g, b]) => {
+        const c = document.getElementById('visitor-photo');
+        const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+        let n = 0;
+        for (let i = 0; i < d.length; i += 4)
+            if (Math.abs(d[i] - r) < 8 && Math.abs(d[i + 1] - g) < 8 && Math.abs(d[i + 2] - b) < 8) n++;
+        return n;
+    }""", list(OUTLINE_RGB))
+
+
+def test_phone_photo_gets_the_card(phone, sample_collection, shots):
+    p = phone()
+    page = p.page
+    assert page.evaluate("document.documentElement.lang") == "en"
+    assert p.text("#take") == "Take a photo"
+    box = page.locator("#take").bounding_box()
+    assert box["height"] >= 48 and box["width"] >= 300  # a large touch target at 360 px
+    assert p.text("#collection-size") == "12 objects"
+    assert p.visible("#live-start")  # localhost is a secure context: the live camera is offered
+    assert not p.visible("#answer") and not p.visible("#not-found")
+
+    name, instance, title, artist = KNOWN
+    with page.expect_response(lambda r: "/api/identify" in r.url) as resp:
+        p.send(sample_collection / "queries" / name)
+    doc = resp.value.json()
+    assert p.wait_answer() == "answer"
+    assert doc["in_collection"] and doc["results"][0]["instance"] == instance
+    assert "lang=" not in p.identify[0]  # the catalogue has no English columns: the default ones
+    assert p.text("#answer-title") == title
+    assert p.text("#answer-artist") == artist
+    assert p.text("#answer-description").startswith(doc["results"][0]["metadata"]["description"][:30])
+    assert p.text("#answer-confidence") == "We are sure it is this one"  # confidence ≥ 0.9
+    assert doc["confidence"] >= 0.9
+    page.wait_for_function("() => document.getElementById('answer-photo').complete"
+                           " && document.getElementById('answer-photo').naturalWidth > 0")
+    assert page.get_attribute("#answer-photo", "alt") == title
+    # the visitor's photo with the evidence outline drawn on it
+    assert doc["evidence"]["outline"] and len(doc["evidence"]["outline"]) == 4
+    w, h = page.evaluate("[document.getElementById('visitor-photo').width, document.getElementById('visitor-photo').height]")
+    pw, ph = doc["evidence"]["photo_size"]
+    assert abs(w / h - pw / ph) < 0.02  # the photo keeps its shape
+    assert _outline_pixels(page) > 300
+    assert p.text("#status") == ""
+    assert page.evaluate("document.documentElement.scrollWidth") <= 360  # nothing wider than the phone
+    page.evaluate("window.scrollTo(0, 0)")
+    page.screenshot(path=str(shots / "serve-answer.png"), full_page=True)
+    assert p.errors == []
+
+
+def test_not_in_the_collection(phone, sample_collection, shots):
+    p = phone()
+    with p.page.expect_response(lambda r: "/api/identify" in r.url) as resp:
+        p.send(sample_collection / "queries" / UNKNOWN)
+    assert resp.value.json()["in_collection"] is False
+    assert p.wait_answer() == "not-found"
+    assert not p.visible("#answer")
+    assert "This does not seem to be in this collection. Try another angle, closer, with less glare." in p.text("#not-found")
+    # a known photo after it: the card replaces the message
+    p.send(sample_collection / "queries" / KNOWN[0])
+    p.page.wait_for_selector("#answer", state="visible")
+    assert not p.visible("#not-found")
+    # and back, for the screenshot
+    p.send(sample_collection / "queries" / UNKNOWN)
+    p.page.wait_for_selector("#not-found", state="visible")
+    p.page.evaluate("window.scrollTo(0, 0)")
+    p.page.screenshot(path=str(shots / "serve-not-found.png"), full_page=True)
+    assert p.errors == []
+
+
+def test_busy_server_retries_after_retry_after(phone, sample_collection):
+    p = phone()
+    page = p.page
+    answered = []
+
+    def busy_once(route):
+        if not answered:
+            answered.append(503)
+            route.fulfill(status=503, headers={"Retry-After": "2"}, content_type="application/json",
+                          body=json.dumps({"error": "busy, try again"}))
+        else:
+            answered.append("server")
+            route.continue_()
+
+    page.route("**/api/identify*", busy_once)
+    t0 = time.monotonic()
+    p.send(sample_collection / "queries" / KNOWN[0])
+    page.wait_for_function("() => document.getElementById('status').textContent === 'Busy, trying again…'")
+    assert p.wait_answer() == "answer"
+    assert time.monotonic() - t0 >= 1.9  # it waited Retry-After seconds
+    assert answered == [503, "server"]
+    assert p.text("#answer-title") == KNOWN[2] and p.text("#status") == ""
+    page.unroute("**/api/identify*")
+
+    # always busy: the page gives up after a few tries and says so
+    tries = []
+
+    def always_busy(route):
+        tries.append(1)
+        route.fulfill(status=503, headers={"Retry-After": "1"}, content_type="application/json",
+                      body=json.dumps({"error": "busy, try again"}))
+
+    page.route("**/api/identify*", always_busy)
+    p.send(sample_collection / "queries" / KNOWN[0])
+    page.wait_for_function("() => document.getElementById('status').textContent.startsWith('Still busy')", timeout=30_000)
+    assert len(tries) == 6  # the first try and 5 retries
+    assert not p.visible("#answer") and not p.visible("#not-found")
+
+
+def test_server_errors_are_shown(phone):
+    p = phone()
+    with p.page.expect_response(lambda r: "/api/identify" in r.url) as resp:
+        p.send({"name": "notes.txt", "mimeType": "text/plain", "buffer": b"not a photo at all\n"})
+    assert 400 <= resp.value.status < 500
+    message = resp.value.json()["error"]
+    p.page.wait_for_selector("#status.error")
+    assert p.text("#status") == message
+    assert not p.visible("#answer") and not p.visible("#not-found")
+
+
+def test_french_phone_gets_french(phone, sample_collection):
+    p = phone(locale="fr-FR")
+    page = p.page
+    page.wait_for_function("() => document.documentElement.lang === 'fr'")
+    assert p.text("#take") == "Prendre une photo"
+    assert p.text("h1") == "Quelle est cette œuvre ?"
+    assert p.text("#collection-size") == "12 œuvres"
+    p.send(sample_collection / "queries" / KNOWN[0])
+    assert p.wait_answer() == "answer"
+    assert "lang=fr" in p.identify[-1]
+    assert p.text("#answer-title") == TITLES_FR[KNOWN[1]]  # the title@fr column
+    assert p.text("#answer-description") == DESCRIPTION_FR[KNOWN[1]]
+    assert p.text("#answer-artist") == KNOWN[3]  # no artist@fr: the default column
+    assert p.text("#answer-confidence") == "Nous sommes sûrs que c’est celle-ci"
+    p.send(sample_collection / "queries" / UNKNOWN)
+    page.wait_for_selector("#not-found", state="visible")
+    assert "Cela ne semble pas faire partie de cette collection" in p.text("#not-found")
+    assert p.errors == []
+
+
+def test_german_phone_gets_german_words_and_the_default_columns(phone, sample_collection):
+    """German words in the page; the catalogue has no German columns: the default ones, no lang=."""
+    p = phone(locale="de-DE")
+    assert p.page.evaluate("document.documentElement.lang") == "de"
+    assert p.text("#take") == "Foto aufnehmen"
+    p.send(sample_collection / "queries" / KNOWN[0])
+    assert p.wait_answer() == "answer"
+    assert "lang=" not in p.identify[-1]
+    assert p.text("#answer-title") == KNOWN[2]
+    assert p.text("#answer-confidence") == "Wir sind sicher: Es ist dieses Werk"
+
+
+def test_live_viewfinder_only_where_a_camera_is_allowed(phone):
+    # plain HTTP on the museum Wi-Fi (not a secure context): only the file input
+    p = phone()
+    p.page.add_init_script("Object.defineProperty(window, 'isSecureContext', {value: false})")
+    p.page.reload()
+    p.page.wait_for_function("() => document.getElementById('collection-size').textContent !== ''")
+    assert p.visible("#take") and not p.visible("#live") and not p.visible("#shutter")
+
+    # localhost (secure): the viewfinder with the fake camera; the shutter sends a frame
+    q = phone(permissions=["camera"])
+    assert q.visible("#live-start") and not q.visible("#shutter")
+    q.page.click("#live-start")
+    q.page.wait_for_function("() => document.getElementById('video').videoWidth > 0")
+    assert q.visible("#shutter")
+    size = q.page.evaluate("() => [document.getElementById('video').videoWidth, document.getElementById('video').videoHeight]")
+    with q.page.expect_response(lambda r: "/api/identify" in r.url) as resp:
+        q.page.click("#shutter")
+    assert resp.value.status == 200
+    doc = resp.value.json()
+    assert doc["query"] == "camera.jpg"
+    w, h = doc["evidence"]["photo_size"]  # the frame, decoded (the server may scale it down)
+    assert abs(w / h - size[0] / size[1]) < 0.01
+    q.wait_answer()  # the test pattern is no painting; any answer will do
+    q.page.click("#live-stop")
+    assert not q.visible("#shutter") and q.visible("#live-start")
+    assert q.page.evaluate("document.getElementById('video').srcObject") is None
+    assert p.errors == [] and q.errors == []
