@@ -29,6 +29,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -111,13 +112,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def server(served_index, tmp_path_factory):
+@contextmanager
+def _serving(index: Path, log: Path):
     """``museum-search serve INDEX --port P`` in a child process; yields its base URL."""
     port = _free_port()
-    log = tmp_path_factory.mktemp("serve-log") / "serve.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "museum_search", "serve", str(served_index),
+        proc = subprocess.Popen([sys.executable, "-m", "museum_search", "serve", str(index),
                                  "--host", "127.0.0.1", "--port", str(port)],
                                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
@@ -143,6 +143,12 @@ def server(served_index, tmp_path_factory):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
+
+
+@pytest.fixture(scope="module")
+def server(served_index, tmp_path_factory):
+    with _serving(served_index, tmp_path_factory.mktemp("serve-log") / "serve.log") as base:
+        yield base
 
 
 @pytest.fixture(scope="module")
@@ -202,11 +208,11 @@ class Phone:
 
 
 @pytest.fixture()
-def phone(browser, server):
+def phone(browser, request):
     made = []
 
-    def make(**kw) -> Phone:
-        p = Phone(browser, server, **kw)
+    def make(base: str | None = None, **kw) -> Phone:
+        p = Phone(browser, base or request.getfixturevalue("server"), **kw)
         made.append(p)
         return p
 
@@ -395,3 +401,56 @@ def test_live_viewfinder_only_where_a_camera_is_allowed(phone):
     assert not q.visible("#shutter") and q.visible("#live-start")
     assert q.page.evaluate("document.getElementById('video').srcObject") is None
     assert p.errors == [] and q.errors == []
+
+
+# ---- a real painting: ../shared/data/paintings ------------------------------------------------
+PAINTINGS_FR = {"bbdd_00170": "Tête de jeune fille", "bbdd_00192": "Port de Barcelone"}
+
+
+@pytest.fixture(scope="module")
+def paintings_server(shared_data, tmp_path_factory):
+    """The real server on 22 paintings of ../shared/data/paintings, with a title@fr column."""
+    from museum_search.core.indexing import build_index
+    from museum_search.core.progress import drive
+    from museum_search.core.store import LabellingSpec
+
+    data = shared_data / "paintings"
+    with open(data / "catalogue.csv", encoding="utf-8", newline="") as f:
+        rows = {r["instance"]: r for r in csv.DictReader(f)}
+    keep = [f"bbdd_{i:05d}" for i in range(20)] + sorted(PAINTINGS_FR)
+    root = tmp_path_factory.mktemp("paintings-serve")
+    coll = root / "collection"
+    coll.mkdir()
+    with open(coll / "catalogue.csv", "w", encoding="utf-8", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["file", "instance", "title", "title@fr", "artist"])
+        for inst in keep:
+            r = rows[inst]
+            shutil.copy2(data / "references" / r["file"], coll / r["file"])
+            w.writerow([r["file"], inst, r["title"], PAINTINGS_FR.get(inst, ""), r["artist"]])
+    drive(build_index(coll, root / "index", labelling=LabellingSpec("catalogue", str(coll / "catalogue.csv"))))
+    with _serving(root / "index", root / "serve.log") as base:
+        yield base, data, rows
+
+
+@pytest.mark.data
+@pytest.mark.parametrize("locale", ["en-US", "fr-FR"])
+def test_painting_photo_gets_its_card(phone, paintings_server, locale):
+    base, data, rows = paintings_server
+    p = phone(base, locale=locale)
+    queries = data / "queries" / "qsd1_w1"
+    with open(queries / "ground_truth.csv", encoding="utf-8", newline="") as f:
+        truth = {r["query"]: r["instance"] for r in csv.DictReader(f)}
+    for query in ("00001.jpg", "00010.jpg"):  # visitor photos of bbdd_00170 and bbdd_00192
+        instance = truth[query]
+        assert instance in PAINTINGS_FR
+        with p.page.expect_response(lambda r: "/api/identify" in r.url) as resp:
+            p.send(queries / query)
+        doc = resp.value.json()
+        assert p.wait_answer() == "answer", doc["reason"]
+        assert doc["results"][0]["instance"] == instance
+        title = PAINTINGS_FR[instance] if locale == "fr-FR" else rows[instance]["title"]
+        assert p.text("#answer-title") == title
+        assert p.text("#answer-artist") == rows[instance]["artist"]
+        assert _outline_pixels(p.page) > 100
+    assert p.errors == []
