@@ -45,6 +45,7 @@ from .backbones import DescriptorExtractor, NoNetwork
 from .engines import extractor_for_meta
 from .errors import ImageError, MuseumSearchError
 from .extract import query_crops
+from .features import Features
 from .images import decode_image, load_image
 from .ranking import order, per_instance
 from .rerank import RerankOptions, build_pipeline
@@ -197,6 +198,9 @@ class Answer:
     #: the verdict's confidence that the top result is right (:meth:`.verdict.Verdict.judge`); None
     #: only when there is no result
     confidence: float | None = None
+    #: the photo's local features when its shortlist was verified (so drawing the matches of a
+    #: reference does not extract them again: :meth:`QueryPipeline.matches`)
+    features: Features | None = field(default=None, repr=False)
 
     @property
     def top(self) -> Result | None:
@@ -344,10 +348,22 @@ class QueryPipeline:
             known, reason, confidence, margin = False, "the collection is empty", None, float("nan")
         full = order(scores) if full_ranking else None
         return Answer(query.name, results, known, reason, scores, cos, verified, full, rival, top_inliers,
-                      margin, confidence)
+                      margin, confidence, qf)
 
     # ---- what a viewer draws ------------------------------------------------------------------
-    def matches(self, query: QueryImage, row: int) -> Matches:
-        """The inlier matches and projected outline of reference ``row`` in the query photo."""
+    def matches(self, query: QueryImage, row: int, answer: Answer | None = None) -> Matches:
+        """The inlier matches and projected outline of reference ``row`` in the query photo (``answer``:
+        this photo's answer, whose local features are then reused)."""
         assert query.image is not None  # a photo query: a descriptor query has no photo to draw on
-        return self.verification.matches(query.image, row)
+        return self.verification.matches(query.image, row, answer.features if answer is not None else None)
+
+    def top_matches(self, query: QueryImage, answer: Answer) -> Matches | None:
+        """The matches the verdict judged: those of the best verified photo of the top result's
+        object (:meth:`.verification.Verification.top_evidence`), when it is verified (at least the
+        verdict's ``min_inliers``); else None."""
+        top = answer.top
+        if top is None or answer.top_inliers is None or answer.top_inliers < self.verdict.min_inliers:
+            return None
+        labels = self.index.labels
+        _, row = max((n, r) for r, n in answer.verified_inliers.items() if labels[r] == top.instance)
+        return self.matches(query, row, answer)

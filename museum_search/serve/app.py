@@ -196,7 +196,6 @@ def create_app(index_path: str | os.PathLike, *, workers: int | None = None, que
     ids = Ids(hashlib.sha256(b"museum-search serve ids|" + key_source.encode()).digest(), len(index))
     missed = _missed_folder(keep_missed, Path(index_path), root)
     image_limiter = anyio.CapacityLimiter(n)
-    min_inliers = first.verdict.min_inliers
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -256,18 +255,10 @@ def create_app(index_path: str | os.PathLike, *, workers: int | None = None, que
         assert query.image is not None
         h, w = query.image.shape[:2]
         outline = None
-        top = answer.top
-        if top is not None and answer.top_inliers is not None and answer.top_inliers >= min_inliers:
-            # the top result's reference, or (when another photo of its object is the one verified)
-            # the best verified photo of the same object: the evidence the verdict judged
-            row = top.row
-            if (top.inliers or 0) < min_inliers:
-                same = [(n, r) for r, n in answer.verified_inliers.items() if pipe.index.labels[r] == top.instance]
-                row = max(same)[1] if same else row
-            m = pipe.matches(query, row)
-            if m.outline is not None:
-                sx, sy = w / float(m.query_size[0]), h / float(m.query_size[1])
-                outline = [[round(float(x) * sx, 1), round(float(y) * sy, 1)] for x, y in m.outline]
+        m = pipe.top_matches(query, answer)  # the evidence the verdict judged, if verified
+        if m is not None and m.outline is not None:
+            sx, sy = w / float(m.query_size[0]), h / float(m.query_size[1])
+            outline = [[round(float(x) * sx, 1), round(float(y) * sy, 1)] for x, y in m.outline]
         if missed is not None and not answer.in_collection:
             _keep(missed, upload.data)
         t2 = time.perf_counter()
