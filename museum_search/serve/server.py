@@ -143,14 +143,22 @@ def write_label(path: str | os.PathLike, url: str, name: str) -> Path:
     return path
 
 
+#: Open connections served at once (file descriptors stay well under the usual limit of 1,024).
+MAX_CONNECTIONS = 512
+
+
 def run(app, host: str, port: int, *, certfile: str | None = None, keyfile: str | None = None,
         capacity: int = 8, log_level: str = "warning") -> None:
     """Serve ``app`` with uvicorn: keep-alive and header timeouts, a header size limit, and at most
-    a bounded number of connections at once (uvicorn answers 503 beyond)."""
+    :data:`MAX_CONNECTIONS` connections at once. The crowd is bounded by the app's own admission
+    (``capacity``: workers + queue, a JSON 503 with ``Retry-After`` beyond); the connection limit is
+    only a guard against a flood of open sockets, far above what a crowd of phones keeps open (each
+    keeps its connection alive between photos): below it, uvicorn's own plain 503 without
+    ``Retry-After`` reached visitors at 64 phones (bench/bench_serve.py)."""
     import uvicorn
 
     config = uvicorn.Config(app, host=host, port=port, http=GuardedH11, timeout_keep_alive=KEEP_ALIVE,
-                            h11_max_incomplete_event_size=HEADER_LIMIT, limit_concurrency=max(32, 4 * capacity),
+                            h11_max_incomplete_event_size=HEADER_LIMIT, limit_concurrency=max(MAX_CONNECTIONS, 16 * capacity),
                             ssl_certfile=certfile, ssl_keyfile=keyfile, log_level=log_level, server_header=False,
                             proxy_headers=False, access_log=False)
     uvicorn.Server(config).run()
