@@ -23,7 +23,7 @@ Formats:
 An imported index records the backbone ``imported`` with the dimension
 (:func:`.backbones.imported_meta`): a photo query is refused ("this index holds imported
 descriptors: query it with --descriptors"). It is written like a built index: one atomic
-generation, the same writer lock and output-folder checks (:mod:`.index`), and nothing is written
+generation, the same writer lock and output-folder checks (:mod:`.store`), and nothing is written
 when an input is refused. Answers to queries given as descriptors are not verified (there is no
 photo to match): the verdict uses the cosine (:meth:`.query.QueryPipeline.for_descriptors`).
 """

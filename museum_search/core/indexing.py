@@ -428,7 +428,7 @@ def _auto_matcher(index: Index, extractor) -> Generator[Any, None, None]:
 def _refit(updated: Index, old: Index, extractor, new_rows) -> Generator[Any, None, None]:
     """The verdict of ``updated`` refitted from ``old``'s calibration evidence (stage "calibrating"):
     the views of every object with a photo added, changed or removed are dropped, the new photos'
-    own views asked (:func:`.verdict.refit`)."""
+    own views asked (:func:`.calibration.refit`)."""
     before = {it.path: it.instance for it in old.items}
     after = {it.path: it.instance for it in updated.items}
     # objects that lost a photo or changed their label, gained one, or had one replaced

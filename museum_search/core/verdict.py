@@ -58,7 +58,7 @@ NOISE_INLIERS = 8
 MIN_CALIBRATED = 12
 #: A verified answer must be distinct: its inliers at least this many times those of the best
 #: reference of any *other* object in the verified shortlist that matches the same part of the photo
-#: (``QueryPipeline._rival``). Matches on what many objects share (the same frame moulding, the
+#: (:meth:`.verification.Verification.rival`). Matches on what many objects share (the same frame moulding, the
 #: museum's label cards) reach several objects alike; a photo of the object itself matches that
 #: object far better than any other (Lowe's ratio test, per object).
 DISTINCT = 2.0

@@ -3,7 +3,7 @@ side, the reference's outline projected into the query (a closed polygon) and th
 lines between the two images, with a caption ("57 matching points" or "no geometric match").
 
 The evidence (:class:`museum_search.core.rerank.spatial.Matches`) comes from
-``QueryPipeline.evidence``, computed on a worker; its coordinates are in the frames of the images
+``QueryPipeline.matches``, computed on a worker; its coordinates are in the frames of the images
 resized for verification (``query_size``, ``reference_size``) and are scaled here to wherever the
 images are drawn::
 
