@@ -21,7 +21,7 @@ asked about.
 * **verification** (on by default): the best ``verify_top`` references by global score are matched
   with the photo (the index's matcher, SIFT or XFeat, and a RANSAC homography, :mod:`.rerank.spatial`),
   using the reference features stored with the index. An object with a photo of at least the verdict's ``min_inliers`` gets the
-  bonus ``min(inliers, 50) / 50`` on each of its shortlisted photos (:func:`object_inliers`: objects
+  bonus ``min(inliers, 50) / 50`` on each of its shortlisted photos (:func:`.verification.object_inliers`: objects
   verified alike share one level); fewer inliers are noise and change nothing.
 * **ranking**: :func:`.ranking.order` and :func:`.ranking.per_instance` (by score, ties by row).
 * **verdict**: from the top result's evidence (:class:`.verdict.Verdict`, a model calibrated per
