@@ -272,6 +272,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     report = _drive(evaluate(index, queryset, pipeline=pipe, batch_size=args.batch_size), "evaluating")
     _print_skips(report.skipped)
     doc = reports.report_dict(report, index, rankings=args.rankings, seed=args.seed)
+    from datetime import datetime
+
+    doc["summary"]["run"] = reports.run_name(pipe.settings, Path(queryset.root).name, datetime.now())
     if args.baseline:
         doc["summary"]["baseline"] = reports.compare_with_baseline(doc, args.baseline, seed=args.seed)
     _print_summary(doc["summary"])
@@ -300,6 +303,8 @@ def _print_summary(s: dict[str, Any]) -> None:
     def pct(x):
         return "   n/a" if x is None else f"{100 * x:6.2f}"
 
+    if s.get("run"):
+        print(f"run:       {s['run']}")
     print(f"index:     {s['index']}")
     print(f"queries:   {s['query_set']}")
     print(f"re-ranker: {s['rerank']}")
@@ -331,15 +336,30 @@ def _print_summary(s: dict[str, Any]) -> None:
             print(f"  {'GAP':<8} {pct(s.get('gap')):>8}   (known queries only: {pct(s.get('gap_known')).strip()})")
     base = s.get("baseline")
     if base:
-        print(f"against baseline {base['baseline']} ({base['paired_queries']} paired queries; one-tailed paired "
-              "randomization test, the bootstrap test's p next to it):")
-        for key in ("mp@1", "map", "amnro"):
-            b = base[key]
-            levels = [lvl for lvl, sig in b["significant"].items() if sig]
-            verdict = f"significant at {min(levels, key=float)}" if levels else "not significant"
-            how = "exact" if b["exact"] else "Monte Carlo"
-            print(f"  {key:<6} delta {b['delta']:+.4f}  p = {b['p_value']:.4f} ({b['test']}, {how}, "
-                  f"{b['differing_queries']} differing)  bootstrap p = {b['bootstrap_p_value']:.4f}  {verdict}")
+        _print_comparison(base)
+
+
+def _differ(n: int) -> str:
+    return f"{n} query differs" if n == 1 else f"{n} queries differ"
+
+
+def _print_comparison(base: dict[str, Any]) -> None:
+    """``evaluate --baseline``'s lines, e.g. "MP@1 0.567 vs 0.967: worse, p = 0.0005 (12 queries differ)"."""
+    from .core.evaluation.stats import format_p
+
+    alternative = base["mp@1"].get("alternative", "one-tailed")
+    print(f"against baseline {base['baseline']} ({base['paired_queries']} paired queries; {alternative} paired "
+          "randomization test, the bootstrap test's p next to it; for AMNRO lower is better):")
+    for key, label in (("mp@1", "MP@1"), ("map", "MAP"), ("amnro", "AMNRO")):
+        b = base[key]
+        levels = [lvl for lvl, sig in b["significant"].items() if sig]
+        verdict = f"significant at {min(levels, key=float)}" if levels else "not significant"
+        how = "exact" if b["exact"] else "Monte Carlo"
+        means = (f"{b['run_mean']:.3f} vs {b['baseline_mean']:.3f}" if b.get("run_mean") is not None
+                 and b.get("baseline_mean") is not None else f"delta {b['delta']:+.4f}")
+        print(f"  {label} {means}: {b.get('direction', 'n/a')}, p = {format_p(b['p_value'])} "
+              f"({_differ(b['differing_queries'])})  [{b['test']}, {how}; delta {b['delta']:+.4f}; "
+              f"bootstrap p = {format_p(b['bootstrap_p_value'])}; {verdict}]")
 
 
 def cmd_gui(args: argparse.Namespace) -> int:

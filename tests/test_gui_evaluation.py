@@ -13,10 +13,11 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from PySide6.QtCore import QSettings, Qt
+from PySide6.QtCore import QRect, QSettings, Qt
 from PySide6.QtWidgets import QMessageBox, QScrollArea
 
 from museum_search.core.evaluation.querysets import load_queryset
+from museum_search.core.evaluation.reports import COMPARED
 from museum_search.core.evaluation.runner import (
     DESCRIBING,
     LOADING,
@@ -25,7 +26,7 @@ from museum_search.core.evaluation.runner import (
     precision_recall_curve,
     run_evaluation,
 )
-from museum_search.core.evaluation.stats import paired_bootstrap_test, paired_randomization_test, stars
+from museum_search.core.evaluation.stats import format_p, paired_bootstrap_test, paired_randomization_test, stars
 from museum_search.core.rerank import RerankOptions, icfrr_advice
 from museum_search.core.store import Index, writer_lock
 from museum_search.core.verdict import Verdict, operating_points, recalibrated
@@ -33,6 +34,7 @@ from museum_search.gui import workers
 from museum_search.gui.evaluation_tab import EvaluationTab
 from museum_search.gui.state import AppState, Settings
 from museum_search.gui.widgets.comparison_table import (
+    DIRECTION_COLOURS,
     P_COLUMN,
     VALUE_ROLE,
     VERDICT_COLUMN,
@@ -177,7 +179,11 @@ def test_evaluate_compare_and_export(qtbot, tab, data, tmp_path):
     settings = tab.query_settings()
     assert (settings.rerank, settings.verify, settings.options.k_q) == (("icfrr",), False, 2)
     run2 = _evaluate(qtbot, tab)
-    assert run2.name.startswith("icfrr, not verified (K 2/2") and run1.name.startswith("no re-ranking, verified")
+    # run names: the query set, what differs from the default settings, the time
+    assert run1.name.startswith(f"{data.queries.name} · default · ")
+    assert run2.name.startswith(f"{data.queries.name} · ICFRR K 2/2, not verified · ")
+    assert [tab.run_list.list.item(i).text().removeprefix("⚠ ") for i in range(2)] == [run1.name, run2.name]
+    assert run2.settings.label() in tab.run_list.list.item(1).toolTip()
     assert not run2.report.summary["verified"] and run2.report.summary["verdict"]["min_inliers"] is None
     assert all(r.top_inliers is None for r in run2.report.records)
     assert [r.key for r in tab.compared_runs()] == [run1.key, run2.key]
@@ -210,9 +216,13 @@ def test_evaluate_compare_and_export(qtbot, tab, data, tmp_path):
         assert other["bootstrap_p"][metric] == pytest.approx(boot)
         differing = int(np.count_nonzero(np.nan_to_num(values[0] - values[1])))
         assert other["differing"][metric] == differing
-        cell = tab.compare.table.item(1, P_MAP + ("mp@1", "map", "amnro").index(metric) - 1).text()
-        assert f"({differing} differing; bootstrap " in cell and cell.startswith(
-            f"{p:.3f}" if p >= 0.001 else "<0.001")
+        assert other["direction"][metric] == direct.direction
+        item = tab.compare.table.item(1, P_MAP + ("mp@1", "map", "amnro").index(metric) - 1)
+        cell = item.text()
+        assert cell.startswith(f"{direct.direction}, p = {format_p(p)}")
+        assert f"\n{differing} differ · bootstrap {format_p(other['bootstrap_p'][metric])}" in cell
+        if stars(p) and direct.direction in DIRECTION_COLOURS:
+            assert item.foreground().color().name() == DIRECTION_COLOURS[direct.direction]
     assert tab.compare.table.item(1, P_MAP).data(VALUE_ROLE) == other["p"]["map"]
     assert tab.compare.table.item(0, P_MAP).text() == "baseline"
 
@@ -550,10 +560,40 @@ def test_layout_holds_at_1024x700_and_up(qtbot, data, tmp_path):
             qtbot.wait(50)
             for w in (tab.sweep.param_combo, tab.sweep.values_edit, tab.sweep.run_button, tab.sweep.cancel_button):
                 assert _fully_visible(w), (size, w)
+            _check_compare_page(qtbot, tab, size)
             tab.pages.setCurrentIndex(0)
     finally:
         win.close()
         assert workers.wait_all(TIMEOUT)
+
+
+def _check_compare_page(qtbot, tab, size) -> None:
+    """The Compare page: run names never cut; a significant drop shown as one (issue 23)."""
+    tab.pages.setCurrentWidget(tab.compare)
+    qtbot.wait(50)
+    table = tab.compare.table
+    assert table.rowCount() == len(tab.runs)
+    for r, run in enumerate(tab.runs):
+        item = table.item(r, 0)
+        assert item.toolTip().startswith(run.name)
+        head, _, rest = run.name.partition(" · ")
+        assert item.text().startswith(f"{head}\n{rest}")
+        # the text fits the cell: as wide as the column leaves (icon and margins off), no line elided
+        room = table.columnWidth(0) - table.iconSize().width() - 12
+        fm = table.fontMetrics()
+        need = fm.boundingRect(QRect(0, 0, room, 10_000), int(Qt.TextFlag.TextWordWrap), item.text())
+        assert need.width() <= room and need.height() <= table.rowHeight(r), (size, run.name)
+        assert fm.horizontalAdvance(head) <= room
+    assert table.columnViewportPosition(0) == 0 and table.columnWidth(0) <= table.viewport().width()
+    # ICFRR on the paintings: MP@1 0.967 -> 0.567, 12 queries of 30 worse
+    drop = paired_randomization_test(np.array([0.0] * 12 + [1.0] * 17 + [0.0]), np.array([1.0] * 29 + [0.0]))
+    rows = tab.compare.fill(tab.runs, tab.runs[0], lambda run, base: {m: drop for m in COMPARED})
+    assert rows[1]["direction"]["mp@1"] == "worse" and rows[1]["p"]["mp@1"] == pytest.approx(2 / 4096)
+    cell = table.item(1, P_COLUMN)
+    assert cell.text().startswith("worse, p = 0.0005 ***")
+    assert cell.foreground().color().name() == DIRECTION_COLOURS["worse"] and cell.font().bold()
+    assert "worse" in cell.toolTip().lower() and "two-sided p = 0.0005" in cell.toolTip()
+    tab._update_comparison()  # back to the real tests
 
 
 @pytest.mark.parametrize("phase", ["loading", "describing", "answering", "sweep describing", "sweep answering"])

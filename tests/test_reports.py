@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from museum_search.cli import _print_summary
+from museum_search.cli import _differ, _print_summary
 from museum_search.core.evaluation import reports
 from museum_search.core.evaluation.querysets import load_queryset
 from museum_search.core.evaluation.runner import (
@@ -16,6 +16,7 @@ from museum_search.core.evaluation.runner import (
     run_evaluation,
 )
 from museum_search.core.evaluation.stats import (
+    format_p,
     paired_bootstrap_test,
     paired_randomization_test,
 )
@@ -102,6 +103,7 @@ def test_baseline_comparison_and_pr_curve(sample_run, sample_index, sample_colle
     assert cmp_same["map"]["delta"] == 0 and not any(cmp_same["map"]["significant"].values())
     assert (cmp_same["map"]["test"], cmp_same["map"]["p_value"], cmp_same["map"]["differing_queries"]) == \
         ("randomization", 1.0, 0)
+    assert (cmp_same["map"]["direction"], cmp_same["map"]["alternative"]) == ("same", "two-sided")
     icfrr = run_evaluation(sample_index, qs, QuerySettings(rerank="icfrr", options=RerankOptions()))
     doc = reports.report_dict(icfrr, sample_index)
     cmp = reports.compare_with_baseline(doc, tmp_path / "base.json")
@@ -120,17 +122,24 @@ def test_baseline_comparison_and_pr_curve(sample_run, sample_index, sample_colle
         assert c["bootstrap_p_value"] == pytest.approx(
             paired_bootstrap_test(run_v, base_v, higher_is_better=higher).p_value, abs=1e-6)
         assert c["significant"] == {str(a): c["p_value"] <= a for a in (0.05, 0.01, 0.001)}
-    # the CLI says which test, and the number of differing queries with each p-value
+        d = (run_v - base_v).mean() * (1 if higher else -1)
+        assert c["direction"] == ("better" if d > 1e-12 else "worse" if d < -1e-12 else "same")
+        assert c["alternative"] == "two-sided"
+        assert (c["run_mean"], c["baseline_mean"]) == (pytest.approx(run_v.mean(), abs=1e-6),
+                                                       pytest.approx(base_v.mean(), abs=1e-6))
+    # the CLI says which test, the direction, the number of differing queries with each p-value
     _print_summary({**doc["summary"], "baseline": cmp})
     out = capsys.readouterr().out
     header = next(row for row in out.splitlines() if row.startswith("against baseline"))
-    assert f"({cmp['paired_queries']} paired queries; one-tailed paired randomization test" in header
-    for name in reports.COMPARED:
+    assert f"({cmp['paired_queries']} paired queries; two-sided paired randomization test" in header
+    for name, label in (("mp@1", "MP@1"), ("map", "MAP"), ("amnro", "AMNRO")):
         c = cmp[name]
-        line = next(row for row in out.splitlines() if row.strip().startswith(name + " "))
+        line = next(row for row in out.splitlines() if row.strip().startswith(label + " ") and " vs " in row)
         how = "exact" if c["exact"] else "Monte Carlo"
-        assert f"p = {c['p_value']:.4f} (randomization, {how}, {c['differing_queries']} differing)" in line
-        assert f"bootstrap p = {c['bootstrap_p_value']:.4f}" in line
+        assert (f"{label} {c['run_mean']:.3f} vs {c['baseline_mean']:.3f}: {c['direction']}, "
+                f"p = {format_p(c['p_value'])} ({_differ(c['differing_queries'])})") in line
+        assert f"[randomization, {how};" in line
+        assert f"bootstrap p = {format_p(c['bootstrap_p_value'])}" in line
     recall, precision = precision_recall_curve(report)
     assert recall[0] == 0 and recall[-1] == 1
     assert np.all(np.diff(precision) <= 1e-12)  # interpolated precision never increases
@@ -239,11 +248,17 @@ def test_paired_tests_agree_with_scipy_permutation_test():
         assert res.test == "randomization" and res.exact and res.n_queries == len(queries)
         assert res.differing_queries == int(np.count_nonzero(a != b))
         assert res.delta == pytest.approx(a.mean() - b.mean())
-        # scipy: exact paired (sign-flip) permutation test of the mean difference, one-tailed
+        # scipy: exact paired (sign-flip) permutation test of the mean difference, two-sided
         d = (a - b) if higher else (b - a)
-        ref = permutation_test((d,), np.mean, permutation_type="samples", alternative="greater",
+        ref = permutation_test((d,), np.mean, permutation_type="samples", alternative="two-sided",
                                n_resamples=np.inf)
         assert res.p_value == pytest.approx(ref.pvalue, abs=1e-9)
+        assert res.alternative == "two-sided"
+        assert res.direction == ("better" if d.mean() > 0 else "worse" if d.mean() < 0 else "same")
+        greater = permutation_test((d,), np.mean, permutation_type="samples", alternative="greater",
+                                   n_resamples=np.inf)
+        assert paired_randomization_test(a, b, higher_is_better=higher, alternative="greater").p_value == \
+            pytest.approx(greater.pvalue, abs=1e-9)
         assert res.bootstrap_p_value == pytest.approx(
             paired_bootstrap_test(a, b, higher_is_better=higher).p_value, abs=1e-12)
     # fewer than 2 common queries: no test
@@ -258,3 +273,55 @@ def test_values_by_query_are_the_evaluated_queries(sample_run):
     assert set(values) == {key for key, _ in reports.COMPARED.values()}
     assert list(values["ap"]) == [r.query for r in evaluated]
     assert values["p@1"] == {r.query: float(r.metrics["p@1"]) for r in evaluated}
+
+
+def _drop_docs(tmp_path):
+    """ICFRR on the paintings (issue 23): MP@1 0.967 -> 0.567 over 30 queries, 12 of them worse."""
+    names = [f"{i:05d}.jpg" for i in range(30)]
+    base_p1 = [1.0] * 29 + [0.0]
+    run_p1 = [0.0] * 12 + [1.0] * 17 + [0.0]
+    def doc(p1):
+        return {"queries": [{"query": q, "p@1": v, "ap": v, "mnro": 1 - v} for q, v in zip(names, p1)]}
+    base_path = tmp_path / "base.json"
+    base_path.write_text(json.dumps(doc(base_p1)), encoding="utf-8")
+    return doc(run_p1), base_path, np.array(run_p1), np.array(base_p1)
+
+
+def test_a_clear_drop_is_worse_with_a_small_two_sided_p(tmp_path, capsys):
+    from scipy.stats import permutation_test
+
+    doc, base_path, run_v, base_v = _drop_docs(tmp_path)
+    cmp = reports.compare_with_baseline(doc, base_path)
+    c = cmp["mp@1"]
+    d = run_v - base_v
+    # (the equal queries change no sign assignment's mean: scipy enumerates only the 2^12 of the others)
+    ref = permutation_test((d[d != 0],), np.sum, permutation_type="samples", alternative="two-sided",
+                           n_resamples=np.inf)
+    assert c["p_value"] == pytest.approx(ref.pvalue, abs=1e-6) == pytest.approx(2 / 2**12, abs=1e-6)
+    assert (c["direction"], c["differing_queries"], c["exact"]) == ("worse", 12, True)
+    assert c["significant"] == {"0.05": True, "0.01": True, "0.001": True}
+    assert c["bootstrap_p_value"] < 0.001
+    assert cmp["amnro"]["direction"] == "worse"  # lower is better: a rise is worse
+    # the one-tailed "better than" test said nothing of it
+    assert paired_randomization_test(run_v, base_v, alternative="greater").p_value == 1.0
+    _print_summary({"index": "i", "query_set": "q", "rerank": "icfrr", "queries": 30, "open_set_queries": 0,
+                    "skipped_queries": 0, "baseline": cmp})
+    out = capsys.readouterr().out
+    assert "MP@1 0.567 vs 0.967: worse, p = 0.0005 (12 queries differ)" in out
+
+
+def test_run_name_carries_the_query_set_and_the_changed_settings():
+    from datetime import datetime
+
+    when = datetime(2026, 11, 26, 14, 37, 43)
+    assert reports.run_name(QuerySettings(), "qsd2_w3", when) == "qsd2_w3 · default · 14:37:43"
+    icfrr = QuerySettings(rerank="icfrr", options=RerankOptions(k_q=2, k_g=2))
+    assert reports.run_name(icfrr, "qsd2_w3", when) == "qsd2_w3 · ICFRR K 2/2 · 14:37:43"
+    # only what differs from QuerySettings()'s defaults; the re-rankers' options only when they differ
+    assert reports.run_name(QuerySettings(rerank="icfrr"), "paintings") == "paintings · ICFRR"
+    other = QuerySettings(rerank="icfrr,aqe", options=RerankOptions(beta=0.3, qe_n=3), verify=False,
+                          regions=False, search="exact")
+    assert reports.settings_difference(other) == "ICFRR β 0.3 + AQE n 3, not verified, exact search, whole image"
+    assert reports.settings_difference(QuerySettings(verify_top=50)) == "verified top 50"
+    assert reports.settings_difference(QuerySettings(options=RerankOptions(k_q=2))) == "default"
+    assert reports.run_name(QuerySettings(), None, when) == "default · 14:37:43"

@@ -1,5 +1,5 @@
-"""Bootstrap confidence intervals, the paired one-tailed bootstrap test (paper 001, 5.4) and the
-paired randomization test (the default, Smucker, Allan & Carterette 2007)."""
+"""Bootstrap confidence intervals, the paired bootstrap test (paper 001, 5.4; one-tailed there, two-sided
+by default here) and the paired randomization test (the default, Smucker, Allan & Carterette 2007)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from museum_search.core.evaluation.stats import (
     SIGNIFICANCE_LEVELS,
     bootstrap_ci,
     bootstrap_cis,
+    format_p,
     paired_bootstrap_test,
     paired_randomization_test,
     paired_test_by_query,
@@ -91,7 +92,7 @@ def test_cis_for_summary_metrics():
 
 
 # ----------------------------------------------------------------------------------------------
-# paired one-tailed test
+# paired bootstrap test (two-sided by default; paper 001's one-tailed test is alternative='greater')
 # ----------------------------------------------------------------------------------------------
 
 
@@ -116,16 +117,23 @@ def test_clearly_better_run_is_significant_at_0001():
     assert r.delta == pytest.approx(run.mean() - base.mean())
     assert r.relative_delta == pytest.approx(r.delta / base.mean())
     assert r.p_value >= 1 / (r.n_resamples + 1)  # never 0
-    # one-tailed: the same pair the other way round is not significant at all
+    assert (r.direction, r.alternative) == ("better", "two-sided")
+    # two-sided: the same pair the other way round is as significant, and "worse"
     rev = paired_bootstrap_test(base, run, seed=0)
-    assert rev.p_value > 0.99 and not any(rev.significant_at.values())
+    assert rev.p_value == r.p_value and rev.direction == "worse" and rev.stars() == "***"
+    # one-tailed "better than" (paper 001): the other way round is not significant at all
+    one = paired_bootstrap_test(base, run, seed=0, alternative="greater")
+    assert one.p_value > 0.99 and not any(one.significant_at.values())
+    assert paired_bootstrap_test(base, run, seed=0, alternative="less").p_value <= 0.001
+    with pytest.raises(ValueError, match="alternative"):
+        paired_bootstrap_test(base, run, alternative="better")
 
 
 def test_identical_runs_are_not_significant():
     v = ap_like(np.random.default_rng(7), 50)
     r = paired_bootstrap_test(v, v.copy(), seed=0)
     assert r.p_value == 1.0
-    assert r.delta == 0.0
+    assert r.delta == 0.0 and r.direction == "same"
     assert not any(r.significant_at.values())
     assert set(r.significant_at) == set(SIGNIFICANCE_LEVELS)
 
@@ -137,9 +145,10 @@ def test_lower_is_better_metrics_such_as_mnro():
     run = base - 0.1 + rng.normal(0, 0.03, 70)
     assert m.HIGHER_IS_BETTER["amnro"] is False
     good = paired_bootstrap_test(run, base, seed=0, higher_is_better=m.HIGHER_IS_BETTER["amnro"])
-    assert good.significant_at[0.001] and good.delta < 0
+    assert good.significant_at[0.001] and good.delta < 0 and good.direction == "better"
     wrong = paired_bootstrap_test(run, base, seed=0, higher_is_better=True)
-    assert not wrong.significant_at[0.05]
+    assert wrong.direction == "worse"
+    assert not paired_bootstrap_test(run, base, seed=0, higher_is_better=True, alternative="greater").significant_at[0.05]
 
 
 def test_p_value_agrees_with_paired_t_test_for_large_samples():
@@ -148,12 +157,15 @@ def test_p_value_agrees_with_paired_t_test_for_large_samples():
     base = ap_like(rng, 400)
     run = base + rng.normal(0.01, 0.1, 400)
     r = paired_bootstrap_test(run, base, n_resamples=20000, seed=0)
-    t = sps.ttest_rel(run, base, alternative="greater")
-    assert 0.001 < t.pvalue < 0.2  # a borderline case, where the comparison is informative
-    assert r.p_value == pytest.approx(t.pvalue, abs=0.01)
+    t = sps.ttest_rel(run, base, alternative="two-sided")
+    assert 0.002 < t.pvalue < 0.2  # a borderline case, where the comparison is informative
+    assert r.p_value == pytest.approx(t.pvalue, abs=0.015)
     # the non-studentized statistic gives a similar answer here
     r2 = paired_bootstrap_test(run, base, n_resamples=20000, seed=0, studentized=False)
-    assert r2.p_value == pytest.approx(t.pvalue, abs=0.015)
+    assert r2.p_value == pytest.approx(t.pvalue, abs=0.02)
+    # one-tailed, as paper 001
+    one = paired_bootstrap_test(run, base, n_resamples=20000, seed=0, alternative="greater")
+    assert one.p_value == pytest.approx(sps.ttest_rel(run, base, alternative="greater").pvalue, abs=0.01)
 
 
 def test_size_under_the_null_is_close_to_nominal():
@@ -192,12 +204,17 @@ def test_constant_improvement_is_significant():
 # ----------------------------------------------------------------------------------------------
 
 
-def enumerated_p(run, base, higher_is_better=True):
-    """One-tailed p-value written out: every sign assignment of the non-zero differences, by
-    itertools.product, in exact rational arithmetic (the inputs' floats are exact rationals)."""
+def enumerated_p(run, base, higher_is_better=True, alternative="two-sided"):
+    """The p-value written out: every sign assignment of the non-zero differences, by
+    itertools.product, in exact rational arithmetic (the inputs' floats are exact rationals);
+    two-sided: |sum| at least |observed|; "greater": sum at least observed."""
     d = [Fraction(float(x)) - Fraction(float(y)) for x, y in zip(run, base)]
     d = [x if higher_is_better else -x for x in d if x != 0]
     observed = sum(d)
+    if alternative == "two-sided":
+        hits = sum(abs(sum(s * abs(x) for s, x in zip(signs, d))) >= abs(observed)
+                   for signs in itertools.product((1, -1), repeat=len(d)))
+        return hits / 2 ** len(d)
     hits = sum(sum(s * abs(x) for s, x in zip(signs, d)) >= observed
                for signs in itertools.product((1, -1), repeat=len(d)))
     return hits / 2 ** len(d)
@@ -214,14 +231,16 @@ def qsd2_w3_example():
 def test_randomization_qsd2_w3_example_is_not_significant():
     run, base = qsd2_w3_example()
     r = paired_randomization_test(run, base)
-    sign_test = sps.binomtest(2, 2, p=0.5, alternative="greater").pvalue  # 2 of 2 improved
-    assert sign_test == enumerated_p(run, base) == 0.25
-    assert r.p_value == pytest.approx(sign_test, abs=1e-15)
+    sign_test = sps.binomtest(2, 2, p=0.5, alternative="two-sided").pvalue  # 2 of 2 improved
+    assert sign_test == enumerated_p(run, base) == 0.5
+    assert r.p_value == pytest.approx(sign_test, abs=1e-15) and r.direction == "better"
+    one = paired_randomization_test(run, base, alternative="greater")  # one-tailed: 1/4 at best
+    assert one.p_value == enumerated_p(run, base, alternative="greater") == 0.25
     assert (r.test, r.exact, r.differing_queries, r.n_queries, r.n_resamples) == ("randomization", True, 2, 30, 4)
     assert not any(r.significant_at.values()) and r.stars() == ""
-    # the studentized bootstrap, the former default, calls the same data significant
-    boot = paired_bootstrap_test(run, base)
-    assert boot.p_value < 0.05
+    # the studentized one-tailed bootstrap, the former default, calls the same data significant
+    assert paired_bootstrap_test(run, base, alternative="greater").p_value < 0.05
+    boot = paired_bootstrap_test(run, base)  # two-sided, as paired_test_by_query's
     # paired_test_by_query (CLI --baseline, GUI) gives the randomization p and the bootstrap one
     names = [f"{i:05d}.jpg" for i in range(30)]
     res = paired_test_by_query(dict(zip(names, run)), dict(zip(names, base)))
@@ -246,6 +265,8 @@ def test_randomization_exact_matches_enumeration(case):
         assert r.exact and r.differing_queries == int(np.count_nonzero(run != base))
         assert r.p_value == pytest.approx(enumerated_p(run, base, higher), abs=1e-12)
         assert r.significant_at == {a: r.p_value <= a for a in SIGNIFICANCE_LEVELS}
+        one = paired_randomization_test(run, base, higher_is_better=higher, alternative="greater")
+        assert one.p_value == pytest.approx(enumerated_p(run, base, higher, "greater"), abs=1e-12)
 
 
 def test_randomization_exact_matches_scipy_exact():
@@ -260,14 +281,22 @@ def test_randomization_exact_matches_scipy_exact():
     for higher, alternative in ((True, "greater"), (False, "less")):
         ref = sps.permutation_test((run, base), mean_difference, permutation_type="samples", vectorized=True,
                                    n_resamples=np.inf, alternative=alternative)
-        r = paired_randomization_test(run, base, higher_is_better=higher)
+        r = paired_randomization_test(run, base, higher_is_better=higher, alternative="greater")
         assert r.exact and r.differing_queries == 11
         assert r.p_value == pytest.approx(ref.pvalue, rel=1e-12)
-    assert 0.001 < paired_randomization_test(run, base).p_value < 0.1  # an informative case
+    # the default: two-sided, as scipy's, whichever the better direction
+    ref = sps.permutation_test((run, base), mean_difference, permutation_type="samples", vectorized=True,
+                               n_resamples=np.inf, alternative="two-sided")
+    for higher, direction in ((True, "better"), (False, "worse")):
+        r = paired_randomization_test(run, base, higher_is_better=higher)
+        assert r.alternative == "two-sided" and r.direction == direction
+        assert r.p_value == pytest.approx(ref.pvalue, rel=1e-12)
+    assert 0.001 < paired_randomization_test(run, base).p_value < 0.2  # an informative case
 
 
-def integer_exact_p(diffs):
-    """Exact one-tailed p for integer differences: the distribution of sum(+-|d_i|) by convolution."""
+def integer_exact_p(diffs, two_sided=False):
+    """Exact p for integer differences (one-tailed "greater", or two-sided): the distribution of
+    sum(+-|d_i|) by convolution."""
     counts = {0: 1}
     for x in (abs(int(v)) for v in diffs if v != 0):
         nxt: dict[int, int] = {}
@@ -276,6 +305,8 @@ def integer_exact_p(diffs):
             nxt[total - x] = nxt.get(total - x, 0) + c
         counts = nxt
     observed = int(sum(diffs))
+    if two_sided:
+        return Fraction(sum(c for t, c in counts.items() if abs(t) >= abs(observed)), sum(counts.values()))
     return Fraction(sum(c for t, c in counts.items() if t >= observed), sum(counts.values()))
 
 
@@ -288,9 +319,13 @@ def test_randomization_monte_carlo_agrees_with_exact_and_scipy():
     assert 0.005 < exact < 0.2  # informative: neither 0 nor 1
     b = 9999
     se = np.sqrt(exact * (1 - exact) / b)
-    r = paired_randomization_test(run, base, n_resamples=b, seed=3)
+    r = paired_randomization_test(run, base, n_resamples=b, seed=3, alternative="greater")
     assert not r.exact and r.n_resamples == b and r.differing_queries == int(np.count_nonzero(run - base)) > 20
     assert abs(r.p_value - exact) < 4.5 * se
+    # two-sided (the default), Monte Carlo against the exact convolution
+    both = float(integer_exact_p(run - base, two_sided=True))
+    two = paired_randomization_test(run, base, n_resamples=b, seed=3)
+    assert abs(two.p_value - both) < 4.5 * np.sqrt(both * (1 - both) / b) + 1 / b
 
     def mean_difference(x, y, axis):
         return np.mean(x - y, axis=axis)
@@ -300,7 +335,7 @@ def test_randomization_monte_carlo_agrees_with_exact_and_scipy():
     assert abs(ref.pvalue - exact) < 4.5 * se
     assert abs(r.p_value - ref.pvalue) < 4.5 * np.sqrt(2) * se
     # lower is better: the other tail, as scipy's "less"
-    low = paired_randomization_test(run, base, n_resamples=b, seed=3, higher_is_better=False)
+    low = paired_randomization_test(run, base, n_resamples=b, seed=3, higher_is_better=False, alternative="greater")
     other = float(integer_exact_p(base - run))
     assert abs(low.p_value - other) < 4.5 * np.sqrt(other * (1 - other) / b) + 1 / b
 
@@ -327,19 +362,26 @@ def test_randomization_extremes_and_tails():
     v = ap_like(np.random.default_rng(24), 30)
     same = paired_randomization_test(v, v.copy())
     assert same.p_value == 1.0 and same.differing_queries == 0 and same.exact and same.delta == 0
-    # every query better: exactly one assignment of 2^D is as extreme; Monte Carlo is never 0
-    assert paired_randomization_test(v[:12] + 0.1, v[:12]).p_value == 2.0**-12
+    assert same.direction == "same"
+    # every query better: two assignments of 2^D are as extreme (all +, all -); Monte Carlo is never 0
+    assert paired_randomization_test(v[:12] + 0.1, v[:12]).p_value == 2.0**-11
+    assert paired_randomization_test(v[:12] + 0.1, v[:12], alternative="greater").p_value == 2.0**-12
     mc = paired_randomization_test(v + 0.1, v, n_resamples=999)
     assert not mc.exact and mc.p_value == 1 / 1000 and mc.stars() == "***"
     # with distinct sums, the two tails share only the observed assignment
     run = ap_like(np.random.default_rng(25), 30)
-    hi = paired_randomization_test(run[:15], v[:15])
-    lo = paired_randomization_test(run[:15], v[:15], higher_is_better=False)
+    hi = paired_randomization_test(run[:15], v[:15], alternative="greater")
+    lo = paired_randomization_test(run[:15], v[:15], higher_is_better=False, alternative="greater")
     assert hi.p_value + lo.p_value == pytest.approx(1 + 2.0**-15)
+    assert lo.p_value == pytest.approx(paired_randomization_test(run[:15], v[:15], alternative="less").p_value)
+    # two-sided: twice the smaller tail (the distribution is symmetric), the same in both directions
+    two = paired_randomization_test(run[:15], v[:15])
+    assert two.p_value == pytest.approx(2 * min(hi.p_value, lo.p_value))
+    assert paired_randomization_test(run[:15], v[:15], higher_is_better=False).p_value == two.p_value
     # lower-is-better metrics (MNRO): a lower run is the improvement
     base = np.random.default_rng(26).uniform(0.2, 0.6, 30)
     better = paired_randomization_test(base - 0.1, base, higher_is_better=m.HIGHER_IS_BETTER["amnro"])
-    assert better.significant_at[0.001] and better.delta < 0
+    assert better.significant_at[0.001] and better.delta < 0 and better.direction == "better"
 
 
 def test_randomization_size_under_the_null():
@@ -356,7 +398,7 @@ def test_randomization_pairing_and_open_set_handling():
     base = np.array([0.1, np.nan, 0.5, 0.7, 0.2])
     run = np.array([0.3, np.nan, 0.6, 0.9, 0.3])
     r = paired_randomization_test(run, base)
-    assert r.n_queries == 4 and r.differing_queries == 4 and r.p_value == 1 / 16
+    assert r.n_queries == 4 and r.differing_queries == 4 and r.p_value == 2 / 16
     with pytest.raises(ValueError, match="same queries"):
         paired_randomization_test(np.array([0.3, 0.2, 0.6, 0.9, 0.3]), base)
     with pytest.raises(ValueError):
@@ -369,6 +411,26 @@ def test_paired_test_by_query_uses_common_queries():
     res = paired_test_by_query(run, base, seed=1)
     common_run, common_base = [0.9, 0.5, 0.7, 0.4], [0.2, 0.5, 0.1, 0.1]
     assert res.n_queries == 4 and res.differing_queries == 3 and res.test == "randomization"
-    assert res.p_value == enumerated_p(common_run, common_base) == 1 / 8
+    assert res.p_value == enumerated_p(common_run, common_base) == 2 / 8
     assert res.bootstrap_p_value == paired_bootstrap_test(common_run, common_base, seed=1).p_value
     assert paired_test_by_query({"a": 0.1}, {"a": 0.2}) is None
+
+
+def test_a_clear_drop_is_worse_and_significant_two_sided():
+    # issue 23: ICFRR on the paintings, MP@1 0.967 -> 0.567 on 30 queries, 12 of them worse
+    base = np.array([1.0] * 29 + [0.0])
+    run = np.array([0.0] * 12 + [1.0] * 17 + [0.0])
+    r = paired_randomization_test(run, base)
+    d = run - base
+    ref = sps.permutation_test((d[d != 0],), np.sum, permutation_type="samples", alternative="two-sided",
+                               n_resamples=np.inf)
+    assert r.p_value == pytest.approx(ref.pvalue, rel=1e-12) == 2 / 2**12
+    assert (r.direction, r.differing_queries, r.stars()) == ("worse", 12, "***")
+    assert (r.run_mean, r.baseline_mean) == (pytest.approx(17 / 30), pytest.approx(29 / 30))
+    assert paired_randomization_test(run, base, alternative="greater").p_value == 1.0  # what it said before
+    assert paired_bootstrap_test(run, base).p_value < 0.001
+
+
+def test_format_p():
+    assert [format_p(p) for p in (1.0, 0.0123, 2 / 4096, 1e-6, None, float("nan"))] == \
+        ["1.000", "0.012", "0.0005", "< 0.0001", "n/a", "n/a"]

@@ -12,7 +12,7 @@ stage in words, and the list of finished runs (checked runs are compared; the se
 the plots and the table) with its export buttons. Right: live plots (:mod:`.widgets.plots`; the
 legend of the runs drawn sits above them, outside the data) above four pages: the per-query
 table with the selected query's top results, the comparison of runs (95 % bootstrap intervals,
-the verdict's figures, paired one-tailed tests against a baseline run), the verdict's figures
+the verdict's figures, paired two-sided tests against a baseline run, better or worse), the verdict's figures
 against its threshold (``verdict.operating_points``) with its re-calibration from the labelled
 queries (``verdict.recalibrated``, stored in the index), and the ICFRR sweep with its own
 controls.
@@ -47,6 +47,7 @@ from ..core.evaluation.querysets import LAYOUTS, QuerySet, load_queryset
 from ..core.evaluation.reports import (
     confidence_intervals,
     paired_tests,
+    run_name,
     unknown_instances_warning,
     values_by_query,
 )
@@ -459,7 +460,7 @@ class EvaluationTab(QWidget):
         self.progress_panel.set_busy()
         self.progress_panel.bar.setFormat("%v / %m queries")
         self._start("evaluation", _evaluation_job(index, queryset, settings, self.batch_size),
-                    lambda res: self._evaluation_done(res, index, settings, total))
+                    lambda res: self._evaluation_done(res, index, settings, total, Path(queryset.root).name))
         self._set_status(f"Evaluating {total:,} queries: {settings.label()}")
         self._update_icfrr_warnings()  # stays shown while the run goes on
         return True
@@ -570,11 +571,12 @@ class EvaluationTab(QWidget):
         self._update_buttons()
         self.job_finished.emit()
 
-    def _evaluation_done(self, res: _EvalResult, index: Index, settings: QuerySettings, total: int) -> None:
+    def _evaluation_done(self, res: _EvalResult, index: Index, settings: QuerySettings, total: int,
+                         queryset_name: str = "") -> None:
         self.plots.stop_live()
         key = self._next_key
         self._next_key += 1
-        name = f"{settings.label()} · {datetime.now():%H:%M:%S}"
+        name = run_name(settings, queryset_name, datetime.now())  # query set · changed settings · time
         run = EvalRun(key, name, res.report, index, settings, self.plots.buffer.copy(), res.pr, res.cis,
                       run_colour(key - 1), total)
         s, v = res.report.summary, run.verdict_figures
@@ -631,7 +633,7 @@ class EvaluationTab(QWidget):
         s = run.report.summary
         advice = s.get("icfrr_advice")
         warning = unknown_instances_warning(s)
-        tooltip = (f"{run.name}\nMP@1 {_fmt(s['mp@1'])}  MAP {_fmt(s['map'])}  AMNRO {_fmt(s['amnro'])}  "
+        tooltip = (f"{run.name}\n{run.settings.label()}\nMP@1 {_fmt(s['mp@1'])}  MAP {_fmt(s['map'])}  AMNRO {_fmt(s['amnro'])}  "
                    f"GAP {_fmt(s['gap'])}\n"
                    f"{run.report.index_description}\n{run.report.queryset_description}"
                    + (f"\n⚠ {warning}" if warning else "") + (f"\n⚠ {advice}" if advice else ""))
@@ -694,7 +696,7 @@ class EvaluationTab(QWidget):
 
     # ---- comparison -------------------------------------------------------------------------
     def _paired(self, run: EvalRun, base: EvalRun) -> dict[str, PairedTestResult | None]:
-        """Core's paired one-tailed tests of ``run`` against ``base`` on their common queries (kept)."""
+        """Core's paired two-sided tests of ``run`` against ``base`` on their common queries (kept)."""
         key = (run.key, base.key)
         if key not in self._tests:
             self._tests[key] = paired_tests(values_by_query(run.report), values_by_query(base.report))
@@ -758,7 +760,7 @@ class EvaluationTab(QWidget):
             return None
         if path is None:
             start = Path(str(self.state.settings.value("evaluation/export_dir", "") or Path.home()))
-            stem = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in run.name.split(" · ")[0])[:60]
+            stem = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in run.name.rsplit(" · ", 1)[0])[:60]
             name = f"evaluation-{stem}-{run.finished:%Y%m%d-%H%M%S}{suffix}"
             path, _ = QFileDialog.getSaveFileName(self, title, str(start / name), filter_)
             if not path:

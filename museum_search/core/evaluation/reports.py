@@ -11,12 +11,16 @@ import csv
 import json
 import math
 import os
+from dataclasses import fields
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 
 from ..errors import MuseumSearchError
+from ..query import QuerySettings
+from ..rerank import RerankOptions
 from .querysets import unknown_instances_note
 from .runner import EvalReport
 from .stats import PairedTestResult, bootstrap_ci, paired_test_by_query
@@ -153,8 +157,8 @@ def values_by_query(report: EvalReport) -> dict[str, dict[str, float]]:
 def paired_tests(run: Mapping[str, Mapping[str, float]], baseline: Mapping[str, Mapping[str, float]],
                  seed: int | None = 0) -> dict[str, PairedTestResult | None]:
     """The comparison of a run with a baseline run: for each metric of :data:`COMPARED`, the paired
-    one-tailed randomization test (the bootstrap test's p alongside) that the run is better, on the
-    queries both evaluated (:func:`.stats.paired_test_by_query`; for AMNRO lower is better).
+    two-sided randomization test (the bootstrap test's p alongside) that the run differs, with its
+    ``direction`` ("better", "worse", "same"), on the queries both evaluated (:func:`.stats.paired_test_by_query`; for AMNRO lower is better).
 
     ``run``, ``baseline``: ``{record key: {query: value}}`` (:func:`values_by_query`, or the
     queries of a run's JSON). A metric's result is None when fewer than 2 queries are common."""
@@ -163,10 +167,11 @@ def paired_tests(run: Mapping[str, Mapping[str, float]], baseline: Mapping[str, 
 
 
 def compare_with_baseline(doc: dict[str, Any], baseline_path: Path, seed: int = 0) -> dict[str, Any]:
-    """Paired one-tailed tests of this run against a baseline run JSON, on the queries both evaluated.
+    """Paired two-sided tests of this run against a baseline run JSON, on the queries both evaluated.
 
-    ``{"baseline", "paired_queries", metric: {"test", "p_value", "exact", "differing_queries",
-    "bootstrap_p_value", "delta", "significant"}}``: ``p_value`` and ``significant`` are the
+    ``{"baseline", "paired_queries", metric: {"test", "alternative", "direction", "p_value", "exact",
+    "differing_queries", "bootstrap_p_value", "delta", "run_mean", "baseline_mean", "significant"}}``:
+    ``direction`` is "better", "worse" or "same"; ``p_value`` and ``significant`` are the
     randomization test's (:func:`.stats.paired_test_by_query`), ``bootstrap_p_value`` the bootstrap
     test's on the same queries."""
     try:
@@ -186,7 +191,60 @@ def compare_with_baseline(doc: dict[str, Any], baseline_path: Path, seed: int = 
         if res is None:
             raise MuseumSearchError(f"the baseline run {baseline_path} has fewer than 2 queries in common "
                                     "with this run")
-        out[name] = {"test": res.test, "p_value": _num(res.p_value), "exact": res.exact,
+        out[name] = {"test": res.test, "alternative": res.alternative, "direction": res.direction,
+                     "run_mean": _num(res.run_mean), "baseline_mean": _num(res.baseline_mean),
+                     "p_value": _num(res.p_value), "exact": res.exact,
                      "differing_queries": res.differing_queries, "bootstrap_p_value": _num(res.bootstrap_p_value),
                      "delta": _num(res.delta), "significant": {str(k): bool(v) for k, v in res.significant_at.items()}}
     return out
+
+
+def _rerank_name(settings: QuerySettings) -> str:
+    """The re-rankers in upper case, each with its options that differ from the defaults."""
+    o, d = settings.options, RerankOptions()
+    out = []
+    for name in settings.rerank:
+        params = []
+        if name == "icfrr":
+            if (o.k_q, o.k_g) != (d.k_q, d.k_g):
+                params.append(f"K {o.k_q or 'auto'}/{o.k_g or 'auto'}")
+            if o.beta != d.beta:
+                params.append(f"β {o.beta:g}")
+            if o.iterations != d.iterations:
+                params.append(f"{o.iterations} it")
+            if o.icfrr_mode != d.icfrr_mode:
+                params.append(f"{o.icfrr_mode} mode")
+        elif name in ("aqe", "dba"):
+            if o.qe_n != d.qe_n:
+                params.append(f"n {o.qe_n}")
+            if o.qe_alpha != d.qe_alpha:
+                params.append(f"α {o.qe_alpha:g}")
+        out.append(" ".join([name.upper(), *params]))
+    return " + ".join(out)
+
+
+def settings_difference(settings: QuerySettings) -> str:
+    """What ``settings`` change from ``QuerySettings()``'s defaults, in words ("default" when nothing),
+    e.g. ``ICFRR K 2/2, not verified``; the re-rankers' options only when they differ."""
+    default = QuerySettings()
+    changed = {f.name for f in fields(QuerySettings) if getattr(settings, f.name) != getattr(default, f.name)}
+    parts = [_rerank_name(settings)] if settings.rerank else []
+    if not settings.verify:
+        parts.append("not verified")
+    elif "verify_top" in changed:
+        parts.append(f"verified top {settings.verify_top}")
+    words = {"search": f"{settings.search} search", "regions": "whole image" if not settings.regions else "regions",
+             "per_instance": "one per object" if settings.per_instance else "all photos",
+             "k": f"k {settings.k}", "verdict": "own verdict",
+             "rivals_anywhere": "rivals anywhere" if settings.rivals_anywhere else "rivals elsewhere"}
+    parts += [text for key, text in words.items() if key in changed]
+    return ", ".join(p for p in parts if p) or "default"
+
+
+def run_name(settings: QuerySettings, queryset_name: str | None = None, when: datetime | None = None) -> str:
+    """A run's name: the query set, what its settings change from the defaults
+    (:func:`settings_difference`) and the time, joined by " · ", e.g.
+    ``qsd2_w3 · ICFRR K 2/2 · 14:37:43`` or ``qsd2_w3 · default · 14:37:43`` (the Evaluation tab's run
+    list and comparison, the CLI's summary). ``queryset_name`` or ``when`` None: left out."""
+    parts = [queryset_name or "", settings_difference(settings), f"{when:%H:%M:%S}" if when is not None else ""]
+    return " · ".join(p for p in parts if p)

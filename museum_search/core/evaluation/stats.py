@@ -1,4 +1,4 @@
-"""Bootstrap confidence intervals and paired one-tailed significance tests (randomization, bootstrap).
+"""Bootstrap confidence intervals and paired significance tests (randomization, bootstrap), two-sided by default.
 
 Inputs are the per-query values of one metric (e.g. ``summarize(...)["per_query"]["map"]``),
 one value per query, NaN for open-set queries (they are dropped, as in the means).
@@ -29,11 +29,19 @@ Efron & Tibshirani 1993, section 16.4):
 3. the null hypothesis "no improvement" is imposed by centring: ``z = d - mean(d)``; each
    resample of ``z`` gives ``t*`` (a resample with ``sd = 0`` has ``t* = 0`` if its mean is 0,
    else ``+-inf``);
-4. one-tailed p-value ``p = (1 + #{t* >= t}) / (B + 1)`` (Davison & Hinkley 1997, Eq. 4.11):
+4. p-value ``p = (1 + #{|t*| >= |t|}) / (B + 1)`` two-sided (``#{t* >= t}`` one-tailed, "greater";
+   Davison & Hinkley 1997, Eq. 4.11):
    never 0. The default ``B = 9999`` makes ``alpha (B + 1)`` an integer for every level, as [52]
    recommends; then rejecting at ``p <= alpha`` is the exact level-``alpha`` bootstrap test of
    [52] (same decisions as their ``#{t* > t} / B`` when no ``t*`` equals ``t``);
 5. ``significant_at[alpha] = p <= alpha`` for alpha in 0.05, 0.01, 0.001.
+
+*Alternative hypothesis* (``alternative``, as in scipy): **"two-sided" by default** (the run differs
+from the baseline, better or worse: a drop must show as significantly as a gain), "greater" (the
+run is better: the one-tailed test of paper 001, section 5.4) or "less" (the run is worse). The
+two-sided bootstrap p counts ``|t*| >= |t|``; the two-sided randomization p counts the sign
+assignments whose mean is at least as extreme in absolute value, ``|T*| >= |T|``. Every result
+carries its ``direction``: "better", "worse" or "same" (mean oriented difference > 0, < 0 or 0).
 
 *Randomization test* (:func:`paired_randomization_test`), **the default** of
 :func:`paired_test_by_query` (hence of ``evaluate --baseline`` and of the GUI's comparison): the
@@ -41,8 +49,8 @@ paired randomization (sign-flip permutation) test that Smucker, Allan & Carteret
 comparison of statistical significance tests for information retrieval evaluation") recommend for
 IR. Under the null hypothesis "run and baseline are interchangeable", the sign of each per-query
 difference ``d_i`` (oriented as above) is equally likely + or -. The statistic is ``mean(d)``; the
-one-tailed p-value is the share of the ``2^D`` sign assignments of the ``D`` *differing* queries
-whose mean is at least the observed one (a query with ``d_i = 0`` is the same under both signs and
+p-value (two-sided by default) is the share of the ``2^D`` sign assignments of the ``D`` *differing* queries
+whose mean is at least as extreme as the observed one (a query with ``d_i = 0`` is the same under both signs and
 contributes nothing). ``D <= exact_max`` (20 by default): exact, all ``2^D`` assignments are counted
 (meet in the middle: the ``2^(D/2)`` sums of each half, one sorted, ``searchsorted``), ``p = k / 2^D``.
 Larger ``D``: Monte Carlo, ``B`` random assignments from a generator seeded with ``seed``,
@@ -66,11 +74,14 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 __all__ = [
+    "ALTERNATIVES",
     "SIGNIFICANCE_LEVELS",
     "BootstrapResult",
     "PairedTestResult",
     "bootstrap_ci",
     "bootstrap_cis",
+    "direction",
+    "format_p",
     "paired_bootstrap_test",
     "paired_randomization_test",
     "paired_test_by_query",
@@ -88,8 +99,10 @@ class PairedTestResult:
 
     ``delta`` = mean(run) - mean(baseline) in the metric's own units (negative is an improvement
     for lower-is-better metrics); ``relative_delta`` = delta / mean(baseline) (the percentages of
-    paper 001's Table 8), NaN when the baseline mean is 0; ``p_value`` is one-tailed for "run is
-    better than baseline". ``test``: "randomization" or "bootstrap"; ``differing_queries``: the
+    paper 001's Table 8), NaN when the baseline mean is 0; ``p_value`` is for ``alternative``:
+    "two-sided" (the default: run and baseline differ), "greater" (run is better) or "less" (run is
+    worse); ``direction``: "better", "worse" or "same" (the mean difference, oriented by
+    ``higher_is_better``); ``run_mean``, ``baseline_mean``: the means over the paired queries. ``test``: "randomization" or "bootstrap"; ``differing_queries``: the
     number of queries whose values differ (the only ones a randomization test uses); ``exact``:
     the randomization p-value counts all ``2^differing_queries`` sign assignments (then
     ``n_resamples`` is that number); ``bootstrap_p_value``: the bootstrap test's p-value on the same
@@ -109,11 +122,35 @@ class PairedTestResult:
     differing_queries: int = 0
     exact: bool = False
     bootstrap_p_value: float | None = None
+    alternative: str = "two-sided"
+    direction: str = "same"
+    run_mean: float = float("nan")
+    baseline_mean: float = float("nan")
 
     def stars(self) -> str:
         """'***', '**', '*' or '' as in paper 001's Table 8."""
         levels = self.significant_at.items()
         return "*" * sum(bool(v) for a, v in levels if a in SIGNIFICANCE_LEVELS)
+
+
+#: The alternatives of the tests (scipy's names): the run differs from / is better than / is worse than the baseline.
+ALTERNATIVES = ("two-sided", "greater", "less")
+
+
+def _check_alternative(alternative: str) -> str:
+    if alternative not in ALTERNATIVES:
+        raise ValueError(f"alternative must be one of {', '.join(ALTERNATIVES)}, got {alternative!r}")
+    return alternative
+
+
+def format_p(p: float | None) -> str:
+    """A p-value in words of one style everywhere: 3 decimals from 0.01, 4 below ("0.0005"),
+    "< 0.0001" below that; "n/a" without a value."""
+    if p is None or not np.isfinite(p):
+        return "n/a"
+    if p >= 0.01:
+        return f"{p:.3f}"
+    return f"{p:.4f}" if p >= 0.0001 else "< 0.0001"
 
 
 #: The former name (the bootstrap test was the only one).
@@ -212,8 +249,10 @@ def paired_bootstrap_test(
     *,
     levels: Sequence[float] = SIGNIFICANCE_LEVELS,
     studentized: bool = True,
+    alternative: str = "two-sided",
 ) -> BootstrapResult:
-    """Paired one-tailed bootstrap test: is ``run`` better than ``baseline``? (paper 001, 5.4).
+    """Paired bootstrap test: do ``run`` and ``baseline`` differ (``alternative="two-sided"``, the
+    default), is ``run`` better ("greater", paper 001, 5.4's one-tailed test) or worse ("less")?
 
     ``run`` and ``baseline``: (Q,) per-query values of the same metric on the same queries (same
     order). NaN (open-set) must be at the same positions in both and is dropped.
@@ -221,6 +260,7 @@ def paired_bootstrap_test(
     NAR** (paper 001: 0 is perfect retrieval, larger values are worse). The method is described in
     the module docstring. Reproducible for a given ``seed``.
     """
+    _check_alternative(alternative)
     a, b, d = _paired(run, baseline, higher_is_better, min_queries=2)
     n = a.size
     bcount = _check_resamples(n_resamples)
@@ -233,9 +273,14 @@ def paired_bootstrap_test(
     else:
         t_obs = float(d.mean())
         t_star = means
-    count = int(np.count_nonzero(t_star >= t_obs))
+    if alternative == "two-sided":
+        count = int(np.count_nonzero(np.abs(t_star) >= abs(t_obs)))
+    elif alternative == "greater":
+        count = int(np.count_nonzero(t_star >= t_obs))
+    else:
+        count = int(np.count_nonzero(t_star <= t_obs))
     p = (1.0 + count) / (bcount + 1.0)
-    return _result(a, b, d, p, levels, higher_is_better, test="bootstrap", n_resamples=bcount,
+    return _result(a, b, d, p, levels, higher_is_better, test="bootstrap", n_resamples=bcount, alternative=alternative,
                    statistic="studentized mean difference" if studentized else "mean difference",
                    extra={"t_observed": t_obs})
 
@@ -258,10 +303,21 @@ def _paired(run, baseline, higher_is_better: bool, min_queries: int):
     return a, b, (a - b if higher_is_better else b - a)
 
 
+def direction(d: np.ndarray) -> str:
+    """"better", "worse" or "same": the sign of the mean oriented difference ``d`` (positive: the run is
+    better), 0 within rounding (relative tolerance 1e-10 of ``mean |d|``)."""
+    mean = float(d.mean()) if d.size else 0.0
+    tol = 1e-10 * float(np.abs(d).mean()) if d.size else 0.0
+    return "better" if mean > tol else "worse" if mean < -tol else "same"
+
+
 def _result(a, b, d, p: float, levels, higher_is_better: bool, **kw) -> PairedTestResult:
     delta = float(a.mean() - b.mean())
     base = float(b.mean())
     return PairedTestResult(
+        direction=direction(d),
+        run_mean=float(a.mean()),
+        baseline_mean=base,
         p_value=float(p),
         delta=delta,
         significant_at={float(alpha): bool(p <= alpha) for alpha in levels},
@@ -294,8 +350,10 @@ def _count_exact(mag: np.ndarray, threshold: float) -> int:
     return int(left.size * right.size - below.sum())
 
 
-def _count_monte_carlo(mag: np.ndarray, threshold: float, n_resamples: int, rng: np.random.Generator) -> int:
-    """How many of ``n_resamples`` random sign assignments of ``mag`` sum to ``>= threshold``."""
+def _count_monte_carlo(mag: np.ndarray, threshold: float, n_resamples: int, rng: np.random.Generator,
+                       two_sided: bool = False) -> int:
+    """How many of ``n_resamples`` random sign assignments of ``mag`` sum to ``>= threshold`` (two-sided:
+    whose sum's absolute value is ``>= threshold``)."""
     total = float(mag.sum())
     block = max(1, _BLOCK_ELEMENTS // mag.size)
     count = 0
@@ -304,7 +362,7 @@ def _count_monte_carlo(mag: np.ndarray, threshold: float, n_resamples: int, rng:
         random_bytes = rng.integers(0, 256, size=(rows, (mag.size + 7) // 8), dtype=np.uint8)
         negative = np.unpackbits(random_bytes, axis=1, count=mag.size)  # one fair coin per query
         sums = total - 2.0 * (negative.astype(np.float64) @ mag)  # flipped: -|d_i| instead of +|d_i|
-        count += int(np.count_nonzero(sums >= threshold))
+        count += int(np.count_nonzero((np.abs(sums) if two_sided else sums) >= threshold))
     return count
 
 
@@ -317,32 +375,42 @@ def paired_randomization_test(
     *,
     levels: Sequence[float] = SIGNIFICANCE_LEVELS,
     exact_max: int = 20,
+    alternative: str = "two-sided",
 ) -> PairedTestResult:
-    """Paired one-tailed randomization (sign-flip permutation) test: is ``run`` better than ``baseline``?
+    """Paired randomization (sign-flip permutation) test: do ``run`` and ``baseline`` differ?
 
     Same inputs and direction as :func:`paired_bootstrap_test` (at least 1 evaluated query). The
-    statistic is the mean per-query difference; the p-value is exact (all ``2^D`` sign assignments
-    of the ``D`` differing queries) when ``D <= exact_max``, else Monte Carlo with ``n_resamples``
+    statistic is the mean per-query difference; ``alternative``: "two-sided" (the default: the share
+    of sign assignments whose mean is at least as extreme in absolute value), "greater" (run is
+    better) or "less" (run is worse). The p-value is exact (all ``2^D`` sign assignments of the
+    ``D`` differing queries) when ``D <= exact_max``, else Monte Carlo with ``n_resamples``
     assignments, reproducible for a given ``seed`` (see the module docstring). No differing query
     gives ``p = 1``.
     """
     if not 0 <= int(exact_max) <= _EXACT_LIMIT:
         raise ValueError(f"exact_max must be in 0..{_EXACT_LIMIT}, got {exact_max}")
+    _check_alternative(alternative)
     a, b, d = _paired(run, baseline, higher_is_better, min_queries=1)
     mag = np.abs(d[d != 0])
     observed = float(d[d != 0].sum())
-    threshold = observed - 1e-10 * float(mag.sum())  # ties count as ">=" despite rounding
+    tol = 1e-10 * float(mag.sum())  # ties count as "at least as extreme" despite rounding
+    # the sign-flip distribution is symmetric about 0: "less" is "greater" for -observed
+    threshold = {"two-sided": abs(observed), "greater": observed, "less": -observed}[alternative] - tol
+    two_sided = alternative == "two-sided"
     if mag.size <= int(exact_max):
         total = 2**mag.size
-        p = _count_exact(mag, threshold) / total
+        count = _count_exact(mag, threshold)
+        if two_sided:  # |T*| >= |T|: both tails, the same size by symmetry (all of them when T = 0)
+            count = total if threshold <= 0 else 2 * count
+        p = count / total
         kw = {"exact": True, "n_resamples": total}
     else:
         bcount = _check_resamples(n_resamples)
-        count = _count_monte_carlo(mag, threshold, bcount, np.random.default_rng(seed))
+        count = _count_monte_carlo(mag, threshold, bcount, np.random.default_rng(seed), two_sided=two_sided)
         p = (1.0 + count) / (bcount + 1.0)
         kw = {"exact": False, "n_resamples": bcount}
     return _result(a, b, d, p, levels, higher_is_better, test="randomization", statistic="mean difference",
-                   extra={"mean_difference": observed / a.size}, **kw)
+                   extra={"mean_difference": observed / a.size}, alternative=alternative, **kw)
 
 
 SIGNIFICANCE_STARS = ((0.001, "***"), (0.01, "**"), (0.05, "*"))
@@ -356,10 +424,11 @@ def stars(p: float | None) -> str:
 
 
 def paired_test_by_query(run: dict[str, float], baseline: dict[str, float], higher_is_better: bool = True,
-                         seed: int | None = 0) -> PairedTestResult | None:
+                         seed: int | None = 0, alternative: str = "two-sided") -> PairedTestResult | None:
     """The default significance test of a run against a baseline, on the queries both evaluated
     (values by query name, in the order of ``run``): :func:`paired_randomization_test`, with
-    :func:`paired_bootstrap_test`'s p-value as ``bootstrap_p_value``. None when fewer than 2
+    :func:`paired_bootstrap_test`'s p-value (same ``alternative``, two-sided by default) as
+    ``bootstrap_p_value``. None when fewer than 2
     queries are common (or the tests cannot be computed)."""
     common = [q for q, v in run.items() if q in baseline and v is not None and baseline[q] is not None]
     if len(common) < 2:
@@ -367,8 +436,8 @@ def paired_test_by_query(run: dict[str, float], baseline: dict[str, float], high
     a = np.array([run[q] for q in common], float)
     b = np.array([baseline[q] for q in common], float)
     try:
-        boot = paired_bootstrap_test(a, b, seed=seed, higher_is_better=higher_is_better)
-        res = paired_randomization_test(a, b, seed=seed, higher_is_better=higher_is_better)
+        boot = paired_bootstrap_test(a, b, seed=seed, higher_is_better=higher_is_better, alternative=alternative)
+        res = paired_randomization_test(a, b, seed=seed, higher_is_better=higher_is_better, alternative=alternative)
     except ValueError:
         return None
     return replace(res, bootstrap_p_value=boot.p_value)

@@ -1,6 +1,6 @@
 """The Evaluation tab's comparison of runs: a baseline run, and one row per compared run with its
-means and 95 % bootstrap intervals, GAP, the verdict's figures and the paired one-tailed tests
-against the baseline (computed by core: ``reports.paired_tests``)."""
+means and 95 % bootstrap intervals, GAP, the verdict's figures and the paired two-sided tests
+against the baseline with their direction, better or worse (computed by core: ``reports.paired_tests``)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -21,7 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 from ...core.evaluation.reports import COMPARED
-from ...core.evaluation.stats import PairedTestResult, stars
+from ...core.evaluation.stats import PairedTestResult, format_p, stars
 from .layout import row
 from .query_table import fmt
 from .run_list import colour_icon
@@ -35,6 +36,10 @@ GAP_COLUMN = 5
 VERDICT_COLUMN = GAP_COLUMN + 1  # the first of VERDICT_FIGURES
 P_COLUMN = VERDICT_COLUMN + len(VERDICT_FIGURES)  # the first paired test (of COMPARED's first metric)
 VALUE_ROLE = Qt.ItemDataRole.UserRole + 1  # numbers behind a cell
+#: A significant difference's colour: a drop in the warning colour, a gain in green.
+DIRECTION_COLOURS = {"worse": "#c62828", "better": "#2e7d32"}
+#: The run column's width bounds (px): the name's longest line (query set; settings and time), wrapped above.
+NAME_WIDTH = (140, 320)
 GAP_TIP = ("GAP (Global Average Precision, the Met dataset's open-set metric): every query, known and unknown, "
            "sorted by its answer's confidence; the precision of the right top-1 answers along that order, "
            "averaged over the known queries (1 is perfect: every known query right and surer than every "
@@ -43,11 +48,12 @@ NOTE = ("Intervals: 95 % percentile bootstrap over queries. GAP: Global Average 
         "all queries sorted by confidence (in brackets, over the known queries only). "
         "Verdict (“in this collection”): "
         "unknown objects rejected, known objects wrongly rejected, accuracy (right answer or right "
-        "rejection); n/a without such queries. p: paired one-tailed randomization test that the run "
-        "is better than the baseline (for AMNRO, lower is better), exact up to 20 differing queries; "
-        "in brackets the number of queries that differ (the only ones it uses) and the paired "
-        "bootstrap test's p, which is too small when few queries differ; "
-        "* p ≤ 0.05, ** p ≤ 0.01, *** p ≤ 0.001 (randomization p).")
+        "rejection); n/a without such queries. p: the run is better or worse than the baseline (for "
+        "AMNRO, lower is better), with the p of the paired two-sided randomization test, exact up "
+        "to 20 differing queries; below, the number of queries that differ (the only ones it uses) "
+        "and the paired bootstrap test's p, which is too small when few queries differ; "
+        "* p ≤ 0.05, ** p ≤ 0.01, *** p ≤ 0.001 (randomization p); a significant drop in red, "
+        "a significant gain in green.")
 NO_COMMON = "No common evaluated queries with the baseline (at least 2 needed)."
 
 
@@ -64,18 +70,26 @@ def cell(text: str, value: Any) -> QTableWidgetItem:
 
 
 def p_text(metric: str, res: PairedTestResult) -> tuple[str, str]:
-    """A paired test in the cell (p, stars, differing queries, bootstrap p) and in its tooltip."""
+    """A paired test in the cell (direction, p, stars; below, differing queries and bootstrap p) and in
+    its tooltip, e.g. "worse, p = 0.0005 ***" over "12 differ · bootstrap < 0.0001"."""
     p, boot = float(res.p_value), res.bootstrap_p_value
     better = "lower" if not COMPARED[metric][1] else "higher"
-    p_str, boot_str = ((f"{x:.3f}" if x >= 0.001 else "<0.001") for x in (p, boot))
-    text = f"{p_str} {stars(p)}".rstrip() + f" ({res.differing_queries} differing; bootstrap {boot_str})"
+    text = (f"{res.direction}, p = {format_p(p)} {stars(p)}".rstrip()
+            + f"\n{res.differing_queries} differ · bootstrap {format_p(boot)}")
     how = (f"exact, all {res.n_resamples:,} sign assignments" if res.exact
            else f"Monte Carlo, {res.n_resamples:,} random sign assignments")
-    tip = (f"Δ = {res.delta:+.3f} ({better} is better) over {res.n_queries} paired queries, "
-           f"{res.differing_queries} of them differing; one-tailed p = {p:.4f} (paired "
-           f"{res.test} test, {how}); paired bootstrap test p = {boot:.4f} (studentized, "
-           f"over all {res.n_queries} queries)")
+    tip = (f"{res.direction.capitalize()} than the baseline: {res.run_mean:.3f} vs {res.baseline_mean:.3f}, "
+           f"Δ = {res.delta:+.3f} ({better} is better) over {res.n_queries} paired queries, "
+           f"{res.differing_queries} of them differing; {res.alternative} p = {p:.4f} (paired "
+           f"{res.test} test, {how}); paired bootstrap test p = {format_p(boot)} (studentized, "
+           f"{res.alternative}, over all {res.n_queries} queries)")
     return text, tip
+
+
+def name_lines(name: str) -> str:
+    """A run's name in the table: the query set on the first line, the settings and the time below."""
+    head, sep, rest = name.partition(" · ")
+    return f"{head}\n{rest}" if sep else name
 
 
 class ComparisonPage(QWidget):
@@ -101,7 +115,12 @@ class ComparisonPage(QWidget):
         self.table.verticalHeader().hide()
         sh = self.table.horizontalHeader()
         sh.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        sh.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        # the name is never cut: a column as wide as its longest line (within NAME_WIDTH), wrapped
+        # above that, the rows as high as their text; in full in the tooltip
+        sh.setSectionResizeMode(0, QHeaderView.ResizeMode.Interactive)
+        self.table.setWordWrap(True)
+        self.table.setTextElideMode(Qt.TextElideMode.ElideNone)
+        self.table.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         note = QLabel(NOTE)
         note.setWordWrap(True)
         lay = QVBoxLayout(self)
@@ -135,18 +154,32 @@ class ComparisonPage(QWidget):
         """One row per run of ``runs`` (``EvalRun``), tested against ``base`` with ``tests(run, base)``
         (:func:`museum_search.core.evaluation.reports.paired_tests`); returns the rows' figures."""
         self.table.setRowCount(len(runs))
-        return [self._fill_row(r, run, base, tests) for r, run in enumerate(runs)]
+        rows = [self._fill_row(r, run, base, tests) for r, run in enumerate(runs)]
+        self._fit_name_column()
+        return rows
+
+    def _fit_name_column(self) -> None:
+        """The run column as wide as its longest line (icon and margins included), within NAME_WIDTH."""
+        fm = self.table.fontMetrics()
+        items = (self.table.item(r, 0) for r in range(self.table.rowCount()))
+        longest = max((fm.horizontalAdvance(line) for it in items if it is not None for line in it.text().split("\n")),
+                      default=0)
+        header = fm.horizontalAdvance(self.table.horizontalHeaderItem(0).text())
+        icon = self.table.iconSize().width() if self.table.iconSize().isValid() else 16
+        self.table.setColumnWidth(0, max(NAME_WIDTH[0], min(NAME_WIDTH[1], max(longest, header) + icon + 24)))
+        self.table.resizeRowsToContents()
 
     def _fill_row(self, r: int, run, base, tests) -> dict[str, Any]:
         s = run.report.summary
         out: dict[str, Any] = {"key": run.key, "name": run.name, "queries": s["queries"],
                                "gap": s["gap"], "gap_known": s["gap_known"],
                                "baseline": base is not None and run.key == base.key, "ci": {}, "p": {},
-                               "stars": {}, "delta": {}, "verdict": {}, "differing": {}, "bootstrap_p": {}}
-        label = run.name + ("  (baseline)" if out["baseline"] else "")
-        name_item = QTableWidgetItem(colour_icon(run.colour), label)
+                               "stars": {}, "delta": {}, "verdict": {}, "differing": {}, "bootstrap_p": {},
+                               "direction": {}}
+        suffix = "  (baseline)" if out["baseline"] else ""
+        name_item = QTableWidgetItem(colour_icon(run.colour), name_lines(run.name) + suffix)
         name_item.setData(VALUE_ROLE, run.key)
-        name_item.setToolTip(label)
+        name_item.setToolTip(run.name + suffix + f"\n{run.settings.label()}")
         self.table.setItem(r, 0, name_item)
         self.table.setItem(r, 1, cell(f"{out['queries']:,}", out["queries"]))
         for c, metric in enumerate(COMPARED, start=2):
@@ -177,6 +210,7 @@ class ComparisonPage(QWidget):
             out["delta"][metric] = float(res.delta)
             out["differing"][metric] = res.differing_queries
             out["bootstrap_p"][metric] = res.bootstrap_p_value
+            out["direction"][metric] = res.direction
             text, tip = p_text(metric, res)
         out["p"][metric] = p
         out["stars"][metric] = stars(p)
@@ -186,4 +220,7 @@ class ComparisonPage(QWidget):
             f = item.font()
             f.setBold(True)
             item.setFont(f)
+            colour = DIRECTION_COLOURS.get(out["direction"].get(metric, ""))
+            if colour:
+                item.setForeground(QBrush(QColor(colour)))
         return item
