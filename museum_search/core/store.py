@@ -145,9 +145,8 @@ class Index:
         self.created = created or time.time()
         self.updated = updated or self.created
         #: (N, K_max) nearest other references of each one, best first (None: not computed)
-        self._neighbours = neighbours
-        if neighbours is not None and (neighbours.ndim != 2 or neighbours.shape[0] != len(items)):
-            raise IndexFormatError(f"neighbour lists of shape {neighbours.shape} for {len(items)} items")
+        self._neighbours: np.ndarray | None = None
+        self.neighbours = neighbours  # checked against the items (the setter)
         #: the approximate-search index (:class:`.ann.AnnIndex`) or None
         self.ann = ann
         self.path = Path(path) if path else None
