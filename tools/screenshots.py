@@ -1,91 +1,197 @@
-"""Screenshots of each tab on real data, for the README (docs/screenshots/*.png).
+"""Screenshots of every tab on real data, for the README and for looking at the app.
 
 Run under Xvfb so the window is a real X11 window:
 
-    xvfb-run -s "-screen 0 1440x900x24" python tools/screenshots.py [--data ../shared/data/paintings]
+    xvfb-run -s "-screen 0 1600x1000x24" python tools/screenshots.py [--data ../shared/data/paintings]
 
-It indexes the paintings references (or opens --index), runs a search with a query photo and an
-evaluation of a query set, and grabs the main window at each step.
+At each window size (``--sizes``, default 1024x700 and 1600x1000) it grabs:
+
+* ``collection-build``: the Collection tab during a build of the paintings references;
+* ``collection``: the Collection tab on the built index;
+* ``search-painting`` / ``evidence-painting``: a painting query and its evidence view;
+* ``search-sample`` / ``evidence-sample``: a photo of the bundled sample collection and its evidence
+  view (framed references on a wall);
+* ``evaluation-running``: the Evaluation tab during a run;
+* ``evaluation``, ``evaluation-compare``, ``evaluation-verdict``: after two runs, on the Queries,
+  Compare runs and Verdict pages.
+
+Files go to ``--out/<W>x<H>/<name>.png``; ``--readme`` also copies the 1600x1000 collection, search
+and evaluation shots to ``--out/<name>.png`` (the README's pictures). The sample collection's index is
+built in a temporary folder (``XDG_DATA_HOME`` is pointed there): no user file is touched.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import sys
+import tempfile
 import time
+import traceback
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+README_SHOTS = ("collection", "search-painting", "evaluation")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data" / "paintings")
-    ap.add_argument("--index", type=Path, default=Path("/tmp/museum-search-screenshots-index"))
+    ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "museum-search-screenshots")
     ap.add_argument("--out", type=Path, default=REPO / "docs" / "screenshots")
     ap.add_argument("--query-set", default="qsd2_w3")
+    ap.add_argument("--sizes", nargs="+", default=["1024x700", "1600x1000"])
+    ap.add_argument("--readme", action="store_true", help="also refresh the README's pictures")
     args = ap.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
+    args.work.mkdir(parents=True, exist_ok=True)
+    os.environ["XDG_DATA_HOME"] = str(args.work / "xdg-data")  # the sample index goes there
 
     from PySide6.QtWidgets import QApplication
 
+    from museum_search.core import paths
     from museum_search.core.indexing import build_index
     from museum_search.core.progress import drive
-    from museum_search.gui import workers
-    from museum_search.gui.main_window import MainWindow
+    from museum_search.core.store import LabellingSpec
 
     app = QApplication(sys.argv[:1])
-    if not (args.index / "manifest.json").is_file():
+    index = args.work / "paintings-index"
+    if not (index / "manifest.json").is_file():
         print("indexing", args.data / "references", flush=True)
-        drive(build_index(args.data / "references", args.index))
-    win = MainWindow()
-    win.resize(1400, 860)
-    win.show()
+        drive(build_index(args.data / "references", index))
+    sample = paths.sample_collection()
+    sample_index = args.work / "sample-index"
+    if not (sample_index / "manifest.json").is_file():
+        print("indexing the sample collection", flush=True)
+        drive(build_index(sample / "collection", sample_index,
+                          labelling=LabellingSpec("catalogue", str(sample / "catalogue.csv"))))
 
-    def pump(seconds: float, until=None) -> None:
+    failures = 0
+    for size in args.sizes:
+        w, h = (int(v) for v in size.lower().split("x"))
+        out = args.out / f"{w}x{h}"
+        out.mkdir(parents=True, exist_ok=True)
+        failures += Session(app, args, w, h, out, index, sample_index).run()
+    if args.readme:
+        for name in README_SHOTS:
+            src = args.out / "1600x1000" / f"{name}.png"
+            if src.is_file():
+                shutil.copyfile(src, args.out / f"{name.split('-')[0]}.png")
+    return 1 if failures else 0
+
+
+class Session:
+    """One window at one size, walked through every tab."""
+
+    def __init__(self, app, args, w: int, h: int, out: Path, index: Path, sample_index: Path):
+        self.app, self.args, self.w, self.h, self.out = app, args, w, h, out
+        self.index, self.sample_index = index, sample_index
+
+    def pump(self, seconds: float, until=None) -> bool:
         end = time.time() + seconds
         while time.time() < end:
-            app.processEvents()
+            self.app.processEvents()
             if until is not None and until():
-                break
+                return True
             time.sleep(0.02)
+        return until is None
 
-    def shot(name: str) -> None:
-        pump(0.8)
-        path = args.out / f"{name}.png"
-        win.grab().save(str(path))
+    def shot(self, widget, name: str) -> None:
+        self.pump(0.8)
+        path = self.out / f"{name}.png"
+        widget.grab().save(str(path))
         print("saved", path, flush=True)
 
-    assert win.open_index(args.index)
-    pump(3)
-    win.tabs.setCurrentWidget(win.collection_tab)
-    pump(4)
-    shot("collection")
+    def run(self) -> int:
+        from museum_search.gui import workers
+        from museum_search.gui.main_window import MainWindow
 
-    win.tabs.setCurrentWidget(win.search_tab)
-    query = sorted((args.data / "queries" / args.query_set).glob("*.jpg"))[2]
-    win.search_tab.search_file(str(query))
-    pump(120, until=lambda: bool(win.search_tab.results()) and not win.search_tab.is_busy())
-    pump(4)
-    shot("search")
+        self.win = MainWindow()
+        self.win.resize(self.w, self.h)
+        self.win.move(0, 0)
+        self.win.show()
+        self.pump(2)
+        failures = 0
+        for step in (self.build, self.collection, self.search_painting, self.search_sample, self.evaluation):
+            try:
+                step()
+            except Exception:  # one broken step must not lose the others' pictures
+                traceback.print_exc()
+                failures += 1
+        workers.wait_all()
+        self.win.close()
+        self.pump(1)
+        return failures
 
-    tab = win.evaluation_tab
-    win.tabs.setCurrentWidget(tab)
-    tab.load_queryset_path(args.data / "queries" / args.query_set)
-    tab.rerank.set_names([])  # the unverified baseline first
-    tab.rerank.set_verify(False)
-    tab.run_evaluation()
-    pump(1800, until=lambda: not tab.is_running())
-    tab.rerank.set_names([])  # then the default pipeline: verified answers
-    tab.rerank.set_verify(True)
-    tab.run_evaluation()
-    pump(1800, until=lambda: not tab.is_running())
-    tab.queries.select_row(0)
-    pump(4)
-    shot("evaluation")
-    workers.wait_all()
-    win.close()
-    return 0
+    def build(self) -> None:
+        tab = self.win.collection_tab
+        self.win.tabs.setCurrentWidget(tab)
+        tab.set_collection(self.args.data / "references")
+        target = self.args.work / f"build-{self.w}x{self.h}"
+        shutil.rmtree(target, ignore_errors=True)  # our own scratch folder under --work
+        tab._set_index_dir(target)
+        if not tab.start_build():
+            raise RuntimeError("the build did not start")
+        # wait until the build is past loading the network and into the photos
+        self.pump(300, until=lambda: "of" in tab.progress.status_label.text() and tab.progress.bar.value() > 10)
+        self.shot(self.win, "collection-build")
+        tab.cancel()
+        self.pump(60, until=lambda: not tab.running)
+
+    def collection(self) -> None:
+        assert self.win.open_index(self.index)
+        self.pump(5)
+        self.win.tabs.setCurrentWidget(self.win.collection_tab)
+        self.shot(self.win, "collection")
+
+    def _search(self, index: Path, query: Path, name: str) -> None:
+        tab = self.win.search_tab
+        assert self.win.open_index(index)
+        self.pump(5)
+        self.win.tabs.setCurrentWidget(tab)
+        tab.search_file(str(query))
+        self.pump(180, until=lambda: bool(tab.results()) and not tab.is_busy())
+        self.pump(2)
+        self.shot(self.win, f"search-{name}")
+        dialog = tab.show_result_dialog(tab.results()[0])
+        dialog.resize(min(self.w, 1400), min(self.h, 900))
+        self.pump(30, until=lambda: dialog.evidence_view.evidence() is not None)
+        self.shot(dialog, f"evidence-{name}")
+        dialog.close()
+
+    def search_painting(self) -> None:
+        query = sorted((self.args.data / "queries" / self.args.query_set).glob("*.jpg"))[2]
+        self._search(self.index, query, "painting")
+
+    def search_sample(self) -> None:
+        from museum_search.core import paths
+
+        photos = sorted((paths.sample_collection() / "queries").rglob("*.jpg"))
+        self._search(self.sample_index, photos[0], "sample")
+
+    def evaluation(self) -> None:
+        assert self.win.open_index(self.index)
+        self.pump(5)
+        tab = self.win.evaluation_tab
+        self.win.tabs.setCurrentWidget(tab)
+        tab.load_queryset_path(self.args.data / "queries" / self.args.query_set)
+        tab.rerank.set_names([])  # the unverified baseline first
+        tab.rerank.set_verify(False)
+        tab.run_evaluation()
+        self.pump(60, until=lambda: tab.progress.bar.value() > 20)
+        self.shot(self.win, "evaluation-running")
+        self.pump(1800, until=lambda: not tab.is_running())
+        tab.rerank.set_names([])  # then the default pipeline: verified answers
+        tab.rerank.set_verify(True)
+        tab.run_evaluation()
+        self.pump(1800, until=lambda: not tab.is_running())
+        tab.queries.select_row(0)
+        self.shot(self.win, "evaluation")
+        tab.pages.setCurrentWidget(tab.compare)
+        self.shot(self.win, "evaluation-compare")
+        tab.pages.setCurrentWidget(tab.verdict_page)
+        self.shot(self.win, "evaluation-verdict")
+        tab.pages.setCurrentWidget(tab.queries)
 
 
 if __name__ == "__main__":
