@@ -22,6 +22,25 @@ its own, from ``wait4`` / ``VmHWM``):
 The machine is shared and noisy: one run, ratios and memory are the figures; seconds are indicative.
 Results: bench/results/scale.json. Usage:
     python bench/bench_scale.py [--sizes 100000 1000000] [--queries 200] [--exact-queries 50] [--work DIR]
+
+**Search speed against faiss** (``--part search``, issue 24; bench/results/search_speed.json): for
+each size and each kind of data, ``themes`` (above) and ``objects`` (N / 10 objects with random
+centres, no themes, 10 views each: two views of one object at cosine ~0.74, unrelated objects ~0),
+in a child process on the memory-mapped float16 .npy:
+
+* build ``AnnIndex.build`` (default parameters, tuned on the data: ``params.tuning``);
+* per query (one at a time, the methods interleaved so that the machine's load falls on all alike),
+  p50/p95 ms and recall@10 against museum-search's exact top 10:
+  - ``exact``: ``order(exact_scores(d, q), 10)`` (what ``search.top(..., "exact")`` does);
+  - ``faiss_fp16_flat``: faiss ``IndexScalarQuantizer`` fp16, inner product, ``search(q, 10)``
+    (its own in-memory copy of the float16 codes);
+  - ``ann``: ``AnnIndex.search(d, q, 10)`` (what ``search.top(..., "ann")`` does): IVF-PQ shortlist,
+    exact re-scoring of it from the memory map, ranking of the shortlist only;
+  - ``faiss_ivfpq_refine``: the same faiss IVF-PQ index (same nprobe) in a faiss ``IndexRefine``
+    with an fp16 flat index (k_factor = shortlist / 10): the IVF-PQ search and the exact re-scoring
+    of the same shortlist, in faiss alone; ``faiss_ivfpq`` its IVF-PQ search alone;
+* ratios ``exact / faiss_fp16_flat`` and ``ann / faiss_ivfpq_refine`` (p50), and VmRSS.
+    python bench/bench_scale.py --part search --sizes 100000 [--kinds themes objects] [--queries 200]
 """
 
 from __future__ import annotations
@@ -48,8 +67,9 @@ def _unit(x: np.ndarray) -> np.ndarray:
     return x / np.linalg.norm(x, axis=-1, keepdims=True)
 
 
-def prepare(work: Path, n: int, queries: int, seed: int = 0) -> None:
-    """desc.npy (n x DIM float16), items.csv, queries.npy (float32) and queries.json (their objects)."""
+def prepare(work: Path, n: int, queries: int, seed: int = 0, kind: str = "themes") -> None:
+    """desc.npy (n x DIM float16), items.csv, queries.npy (float32) and queries.json (their objects).
+    ``kind``: "themes" (objects grouped in themes) or "objects" (random object centres, no themes)."""
     rng = np.random.default_rng(seed)
     objects = n // VIEWS
     common = _unit(rng.standard_normal(DIM))
@@ -62,6 +82,8 @@ def prepare(work: Path, n: int, queries: int, seed: int = 0) -> None:
     def centres(a: int, b: int) -> np.ndarray:
         r = np.random.default_rng([centres_seed, a])
         own = _unit(r.standard_normal((b - a, DIM)))
+        if kind == "objects":
+            return own
         return _unit(0.55 * common + 0.55 * themes[theme_of[a:b]] + 0.65 * own)
 
     def views(c: np.ndarray, r: np.random.Generator, k: int) -> np.ndarray:
@@ -167,6 +189,104 @@ print(json.dumps(res))
 """
 
 
+SEARCH = r"""
+import json, sys, time
+import numpy as np
+from museum_search.core import ann
+from museum_search.core.progress import drive
+from museum_search.core.ranking import order
+
+def rss():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS"):
+            return round(int(line.split()[1]) / 1024, 1)
+
+d = np.load(sys.argv[1], mmap_mode="r")
+qs = np.load(sys.argv[2])
+n = len(d)
+res = {"rss_start_mib": rss()}
+t = time.perf_counter()
+index = drive(ann.AnnIndex.build(d))
+res["ann_build_s"] = round(time.perf_counter() - t, 2)
+res["ann_params"] = index.params.to_dict()
+res["rss_after_build_mib"] = rss()
+faiss = ann._faiss()
+flat = faiss.IndexScalarQuantizer(d.shape[1], faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT)
+refine_codes = faiss.IndexScalarQuantizer(d.shape[1], faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_L2)
+for a in range(0, n, 16384):
+    x = np.asarray(d[a:a + 16384], dtype=np.float32)
+    flat.add(x)
+    refine_codes.add(x)
+shortlist = index.params.shortlist
+refine = faiss.IndexRefine(index._index, refine_codes)
+refine.k_factor = shortlist / 10
+res["rss_after_faiss_copies_mib"] = rss()
+
+def ms_exact(q):
+    s = ann.exact_scores(d, q)
+    return order(s, 10)[0]
+def ms_ann(q):
+    return index.search(d, q, 10)[0][0]
+def f_flat(q):
+    return flat.search(q, 10)[1][0]
+def f_refine(q):
+    return refine.search(q, 10)[1][0]
+def f_ivfpq(q):
+    return index._index.search(q, shortlist)[1][0]
+methods = {"exact": ms_exact, "faiss_fp16_flat": f_flat, "ann": ms_ann, "faiss_ivfpq_refine": f_refine,
+           "faiss_ivfpq": f_ivfpq}
+for f in methods.values():  # warm: the memory map's pages, faiss's threads
+    f(qs[:1])
+times = {k: [] for k in methods}
+tops = {k: [] for k in methods}
+names = list(methods)
+for i in range(len(qs)):
+    q = qs[i:i + 1]
+    for j in range(len(names)):  # a rotating order: no method always runs first
+        k = names[(i + j) % len(names)]
+        t = time.perf_counter()
+        top = methods[k](q)
+        times[k].append(1000 * (time.perf_counter() - t))
+        tops[k].append(np.asarray(top))
+truth = tops["exact"]
+out = {}
+for k in names:
+    v = np.array(times[k])
+    row = {"p50_ms": round(float(np.median(v)), 3), "p95_ms": round(float(np.percentile(v, 95)), 3)}
+    if k != "faiss_ivfpq":
+        row["recall_at_10"] = round(float(np.mean([len(np.intersect1d(a, b)) / 10 for a, b in zip(tops[k], truth)])), 4)
+    out[k] = row
+out["exact"]["top10_identical_to_faiss_fp16_flat"] = round(float(np.mean(
+    [np.array_equal(a, b) for a, b in zip(tops["exact"], tops["faiss_fp16_flat"])])), 4)
+res["queries"] = len(qs)
+res["methods"] = out
+res["ratio_exact_to_faiss_fp16_flat_p50"] = round(out["exact"]["p50_ms"] / out["faiss_fp16_flat"]["p50_ms"], 2)
+res["ratio_ann_to_faiss_ivfpq_refine_p50"] = round(out["ann"]["p50_ms"] / out["faiss_ivfpq_refine"]["p50_ms"], 2)
+res["ratio_exact_to_faiss_fp16_flat_p95"] = round(out["exact"]["p95_ms"] / out["faiss_fp16_flat"]["p95_ms"], 2)
+res["ratio_ann_to_faiss_ivfpq_refine_p95"] = round(out["ann"]["p95_ms"] / out["faiss_ivfpq_refine"]["p95_ms"], 2)
+res["auto_mode"] = ann.resolve_mode("auto", n, index)
+res["rss_end_mib"] = rss()
+print(json.dumps(res))
+"""
+
+
+def search_speed(work: Path, n: int, kind: str, queries: int) -> dict:
+    """The search part (``--part search``) at size ``n`` on data of ``kind``."""
+    d = work / f"{kind}-n{n}"
+    shutil.rmtree(d, ignore_errors=True)
+    d.mkdir(parents=True)
+    t = time.perf_counter()
+    subprocess.run([sys.executable, __file__, "--prepare", str(d), "--n", str(n), "--queries", str(queries),
+                    "--kind", kind], check=True)
+    print(f"[{kind} {n:,}] data generated in {time.perf_counter() - t:.0f} s", flush=True)
+    load = os.getloadavg()[0]
+    res, peak = child(SEARCH, str(d / "desc.npy"), str(d / "queries.npy"))
+    res.update({"n": n, "dim": DIM, "kind": kind, "views_per_object": VIEWS, "peak_rss_mib": peak,
+                "load_before": round(load, 2), "load_after": round(os.getloadavg()[0], 2)})
+    print(f"[{kind} {n:,}] {json.dumps(res)}", flush=True)
+    return res
+
+
 def child(script: str, *args: str) -> tuple[dict, float]:
     """Run ``script`` in a new interpreter; its JSON output and peak resident memory (MiB, wait4)."""
     proc = subprocess.Popen([sys.executable, "-c", script, *args], stdout=subprocess.PIPE, text=True)
@@ -208,11 +328,30 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the generated data and indexes")
     ap.add_argument("--prepare", type=Path, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--part", choices=["scale", "search"], default="scale",
+                    help="scale: build, open and query through the app (scale.json); search: exact and "
+                         "approximate search against faiss on two kinds of data (search_speed.json)")
+    ap.add_argument("--kinds", nargs="+", choices=["themes", "objects"], default=["themes", "objects"])
+    ap.add_argument("--kind", default="themes", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.prepare:
-        prepare(args.prepare, args.n, args.queries)
+        prepare(args.prepare, args.n, args.queries, kind=args.kind)
         return
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-scale-"))
+    if args.part == "search":
+        out = HERE / "results" / "search_speed.json"
+        results = json.loads(out.read_text()) if out.exists() else {}
+        results.setdefault("runs", {})
+        results["machine"] = {"cpus": os.cpu_count(), "load_at_start": round(os.getloadavg()[0], 2)}
+        results["command"] = "python bench/bench_scale.py " + " ".join(sys.argv[1:])
+        for n in args.sizes:
+            for kind in args.kinds:
+                results["runs"][f"{kind}-{n}"] = search_speed(work, n, kind, args.queries)
+                out.write_text(json.dumps(results, indent=2))
+                if not args.keep:
+                    shutil.rmtree(work / f"{kind}-n{n}", ignore_errors=True)
+        print(f"written {out}")
+        return
     out = HERE / "results" / "scale.json"
     results = json.loads(out.read_text()) if out.exists() else {}
     results.setdefault("runs", {})

@@ -218,6 +218,12 @@ def cmd_info(args: argparse.Namespace) -> int:
           f"{index.neighbours_stored}")
     if index.ann is not None:
         print(f"approximate search: {index.ann.describe() if hasattr(index.ann, 'describe') else index.ann.params}")
+        from .core.ann import resolve_mode
+
+        tuning = index.ann.params.tuning
+        print("  measured at build time: " + (tuning.describe() if tuning is not None
+                                              else "nothing (built before the measurement existed)"))
+        print(f"  --search auto: {resolve_mode('auto', len(index), index.ann)}")
     else:
         print("approximate search: none (every search is exact)")
     from .core.verdict import Verdict

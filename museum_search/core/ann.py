@@ -4,17 +4,22 @@ IVF-PQ) index with exact re-scoring of its shortlist, and each reference's neare
 Three ways to score a query against N references:
 
 * :func:`exact_scores`: every reference, by matrix products. float32 descriptors are multiplied
-  in place (a memory map stays a memory map); float16 ones are converted a bounded chunk of rows
-  at a time (``_CHUNK_BYTES`` of float32), never whole: at 1M x 1280 a float32 copy is 5 GB.
-* :func:`rows_scores`: the exact dot products of each query with its own candidate rows only.
+  in place (a memory map stays a memory map); float16 ones are converted by bit arithmetic (exact,
+  about 10 times faster than numpy's cast) a block of rows at a time into a buffer each thread
+  reuses (1 MB), never whole: at 1M x 1280 a float32 copy is 5 GB.
+* :func:`rows_scores` / :func:`candidate_scores`: the exact dot products of each query with its own
+  candidate rows only.
 * :class:`AnnIndex`: a faiss IVF-PQ index (compact codes, no second copy of the descriptors)
   proposes ``params.shortlist`` candidates per query; :func:`rows_scores` scores them exactly and
-  :mod:`.ranking` orders them (descending score, ties by row). Only what the shortlist misses is
-  approximate; the scores returned are exact dot products.
+  :mod:`.ranking` orders them (descending score, ties by row), only them. Only what the shortlist
+  misses is approximate; the scores returned are exact dot products. At build time it tunes
+  ``nprobe`` and the shortlist on its own data until its recall@10 against exact search is
+  :data:`TARGET_RECALL`, and measures both searches' speed (:class:`AnnTuning`, in the manifest).
 
 :func:`resolve_mode` turns ``--search exact|ann|auto`` into "exact" or "ann": ``auto`` uses the
-approximate index from :data:`AUTO_MIN_REFERENCES` references (measured by
-``bench/bench_ann_threshold.py``).
+approximate index when its build measured it faster than exact search and at the target recall;
+for an index built before that measurement, from :data:`AUTO_MIN_REFERENCES` references (measured
+by ``bench/bench_ann_threshold.py``).
 
 :func:`neighbour_lists` gives each reference's ``k`` nearest *other* references with exactly the
 arithmetic and tie rule of ICFRR's gallery ranks (``-D`` from float64 dot products
@@ -35,11 +40,11 @@ faiss is imported on first use (``pip install faiss-cpu``); the exact functions 
 from __future__ import annotations
 
 import os
-import queue
+import threading
 import time
 from collections.abc import Callable, Generator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -54,8 +59,11 @@ __all__ = [
     "AUTO_MIN_REFERENCES",
     "NEIGHBOURS_STAGE",
     "SEARCH_MODES",
+    "TARGET_RECALL",
     "AnnIndex",
     "AnnParams",
+    "AnnTuning",
+    "candidate_scores",
     "choose_params",
     "exact_scores",
     "faiss_available",
@@ -84,6 +92,7 @@ AUTO_MIN_REFERENCES = 100_000
 TRAIN_STAGE = "training the approximate index"
 ADD_STAGE = "adding to the approximate index"
 NEIGHBOURS_STAGE = "finding each reference's nearest neighbours"
+TUNE_STAGE = "measuring the approximate index's recall"
 
 # float32 bytes converted (or gathered) at once: bounds the temporary memory of every loop here.
 _CHUNK_BYTES = 32 << 20
@@ -91,6 +100,10 @@ _CHUNK_BYTES = 32 << 20
 _BLOCK_ROWS = 4096
 # up to this many queries, exact_scores scores each on its own (no BLAS threads), chunks in parallel
 _FEW_QUERIES = 4
+# tuning (AnnIndex._tune): queries, the longest shortlist tried, exact queries timed
+_TUNE_QUERIES = 200
+_MAX_SHORTLIST = 8192
+_TIMED_EXACT_QUERIES = 10
 # float64 elements gathered at once when candidates are scored again exactly (64 MB).
 _EXACT_ELEMENTS = 1 << 23
 
@@ -137,21 +150,32 @@ def faiss_available() -> bool:
 # --------------------------------------------------------------------------------------------
 
 
-def resolve_mode(mode: str, n: int, has_ann: bool) -> str:
-    """"exact" or "ann" for ``--search mode`` on an index of ``n`` references (``has_ann``: it
-    has an approximate index). ``auto``: "ann" iff ``has_ann`` and ``n >= AUTO_MIN_REFERENCES``."""
+def resolve_mode(mode: str, n: int, has_ann: bool | AnnIndex | None) -> str:
+    """"exact" or "ann" for ``--search mode`` on an index of ``n`` references. ``has_ann``: its
+    approximate index (:class:`AnnIndex`), or whether it has one (True/False/None).
+
+    ``auto``: "ann" when the approximate index was tuned at build time (:class:`AnnTuning`) and
+    measured there both faster than the exact search and at the target recall; with an index
+    built before that measurement existed (or given only as True), the old rule: "ann" iff it has
+    one and ``n >= AUTO_MIN_REFERENCES``."""
     if mode not in SEARCH_MODES:
         raise MuseumSearchError(f"unknown search mode {mode!r}: use one of {', '.join(SEARCH_MODES)}")
     if mode == "exact":
         return "exact"
+    present = has_ann is not None and has_ann is not False
     if mode == "ann":
-        if not has_ann:
+        if not present:
             raise MuseumSearchError(
                 f"this index ({n:,} references) has no approximate (ANN) index: search it with --search exact "
                 "(or auto), or build one: rebuild it with `museum-search index ... --ann yes`, or update it "
                 "with `museum-search update INDEX --ann yes`")
         return "ann"
-    return "ann" if has_ann and int(n) >= AUTO_MIN_REFERENCES else "exact"
+    if not present:
+        return "exact"
+    tuning = has_ann.params.tuning if isinstance(has_ann, AnnIndex) else None
+    if tuning is not None:
+        return "ann" if tuning.meets_target and tuning.faster else "exact"
+    return "ann" if int(n) >= AUTO_MIN_REFERENCES else "exact"
 
 
 # --------------------------------------------------------------------------------------------
@@ -181,19 +205,63 @@ def _chunk_rows(dim: int, itemsize: int = 4, budget: int = _CHUNK_BYTES) -> int:
     return max(1, budget // (max(1, dim) * itemsize))
 
 
+# float16 -> float32 by bit arithmetic (numpy's own float16 cast is a scalar loop: 217 ms of a
+# 100k x 1280 query against 26 ms of arithmetic). A float16's bits, sign-extended to 32 bits and
+# shifted left by 13, are the float32 whose exponent is 112 (= 127 - 15) smaller: bits 28-30 (the
+# sign extension) are cleared, leaving sign | exponent | mantissa in float32 places. That float32 is
+# exactly ``value * 2**-112`` for every finite float16, subnormals and zeros included (they become
+# float32 subnormals, exactly). So a dot product with ``query * 2**112`` is the float32 dot product
+# with the converted row (powers of two scale exactly), and ``* 2**112`` gives the value itself.
+# float16 infinities and NaN are not supported (the index refuses non-finite descriptors).
+_HALF_MASK = np.int32(-0x70000001)  # 0x8FFFFFFF: sign and the 28 low bits
+_HALF_SCALE = np.float32(2.0 ** 112)
+#: float32 bytes of one converted block of the exact float16 kernel: small enough to stay in the
+#: core's cache between its conversion and its product (1 MB: 204 rows at 1280-d).
+_KERNEL_BYTES = 1 << 20
+#: query elements whose magnitude * 2**112 would overflow float32 (then: scaled after conversion).
+_QUERY_LIMIT = 2.0 ** 15
+#: up to this many rows, one query's product is einsum on the calling thread (:func:`_matvec`).
+_EINSUM_ROWS = 8192
+#: largest buffer a thread keeps between calls (:func:`_buffer`): a shortlist of 1,600 rows at 1280-d
+_KEPT_BUFFER_BYTES = 8 << 20
+
+
+def _half_bits(src: np.ndarray, buf: np.ndarray) -> np.ndarray:
+    """``src`` (R, D) float16 (or its int16 view) into ``buf[:R]`` (int32), as float32 bits of
+    ``value * 2**-112``; returns that part of ``buf`` viewed as float32."""
+    b = buf[: src.shape[0]]
+    np.copyto(b, src.view(np.int16), casting="unsafe")  # sign extension
+    np.left_shift(b, 13, out=b)
+    np.bitwise_and(b, _HALF_MASK, out=b)
+    return b.view(np.float32)
+
+
+def _half_to_float32(src: np.ndarray) -> np.ndarray:
+    """(R, D) float16 -> float32, exactly (the values of ``src.astype(np.float32)``), fast."""
+    x = _half_bits(src, np.empty(src.shape, dtype=np.int32))
+    x *= _HALF_SCALE
+    return x
+
+
 def _gather(d: np.ndarray, rows: np.ndarray, dtype=np.float32) -> np.ndarray:
     """``d[rows]`` as ``dtype`` (``rows`` sorted: a memory map is read in file order)."""
+    if d.dtype == np.float16 and np.dtype(dtype) in (np.dtype(np.float32), np.dtype(np.float64)):
+        x = _half_to_float32(np.asarray(d[rows]))
+        return x if np.dtype(dtype) == np.dtype(np.float32) else x.astype(dtype)
     return np.asarray(d[rows], dtype=dtype)
 
 
 def exact_scores(descriptors: np.ndarray, queries: np.ndarray, *, chunk_rows: int | None = None) -> np.ndarray:
     """(Q, N) float32 dot products of every query with every reference.
 
-    ``descriptors``: (N, D) float32 or float16, often an ``np.memmap``. float32 is multiplied as it
-    is; float16 is converted ``chunk_rows`` rows at a time (default: 32 MB of float32), on up to
-    as many threads as there are cores for a few queries (the conversion, not the product, is
-    what costs for one query). The values are those of ``queries @ descriptors.astype(float32).T``
-    up to BLAS rounding.
+    ``descriptors``: (N, D) float32 or float16, often an ``np.memmap`` (it stays one: only a
+    block of rows is read at a time). float32 is multiplied as it is. float16 is converted by bit
+    arithmetic (:func:`_half_bits`, exact, about 10 times faster than numpy's cast) one block of
+    ``chunk_rows`` rows at a time (default: 1 MB of float32 for a few queries, so that a block
+    stays in cache between its conversion and its product; 32 MB for many) into a buffer reused
+    for every block, on as many threads as there are cores for a few queries (each with its own
+    buffer: the extra memory is that buffer per thread, 1 MB). The values are those of
+    ``queries @ descriptors.astype(float32).T`` up to float32 rounding.
     """
     d = _check_descriptors(descriptors)
     n, dim = d.shape
@@ -204,54 +272,84 @@ def exact_scores(descriptors: np.ndarray, queries: np.ndarray, *, chunk_rows: in
     out = np.empty((nq, n), dtype=np.float32)
     if n == 0 or nq == 0:
         return out
-    rows = max(1, int(chunk_rows)) if chunk_rows else _chunk_rows(dim)
-    starts = list(range(0, n, rows))
+    if d.dtype != np.float16:
+        for lo in range(0, n, _chunk_rows(dim)):
+            out[:, lo:lo + _chunk_rows(dim)] = q @ np.asarray(d[lo:lo + _chunk_rows(dim)], dtype=np.float32).T
+        return out
     few = nq <= _FEW_QUERIES
+    rows = max(1, int(chunk_rows)) if chunk_rows else _chunk_rows(dim, budget=_KERNEL_BYTES if few else _CHUNK_BYTES)
+    starts = list(range(0, n, rows))
     workers = min(_threads(), len(starts)) if few else 1
-    buffers: queue.SimpleQueue[np.ndarray] = queue.SimpleQueue()
-    for _ in range(workers):
-        buffers.put(np.empty((min(rows, n), dim), dtype=np.float32))
+    # the block holds value * 2**-112: the queries carry the 2**112 (exact), unless that overflows
+    scaled = bool(np.all(np.abs(q) < _QUERY_LIMIT))
+    qs = q * _HALF_SCALE if scaled else q
+    src = np.asarray(d).view(np.int16)  # a plain view of the memory map (cheaper to slice)
 
-    def work(lo: int) -> None:
-        hi = min(n, lo + rows)
-        buf = buffers.get()
-        try:
-            b = buf[: hi - lo]
-            np.copyto(b, d[lo:hi], casting="same_kind")
-            if few:  # a few queries: no BLAS threads (their start-up costs more than the product)
+    def work(part: int) -> None:
+        buf = _buffer(min(rows, n), dim)
+        for lo in starts[part::workers]:
+            hi = min(n, lo + rows)
+            b = _half_bits(src[lo:hi], buf)
+            if not scaled:
+                b *= _HALF_SCALE
+            if few:  # a few queries: einsum on this thread (BLAS would wake its threads per block)
                 for i in range(nq):
-                    out[i, lo:hi] = _matvec(b, q[i])
+                    np.einsum("cd,d->c", b, qs[i], out=out[i, lo:hi])
             else:
-                out[:, lo:hi] = q @ b.T
-        finally:
-            buffers.put(buf)
+                np.matmul(qs, b.T, out=out[:, lo:hi])
 
     if workers == 1:
-        for lo in starts:
-            work(lo)
+        work(0)
     else:
-        with ThreadPoolExecutor(workers, thread_name_prefix="museum-search-scores") as pool:
-            for _ in pool.map(work, starts):
-                pass
+        for _ in _pool().map(work, range(workers)):
+            pass
     return out
 
 
-def _matvec(g: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """``g @ q`` (float32) on the calling thread: BLAS below its threading size, einsum above.
+_pool_lock = threading.Lock()
+_pool_instance: ThreadPoolExecutor | None = None
+_local = threading.local()
 
-    OpenBLAS runs a single query's product on all its threads from a few thousand rows on, and on
-    a busy machine waking them costs milliseconds (3 ms for 400 x 1280 as ``q @ g.T``, measured);
-    einsum stays on this thread (2 ms for 3,000 x 1280 against 11 ms threaded)."""
-    if g.shape[0] <= 1024:
-        return g @ q
-    return np.einsum("cd,d->c", g, q)
+
+def _pool() -> ThreadPoolExecutor:
+    """The threads of :func:`exact_scores`, started once (starting them per query costs ~1 ms)."""
+    global _pool_instance
+    with _pool_lock:
+        if _pool_instance is None:
+            _pool_instance = ThreadPoolExecutor(_threads(), thread_name_prefix="museum-search-scores")
+        return _pool_instance
+
+
+def _buffer(rows: int, dim: int) -> np.ndarray:
+    """A (rows, dim) int32 buffer of the calling thread, reused from call to call up to
+    :data:`_KEPT_BUFFER_BYTES` (a fresh one's pages cost page faults at every query)."""
+    size = rows * dim
+    if 4 * size > _KEPT_BUFFER_BYTES:
+        return np.empty((rows, dim), dtype=np.int32)
+    buf = getattr(_local, "buffer", None)
+    if buf is None or buf.size < size:
+        buf = _local.buffer = np.empty(size, dtype=np.int32)
+    return buf[:size].reshape(rows, dim)
+
+
+def _matvec(g: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """``g @ q`` (float32) on the calling thread: einsum up to :data:`_EINSUM_ROWS` rows, BLAS above.
+
+    OpenBLAS runs a single query's product on all its threads, and on a busy machine waking them
+    costs milliseconds. Measured on the shared 2-core machine under load (1280-d, p50 of 30):
+    800 rows 0.36 ms einsum against 18.7 ms BLAS, 3,000 rows 1.1 against 21.5 ms; 20,000 rows
+    38.6 against 20.6 ms (there the threads pay off)."""
+    if g.shape[0] <= _EINSUM_ROWS:
+        return np.einsum("cd,d->c", g, q)
+    return g @ q
 
 
 def rows_scores(descriptors: np.ndarray, queries: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """(Q, C) float32: the exact dot product of each query with each of its own candidate rows.
 
     ``rows``: (Q, C) int64, one row of candidates per query; -1 = no candidate (score -inf). Only
-    those rows are read (each distinct row once per batch of queries, in file order).
+    those rows are read, query by query (a query's scores do not depend on the other queries of the
+    batch: the same as alone), with :func:`candidate_scores`.
     """
     d = _check_descriptors(descriptors)
     n, dim = d.shape
@@ -267,28 +365,95 @@ def rows_scores(descriptors: np.ndarray, queries: np.ndarray, rows: np.ndarray) 
         return out
     if r.max() >= n or r.min() < -1:
         raise IndexError(f"candidate rows must lie in [0, {n}) or be -1")
-    per = max(1, _chunk_rows(dim) // max(1, r.shape[1]))  # queries whose candidates fit the budget
-    for a in range(0, q.shape[0], per):
-        b = min(q.shape[0], a + per)
-        rr = r[a:b]
-        valid = rr >= 0
-        if not valid.any():
-            continue
-        uniq, inv = np.unique(rr[valid], return_inverse=True)
-        g = _gather(d, uniq)
-        block = out[a:b]
-        if b - a == 1:  # one query (the usual case): its own rows, on this thread
-            block[valid] = _matvec(g, q[a])[inv]
-            continue
-        s = q[a:b] @ g.T  # (queries, distinct rows)
-        owner = np.nonzero(valid)[0]
-        block[valid] = s[owner, inv]
+    for i in range(q.shape[0]):
+        valid = r[i] >= 0
+        if valid.any():
+            out[i, valid] = candidate_scores(d, q[i:i + 1], r[i][valid])[0]
     return out
+
+
+def candidate_scores(descriptors: np.ndarray, queries: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """(Q, C) float32 exact dot products of each of a few ``queries`` (e.g. one photo's regions) with
+    the same candidate rows ``rows`` (C,) (valid rows, any order; best sorted and distinct: then
+    they are read in file order and not sorted again). The rows are read once, float16 converted by
+    :func:`_half_bits` into this thread's buffer, and each query's product is :func:`_matvec`."""
+    d = _check_descriptors(descriptors)
+    q = _queries(queries, d.shape[1])
+    rows = np.asarray(rows, dtype=np.int64)
+    increasing = len(rows) < 2 or bool(np.all(rows[1:] > rows[:-1]))
+    uniq, inv = (rows, None) if increasing else np.unique(rows, return_inverse=True)
+    if d.dtype == np.float16 and bool(np.all(np.abs(q) < _QUERY_LIMIT)):
+        # the rows as float32 bits of value * 2**-112 (exact), the queries * 2**112
+        g = _half_bits(np.asarray(d)[uniq], _buffer(len(uniq), d.shape[1]))
+        q = q * _HALF_SCALE
+    else:
+        g = _gather(d, uniq)
+    out = np.empty((q.shape[0], len(uniq)), dtype=np.float32)
+    for i in range(q.shape[0]):
+        out[i] = _matvec(g, q[i])
+    return out if inv is None else out[:, inv]
 
 
 # --------------------------------------------------------------------------------------------
 # The approximate index
 # --------------------------------------------------------------------------------------------
+
+
+#: recall@10 against exact search that the approximate index is tuned to reach (:meth:`AnnIndex.build`)
+TARGET_RECALL = 0.95
+#: cosine of a tuning query to the reference it is made from (a noisy new "view" of it)
+TUNE_COSINE = 0.8
+
+
+@dataclass
+class AnnTuning:
+    """What :meth:`AnnIndex.build` measured on the index's own data (stored with :class:`AnnParams`).
+
+    ``recall_at_10``: of the approximate search with the tuned ``nprobe``/``shortlist``, against the
+    exact search, over ``queries`` queries (sampled references with noise, cosine ``query_cosine`` to
+    them); ``target``: the recall it was tuned to reach; ``ann_ms``, ``exact_ms``: p50 milliseconds per
+    query of the approximate and the exact search (one query at a time, at build time, on the
+    building machine); ``steps``: the (nprobe, shortlist, recall) tried, in order.
+    """
+
+    recall_at_10: float
+    target: float
+    queries: int
+    query_cosine: float
+    ann_ms: float
+    exact_ms: float
+    steps: list[tuple[int, int, float]] = field(default_factory=list)
+
+    @property
+    def meets_target(self) -> bool:
+        return self.recall_at_10 >= self.target
+
+    @property
+    def faster(self) -> bool:
+        """Whether the approximate search was measured faster than the exact one."""
+        return self.ann_ms < self.exact_ms
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["steps"] = [list(s) for s in self.steps]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Any) -> AnnTuning:
+        try:
+            if not isinstance(data, dict):
+                raise TypeError(f"not a mapping: {type(data).__name__}")
+            return cls(recall_at_10=float(data["recall_at_10"]), target=float(data["target"]),
+                       queries=int(data["queries"]), query_cosine=float(data["query_cosine"]),
+                       ann_ms=float(data["ann_ms"]), exact_ms=float(data["exact_ms"]),
+                       steps=[(int(a), int(b), float(c)) for a, b, c in data.get("steps", [])])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise IndexFormatError(
+                f"the approximate index's measured recall and speed are damaged ({exc}): rebuild the index") from exc
+
+    def describe(self) -> str:
+        return (f"recall@10 {self.recall_at_10:.3f} against exact search (target {self.target:.2f}, "
+                f"{self.queries} noisy references), {self.ann_ms:.1f} ms per query against {self.exact_ms:.1f} ms exact")
 
 
 @dataclass
@@ -311,20 +476,30 @@ class AnnParams:
     seed: int = 1234
     train_iterations: int = 10
     add_chunk: int = 16_384
+    #: what :meth:`AnnIndex.build` measured when it tuned ``nprobe`` and ``shortlist`` on the
+    #: index's own data (None: not tuned, e.g. an index built before tuning existed)
+    tuning: AnnTuning | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "tuning"}
+        if self.tuning is not None:
+            out["tuning"] = self.tuning.to_dict()
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AnnParams:
         if not isinstance(data, dict):
             raise IndexFormatError("the approximate index's parameters are missing or damaged: rebuild the index")
-        known = {f.name for f in fields(cls)}
+        known = {f.name for f in fields(cls)} - {"tuning"}
         try:
-            return cls(**{k: int(v) for k, v in data.items() if k in known})
+            values: dict[str, Any] = {k: int(v) for k, v in data.items() if k in known}
+            params = cls(**values)
         except (TypeError, ValueError) as exc:
             raise IndexFormatError(
                 f"the approximate index's parameters are incomplete or damaged ({exc}): rebuild the index") from exc
+        if data.get("tuning") is not None:
+            params.tuning = AnnTuning.from_dict(data["tuning"])
+        return params
 
     def padded_dim(self, dim: int) -> int:
         """The dimension the PQ works in: ``dim`` rounded up to a multiple of ``m`` (zero padded)."""
@@ -360,6 +535,30 @@ def choose_params(n: int, dim: int) -> AnnParams:
     return AnnParams(nlist=nlist, m=m, nbits=nbits, nprobe=nprobe, shortlist=800, train_size=train_size)
 
 
+def _noisy_views(x: np.ndarray, rng: np.random.Generator, cosine: float) -> np.ndarray:
+    """Unit vectors at ``cosine`` from each row of ``x`` (normalized), in random directions."""
+    x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+    u = rng.standard_normal(x.shape).astype(np.float32)
+    u -= np.einsum("ij,ij->i", u, x)[:, None] * x
+    u /= np.maximum(np.linalg.norm(u, axis=1, keepdims=True), 1e-12)
+    return np.ascontiguousarray(cosine * x + np.sqrt(1.0 - cosine * cosine) * u, dtype=np.float32)
+
+
+def _latency_ms(search: Callable[[np.ndarray], Any], queries: np.ndarray, most: int | None = None,
+                budget_s: float = 3.0) -> float:
+    """p50 milliseconds of ``search`` on one query at a time (up to ``most`` queries, and after the
+    third no longer than ``budget_s`` seconds in all)."""
+    times: list[float] = []
+    begin = time.perf_counter()
+    for i in range(len(queries) if most is None else min(most, len(queries))):
+        t = time.perf_counter()
+        search(queries[i:i + 1])
+        times.append(1000 * (time.perf_counter() - t))
+        if len(times) >= 3 and time.perf_counter() - begin > budget_s:
+            break
+    return float(np.median(times))
+
+
 class AnnIndex:
     """An approximate index of N references: faiss ``IndexIVFPQ`` (inverted lists of PQ codes).
 
@@ -389,8 +588,9 @@ class AnnIndex:
 
     def describe(self) -> str:
         p = self.params
+        tuned = "" if p.tuning is None else f", recall@10 {p.tuning.recall_at_10:.3f} measured at build time"
         return (f"faiss IVF-PQ, {self.ntotal:,} references, {p.nlist} cells (nprobe {p.nprobe}), "
-                f"{p.m} x {p.nbits}-bit codes, exact re-scoring of {p.shortlist} candidates")
+                f"{p.m} x {p.nbits}-bit codes, exact re-scoring of {p.shortlist} candidates{tuned}")
 
     def __repr__(self) -> str:
         return f"AnnIndex({self.describe()})"
@@ -416,14 +616,21 @@ class AnnIndex:
         return faiss.IndexPreTransform(faiss.RemapDimensionsTransform(int(dim), pdim, True), ivfpq)
 
     @classmethod
-    def build(cls, descriptors: np.ndarray, params: AnnParams | None = None) -> Generator[Progress, None, AnnIndex]:
+    def build(cls, descriptors: np.ndarray, params: AnnParams | None = None, *,
+              tune: bool | None = None) -> Generator[Progress, None, AnnIndex]:
         """Build the index of ``descriptors`` (N, D) float32/float16, as a progress generator.
 
         Stages: "training the approximate index" (a seeded random sample of ``params.train_size``
         rows, converted to float32), then "adding to the approximate index" (``params.add_chunk``
-        rows at a time, each chunk converted alone). Closing the generator cancels: a training or
-        adding call under way ends on its own thread and is dropped.
+        rows at a time, each chunk converted alone), then (``tune``: by default when ``params`` is
+        not given) "measuring the approximate index's recall" (:meth:`_tune`: ``nprobe`` and
+        ``shortlist`` raised until the recall@10 is :data:`TARGET_RECALL`, the result in
+        ``params.tuning``). Closing the generator cancels: a training or adding call under way
+        ends on its own thread and is dropped.
         """
+        tune = params is None if tune is None else bool(tune)
+        if tune and params is not None:
+            params = replace(params)  # tuning changes nprobe and shortlist: not the caller's object
         d = _check_descriptors(descriptors)
         n, dim = d.shape
         if n < 2:
@@ -455,7 +662,78 @@ class AnnIndex:
             chunk = np.ascontiguousarray(d[a:b], dtype=np.float32)
             yield from wait(partial(index.add, chunk), beat(a, n, ADD_STAGE))
             yield beat(b, n, ADD_STAGE)()
-        return cls(index, params, dim)
+        built = cls(index, params, dim)
+        if tune:
+            yield from built._tune(d)
+        return built
+
+    def _tune(self, d: np.ndarray) -> Generator[Progress, None, None]:
+        """Tune ``nprobe`` and ``shortlist`` on the index's own data, and measure (a progress generator).
+
+        Queries: :data:`_TUNE_QUERIES` references (a seeded sample), each turned by a random direction
+        to cosine :data:`TUNE_COSINE` from itself (a new "view"). Their exact top 10
+        (:func:`exact_scores`) is the truth. From the chosen parameters on, while the recall@10 of
+        :meth:`search` is below :data:`TARGET_RECALL`, either ``nprobe`` (up to ``nlist``) or the
+        shortlist (up to :data:`_MAX_SHORTLIST`) is doubled, whichever gains more recall. Then one
+        query at a time, p50 milliseconds of both searches. The result goes in ``params.tuning``
+        (and the parameters in ``params``); both searches' cost grows with nprobe and shortlist, so
+        the first settings reaching the target are kept.
+        """
+        n, dim = d.shape
+        p = self.params
+        start = time.perf_counter()
+        rng = np.random.default_rng(int(p.seed) + 2)
+        m = int(min(_TUNE_QUERIES, n))
+        k = int(min(10, n))
+        x = _gather(d, np.sort(rng.choice(n, size=m, replace=False)))
+        q = _noisy_views(x, rng, TUNE_COSINE)
+        per = max(1, _CHUNK_BYTES // (4 * n))  # queries whose (queries, N) scores fit the budget
+        work = -(-m // per) + 16
+
+        def beat(done: int) -> Callable[[], Progress]:
+            return lambda: Progress(min(done, work), work, stage=TUNE_STAGE, elapsed=time.perf_counter() - start)
+
+        yield beat(0)()
+        truth = np.empty((m, k), dtype=np.int64)
+        for i, a in enumerate(range(0, m, per)):
+            scores = yield from wait(partial(exact_scores, d, q[a:a + per]), beat(i))
+            truth[a:a + per] = order(scores, k)
+        done = -(-m // per)
+
+        def recall(nprobe: int, shortlist: int) -> float:
+            self._set(nprobe, shortlist)
+            rows, _ = self.search(d, q, k)
+            return float(np.mean([len(np.intersect1d(r, t)) / k for r, t in zip(rows, truth)]))
+
+        setting = (int(p.nprobe), int(p.shortlist))
+        got = yield from wait(partial(recall, *setting), beat(done))
+        steps = [(*setting, round(got, 4))]
+        cap = int(min(n, max(_MAX_SHORTLIST, p.shortlist)))
+        while got < TARGET_RECALL:
+            options = [(min(int(p.nlist), 2 * setting[0]), setting[1]), (setting[0], min(cap, 2 * setting[1]))]
+            options = [o for o in options if o != setting]
+            if not options:
+                break
+            tried = []
+            for o in options:
+                done += 1
+                r = yield from wait(partial(recall, *o), beat(done))
+                steps.append((*o, round(r, 4)))
+                tried.append((r, o))
+            got, setting = max(tried, key=lambda t: t[0])  # equal recall: the first (more cells)
+        self._set(*setting)
+        ann_ms = yield from wait(partial(_latency_ms, lambda v: self.search(d, v, k), q), beat(work - 2))
+        exact_ms = yield from wait(partial(_latency_ms, lambda v: order(exact_scores(d, v), k), q,
+                                           _TIMED_EXACT_QUERIES), beat(work - 1))
+        self.params.tuning = AnnTuning(recall_at_10=round(got, 4), target=TARGET_RECALL, queries=m,
+                                       query_cosine=TUNE_COSINE, ann_ms=round(ann_ms, 3),
+                                       exact_ms=round(exact_ms, 3), steps=steps)
+        yield beat(work)()
+
+    def _set(self, nprobe: int, shortlist: int) -> None:
+        """Search with ``nprobe`` cells and a shortlist of ``shortlist`` candidates from now on."""
+        self.params.nprobe, self.params.shortlist = int(nprobe), int(shortlist)
+        self._ivf.nprobe = int(nprobe)
 
     def updated(self, descriptors: np.ndarray, old_to_new: np.ndarray) -> Generator[Progress, None, AnnIndex]:
         """A copy of this index for the references of an update, as a progress generator (stage

@@ -242,7 +242,7 @@ class QueryPipeline:
         self.verification = Verification(index, params_of_index(index, self.settings.verify_top),
                                          self.verdict.min_inliers, self.settings.rivals_anywhere)
         #: "exact" or "ann": how the global scores are computed (``settings.search`` for this index)
-        self.search_mode = resolve_mode(self.settings.search, len(index), index.ann is not None)
+        self.search_mode = resolve_mode(self.settings.search, len(index), index.ann)
         self.timings: dict[str, float] = {}
 
     @classmethod

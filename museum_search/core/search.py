@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from .ann import exact_scores, rows_scores
+from .ann import candidate_scores, exact_scores
+from .ranking import order
 from .store import Index
 
 
@@ -41,29 +42,79 @@ def score_matrix(index: Index, query_descriptors: np.ndarray, mode: str = "exact
     ``mode`` "exact" scores every reference (a float16 matrix is converted a block of rows at a
     time, never whole: :func:`.ann.exact_scores`). "ann" scores only the candidates the index's
     approximate search finds for any of the query's regions, exactly, and gives the others -inf
-    (ranked last): :func:`.ann.resolve_mode` says which a search uses.
+    (ranked last): :func:`.ann.resolve_mode` says which a search uses. :func:`top` ranks only what
+    it must (the candidates, with "ann"), when the whole row of scores is not needed.
     """
-    q = np.asarray(query_descriptors, dtype=np.float32)
-    regions = q.ndim == 3
-    flat = q.reshape(-1, q.shape[-1])
-    if flat.shape[1] != index.meta.dim:
-        raise ValueError(f"query descriptors are {flat.shape[1]}-d, the index is {index.meta.dim}-d")
+    q, regions = _query_matrix(index, query_descriptors)
     if mode == "ann":
-        if index.ann is None:
-            raise ValueError("this index has no approximate-search index")
-        q3 = q if regions else flat[:, None, :]
-        n, r = q3.shape[0], q3.shape[1]
-        cand = index.ann.candidates(flat).reshape(n, -1)
-        out = np.full((n, len(index)), -np.inf, dtype=np.float32)
-        for i in range(n):
-            rows = np.unique(cand[i][cand[i] >= 0])
-            if len(rows):
-                out[i, rows] = rows_scores(index.descriptors, q3[i], np.broadcast_to(rows, (r, len(rows)))).max(axis=0)
+        out = np.full((q.shape[0], len(index)), -np.inf, dtype=np.float32)
+        for i, (rows, scores) in enumerate(_candidate_scores(index, q)):
+            out[i, rows] = scores
         return out
-    scores = exact_scores(index.descriptors, flat)
+    scores = exact_scores(index.descriptors, q.reshape(-1, q.shape[-1]))
     if regions:
         return scores.reshape(q.shape[0], q.shape[1], -1).max(axis=1)
     return scores
+
+
+def top(index: Index, query_descriptors: np.ndarray, k: int, mode: str = "exact") -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` best references of each query: ``(rows (Q, k) int64, scores (Q, k) float32)``, in
+    the order of :func:`.ranking.order` on :func:`score_matrix`'s scores (descending score, ties by
+    lower row), rows -1 and scores -inf past the references scored.
+
+    "exact" scores every reference and selects the ``k`` best (linear time); "ann" scores and ranks
+    only the approximate search's candidates (``params.shortlist`` per region, a few hundred),
+    not an N-long row: the same result as ranking :func:`score_matrix` (their ranks are the
+    same; the -inf of the others come last).
+    """
+    q, regions = _query_matrix(index, query_descriptors)
+    k = max(0, int(k))
+    nq = q.shape[0]
+    if mode != "ann":
+        s = score_matrix(index, q if regions else q[:, 0], "exact")
+        rows = order(s, k).astype(np.int64)
+        return _pad(rows, np.take_along_axis(s, rows, axis=1), k)
+    if not regions and index.ann is not None and k <= index.ann.params.shortlist:
+        return index.ann.search(index.descriptors, q[:, 0], k)
+    out_rows = np.full((nq, k), -1, dtype=np.int64)
+    out_scores = np.full((nq, k), -np.inf, dtype=np.float32)
+    for i, (rows, scores) in enumerate(_candidate_scores(index, q)):
+        best = order(scores, k)  # rows are sorted: ties in position are ties by row
+        out_rows[i, :len(best)] = rows[best]
+        out_scores[i, :len(best)] = scores[best]
+    return out_rows, out_scores
+
+
+def _pad(rows: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    pad = k - rows.shape[1]
+    if pad > 0:
+        rows = np.pad(rows, ((0, 0), (0, pad)), constant_values=-1)
+        scores = np.pad(scores, ((0, 0), (0, pad)), constant_values=-np.inf)
+    return rows, scores
+
+
+def _query_matrix(index: Index, query_descriptors: np.ndarray) -> tuple[np.ndarray, bool]:
+    """(Q, R, D) float32 queries (R = 1 without regions) and whether they had regions."""
+    q = np.asarray(query_descriptors, dtype=np.float32)
+    regions = q.ndim == 3
+    q3 = q if regions else np.atleast_2d(q)[:, None, :]
+    if q3.shape[-1] != index.meta.dim:
+        raise ValueError(f"query descriptors are {q3.shape[-1]}-d, the index is {index.meta.dim}-d")
+    return q3, regions
+
+
+def _candidate_scores(index: Index, q3: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """For each query of (Q, R, D) ``q3``: (its candidate rows, sorted, distinct; their exact scores,
+    the best over its R regions), the candidates being those of any of its regions."""
+    if index.ann is None:
+        raise ValueError("this index has no approximate-search index")
+    nq, r = q3.shape[0], q3.shape[1]
+    cand = index.ann.candidates(q3.reshape(nq * r, -1)).reshape(nq, -1)
+    out = []
+    for i in range(nq):
+        rows = np.unique(cand[i][cand[i] >= 0])
+        out.append((rows, candidate_scores(index.descriptors, q3[i], rows).max(axis=0)))
+    return out
 
 
 def whole_image(query_descriptors: np.ndarray) -> np.ndarray:

@@ -36,7 +36,7 @@ def resolved_mode(index) -> str:
     try:
         from ...core.ann import resolve_mode
 
-        return resolve_mode("auto", len(index), getattr(index, "ann", None) is not None)
+        return resolve_mode("auto", len(index), getattr(index, "ann", None))
     except Exception:
         return "exact"
 

@@ -1,0 +1,207 @@
+"""Issue 24 (items 1, 2, 4): float16 descriptors scored by bit arithmetic (same rankings as a float64
+reference, memory maps left as they are), the approximate search ranking only its candidates, and the
+approximate index tuned on its own data at build time (recall and speed in the manifest, ``auto``
+and ``info`` following them)."""
+
+from __future__ import annotations
+
+import json
+import tracemalloc
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from museum_search.cli import main as cli_main
+from museum_search.core import ann
+from museum_search.core.backbones import imported_meta
+from museum_search.core.catalogue import Item
+from museum_search.core.progress import drive
+from museum_search.core.ranking import order
+from museum_search.core.search import score_matrix, top
+from museum_search.core.store import MANIFEST, Index, LabellingSpec
+
+
+def objects(n_objects: int, views: int, dim: int, seed: int = 0, spread: float = 0.6) -> np.ndarray:
+    """float16 unit vectors: objects with random centres (no themes), ``views`` noisy views each."""
+    rng = np.random.default_rng(seed)
+    c = rng.standard_normal((n_objects, 1, dim))
+    c /= np.linalg.norm(c, axis=2, keepdims=True)
+    noise = rng.standard_normal((n_objects, views, dim))
+    noise /= np.linalg.norm(noise, axis=2, keepdims=True)
+    x = (c + spread * noise).reshape(-1, dim)
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float16)
+
+
+def reference_top(d: np.ndarray, q: np.ndarray, k: int) -> np.ndarray:
+    """The top ``k`` by float64 dot products of the float16 values, ties by lower row (argsort)."""
+    s = np.asarray(q, np.float64) @ np.asarray(d, np.float64).T
+    return np.argsort(-s, axis=1, kind="stable")[:, :k]
+
+
+def memmap(tmp_path: Path, x: np.ndarray, name: str = "d.npy") -> np.ndarray:
+    np.save(tmp_path / name, x)
+    return np.load(tmp_path / name, mmap_mode="r")
+
+
+# ---- exact scores of float16 -----------------------------------------------------------------
+
+
+def test_float16_conversion_is_exact_for_every_finite_half():
+    halves = np.arange(1 << 16, dtype=np.uint16).view(np.float16)
+    halves = halves[np.isfinite(halves)].reshape(-1, 8)  # subnormals, zeros, -0.0, 65504 included
+    got = ann._gather(halves, np.arange(len(halves)))
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got.view(np.uint32), halves.astype(np.float32).view(np.uint32))
+    np.testing.assert_array_equal(ann._gather(halves, np.arange(len(halves)), np.float64),
+                                  halves.astype(np.float64))
+
+
+def test_exact_fp16_top_k_equals_float64_reference_with_ties_on_a_memory_map(tmp_path):
+    x = objects(400, 10, 96)  # 4,000 references
+    x[3999] = x[5]  # exact duplicates in other blocks: equal scores, ranked by row
+    x[2048] = x[5]
+    x[1000] = x[1001]
+    d = memmap(tmp_path, x)
+    rng = np.random.default_rng(3)
+    q = np.asarray(x[[5, 1001, 17, 2500]], np.float32) + 0.05 * rng.standard_normal((4, 96)).astype(np.float32)
+    q[3] = rng.standard_normal(96)  # not normalized: any query works
+    expected = reference_top(x, q, 25)
+    for chunk in (None, 37, 4000):  # blocks of the default size, small ones crossing the duplicates, one
+        got = order(ann.exact_scores(d, q, chunk_rows=chunk), 25)
+        np.testing.assert_array_equal(got, expected)
+    assert list(expected[0][:3]) == [5, 2048, 3999]  # the tie rule was exercised
+    assert isinstance(d, np.memmap)
+    # many queries (a matrix product per block) and a query large enough to need the other scaling
+    many = np.concatenate([q, np.asarray(x[::500], np.float32)])
+    np.testing.assert_array_equal(order(ann.exact_scores(d, many), 10), reference_top(x, many, 10))
+    big = q[:1] * 1e5
+    np.testing.assert_array_equal(order(ann.exact_scores(d, big), 25), expected[:1])
+
+
+def test_exact_fp16_scores_do_not_copy_the_memory_map(tmp_path):
+    x = objects(2000, 10, 128)  # 20,000 x 128: a float32 copy would be 10 MB
+    d = memmap(tmp_path, x)
+    q = np.asarray(x[[1, 2]], np.float32)
+    ann.exact_scores(d, q)  # the thread buffers, once
+    tracemalloc.start()
+    s = ann.exact_scores(d, q)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 0.2 * x.size * 4 + s.nbytes, peak
+    np.testing.assert_allclose(s, q.astype(np.float64) @ x.astype(np.float64).T, atol=2e-6)
+
+
+# ---- the approximate search ------------------------------------------------------------------
+
+
+def _items(n: int, views: int) -> list[Item]:
+    return [Item(f"obj{i // views}/view{i % views}.jpg", 0, 0.0, f"obj{i // views}", {}) for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory) -> Path:
+    """A saved index of 20,000 float16 references (2,000 objects x 10 views, 64-d) with a tuned
+    approximate index."""
+    tmp = tmp_path_factory.mktemp("speed")
+    x = objects(2000, 10, 64, seed=4)
+    (tmp / "photos").mkdir()
+    idx = Index(tmp / "photos", imported_meta(64), _items(len(x), 10), x, LabellingSpec("imported"))
+    idx.ann = drive(ann.AnnIndex.build(idx.descriptors))
+    idx.save(tmp / "idx")
+    return tmp / "idx"
+
+
+def test_approximate_top_ranks_only_candidates_as_the_dense_row_did(saved):
+    index = Index.load(saved)
+    rng = np.random.default_rng(9)
+    q = np.asarray(index.descriptors[rng.choice(len(index), 12, replace=False)], np.float32)
+    q += 0.1 * rng.standard_normal(q.shape).astype(np.float32)
+    dense = score_matrix(index, q, "ann")  # the old semantics: -inf except the candidates, ranked whole
+    expected = order(dense, 10)
+    top(index, q, 10, "ann")  # this thread's conversion buffer, once
+    tracemalloc.start()
+    rows, scores = top(index, q, 10, "ann")
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    np.testing.assert_array_equal(rows, expected)
+    np.testing.assert_array_equal(scores, np.take_along_axis(dense, expected, axis=1))
+    assert peak < dense.nbytes / 2, (peak, dense.nbytes)  # not an N-long row of scores per query
+    # with regions (Q, R, D): the best region per candidate, the same ranks
+    q3 = np.stack([q, q[::-1]], axis=1)
+    rows3, _ = top(index, q3, 10, "ann")
+    np.testing.assert_array_equal(rows3, order(score_matrix(index, q3, "ann"), 10))
+    # exact: the same as ranking the exact scores; and k past the shortlist is padded with -1
+    np.testing.assert_array_equal(top(index, q, 7)[0], order(score_matrix(index, q), 7))
+    few = Index.load(saved)
+    few.ann.params = replace(few.ann.params, shortlist=20)
+    r, s = top(few, q[:2], 30, "ann")
+    assert r.shape == (2, 30) and (r[:, 20:] == -1).all() and np.isinf(s[:, 20:]).all()
+
+
+# ---- tuning at build time --------------------------------------------------------------------
+
+
+def test_tuning_raises_the_settings_to_the_target_recall_and_is_saved(saved, tmp_path):
+    x = objects(300, 10, 64, seed=7)  # 3,000 references
+    params = ann.choose_params(len(x), 64)
+    params.nprobe, params.shortlist = 1, 10  # far too few: tuning must raise them
+    index = drive(ann.AnnIndex.build(memmap(tmp_path, x), params, tune=True))
+    t = index.params.tuning
+    assert params.nprobe == 1 and params.tuning is None  # the caller's parameters are left alone
+    assert t is not None and t.recall_at_10 >= ann.TARGET_RECALL and t.steps[0][:2] == (1, 10)
+    assert t.steps[0][2] < ann.TARGET_RECALL and (index.params.nprobe, index.params.shortlist) != (1, 10)
+    assert (index.params.nprobe, index.params.shortlist, t.recall_at_10) in t.steps
+    assert t.ann_ms > 0 and t.exact_ms > 0 and t.queries == 200
+    # independently: recall@10 of new views of indexed objects against the float64 ranking
+    rng = np.random.default_rng(11)
+    src = np.asarray(x[rng.choice(len(x), 100, replace=False)], np.float32)
+    q = src + 0.6 * rng.standard_normal(src.shape).astype(np.float32) / 8
+    q /= np.linalg.norm(q, axis=1, keepdims=True)
+    got, _ = index.search(x, q, 10)
+    truth = reference_top(x, q, 10)
+    assert np.mean([len(np.intersect1d(a, b)) / 10 for a, b in zip(got, truth)]) >= 0.93
+    # the default build tunes too, and the manifest keeps what it measured
+    manifest = json.loads((saved / MANIFEST).read_text())
+    stored = manifest["ann"]["tuning"]
+    assert stored["recall_at_10"] >= ann.TARGET_RECALL and stored["exact_ms"] > 0 and stored["ann_ms"] > 0
+    back = Index.load(saved)
+    assert back.ann.params.tuning == ann.AnnTuning.from_dict(stored)
+    assert back.ann.params.nprobe == manifest["ann"]["nprobe"]
+
+
+def test_manifest_without_tuning_still_loads():
+    old = {"nlist": 256, "m": 80, "nbits": 8, "nprobe": 8, "shortlist": 800, "train_size": 16384,
+           "seed": 1234, "train_iterations": 10, "add_chunk": 16384}
+    p = ann.AnnParams.from_dict(old)
+    assert p.tuning is None and p.to_dict() == old
+    with pytest.raises(ann.IndexFormatError, match="measured"):
+        ann.AnnParams.from_dict({**old, "tuning": {"recall_at_10": "x"}})
+
+
+def test_auto_follows_the_measurement(saved):
+    index = Index.load(saved).ann
+    t = index.params.tuning
+    small = 20_000  # below AUTO_MIN_REFERENCES: the old rule says exact
+    assert ann.resolve_mode("auto", small, True) == "exact"
+    index.params.tuning = replace(t, ann_ms=1.0, exact_ms=5.0, recall_at_10=0.97)
+    assert ann.resolve_mode("auto", small, index) == "ann"
+    index.params.tuning = replace(t, ann_ms=1.0, exact_ms=5.0, recall_at_10=0.90)  # misses the target
+    assert ann.resolve_mode("auto", small, index) == "exact"
+    index.params.tuning = replace(t, ann_ms=6.0, exact_ms=5.0, recall_at_10=0.99)  # slower
+    assert ann.resolve_mode("auto", 10 * ann.AUTO_MIN_REFERENCES, index) == "exact"
+    index.params.tuning = None  # an index built before the measurement: the old rule
+    assert ann.resolve_mode("auto", small, index) == "exact"
+    assert ann.resolve_mode("auto", ann.AUTO_MIN_REFERENCES, index) == "ann"
+    assert ann.resolve_mode("auto", small, None) == "exact"
+    assert ann.resolve_mode("ann", small, index) == "ann"
+
+
+def test_info_shows_the_measurement(saved, capsys):
+    assert cli_main(["info", str(saved)]) == 0
+    out = capsys.readouterr().out
+    t = Index.load(saved).ann.params.tuning
+    assert f"recall@10 {t.recall_at_10:.3f} against exact search (target 0.95" in out
+    assert f"{t.ann_ms:.1f} ms per query against {t.exact_ms:.1f} ms exact" in out
+    assert f"--search auto: {'ann' if t.faster and t.meets_target else 'exact'}" in out
