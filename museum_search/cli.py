@@ -254,44 +254,114 @@ def cmd_backbones(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_evaluate(args: argparse.Namespace) -> int:
+#: ``evaluate``'s options that make a run: with ``--settings`` they come from the run's JSON.
+RUN_OPTIONS = ("descriptors", "ground_truth", "layout", "regex", "search", "whole_image", "rerank", "kq", "kg", "beta",
+               "iterations", "icfrr_mode", "qe_n", "qe_alpha", "no_verify", "verify_top", "min_inliers", "threshold",
+               "batch_size", "weights")
+
+
+def _evaluation_inputs(args: argparse.Namespace):
+    """(index, query set, its source, pipeline, batch size, weights, the exported run or None) of
+    ``evaluate``: from the command line, or from ``--settings RUN.json`` (the run's index, query set
+    and settings, checked to be the run's)."""
+    from dataclasses import replace
+
     from .core.errors import MuseumSearchError
-    from .core.evaluation import reports
-    from .core.evaluation.querysets import load_queryset
-    from .core.evaluation.runner import evaluate
+    from .core.evaluation import export
     from .core.query import QueryPipeline
     from .core.store import Index
 
-    if bool(args.queries) == bool(args.descriptors) or bool(args.descriptors) != bool(args.ground_truth):
-        raise MuseumSearchError("give a query folder, or --descriptors Q.npy with --ground-truth GT.csv")
-    index = Index.load(args.index)
-    if args.descriptors:
-        from .core.importing import descriptor_queryset
-
-        queryset = descriptor_queryset(args.descriptors, args.ground_truth, index)
-        print(f"queries: {queryset.describe()}", file=sys.stderr)
-        pipe = _descriptor_pipeline(args, index)
+    rerun = None
+    if args.settings:
+        defaults = build_parser().parse_args(["evaluate"])
+        given = [name for name in RUN_OPTIONS if getattr(args, name) != getattr(defaults, name)]
+        if given:
+            raise MuseumSearchError(f"--settings takes every setting of the run from {args.settings}; leave out "
+                                    + ", ".join("--" + n.replace("_", "-") for n in given))
+        spec, old = rerun = export.read_run(args.settings)
+        where = args.index or spec.index_path
+        if where is None or not Path(where).exists():
+            raise MuseumSearchError(f"the run's index is not at {where} any more; give its folder: "
+                                    f"{PROG} evaluate --settings {args.settings} INDEX [QUERIES]")
+        index = Index.load(where)
+        spec.check_index(index)
+        source = spec.query_set if args.queries is None else replace(spec.query_set, path=str(Path(args.queries).resolve()))
+        settings, batch_size, weights = spec.settings_for(index), spec.batch_size, spec.weights
+        _use_engine(spec.engine, args.engine)
     else:
-        queryset = load_queryset(args.queries, layout=args.layout, regex=args.regex)
-        print(f"queries: {queryset.describe()}", file=sys.stderr)
-        pipe = QueryPipeline(index, query_settings(args, index), weights=args.weights)
-    report = _drive(evaluate(index, queryset, pipeline=pipe, batch_size=args.batch_size), "evaluating")
-    _print_skips(report.skipped)
-    doc = reports.report_dict(report, index, rankings=args.rankings, seed=args.seed)
+        if not args.index:
+            raise MuseumSearchError("give an index folder (or --settings RUN.json to run an exported run again)")
+        if bool(args.queries) == bool(args.descriptors) or bool(args.descriptors) != bool(args.ground_truth):
+            raise MuseumSearchError("give a query folder, or --descriptors Q.npy with --ground-truth GT.csv")
+        index = Index.load(args.index)
+        source = (export.QuerySetSource(str(Path(args.ground_truth).resolve()), "descriptors",
+                                        descriptors=str(Path(args.descriptors).resolve())) if args.descriptors
+                  else export.QuerySetSource(str(Path(args.queries).resolve()), args.layout, args.regex))
+        settings, batch_size, weights = query_settings(args, index), args.batch_size, args.weights
+    if source.descriptors:
+        from .core.importing import descriptor_queryset
+        from .core.query import DESCRIPTORS_NOT_VERIFIED
+
+        queryset = descriptor_queryset(source.descriptors, source.path, index)
+        if settings.verify:
+            print(f"notice: {DESCRIPTORS_NOT_VERIFIED}", file=sys.stderr)
+        pipe = QueryPipeline.for_descriptors(index, settings)
+    else:
+        queryset = source.load()
+        pipe = QueryPipeline(index, settings, weights=weights)
+    if rerun is not None:
+        rerun[0].check_queryset(queryset)
+    print(f"queries: {queryset.describe()}", file=sys.stderr)
+    return index, queryset, source, pipe, batch_size, weights, rerun
+
+
+def _use_engine(engine: str | None, given: str | None) -> None:
+    """Run a re-run on the run's inference engine unless ``--engine`` says otherwise (the engines give
+    the same descriptors to a cosine of 0.9999, not bit for bit)."""
+    from .core import engines
+
+    if given or not engine or engine == engines.current():
+        return
+    available = engines.onnx_available() if engine == "onnx" else engines.torch_available()
+    if available:
+        engines.set_engine(engine)
+    else:
+        print(f"notice: the run used the {engine} engine, which is not installed here; using "
+              f"{engines.current()} (the numbers may differ in the last digits)", file=sys.stderr)
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
     from datetime import datetime
 
-    doc["summary"]["run"] = reports.run_name(pipe.settings, Path(queryset.root).name, datetime.now())
+    from .core.errors import MuseumSearchError
+    from .core.evaluation import export, reports
+    from .core.evaluation.runner import evaluate
+
+    if args.settings and args.json and Path(args.json).resolve() == Path(args.settings).resolve():
+        raise MuseumSearchError(f"--json {args.json} would overwrite the run being run again; write to another file")
+    index, queryset, source, pipe, batch_size, weights, rerun = _evaluation_inputs(args)
+    report = _drive(evaluate(index, queryset, pipeline=pipe, batch_size=batch_size), "evaluating")
+    _print_skips(report.skipped)
+    name = reports.run_name(pipe.settings, source.name, datetime.now())
+    spec = export.run_spec(report, index, source, queryset, name=name, batch_size=batch_size, weights=weights)
+    doc = export.run_document(report, index, spec, rankings=args.rankings, seed=args.seed)
     if args.baseline:
         doc["summary"]["baseline"] = reports.compare_with_baseline(doc, args.baseline, seed=args.seed)
     _print_summary(doc["summary"])
     if args.json:
         reports.atomic_write(args.json, json.dumps(doc, ensure_ascii=False, indent=1))
     if args.csv:
-        reports.write_csv(report, index, args.csv)
+        export.write_run_csv(args.csv, report, index, spec)
     if args.trec:
         reports.write_trec(report, index, args.trec)
     if args.calibrate_verdict is not None:
         _recalibrate(index, report, args.calibrate_verdict, verified=pipe.settings.verify)
+    if rerun is not None:
+        diffs = export.same_numbers(rerun[1], doc)
+        if diffs:
+            raise MuseumSearchError(f"the numbers differ from {args.settings} in {len(diffs)} place(s): "
+                                    + "; ".join(diffs[:5]) + ("; …" if len(diffs) > 5 else ""))
+        print(f"same numbers as {args.settings}: every figure of the summary and of each query")
     return 0
 
 
@@ -557,7 +627,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_query)
 
     s = sub.add_parser("evaluate", help="measure MP@1, MAP, AMNRO, GAP... on a labelled query set")
-    s.add_argument("index", type=Path)
+    s.add_argument("index", type=Path, nargs="?", default=None,
+                   help="index folder (with --settings: default, the run's)")
     s.add_argument("queries", type=Path, nargs="?", default=None,
                    help="query folder (CLICIDE, GaRoFou, folder-per-instance, ground_truth.csv)")
     s.add_argument("--descriptors", type=Path, default=None, metavar="Q.npy",
@@ -566,11 +637,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--ground-truth", type=Path, default=None, metavar="GT.csv",
                    help="with --descriptors: CSV query,instance[,grade] where query is a row of Q.npy "
                         "(row N or N, from 0); an empty instance marks an open-set query")
+    s.add_argument("--settings", type=Path, default=None, metavar="RUN.json",
+                   help="run an exported run again (a JSON of evaluate --json or the Evaluation tab): its index, "
+                        "query set and every setting, checked to be the run's; says whether the numbers are the same")
     s.add_argument("--layout", default="auto", choices=("auto", "clicide", "garofou", "folder", "csv", "regex"))
     s.add_argument("--regex", default=None, help="regex for --layout regex")
-    s.add_argument("--json", type=Path, default=None, metavar="FILE", help="write summary + per-query JSON")
+    s.add_argument("--json", type=Path, default=None, metavar="FILE", help="write the run: summary, per-query results and verdicts, and its index, query set "
+                        "and settings (run it again with --settings FILE)")
     s.add_argument("--rankings", action="store_true", help="include full rankings in the JSON")
-    s.add_argument("--csv", type=Path, default=None, metavar="FILE", help="write per-query CSV")
+    s.add_argument("--csv", type=Path, default=None, metavar="FILE", help="write per-query CSV (metrics, top result, verdict, and the run's settings)")
     s.add_argument("--trec", type=Path, default=None, metavar="PREFIX", help="write PREFIX.run and PREFIX.qrels")
     s.add_argument("--baseline", type=Path, default=None, metavar="RUN.json",
                    help="paired randomization test (and bootstrap test) against this run")

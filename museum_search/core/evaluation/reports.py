@@ -108,22 +108,42 @@ def write_json(report: EvalReport, index, path: Path, rankings: bool = False, se
     return doc
 
 
-def write_csv(report: EvalReport, index, path: Path) -> None:
+#: The CSV's per-query columns: the metrics, the top result, the verdict. ``top1_rank_score`` is
+#: what the final ranking sorted by (the cosine, or a re-ranker's score such as ICFRR's, plus the
+#: verification bonus of a verified reference: it can exceed 1); ``top1_cosine`` is the cosine.
+CSV_METRICS = ("p@1", "p@5", "ap", "mnro", "nmrr", "rr")
+CSV_QUERY_COLUMNS = ("query", "relevant", "open_set", *CSV_METRICS, "top1_instance", "top1_path",
+                     "top1_rank_score", "top1_cosine", "unknown_instances", *CSV_VERDICT_COLUMNS)
+
+
+def _cell(x: Any) -> str:
+    """A CSV cell: empty for None or NaN, 1/0 for a bool, 6 decimals for a float."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return ""
+    if isinstance(x, (bool, np.bool_)):
+        return str(int(x))
+    if isinstance(x, (float, np.floating)):
+        return f"{float(x):.6f}"
+    return str(x)
+
+
+def write_csv(report: EvalReport, index, path: Path, run: Mapping[str, Any] | None = None) -> None:
+    """One line per query (:data:`CSV_QUERY_COLUMNS`); ``run``: more columns, the same on every line
+    (the run's settings: :func:`.export.write_run_csv`)."""
     import io
 
     buf = io.StringIO()
     w = csv.writer(buf)
-    keys = ["p@1", "p@5", "ap", "mnro", "nmrr", "rr"]
-    w.writerow(["query", "relevant", "open_set", *keys, "top1_instance", "top1_path", "top1_score",
-                "unknown_instances", *CSV_VERDICT_COLUMNS])
+    extra = dict(run or {})
+    w.writerow([*CSV_QUERY_COLUMNS, *extra])
+    tail = [_cell(v) for v in extra.values()]
     for r in report.records:
         top = index.items[int(r.ranking[0])]
         # open_set: the ground truth says the object is not in the collection (not an unknown name)
         w.writerow([r.query, ";".join(r.relevant), int(r.open_set and not r.unknown_only),
-                    *("" if math.isnan(r.metrics[k]) else f"{r.metrics[k]:.6f}" for k in keys),
-                    top.instance, top.path, f"{float(r.scores[0]):.6f}", ";".join(r.unknown),
-                    int(r.in_collection), r.reason, "" if r.top_inliers is None else r.top_inliers,
-                    "" if _num(r.confidence) is None else f"{_num(r.confidence):.6f}"])
+                    *(_cell(float(r.metrics[k])) for k in CSV_METRICS), top.instance, top.path,
+                    _cell(float(r.scores[0])), _cell(float(r.top_cosine)), ";".join(r.unknown),
+                    int(r.in_collection), r.reason, _cell(r.top_inliers), _cell(r.confidence), *tail])
     atomic_write(path, buf.getvalue())
 
 

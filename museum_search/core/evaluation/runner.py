@@ -130,6 +130,10 @@ class EvalReport:
     rerank: str
     per_query: dict[str, np.ndarray]  # metric key → (evaluated + open-set queries,) values
     verdict: Any = None  # the Verdict the answers were given with
+    #: the pipeline's settings (None for a report made by hand) and the search it used ("exact" or
+    #: "ann": what ``settings.search`` "auto" chose), for an export that runs it again (:mod:`.export`)
+    settings: QuerySettings | None = None
+    search_mode: str = ""
 
     @property
     def evidence(self) -> list[Evidence]:
@@ -241,7 +245,7 @@ def evaluate(
                 relevance=got.relevance, n_relevant=got.n_relevant,
                 unknown=unknown_of[item.position],
                 in_collection=ans.in_collection, reason=ans.reason,
-                top_cosine=top.cosine if top else float("nan"), top_inliers=ans.top_inliers,
+                top_cosine=ans.top_cosine if top else float("nan"), top_inliers=ans.top_inliers,
                 rival_inliers=ans.rival, confidence=ans.confidence,
                 answer_evidence=got.evidence, top_margin=got.evidence.margin,
             )
@@ -258,7 +262,7 @@ def evaluate(
     summary.update(pipeline_summary(pipe, [r.evidence for r in records]))
     # the query set as loaded: restricting it would describe unknown instances as open-set
     return EvalReport(summary, records, skipped, index.describe(), queryset.describe(),
-                      pipe.settings_text(), per_query, pipe.verdict)
+                      pipe.settings_text(), per_query, pipe.verdict, pipe.settings, pipe.search_mode)
 
 
 def query_pipeline(index: Index, settings: QuerySettings | None = None, *, extractor: DescriptorExtractor | None = None,

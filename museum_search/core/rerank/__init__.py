@@ -218,6 +218,10 @@ def icfrr_advice(labels, options: RerankOptions | None = None) -> str | None:
             "(set K_q/K_g by hand, or use geometric verification).")
 
 
+#: The ICFRR advice already logged by this process (each said once).
+_ADVISED: set[str] = set()
+
+
 class _ICFRRStage:
     """ICFRR with K_q/K_g suggested from the collection when not given.
 
@@ -232,15 +236,14 @@ class _ICFRRStage:
         self._params_cls = params_cls
         self._reranker_cls = reranker_cls
         self._rerankers: dict[tuple, Any] = {}
-        self._warned = False
 
     def params_for(self, labels) -> Any:
         o = self.options
         base = suggest_params(labels) if o.k_q is None or o.k_g is None else None
         advice = icfrr_advice(labels, o)
-        if advice and not self._warned:
+        if advice and advice not in _ADVISED:  # once per process, not at every run or retry
+            _ADVISED.add(advice)
             log.warning("%s", advice)
-            self._warned = True
         k_q, k_g = o.k_q, o.k_g
         if base is not None:  # one of them is not set by hand
             k_q = k_q if k_q is not None else base.k_q
