@@ -1,4 +1,9 @@
-"""Entry point of the desktop application (``museum-search-gui`` / ``museum-search gui``)."""
+"""Entry point of the desktop application (``museum-search-gui`` / ``museum-search gui``).
+
+The window shows first; what it runs on loads behind it (:mod:`.main_window`): the tabs' modules on a
+thread, the index given on the command line and the network on workers. Neither torch nor ONNX
+Runtime is imported before the window shows (``bench/bench_startup.py`` measures the start).
+"""
 
 from __future__ import annotations
 
@@ -30,26 +35,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run_demo(app, args)
     from .main_window import MainWindow
 
-    window = MainWindow()
+    window = MainWindow(lazy=True)
     window.show()
     if args.index is not None:
-        window.open_index(args.index)
+        window.when_ready(lambda: window.open_index_in_background(args.index))
     elif args.sample:
-        window.collection_tab.open_sample_collection()
+        window.when_ready(lambda: window.collection_tab.open_sample_collection())
     return app.exec()
 
 
 def _application():
-    """The QApplication, with the engine and the matcher of the stored settings."""
+    """The QApplication, with the engine of the stored settings (the main window applies the
+    matcher once the modules that use it are loaded; the kiosk applies it before it starts).
+
+    torch is not imported here: where it is needed (the torch engine, a first ONNX export), a worker
+    imports it behind the window, which then stalls for 1-3 s once instead of every start waiting
+    9-17 s for it."""
     from PySide6.QtCore import Qt
     from PySide6.QtWidgets import QApplication
 
     from ..core import engines
-
-    if engines.torch_available():
-        # imported here, once, on the GUI thread before any window: a 1-3 s import that would
-        # stall the GUI if a worker did it later (the torch engine, or a first ONNX export)
-        import torchvision.models  # noqa: F401
 
     QApplication.setHighDpiScaleFactorRoundingPolicy(Qt.HighDpiScaleFactorRoundingPolicy.PassThrough)
     app = QApplication.instance() or QApplication([sys.argv[0]])
@@ -62,7 +67,6 @@ def _application():
 
     if engines.chosen() is None:  # not chosen on the command line: the stored setting
         Settings().apply_engine()
-    Settings().apply_matcher()  # the matcher of the indexes built in the app
     return app
 
 
@@ -76,6 +80,7 @@ def _run_demo(app, args) -> int:
     from .state import Settings
 
     settings = Settings()
+    settings.apply_matcher()
     if args.camera is not None:
         settings.camera = args.camera
     windows = []

@@ -1,11 +1,31 @@
-"""The main window: Collection, Search and Evaluation tabs, menu, status bar, shortcuts."""
+"""The main window: Collection, Search and Evaluation tabs, menu, status bar, shortcuts.
+
+Start-up (``MainWindow(lazy=True)``, what :func:`museum_search.gui.app.main` makes): the window shows
+at once with a "Loading…" page in each tab, while a thread imports what the tabs run on (core's
+indexing, query and evaluation modules, SciPy, OpenCV, pyqtgraph). The tabs are then built on the GUI
+thread, the one shown first. An index given on the command line is read on a worker
+(:meth:`MainWindow.open_index_in_background`), and the network of every index opened is loaded on a
+worker too (:class:`NetworkLoader`), with "Loading the network…" in the status bar; a search started
+meanwhile waits for that same load (``core.engines`` keeps one extractor per network). Nothing here
+imports torch, ONNX Runtime or faiss: a worker does, when the network or an approximate index is
+first needed. ``MainWindow()`` (``lazy=False``) builds every tab before it returns.
+
+The window's place and size are stored as the client rectangle (:func:`restore_geometry`), not as
+``saveGeometry``'s frame, which without a window manager came back 1 px right and 25 px down, with a
+black strip above it, at every start.
+"""
 
 from __future__ import annotations
 
+import importlib
+import logging
+import sys
+import threading
 from pathlib import Path
+from typing import Any, Callable, Sequence
 
-from PySide6.QtCore import QByteArray, QRegularExpression, Qt
-from PySide6.QtGui import QAction, QIcon, QKeySequence, QRegularExpressionValidator
+from PySide6.QtCore import QObject, QRect, QRegularExpression, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QGuiApplication, QIcon, QKeySequence, QRegularExpressionValidator
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -18,17 +38,42 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QMainWindow,
     QMessageBox,
+    QProgressBar,
     QSpinBox,
     QTabWidget,
+    QVBoxLayout,
     QWidget,
 )
 
 from .. import __version__
 from ..core.paths import resource
-from . import upgrade
-from .demo_window import DEFAULT_EXIT_KEYS, EXIT_KEYS_SETTING, lock_summary
 from .state import AppState, phone_link_problem
-from .workers import show_error
+
+log = logging.getLogger(__name__)
+
+#: Settings keys of the window's client rectangle (a QRect) and whether it was maximised.
+GEOMETRY_SETTING = "window/rect"
+MAXIMIZED_SETTING = "window/maximized"
+DEFAULT_SIZE = (1280, 820)
+#: What the tabs import, loaded on a thread while the window already shows (lazy start).
+HEAVY_MODULES = (
+    "superqt", "museum_search.core.indexing", "museum_search.core.query", "museum_search.core.rerank.icfrr",
+    "museum_search.core.evaluation.runner", "museum_search.core.evaluation.sweep", "pyqtgraph",
+    "museum_search.gui.workers", "museum_search.gui.upgrade", "museum_search.gui.collection_tab",
+    "museum_search.gui.search_tab", "museum_search.gui.evaluation_tab",
+)
+#: (attribute, module, class, tab title) of the three tabs, in their order.
+TABS = (
+    ("collection_tab", "collection_tab", "CollectionTab", "&Collection"),
+    ("search_tab", "search_tab", "SearchTab", "&Search"),
+    ("evaluation_tab", "evaluation_tab", "EvaluationTab", "&Evaluation"),
+)
+
+
+def show_error(parent: QWidget | None, title: str, exc: BaseException | str) -> None:
+    from .workers import show_error as show
+
+    show(parent, title, exc)
 
 
 def app_icon() -> QIcon:
@@ -60,6 +105,8 @@ class SettingsDialog(QDialog):
         form.addRow(buttons)
 
     def _add_kiosk_rows(self, form: QFormLayout) -> None:
+        from .demo_window import DEFAULT_EXIT_KEYS, EXIT_KEYS_SETTING
+
         state = self.state
         # Demo mode (the kiosk): how staff leave it; the label under the fields says what visitors
         # can and cannot do with what is typed here
@@ -155,6 +202,8 @@ class SettingsDialog(QDialog):
         return self.state.settings.demo_pin_set and not self.clear_pin.isChecked()
 
     def _update_kiosk_help(self, *_args) -> None:
+        from .demo_window import lock_summary
+
         keys = self.exit_keys.keySequence().toString(QKeySequence.SequenceFormat.NativeText)
         self.kiosk_help.setText(lock_summary(keys, self._pin_after()))
         self.pin_error.hide()
@@ -171,6 +220,8 @@ class SettingsDialog(QDialog):
             return
         self.state.settings.camera = self.camera.value()
         self.state.settings.demo_qr_url = self.qr_url.text()
+        from .demo_window import EXIT_KEYS_SETTING
+
         self.state.settings.set_value(EXIT_KEYS_SETTING, self.exit_keys.keySequence().toString())
         if pin:
             self.state.settings.set_demo_pin(pin)
@@ -187,39 +238,258 @@ class SettingsDialog(QDialog):
         super().accept()
 
 
-class MainWindow(QMainWindow):
-    def __init__(self, state: AppState | None = None, camera_factory=None):
-        super().__init__()
-        from .collection_tab import CollectionTab
-        from .evaluation_tab import EvaluationTab
-        from .search_tab import SearchTab
+def fit_on_screen(rect: QRect) -> QRect:
+    """``rect`` moved (and shrunk if need be) into the available area of the screen it is on, or of
+    the primary screen when it is on none (a screen unplugged since, a resolution made smaller)."""
+    screen = QGuiApplication.screenAt(rect.center()) or QGuiApplication.primaryScreen()
+    if screen is None:
+        return QRect(rect)
+    avail = screen.availableGeometry()
+    w, h = min(rect.width(), avail.width()), min(rect.height(), avail.height())
+    x = min(max(rect.x(), avail.left()), avail.left() + avail.width() - w)
+    y = min(max(rect.y(), avail.top()), avail.top() + avail.height() - h)
+    return QRect(x, y, w, h)
 
+
+def restore_geometry(window: QWidget, settings) -> None:
+    """Give ``window`` the client rectangle stored by :func:`save_geometry`, kept on a screen;
+    the first time, :data:`DEFAULT_SIZE` centred on the primary screen (smaller if the screen is)."""
+    rect = settings.value(GEOMETRY_SETTING)
+    if not isinstance(rect, QRect) or rect.width() < 100 or rect.height() < 100:
+        screen = QGuiApplication.primaryScreen()
+        avail = screen.availableGeometry() if screen is not None else QRect(0, 0, *DEFAULT_SIZE)
+        rect = QRect(0, 0, *DEFAULT_SIZE)
+        rect.moveCenter(avail.center())
+    window.setGeometry(fit_on_screen(rect))
+    if str(settings.value(MAXIMIZED_SETTING, "false")).lower() == "true":
+        window.setWindowState(window.windowState() | Qt.WindowState.WindowMaximized)
+
+
+def save_geometry(window: QWidget, settings) -> None:
+    """Store ``window``'s client rectangle (its normal one when maximised) and whether it is maximised.
+
+    Not ``saveGeometry()``: its frame rectangle comes back shifted by a frame that only a window
+    manager draws (without one, every start moved the window 1 px right and 25 px down)."""
+    settings.set_value(GEOMETRY_SETTING, window.normalGeometry())
+    settings.set_value(MAXIMIZED_SETTING, "true" if window.isMaximized() else "false")
+
+
+class _LoadingPage(QWidget):
+    """What a tab shows until it is built (lazy start): a line of text and a busy bar."""
+
+    def __init__(self, what: str, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setObjectName("tabLoading")
+        layout = QVBoxLayout(self)
+        layout.addStretch(1)
+        label = QLabel(f"Loading {what}…")
+        label.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        layout.addWidget(label)
+        bar = QProgressBar()
+        bar.setRange(0, 0)
+        bar.setMaximumWidth(240)
+        bar.setTextVisible(False)
+        layout.addWidget(bar, 0, Qt.AlignmentFlag.AlignHCenter)
+        layout.addStretch(2)
+
+
+class _Importer(QObject):
+    """Imports modules on a Python thread (not a superqt worker: superqt is among them); ``done``
+    fires on the GUI thread with the first error (None when all imported)."""
+
+    done = Signal(object)
+
+    def start(self, names: Sequence[str]) -> None:
+        threading.Thread(target=self._run, args=(tuple(names),), name="museum-search-imports", daemon=True).start()
+
+    def _run(self, names: tuple[str, ...]) -> None:
+        error: BaseException | None = None
+        for name in names:
+            try:
+                importlib.import_module(name)
+            except Exception as exc:  # reported by the tab that needs it, when it is built
+                log.warning("could not import %s in the background: %s", name, exc)
+                error = error or exc
+        try:
+            self.done.emit(error)
+        except RuntimeError:  # the window is gone
+            pass
+
+
+class NetworkLoader(QObject):
+    """Loads the network of every index opened on a worker, so that the first search does not wait
+    for it; ``changed`` fires with the text to show ("" once ready). A search started meanwhile
+    waits for this same load (``core.engines`` keeps one extractor per network and engine)."""
+
+    changed = Signal(str)
+
+    def __init__(self, state: AppState, parent: QObject | None = None):
+        super().__init__(parent)
+        self.state = state
+        self.loading = False
+        self.ready = False
+        self.error: str | None = None
+        self._key: tuple | None = None
+        self._job: Any = None
+        state.index_changed.connect(self.load)
+
+    def load(self, index) -> None:
+        if index is None or index.meta.imported:  # imported descriptors: no network to load
+            return
+        from ..core import engines
+        from . import workers
+
+        key = (index.meta, engines.current())
+        if key == self._key:
+            return
+        self._key, self.loading, self.ready, self.error = key, True, False, None
+        meta = index.meta
+        self.changed.emit(f"Loading the network ({meta.name})…")
+        self._job = workers.start(lambda: engines.extractor_for_meta(meta),
+                                  on_result=lambda _ext, key=key: self._loaded(key, None),
+                                  on_error=lambda exc, key=key: self._loaded(key, exc))
+
+    def _loaded(self, key: tuple, exc: BaseException | None) -> None:
+        if key != self._key:
+            return  # another index (or engine) since: its own load reports
+        from .workers import error_message
+
+        self.loading, self.ready = False, exc is None
+        self.error = None if exc is None else error_message(exc)
+        self._job = None
+        self.changed.emit("" if exc is None else f"The network could not be loaded: {self.error}")
+
+    def shutdown(self) -> None:
+        if self._job is not None and self._job.running:
+            self._job.cancel()
+
+
+class MainWindow(QMainWindow):
+    """The application window. ``lazy=True``: the tabs are built after the window shows and the
+    network of each index is loaded in the background (see the module docstring)."""
+
+    def __init__(self, state: AppState | None = None, camera_factory=None, *, lazy: bool = False):
+        super().__init__()
         self.state = state or AppState()
         self._camera_factory = camera_factory
         self._demo = None  # the kiosk while it runs (this window is hidden meanwhile)
         self._quit_confirmed = False  # staff said "quit and cancel" while a job ran
         self._quit_box: QMessageBox | None = None
+        self._built: dict[str, QWidget] = {}  # the tabs built so far, by attribute name
+        self._ready = False  # every tab built (and, lazy, the background imports done)
+        self._when_ready: list[Callable[[], None]] = []
+        self._lazy = lazy
+        self._opening: Path | None = None  # the index read on a worker (open_index_in_background)
+        self._open_job: Any = None
+        self._closed = False  # closed for good: what is still loading is not wanted
         self.setWindowTitle("museum-search")
         self.setWindowIcon(app_icon())
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(True)
-        self.collection_tab = CollectionTab(self.state, self)
-        self.search_tab = SearchTab(self.state, self, camera_factory=camera_factory)
-        self.evaluation_tab = EvaluationTab(self.state, self)
-        self.tabs.addTab(self.collection_tab, "&Collection")
-        self.tabs.addTab(self.search_tab, "&Search")
-        self.tabs.addTab(self.evaluation_tab, "&Evaluation")
+        for _attr, _module, _cls, title in TABS:
+            self.tabs.addTab(_LoadingPage(f"the {title.replace('&', '')} tab"), title)
         self.setCentralWidget(self.tabs)
         self.status_label = QLabel("No index open. Open an index or build one in the Collection tab.")
         self.statusBar().addWidget(self.status_label, 1)
+        self.network_label = QLabel("")
+        self.network_label.setObjectName("networkStatus")
+        self.network_bar = QProgressBar()
+        self.network_bar.setRange(0, 0)
+        self.network_bar.setMaximumWidth(100)
+        self.network_bar.setTextVisible(False)
+        self.statusBar().addPermanentWidget(self.network_label)
+        self.statusBar().addPermanentWidget(self.network_bar)
+        self.network_label.hide()
+        self.network_bar.hide()
         self.state.status.connect(self.status_label.setText)
         self.state.index_changed.connect(self._index_changed)
+        self.network: NetworkLoader | None = None
+        if lazy:
+            self.network = NetworkLoader(self.state, self)
+            self.network.changed.connect(self._network_changed)
         self._build_menu()
-        geometry = self.state.settings.value("window/geometry")
-        if isinstance(geometry, QByteArray) and not geometry.isEmpty():
-            self.restoreGeometry(geometry)
+        restore_geometry(self, self.state.settings)
+        self._importer: _Importer | None = None
+        if not lazy:
+            for attr, *_rest in TABS:
+                self._tab(attr)
+            self._set_ready()
+
+    # ---- the tabs, built at once or after the window shows ---------------------------------
+    @property
+    def collection_tab(self):
+        return self._tab("collection_tab")
+
+    @property
+    def search_tab(self):
+        return self._tab("search_tab")
+
+    @property
+    def evaluation_tab(self):
+        return self._tab("evaluation_tab")
+
+    @property
+    def ready(self) -> bool:
+        """True once every tab is built (a lazy window: some time after it shows)."""
+        return self._ready
+
+    def when_ready(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` once every tab is built (now if they are)."""
+        if self._ready:
+            fn()
         else:
-            self.resize(1280, 820)
+            self._when_ready.append(fn)
+
+    def _tab(self, attr: str) -> QWidget:
+        """The tab named ``attr``, built now if it is not yet (in place of its loading page)."""
+        tab = self._built.get(attr)
+        if tab is not None:
+            return tab
+        i = next(i for i, spec in enumerate(TABS) if spec[0] == attr)
+        _attr, module, cls, title = TABS[i]
+        kind = getattr(importlib.import_module(f"{__package__}.{module}"), cls)
+        extra = {"camera_factory": self._camera_factory} if attr == "search_tab" else {}
+        tab = kind(self.state, self, **extra)
+        self._built[attr] = tab
+        current = self.tabs.currentIndex()
+        page = self.tabs.widget(i)
+        self.tabs.removeTab(i)
+        self.tabs.insertTab(i, tab, title)
+        self.tabs.setCurrentIndex(current)
+        if page is not None and not isinstance(page, type(tab)):
+            page.deleteLater()
+        return tab
+
+    def showEvent(self, event) -> None:
+        super().showEvent(event)
+        if self._lazy and self._importer is None:
+            self._importer = _Importer(self)
+            self._importer.done.connect(self._imported)
+            # after the window has been painted: the thread then shares the GIL with an idle GUI
+            QTimer.singleShot(0, lambda: self._importer.start(HEAVY_MODULES))
+
+    def _imported(self, _error) -> None:
+        if self._closed:
+            return
+        self.state.settings.apply_matcher()  # core.rerank is imported now: cheap
+        order = [self.tabs.currentIndex()] + [i for i in range(len(TABS)) if i != self.tabs.currentIndex()]
+        self._build_in_turn([TABS[i][0] for i in order])
+
+    def _build_in_turn(self, attrs: list[str]) -> None:
+        """Build the tabs one per event-loop turn (the window answers between them)."""
+        if self._closed:
+            return
+        if not attrs:
+            self._set_ready()
+            return
+        self._tab(attrs[0])
+        QTimer.singleShot(0, lambda: self._build_in_turn(attrs[1:]))
+
+    def _set_ready(self) -> None:
+        self._ready = True
+        calls, self._when_ready = self._when_ready, []
+        for fn in calls:
+            fn()
 
     # ---- menu ------------------------------------------------------------------------------
     def _build_menu(self) -> None:
@@ -279,7 +549,38 @@ class MainWindow(QMainWindow):
     def open_index(self, path: str | Path) -> bool:
         """Open the index at ``path`` (True when it is open now). An index of an older format is
         offered for conversion, and opened once converted (:func:`.upgrade.open_index`)."""
+        from . import upgrade
+
+        self._opening = None  # an index still being read in the background is not wanted any more
         return upgrade.open_index(self, path, self.state.set_index)
+
+    def open_index_in_background(self, path: str | Path) -> None:
+        """Read the index at ``path`` on a worker and open it when read (the window stays usable
+        meanwhile). If it cannot be read, :meth:`open_index` opens it here: the same error dialog,
+        or the offer to convert an index of an older format."""
+        from ..core.store import Index
+        from . import workers
+
+        path = Path(path)
+        self._opening = path
+        self.state.status.emit(f"Opening the index {path}…")
+
+        def opened(index) -> None:
+            if self._opening == path:
+                self._opening = None
+                self.state.set_index(index)
+
+        def failed(_exc: BaseException) -> None:
+            if self._opening == path:
+                self.open_index(path)
+
+        self._open_job = workers.start(lambda: Index.load(path), on_result=opened, on_error=failed)
+
+    def _network_changed(self, text: str) -> None:
+        self.network_label.setText(text)
+        self.network_label.setToolTip(text)
+        self.network_label.setVisible(bool(text))
+        self.network_bar.setVisible(self.network is not None and self.network.loading)
 
     def _index_changed(self, index) -> None:
         self.setWindowTitle(f"museum-search — {index.path}" if index is not None and index.path else "museum-search")
@@ -327,12 +628,12 @@ class MainWindow(QMainWindow):
 
     def busy_text(self) -> str | None:
         """What quitting now would cancel, as a sentence ("A build is running"), or None."""
-        tab = self.collection_tab
+        tab = self._built.get("collection_tab")
         if getattr(tab, "running", False):
             return "An update of the index is running" if getattr(tab, "_job_kind", "") == "update" \
                 else "A build is running"
-        tab = self.evaluation_tab
-        if tab.is_running():
+        tab = self._built.get("evaluation_tab")
+        if tab is not None and tab.is_running():
             kind = getattr(tab, "_job_kind", "")
             if kind == "sweep":
                 return "An ICFRR sweep is running"
@@ -380,9 +681,15 @@ class MainWindow(QMainWindow):
             demo.shutdown()
             demo.close()
             demo.deleteLater()
-        self.state.settings.set_value("window/geometry", self.saveGeometry())
-        upgrade.cancel_all()
-        for tab in (self.collection_tab, self.search_tab, self.evaluation_tab):
+        self._closed = True
+        save_geometry(self, self.state.settings)
+        self.state.settings.q.remove("window/geometry")  # the saveGeometry() of earlier versions
+        self._opening = None
+        if "museum_search.gui.upgrade" in sys.modules:  # else no conversion was ever offered
+            sys.modules["museum_search.gui.upgrade"].cancel_all()
+        if self.network is not None:
+            self.network.shutdown()
+        for tab in list(self._built.values()):
             shutdown = getattr(tab, "shutdown", None)
             if shutdown is not None:
                 shutdown()
