@@ -29,7 +29,8 @@ centres, no themes, 10 views each: two views of one object at cosine ~0.74, unre
 in a child process on the memory-mapped float16 .npy:
 
 * build ``AnnIndex.build`` (default parameters, tuned on the data: ``params.tuning``);
-* per query (one at a time, the methods interleaved so that the machine's load falls on all alike),
+* per query (one at a time, the methods interleaved in a new random order for each query, so that
+  the machine's load and the caches' state fall on all alike),
   p50/p95 ms and recall@10 against museum-search's exact top 10:
   - ``exact``: ``order(exact_scores(d, q), 10)`` (what ``search.top(..., "exact")`` does);
   - ``faiss_fp16_flat``: faiss ``IndexScalarQuantizer`` fp16, inner product, ``search(q, 10)``
@@ -240,10 +241,10 @@ for f in methods.values():  # warm: the memory map's pages, faiss's threads
 times = {k: [] for k in methods}
 tops = {k: [] for k in methods}
 names = list(methods)
+shuffle = np.random.default_rng(0)
 for i in range(len(qs)):
     q = qs[i:i + 1]
-    for j in range(len(names)):  # a rotating order: no method always runs first
-        k = names[(i + j) % len(names)]
+    for k in shuffle.permutation(names):  # a new order per query: no method always follows another
         t = time.perf_counter()
         top = methods[k](q)
         times[k].append(1000 * (time.perf_counter() - t))

@@ -205,3 +205,17 @@ def test_info_shows_the_measurement(saved, capsys):
     assert f"recall@10 {t.recall_at_10:.3f} against exact search (target 0.95" in out
     assert f"{t.ann_ms:.1f} ms per query against {t.exact_ms:.1f} ms exact" in out
     assert f"--search auto: {'ann' if t.faster and t.meets_target else 'exact'}" in out
+
+
+def test_faiss_scans_the_float16_file_in_place_and_agrees_with_the_conversion(tmp_path):
+    x = objects(500, 10, 96)
+    d = memmap(tmp_path, x)
+    view = ann._flat_view(d)
+    assert view is not None and view.ntotal == len(x) and not view.codes.is_owned  # the file's pages
+    assert ann._flat_view(d[:100]) is None and ann._flat_view(np.asarray(d)) is None  # a slice, no map
+    q = np.random.default_rng(2).standard_normal((2, 96)).astype(np.float32)
+    faiss_scores = ann.exact_scores(d, q)
+    converted = ann.exact_scores(d, q, chunk_rows=128)  # the bit-arithmetic blocks
+    np.testing.assert_allclose(faiss_scores, converted, rtol=0, atol=2e-6)
+    np.testing.assert_array_equal(order(faiss_scores, 30), reference_top(x, q, 30))
+    assert np.array_equal(np.load(tmp_path / "d.npy"), x)  # the file is as it was (the header too)

@@ -39,9 +39,11 @@ faiss is imported on first use (``pip install faiss-cpu``); the exact functions 
 
 from __future__ import annotations
 
+import mmap
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Generator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -277,6 +279,15 @@ def exact_scores(descriptors: np.ndarray, queries: np.ndarray, *, chunk_rows: in
             out[:, lo:lo + _chunk_rows(dim)] = q @ np.asarray(d[lo:lo + _chunk_rows(dim)], dtype=np.float32).T
         return out
     few = nq <= _FEW_QUERIES
+    flat = _flat_view(d) if few and not chunk_rows else None
+    if flat is not None:  # faiss's float16 scan of the file's own pages: no conversion, no copy
+        for i in range(nq):
+            dist, labels = flat.search(q[i:i + 1], n)
+            if labels.min() < 0:  # pragma: no cover - faiss leaves none out of a k = N search
+                break
+            out[i, labels[0]] = dist[0]
+        else:
+            return out
     rows = max(1, int(chunk_rows)) if chunk_rows else _chunk_rows(dim, budget=_KERNEL_BYTES if few else _CHUNK_BYTES)
     starts = list(range(0, n, rows))
     workers = min(_threads(), len(starts)) if few else 1
@@ -304,6 +315,87 @@ def exact_scores(descriptors: np.ndarray, queries: np.ndarray, *, chunk_rows: in
         for _ in _pool().map(work, range(workers)):
             pass
     return out
+
+
+_views: dict[int, tuple[weakref.ref, Any]] = {}
+_views_lock = threading.RLock()  # re-entrant: a map freed while it is held calls _forget_view
+
+
+def _flat_view(d: np.ndarray) -> Any:
+    """A faiss ``IndexScalarQuantizer`` (fp16, inner product) whose codes are the float16 rows of the
+    memory-mapped .npy ``d``, in place: faiss scores them with its own float16 arithmetic (about
+    twice as fast as :func:`_half_bits` and a product), reading the file's pages; None when that
+    cannot be (not a whole read-only float16 .npy memory map, no faiss, a faiss whose format
+    differs), and then :func:`exact_scores` converts blocks itself.
+
+    How: a second, copy-on-write map of the file, where faiss's header for such an index (81 bytes
+    from faiss 1.15's own serialization of an empty one, with the row count patched in) is written
+    over the end of the .npy header, just before the rows; faiss reads it with its zero-copy reader,
+    so the codes stay the file's pages. Memory: the header's page (4 KB, copied on write); the rows'
+    pages are the page cache's, shared with ``d``'s map (counted once more in the process's
+    resident size, not in the machine's memory). Made once per memory map, dropped with it."""
+    if not isinstance(d, np.memmap) or d.dtype != np.float16 or not d.flags.c_contiguous:
+        return None
+    path, offset = getattr(d, "filename", None), getattr(d, "offset", None)
+    if not path or not isinstance(offset, int) or d.base is None:
+        return None
+    key = id(d)
+    with _views_lock:
+        hit = _views.get(key)
+        if hit is not None and hit[0]() is d:
+            return None if hit[1] is None else hit[1][0]
+    made = _make_flat_view(str(path), int(offset), *d.shape)
+    if made is not None and not _flat_view_agrees(made[0], d):
+        made = None
+    with _views_lock:  # kept (the map with it) while ``d`` lives
+        _views[key] = (weakref.ref(d, partial(_forget_view, key)), made)
+    return None if made is None else made[0]
+
+
+def _forget_view(key: int, _ref: Any = None) -> None:
+    with _views_lock:
+        _views.pop(key, None)
+
+
+def _make_flat_view(path: str, offset: int, n: int, dim: int) -> tuple[Any, mmap.mmap, np.ndarray] | None:
+    try:
+        faiss = _faiss()
+        header = bytearray(faiss.serialize_index(faiss.IndexScalarQuantizer(
+            dim, faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT)).tobytes())
+        # faiss's layout: "IxSQ", d (int32), ntotal (int64), ..., the codes' byte count (uint64) last
+        if (len(header) > offset or header[:4] != b"IxSQ" or header[8:16] != bytes(8)
+                or header[-8:] != bytes(8)):
+            return None
+        header[8:16] = int(n).to_bytes(8, "little", signed=True)
+        header[-8:] = int(n * dim * 2).to_bytes(8, "little")
+        with open(path, "rb") as f:
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+        if len(mapped) != offset + n * dim * 2:  # not the whole file's rows (e.g. a slice of the map)
+            return None
+        mapped[offset - len(header):offset] = bytes(header)
+        raw = np.frombuffer(mapped, dtype=np.uint8, count=len(header) + n * dim * 2, offset=offset - len(header))
+        index = faiss.read_index(faiss.ZeroCopyIOReader(faiss.swig_ptr(raw), raw.size))
+        if (int(index.ntotal) != n or int(index.d) != dim or int(index.code_size) != 2 * dim
+                or bool(index.codes.is_owned)):
+            return None
+        return index, mapped, raw  # the map must live as long as the index
+    except (MuseumSearchError, OSError, RuntimeError, AttributeError, ValueError, TypeError):
+        return None
+
+
+def _flat_view_agrees(view: Any, d: np.ndarray) -> bool:
+    """Whether faiss's scores of a few rows against a probe equal the float64 ones (to rounding)."""
+    n = d.shape[0]
+    rows = np.unique(np.linspace(0, n - 1, num=min(n, 7)).astype(np.int64))
+    x = np.asarray(d[rows], dtype=np.float64)
+    probe = x.sum(axis=0, keepdims=True).astype(np.float32)
+    dist, labels = view.search(probe, n)
+    if labels.shape != (1, n) or labels.min() < 0:
+        return False
+    got = np.empty(n, dtype=np.float64)
+    got[labels[0]] = dist[0]
+    bound = 1e-4 * (np.abs(x) @ np.abs(probe[0].astype(np.float64))) + 1e-30
+    return bool(np.all(np.abs(got[rows] - x @ probe[0].astype(np.float64)) <= bound))
 
 
 _pool_lock = threading.Lock()
@@ -382,15 +474,22 @@ def candidate_scores(descriptors: np.ndarray, queries: np.ndarray, rows: np.ndar
     rows = np.asarray(rows, dtype=np.int64)
     increasing = len(rows) < 2 or bool(np.all(rows[1:] > rows[:-1]))
     uniq, inv = (rows, None) if increasing else np.unique(rows, return_inverse=True)
+    out = np.empty((q.shape[0], len(uniq)), dtype=np.float32)
     if d.dtype == np.float16 and bool(np.all(np.abs(q) < _QUERY_LIMIT)):
-        # the rows as float32 bits of value * 2**-112 (exact), the queries * 2**112
-        g = _half_bits(np.asarray(d)[uniq], _buffer(len(uniq), d.shape[1]))
-        q = q * _HALF_SCALE
+        # a block of rows at a time (it stays in cache from its conversion to its products), as
+        # float32 bits of value * 2**-112 (exact); the queries carry the 2**112
+        src, dim = np.asarray(d).view(np.int16), d.shape[1]
+        step = _chunk_rows(dim, budget=_KERNEL_BYTES)
+        buf = _buffer(min(step, len(uniq)), dim)
+        qs = q * _HALF_SCALE
+        for lo in range(0, len(uniq), step):
+            g = _half_bits(src[uniq[lo:lo + step]], buf)
+            for i in range(q.shape[0]):
+                np.einsum("cd,d->c", g, qs[i], out=out[i, lo:lo + step])
     else:
         g = _gather(d, uniq)
-    out = np.empty((q.shape[0], len(uniq)), dtype=np.float32)
-    for i in range(q.shape[0]):
-        out[i] = _matvec(g, q[i])
+        for i in range(q.shape[0]):
+            out[i] = _matvec(g, q[i])
     return out if inv is None else out[:, inv]
 
 
