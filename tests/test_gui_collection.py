@@ -741,23 +741,232 @@ def test_sample_index_of_an_old_format_is_rebuilt_in_place(tab, qtbot, tmp_path,
     assert set(_snapshot(out)) != set(out_files)  # a new generation
 
 
-def test_build_progress_says_which_step_and_that_the_time_left_is_the_steps(tab):
-    """The build's stages each have their own count and ETA (core.indexing.BUILD_STAGES): the label names the
-    step, so an ETA that grows when local features start after describing is not read as the whole build's."""
+def test_progress_of_a_stage_outside_a_plan_says_the_time_left_is_the_steps(tab):
+    """A record that no job plan numbered (``Progress.steps == 0``, e.g. a job run without
+    core.progress.with_plan) names its stage and says in the tooltip that the time left is the step's."""
     from museum_search.core.indexing import BUILD_STAGES
     from museum_search.core.progress import Progress
 
-    tab._job = object()  # as while a build runs
+    tab._job, tab._job_kind = object(), "build"  # as while a build runs
     texts = []
     totals = [287, 287, 287, 120][: len(BUILD_STAGES)]
     for stage, total in zip(BUILD_STAGES, totals):
         tab._on_progress(Progress(total // 2, total, None, [], 10.0, stage=stage))
-        texts.append(tab.progress.item_label.text())
+        texts.append((tab.progress.item_label.text(), tab.progress.item_label.toolTip()))
     tab._job = None
-    n = len(BUILD_STAGES)
-    assert BUILD_STAGES[0] == "describing" and "calibrating" in BUILD_STAGES
-    assert texts[0].startswith(f"Step 1 of {n}, describing: 143 / 287 — 0:10 left in this step"), texts[0]
-    assert texts[1].startswith(f"Step 2 of {n}, local features: 143 / 287"), texts[1]
-    for i, (stage, total) in enumerate(zip(BUILD_STAGES, totals)):
-        assert texts[i].startswith(f"Step {i + 1} of {n}, {stage}: {total // 2:,} / {total:,}"), texts[i]
-    assert all("left in this step" in t for t in texts)
+    for (text, tip), stage, total in zip(texts, BUILD_STAGES, totals):
+        assert text == f"{stage[:1].upper()}{stage[1:]}: {total // 2:,} / {total:,} · 0:10 left", text
+        assert "Time left in this step: 0:10" in tip and "whole" not in tip
+
+
+# ---- issue 23 (round two): the progress line, the skipped list, the status news, the artist ------
+
+
+@pytest.fixture
+def window_tab(qtbot):
+    """The Collection tab as the app shows it at 1024×700: a tab of a main window with a status bar."""
+    from PySide6.QtWidgets import QMainWindow, QTabWidget, QWidget
+
+    from museum_search.gui import workers
+    from museum_search.gui.collection_tab import CollectionTab
+    from museum_search.gui.state import AppState
+
+    state = AppState()
+    window = QMainWindow()
+    tabs = QTabWidget()
+    tab = CollectionTab(state)
+    tabs.addTab(tab, "Collection")
+    tabs.addTab(QWidget(), "Search")
+    window.setCentralWidget(tabs)
+    window.statusBar().showMessage("")
+    qtbot.addWidget(window)
+    window.resize(1024, 700)
+    window.show()
+    qtbot.waitExposed(window)
+    tab.tabs = tabs
+    yield tab
+    tab.shutdown()
+    assert workers.wait_all(60000)
+    qtbot.wait(10)
+    assert not tab.running
+
+
+def _simulated_build(root: Path, n: int = 287, views: int = 50):
+    """The records a build of ``n`` photos yields (core.indexing's stage names), with the photos'
+    long paths, at steady rates: describing 0.04 s a photo, local features 0.16, calibration 1 s a view."""
+    from museum_search.core import ann
+    from museum_search.core.progress import Progress
+
+    yield Progress(0, 0, stage="listing and labelling the images", expected={"calibrating": views})
+    stages = [("describing", n, 0.04), ("local features", n, 0.16), (ann.NEIGHBOURS_STAGE, n, 0.0004),
+              ("calibrating", views, 1.0)]
+    for stage, total, dt in stages:
+        for i in range(1, total + 1, 7 if total > 100 else 1):
+            current = str(root / "references" / "a folder with a long name" / f"bbdd_{i:05d}.jpg")
+            yield Progress(i, total, current, [], elapsed=i * dt, stage=stage)
+
+
+def test_build_progress_line_fits_at_1024x700_with_the_whole_builds_time_left(window_tab, tmp_path):
+    """Issue 23, item 1: the line was cut in the middle, hiding the count and the time left, and the
+    time left was the step's. Now every line fits the label, with the step, the count and the whole
+    build's time left (core.progress.JobEta over core.indexing.build_plan); the file is in the tooltip."""
+    from museum_search.core.indexing import build_plan
+    from museum_search.core.progress import with_plan
+    from museum_search.gui.collection_tab import format_duration
+
+    tab = window_tab
+    tab.collection_edit.setText(str(tmp_path))
+    label = tab.progress.item_label
+    assert label.isVisible() and label.width() < 460  # the narrow controls column of a 1024-px window
+    tab._job, tab._job_kind = object(), "build"  # as while a build runs
+    seen = []
+    for p in with_plan(_simulated_build(tmp_path), build_plan(matcher="sift")):
+        tab._on_progress(p)
+        if p.total <= 0:
+            continue
+        text, tip = label.text(), label.toolTip()
+        assert label.fontMetrics().horizontalAdvance(text) <= label.contentsRect().width(), text
+        assert f"{p.done:,} / {p.total:,}" in text, text
+        assert p.step >= 1 and p.steps == 4
+        assert f"Step {p.step} of 4" in text or f"{p.step}/4" in text, text
+        if p.job_eta is not None:
+            assert f"{format_duration(p.job_eta)} left" in text, text
+            assert f"whole build: {format_duration(p.job_eta)}" in tip, tip
+        assert "bbdd_" not in text and f"bbdd_{p.done:05d}.jpg" in tip, (text, tip)
+        seen.append(p)
+    tab._job = None
+    # the time left is the whole build's: while describing, far more than the step's own
+    middle = next(p for p in seen if p.stage == "describing" and p.done > 100)
+    assert middle.job_eta > 10 * middle.eta
+    # ... and it counts down over the build's steps, to 0 at the end
+    assert seen[-1].job_eta == 0.0
+    assert [p.step for p in seen] == sorted(p.step for p in seen) and seen[-1].step == 4
+
+
+def test_status_bar_news_of_a_job_goes_away_on_another_tab_or_after_a_while(window_tab, qtbot, monkeypatch):
+    from museum_search.gui import collection_tab
+
+    tab = window_tab
+    bar = tab.window().statusBar()
+    tab.show_status_message("Index updated: 20 references.")
+    assert bar.currentMessage() == "Index updated: 20 references."
+    tab.tabs.setCurrentIndex(1)  # the Search tab
+    assert bar.currentMessage() == ""
+    tab.tabs.setCurrentIndex(0)
+    monkeypatch.setattr(collection_tab, "STATUS_MESSAGE_MS", 50)
+    tab.show_status_message("Index built: 3 references.")
+    assert bar.currentMessage() == "Index built: 3 references."
+    qtbot.waitUntil(lambda: bar.currentMessage() == "", timeout=5_000)
+
+
+def test_choosing_another_folder_forgets_the_sample_collections_status(window_tab, tmp_path):
+    tab = window_tab
+    tab.progress.set_status("Sample collection: 42 references.")
+    other = _museum(tmp_path, "mine")
+    tab.set_collection(other)
+    assert tab.progress.status() == ""
+
+
+def _tree_paths(tab) -> list[str]:
+    return [tab.skipped_tree.topLevelItem(i).text(0) for i in range(tab.skipped_tree.topLevelItemCount())]
+
+
+def test_skipped_files_are_listed_once_and_the_update_counts_what_it_removed(window_tab, qtbot, tmp_path):
+    """Issue 23, item 7: during an update (or a second build) the skipped list showed each unreadable
+    file twice (the last job's rows, then this job's as they came); an update's "0 removed" did not
+    explain an index smaller than the collection."""
+    tab = window_tab
+    collection = _museum(tmp_path, "museum", n=4)  # one object: built without calibration views
+    photos = sorted(collection.glob("*.jpg"))
+    photos[-1].write_bytes(b"this is no photo " * 30)  # catalogued, unreadable
+    shutil.copy2(photos[0], collection / "extra.jpg")  # not in the catalogue
+    tab.set_collection(collection)
+    qtbot.waitUntil(lambda: tab.detected_label.text().startswith("Detected:"), timeout=30_000)
+    assert "4 references" in tab.detected_label.text()
+    tab.index_edit.setText(str(tmp_path / "index"))
+    tab.size_spin.setValue(TINY)
+    listed: list[list[str]] = []
+    on_progress = tab._on_progress
+
+    def spy(p):  # what the list shows after each progress record of the running job
+        on_progress(p)
+        listed.append(_tree_paths(tab))
+
+    tab._on_progress = spy
+    assert _build(tab, qtbot) is True
+    assert listed and all(len(rows) == len(set(rows)) for rows in listed), listed
+    listed.clear()
+    assert sorted(_tree_paths(tab)) == ["extra.jpg", photos[-1].name]
+    assert tab.skipped_box.title() == "Skipped and ignored files (2)"
+    assert "3 references" in tab.progress.status() and "1 file(s) skipped: they cannot be read and are not in " \
+        "the index" in tab.progress.status()
+
+    # an indexed photo becomes unreadable: the update drops it, counts it, lists it once
+    photos[1].write_bytes(b"\x00" * 400)
+    with qtbot.waitSignal(tab.job_done, timeout=120_000) as blocker:
+        qtbot.mouseClick(tab.update_button, _left())
+    assert blocker.args == [True]
+    assert listed and all(len(rows) == len(set(rows)) for rows in listed), listed
+    assert sorted(_tree_paths(tab)) == sorted(["extra.jpg", photos[-1].name, photos[1].name])
+    assert tab.skipped_box.title() == "Skipped and ignored files (3)"
+    status = tab.progress.status()
+    assert "0 added/changed, 1 removed, 2 unchanged (of 3 before)" in status, status
+    assert len(tab.state.index) == 2
+    line = tab.progress.item_label
+    assert "1 removed" in line.text() and line.fontMetrics().horizontalAdvance(line.text()) <= line.contentsRect().width()
+    assert "(of 3 before)" in line.toolTip()
+    assert tab.window().statusBar().currentMessage().startswith("Index updated:")
+
+
+def test_thumbnails_show_the_artist_a_filter_matched(qtbot, tmp_path):
+    """Issue 23, item 10: a filter on "hugo" kept works whose thumbnails showed no "Hugo"."""
+    from museum_search.core.backbones import BackboneMeta
+    from museum_search.core.catalogue import Item
+    from museum_search.core.store import Index
+    from museum_search.gui.widgets.thumbnails import LINES_ROLE, ThumbnailBrowser
+
+    artists = ["Hugo Demarco", "Victor Perez-Porros", "Ana Hugoson", "Joan Miró", ""]
+    items = [Item(f"w{i}.jpg", 0, 0.0, f"bbdd_{i:05d}", {"title": f"Work {i}", "Artist": a})
+             for i, a in enumerate(artists)]
+    meta = BackboneMeta("x", "w", "gem", "longest_side", 64, (1.0,), 3.0, 4, (0.0, 0.0, 0.0), (1.0, 1.0, 1.0))
+    browser = ThumbnailBrowser(thumb_size=96)
+    qtbot.addWidget(browser)
+    browser.resize(600, 400)
+    browser.show()
+    no_artist = Index(tmp_path, meta, [Item("a.jpg", 0, 0.0, "a", {"title": "A"})], np.zeros((1, 4), np.float32))
+    browser.set_index(no_artist)
+    two_lines = browser.view.gridSize().height()
+    assert browser.delegate.lines == 2
+
+    browser.set_index(Index(tmp_path, meta, items, np.zeros((5, 4), np.float32)))
+    assert browser.delegate.lines == 3
+    assert browser.view.gridSize().height() == two_lines + browser.view.fontMetrics().lineSpacing()
+    browser.set_filter("hugo")
+    shown = [browser.proxy.index(r, 0) for r in range(browser.visible_count())]
+    assert [i.data(LINES_ROLE) for i in shown] == [("bbdd_00000", "Work 0", "Hugo Demarco"),
+                                                  ("bbdd_00002", "Work 2", "Ana Hugoson")]
+    assert all("Hugo" in i.data(LINES_ROLE)[2] and "Hugo" in i.data() for i in shown)
+    # painted: the artist's line is drawn under the title (its pixels differ from an item without one)
+    from PySide6.QtGui import QImage, QPainter
+    from PySide6.QtWidgets import QStyleOptionViewItem
+
+    def painted(idx) -> QImage:
+        img = QImage(browser.delegate.item_width, browser.delegate.item_height(browser.view.fontMetrics()),
+                     QImage.Format.Format_ARGB32)
+        img.fill(0xFFFFFFFF)
+        opt = QStyleOptionViewItem()
+        opt.initFrom(browser.view)
+        opt.rect = img.rect()
+        painter = QPainter(img)
+        browser.delegate.paint(painter, opt, idx)
+        painter.end()
+        return img
+
+    def ink(img: QImage, line: int) -> int:  # the pixels drawn on text line ``line`` (0: the instance)
+        ls = browser.view.fontMetrics().lineSpacing()
+        top = 4 + 96 + 3 + line * ls  # below the thumbnail's square and the padding
+        return sum(img.pixel(x, y) != 0xFFFFFFFF for x in range(img.width()) for y in range(top, top + ls))
+
+    with_artist, without = painted(shown[0]), painted(browser.model.index(4, 0))
+    assert ink(with_artist, 2) > 20 and ink(without, 2) == 0
+    assert ink(with_artist, 1) > 20 and ink(without, 1) > 20  # both have a title

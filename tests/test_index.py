@@ -243,3 +243,47 @@ def test_query_with_other_settings_is_refused(collection):
     idx = _build(collection, None).index
     with pytest.raises(MuseumSearchError, match="do not match"):
         idx.check_compatible(build_extractor(BackboneConfig(size=128), engine="torch").meta)
+
+
+def test_update_summary_counts_what_left_the_index_and_why(collection, tmp_path):
+    """Issue 23, item 7: the count of an index went from 21 to 20 while its update said "0 removed".
+    Every reference that leaves the index is counted as removed, with its reason (deleted, no longer
+    readable, left out by the labelling rule), the summary says the size before, and a file that
+    cannot be read is said to be left out of the index (the collection's 21 files, the index's 20)."""
+    files = sorted(collection.glob("*.jpg"))
+    broken_from_start = files[0]
+    broken_from_start.write_bytes(b"not a photo " * 40)  # catalogued, never readable
+    out = tmp_path / "idx"
+    built = run(build_index(collection, out, SMALL, LabellingSpec("catalogue", str(collection / "catalogue.csv")),
+                            verification=False))  # fast: the counts do not depend on verification
+    n = len(built.index)
+    assert n == len(files) - 1 and built.before is None
+    assert built.summary().endswith("; 1 file(s) skipped: they cannot be read and are not in the index")
+
+    # nothing changed: the unreadable file is skipped again, nothing is removed, the numbers add up
+    again = run(update_index(Index.load(out)))
+    assert (again.added, again.removed, again.unchanged, again.before, len(again.index)) == (0, 0, n, n, n)
+    assert f"0 added/changed, 0 removed, {n} unchanged (of {n} before)" in again.summary()
+    assert [p for p, _ in again.skipped] == [str(broken_from_start)]
+
+    # one indexed photo becomes unreadable, one is deleted, one is taken out of the catalogue
+    unreadable, deleted, uncatalogued = files[1], files[2], files[3]
+    unreadable.write_bytes(b"\x00" * 500)
+    deleted.unlink()
+    lines = (collection / "catalogue.csv").read_text(encoding="utf-8").splitlines()
+    (collection / "catalogue.csv").write_text(
+        "\n".join(line for line in lines if not line.startswith(uncatalogued.name + ",")) + "\n", encoding="utf-8")
+    report = run(update_index(Index.load(out)))
+    after = Index.load(out)
+    assert len(after) == len(report.index) == n - 3
+    assert (report.added, report.removed, report.unchanged, report.before) == (0, 3, n - 3, n)
+    assert report.unchanged + report.added == len(after) and report.before == report.unchanged + report.removed
+    why = dict(report.removed_files)
+    assert set(why) == {str(unreadable), str(deleted), str(uncatalogued)}
+    assert why[str(deleted)] == "deleted from the collection"
+    assert why[str(unreadable)].startswith("dropped: ") and why[str(unreadable)] == "dropped: " + dict(report.skipped)[str(unreadable)]
+    assert why[str(uncatalogued)] == "dropped: " + dict(report.labelling.ignored)[uncatalogued.name]
+    assert f"0 added/changed, 3 removed, {n - 3} unchanged (of {n} before)" in report.summary()
+    assert "2 file(s) skipped: they cannot be read and are not in the index" in report.summary()
+    assert {p for p, _ in report.skipped} == {str(broken_from_start), str(unreadable)}  # each once
+    assert len(report.skipped) == 2

@@ -17,7 +17,7 @@ import numpy as np
 from . import ann as ann_module
 from .ann import AnnIndex
 from .backbones import BackboneConfig, DescriptorExtractor
-from .calibration import calibrate, refit
+from .calibration import calibrate, calibration_plan, refit
 from .catalogue import Item
 from .distributed import describe_on_ray
 from .engines import build_extractor, extractor_for_meta
@@ -25,7 +25,7 @@ from .errors import IndexFormatError, MuseumSearchError
 from .extract import extract
 from .features import LocalFeatures
 from .labels import Labelling, label_collection
-from .progress import Progress
+from .progress import PlannedStage, Progress, with_expected, with_plan
 from .rerank import xfeat
 from .rerank.spatial import (
     SpatialParams,
@@ -58,14 +58,21 @@ class BuildReport:
     removed: int = 0
     unchanged: int = 0
     removed_files: list[tuple[str, str]] = field(default_factory=list)  # (path, why) of removed references
+    before: int | None = None  # an update: the references the index had before it
 
     def summary(self) -> str:
+        """The index's size and what changed, counted so that they add up: an update says how many
+        references there were before (the index now has ``unchanged + added``, "added" counting
+        the changed photos described again, and ``before - unchanged - removed`` were changed), and
+        a file that cannot be read is said to be left out of the index (so a collection of 21 files
+        with one unreadable gives an index of 20)."""
         s = (f"{len(self.index)} references of {len(self.index.instances)} instances "
              f"({self.labelling.rule} labels)")
-        if self.removed or self.unchanged:
-            s += f"; {self.added} added/changed, {self.removed} removed, {self.unchanged} unchanged"
+        if self.before is not None:
+            s += (f"; {self.added} added/changed, {self.removed} removed, {self.unchanged} unchanged "
+                  f"(of {self.before} before)")
         if self.skipped:
-            s += f"; {len(self.skipped)} file(s) skipped"
+            s += f"; {len(self.skipped)} file(s) skipped: they cannot be read and are not in the index"
         if self.labelling.ignored:
             s += f"; {len(self.labelling.ignored)} file(s) ignored by the labelling rule"
         return s
@@ -94,6 +101,78 @@ def _unusable_name(rel: str) -> str | None:
 #: The stages of :func:`build_index` with verification, in order (``Progress.stage``); each has its
 #: own count and ETA. Without verification there is only the first.
 BUILD_STAGES = ("describing", "local features", "finding each reference's nearest neighbours", "calibrating")
+
+#: What one step of each counted stage of a build or update costs, relative to describing one photo
+#: with the default network (:func:`build_plan`, :class:`.progress.JobEta`). Measured on this
+#: project's 2-core machine, whole builds of the sample (42 photos, 84 calibration views) and of the
+#: paintings (287 photos, 50 views): local features 3.5 and 4.0 per photo, the neighbour lists 0.04
+#: and 0.01 per reference, calibration 36 and 26 per view (a view is described and verified twice).
+#: The approximate index (built only from :data:`.ann.AUTO_MIN_REFERENCES` references) is of the
+#: neighbour lists' order. Only the ratios matter: the job's own measured speed scales them.
+STAGE_COSTS = {
+    "describing": 1.0,
+    "local features": 4.0,
+    ann_module.TRAIN_STAGE: 0.02,
+    ann_module.ADD_STAGE: 0.02,
+    ann_module.NEIGHBOURS_STAGE: 0.02,
+    "calibrating": 30.0,
+}
+
+
+def calibration_views(labels) -> int:
+    """How many views calibrating an index of references labelled ``labels`` asks about."""
+    labels = np.asarray(labels)
+    return len(calibration_plan(labels)) if len(set(labels.tolist())) >= 2 else 0
+
+
+def _stage(name: str, units=None) -> PlannedStage:
+    return PlannedStage(name, STAGE_COSTS[name], units)
+
+
+def _most_views(n: int) -> int:
+    """The most views calibrating a collection of ``n`` photos can ask about (every object with a
+    second photo); the plan stops growing long before 1,000 photos."""
+    return calibration_views(np.arange(min(n, 1000)) // 2)
+
+
+def build_plan(verification: bool = True, ann: str = "auto", neighbours: int = K_MAX,
+               matcher: str | None = None) -> tuple[PlannedStage, ...]:
+    """The counted stages of :func:`build_index` with these options, in order, with their costs
+    (:data:`STAGE_COSTS`); ``n`` is the number of photos to describe. The calibration's views are
+    said by the build once the photos are labelled (``Progress.expected``); until then, the most
+    a collection of ``n`` photos can have. With ``matcher="auto"``, XFeat's local features and
+    calibration follow SIFT's."""
+    plan = [_stage("describing")]
+    if verification:
+        plan.append(_stage("local features"))
+    if ann == "yes" or ann == "auto":
+        least = 1 if ann == "yes" else ann_module.AUTO_MIN_REFERENCES
+        plan += [_stage(s, lambda n, least=least: n if n >= least else 0)
+                 for s in (ann_module.TRAIN_STAGE, ann_module.ADD_STAGE)]
+    if neighbours:
+        plan.append(_stage(ann_module.NEIGHBOURS_STAGE, lambda n: n if n > 1 else 0))
+    if verification:
+        plan.append(_stage("calibrating", _most_views))
+        if resolve_matcher(matcher) == "auto":
+            plan += [_stage("local features"), _stage("calibrating", _most_views)]
+    return tuple(plan)
+
+
+def update_plan(index: Index, ann: str = "auto") -> tuple[PlannedStage, ...]:
+    """The counted stages of :func:`update_index` of ``index``, in order, with their costs; ``n``
+    is the number of new and changed photos to describe. The neighbour lists of every reference may
+    be looked at; a verdict with stored evidence is refitted on the new photos' views only."""
+    total = len(index)
+    plan = [_stage("describing")]
+    if index.local is not None:
+        plan.append(_stage("local features"))
+    if ann == "yes" or (ann == "auto" and index.ann is not None):
+        plan.append(_stage(ann_module.ADD_STAGE))
+    plan.append(_stage(ann_module.NEIGHBOURS_STAGE, lambda n: total + n if n else 0))
+    if index.local is not None:
+        refit = bool(index.verdict and index.verdict.get("evidence"))
+        plan.append(_stage("calibrating", None if refit else lambda n: _most_views(total + n)))
+    return tuple(plan)
 
 
 def build_index(
@@ -154,12 +233,14 @@ def _build(root, out, config, labelling, extractor, batch_size, dtype, verificat
     paths = [root / r.path for r in refs]
     spatial, auto = _local_params(matcher) if verification else (None, False)
     cluster_local = None  # the local features the Ray workers computed (verification)
+    # the calibration's views, known now: the whole build's time left counts them (JobEta)
+    expected = {"calibrating": calibration_views([r.instance for r in refs]) if verification else 0}
     if ray is not None and ray is not False:
-        res, cluster_local = yield from describe_on_ray(paths, extractor, address=None if ray is True else str(ray),
-                                                        batch_size=batch_size, verification=verification,
-                                                        spatial=spatial)
+        res, cluster_local = yield from with_expected(describe_on_ray(
+            paths, extractor, address=None if ray is True else str(ray), batch_size=batch_size,
+            verification=verification, spatial=spatial), expected)
     else:
-        res = yield from extract(paths, extractor, batch_size=batch_size)
+        res = yield from with_expected(extract(paths, extractor, batch_size=batch_size), expected)
     skipped += res.skipped
     items, rows = [], []
     for row, i in enumerate(res.ok):
@@ -210,7 +291,9 @@ def build_job(
         yield Progress(0, 0, stage=f"loading {config.name}")
         extractor = build_extractor(config)
         yield Progress(0, 0, stage="listing and labelling the images")
-        return (yield from build_index(root, out, config, labelling, extractor=extractor, **options))
+        plan = build_plan(options.get("verification", True), options.get("ann", "auto"),
+                          options.get("neighbours", K_MAX), options.get("matcher"))
+        return (yield from with_plan(build_index(root, out, config, labelling, extractor=extractor, **options), plan))
 
 
 def update_job(path: str | Path, **options: Any) -> Generator[Progress, None, BuildReport]:
@@ -219,7 +302,7 @@ def update_job(path: str | Path, **options: Any) -> Generator[Progress, None, Bu
     yield Progress(0, 0, stage="reading the index")
     index = Index.load(path)
     yield Progress(0, 0, stage="looking for new, changed and removed files")
-    return (yield from update_index(index, **options))
+    return (yield from with_plan(update_index(index, **options), update_plan(index, options.get("ann", "auto"))))
 
 
 def upgrade_index(path: str | Path, *, ann: str = "auto", neighbours: int = K_MAX) -> Generator[Any, None, Index]:
@@ -347,15 +430,31 @@ def _update(index, extractor, weights, batch_size, checksum, ann):
             yield from _calibrate(updated, extractor)
     if index.path is not None:
         updated.save(index.path)
-    # Every reference of the old index that is not in the new one is removed, and says why: deleted
-    # from the collection, or dropped because it can no longer be read (then also in ``skipped``).
-    now = {it.path for it in updated.items}
-    reasons = dict(skipped)
-    removed = [(str(root / it.path), "deleted from the collection" if it.path not in current
-                else f"dropped: {reasons.get(str(root / it.path), 'it could not be described again')}")
-               for it in index.items if it.path not in now]
+    removed = _removed(index, updated, lab, skipped)
     return BuildReport(updated, lab, skipped, added=len(new_items), removed=len(removed),
-                       unchanged=len(keep_items), removed_files=removed)
+                       unchanged=len(keep_items), removed_files=removed, before=len(index))
+
+
+def _removed(old: Index, new: Index, lab: Labelling, skipped: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """(path, why) of every reference of ``old`` that is not in ``new``: dropped because it can no
+    longer be read (then also in ``skipped``, with its reason), left out by the labelling rule (the
+    file is still there), or deleted from the collection."""
+    root = old.root
+    now = {it.path for it in new.items}
+    unreadable = dict(skipped)
+    ignored = dict(lab.ignored)
+
+    def why(rel: str) -> str:
+        full = root / rel
+        if str(full) in unreadable:
+            return f"dropped: {unreadable[str(full)]}"
+        if rel in ignored and (full.exists() or full.is_symlink()):
+            return f"dropped: {ignored[rel]}"
+        if full.exists():
+            return "dropped: it could not be described again"
+        return "deleted from the collection"
+
+    return [(str(root / it.path), why(it.path)) for it in old.items if it.path not in now]
 
 
 def _local_params(matcher: str | None):

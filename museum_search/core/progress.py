@@ -10,7 +10,10 @@ a network, describing a batch of photos, verifying a photo's shortlist) would ho
 job stops within one heartbeat (0.1 s) in every phase.
 
 ``Progress.eta`` extrapolates the stage's rate so far; :class:`EtaEstimator` gives a steadier one
-(the rate over a recent window, smoothed in time), which the GUI's worker fills in.
+(the rate over a recent window, smoothed in time), which the GUI's worker fills in. A job of several
+counted stages (a build: describing, local features, neighbour lists, calibration) declares them
+with their relative costs (:class:`PlannedStage`); :class:`JobEta` (:func:`with_plan`) then fills in
+the step and the time left in the *whole* job (``Progress.step``, ``steps``, ``job_eta``).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from collections import deque
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from typing import Callable, Generator, Hashable, TypeVar
+from typing import Callable, Generator, Hashable, Sequence, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -51,6 +54,16 @@ class Progress:
     #: a steadier estimate of :attr:`eta`, filled in by an :class:`EtaEstimator` (None: not set;
     #: NaN: the estimator does not know yet)
     smoothed_eta: float | None = field(default=None, repr=False, compare=False)
+    #: the step of the whole job this record belongs to (1-based) and how many steps the job has,
+    #: filled in by a :class:`JobEta` (0: not known, or a step outside the job's plan)
+    step: int = field(default=0, repr=False, compare=False)
+    steps: int = field(default=0, repr=False, compare=False)
+    #: seconds left in the whole job (this step and the steps to come), filled in by a
+    #: :class:`JobEta`; None: not known (yet)
+    job_eta: float | None = field(default=None, repr=False, compare=False)
+    #: how many steps stages still to come will take (stage → total), when the job knows it before
+    #: they start (e.g. the calibration's views, once the photos are labelled); read by :class:`JobEta`
+    expected: dict[str, int] | None = field(default=None, repr=False, compare=False)
 
     @property
     def eta(self) -> float | None:
@@ -133,9 +146,9 @@ class EtaEstimator:
         return self._eta
 
 
-def with_eta(gen: Generator[T, None, R], estimator: EtaEstimator | None = None) -> Generator[T, None, R]:
-    """``gen``, with :attr:`Progress.smoothed_eta` filled in on its records (closing it closes ``gen``)."""
-    est = estimator or EtaEstimator()
+def tap(gen: Generator[T, None, R], on_record: Callable[[Progress], object]) -> Generator[T, None, R]:
+    """``gen``, with ``on_record`` called on each of its :class:`Progress` records before it is
+    passed on (to fill something in); returns ``gen``'s result, and closing it closes ``gen``."""
     try:
         while True:
             try:
@@ -143,10 +156,139 @@ def with_eta(gen: Generator[T, None, R], estimator: EtaEstimator | None = None) 
             except StopIteration as stop:
                 return stop.value
             if isinstance(item, Progress):
-                est.update(item)
+                on_record(item)
             yield item
     finally:
         gen.close()
+
+
+def with_eta(gen: Generator[T, None, R], estimator: EtaEstimator | None = None) -> Generator[T, None, R]:
+    """``gen``, with :attr:`Progress.smoothed_eta` filled in on its records (closing it closes ``gen``)."""
+    return tap(gen, (estimator or EtaEstimator()).update)
+
+
+
+@dataclass(frozen=True)
+class PlannedStage:
+    """A counted stage a job runs (its ``Progress.stage``), what one of its steps costs relative
+    to the job's other stages (``cost``: e.g. seconds per photo relative to describing one), and
+    how many steps it takes in a job of ``n`` (``units(n)``; None: ``n``), unless the job says so
+    before (``Progress.expected``). ``n`` is the total of the first stage of the plan (for a build,
+    the photos to describe); a stage of 0 units is not run."""
+
+    stage: str
+    cost: float
+    units: Callable[[int], float] | None = None
+
+    def size(self, n: int) -> float:
+        return float(n) if self.units is None else float(self.units(n))
+
+
+class JobEta:
+    """The step and the time left in a whole job of :class:`PlannedStage` stages, from its records.
+
+    The time left is the current stage's own (its :class:`EtaEstimator`, or, before it has one, its
+    steps left at the measured rate below) plus the stages still to come, each its ``cost`` ×
+    ``units(n)`` at the rate measured so far: the seconds the counted stages already run took per
+    unit of cost (their steps done × their cost). So the estimate starts with the first stage's
+    measured speed and the plan's cost ratios, and follows the machine as later stages are timed.
+    A job that starts with a later stage (an update with nothing to describe) has ``n = 0``.
+
+    A stage not in the plan (or out of its order) is shown as the current step's and adds only its
+    own time left; records of unknown length (``total == 0``) keep the last estimate. A stage is
+    found in the plan at or after the current one, so a plan may run a stage twice (local features
+    and calibration again for a second matcher)."""
+
+    def __init__(self, plan: Sequence[PlannedStage], estimator: EtaEstimator | None = None):
+        if not plan:
+            raise ValueError("a job plan needs at least one stage")
+        self.plan = tuple(plan)
+        self._stage_eta = estimator or EtaEstimator()
+        self._pos = -1  # the plan's stage running now (-1: none yet)
+        self._n: int | None = None
+        self._measured: dict[int, tuple[float, int]] = {}  # plan position → (elapsed, done) of its last record
+        self._last: float | None = None
+        self._expected: dict[str, int] = {}
+
+    @property
+    def n(self) -> int | None:
+        """The job's size: the total of the plan's first stage (None before it is seen)."""
+        return self._n
+
+    def _position(self, stage: str) -> int | None:
+        for j in range(max(self._pos, 0), len(self.plan)):
+            if self.plan[j].stage == stage:
+                return j
+        return None
+
+    def _size(self, j: int) -> float:
+        stage = self.plan[j]
+        if stage.stage in self._expected:
+            return float(self._expected[stage.stage])
+        return stage.size(self._n) if self._n is not None else math.nan
+
+    def _runs(self, j: int) -> bool:
+        return self._n is None or j in self._measured or self._size(j) > 0
+
+    def rate(self) -> float | None:
+        """Seconds per unit of cost, measured on the planned stages run so far (None: not yet)."""
+        secs = sum(t for t, d in self._measured.values() if d > 0 and t > 0)
+        work = sum(self.plan[j].cost * d for j, (t, d) in self._measured.items() if d > 0 and t > 0)
+        return secs / work if secs > 0 and work > 0 else None
+
+    def update(self, p: Progress) -> float | None:
+        """Fill in ``p.step``, ``p.steps`` and ``p.job_eta`` (seconds); returns ``p.job_eta``."""
+        if p.expected:
+            self._expected.update(p.expected)
+        if p.total <= 0:  # a step of unknown length: the estimate stays as it was
+            self._number(p, self._pos)
+            p.job_eta = self._last
+            return self._last
+        j = self._position(p.stage)
+        if j is not None:
+            self._pos = j
+            if self._n is None:  # the plan's first stage sets the size; a job that skips it has none of it
+                self._n = p.total if j == 0 else 0
+            self._measured[j] = (float(p.elapsed), int(p.done))
+        self._number(p, self._pos)
+        own = self._stage_eta.update(p)
+        rate = self.rate()
+        if own is None and j is not None and rate is not None:
+            own = rate * self.plan[j].cost * max(0, p.total - p.done)
+        if own is None or self._n is None:
+            p.job_eta = self._last = None
+            return None
+        later = sum(self.plan[i].cost * self._size(i) for i in range(self._pos + 1, len(self.plan))
+                    if i not in self._measured)
+        if later > 0 and rate is None:
+            p.job_eta = self._last = None
+            return None
+        p.job_eta = self._last = own + (rate or 0.0) * later
+        return p.job_eta
+
+    def _number(self, p: Progress, pos: int) -> None:
+        runs = [j for j in range(len(self.plan)) if self._runs(j)]
+        p.steps = len(runs)
+        p.step = sum(1 for j in runs if j <= pos) if pos >= 0 and p.total > 0 else 0
+
+
+def with_plan(gen: Generator[T, None, R], plan: Sequence[PlannedStage]) -> Generator[T, None, R]:
+    """``gen``, with the step and the whole job's time left (:class:`JobEta`) filled in on its
+    records (closing it closes ``gen``)."""
+    return tap(gen, JobEta(plan).update)
+
+
+def with_expected(gen: Generator[T, None, R], expected: dict[str, int]) -> Generator[T, None, R]:
+    """``gen``, its first progress record saying how many steps later stages will take
+    (``Progress.expected``, read by :class:`JobEta`); closing it closes ``gen``."""
+    told: list[bool] = []
+
+    def tell(p: Progress) -> None:
+        if not told:
+            p.expected = {**(p.expected or {}), **expected}
+            told.append(True)
+
+    return tap(gen, tell)
 
 
 # ---- waiting for one long call without blocking a cancel ----------------------------------------
@@ -231,7 +373,8 @@ def drive(gen: Generator[T, None, R], on_progress: Callable[[T], object] | None 
         gen.close()
 
 
-__all__ = ["HEARTBEAT", "EtaEstimator", "Progress", "drive", "wait", "with_eta"]
+__all__ = ["HEARTBEAT", "EtaEstimator", "JobEta", "PlannedStage", "Progress", "drive", "wait", "with_eta",
+           "tap", "with_expected", "with_plan"]
 
 
 class DecodePool:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QLineEdit,
+    QMainWindow,
     QMessageBox,
     QPushButton,
     QScrollArea,
@@ -54,13 +56,12 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-from superqt import QElidingLabel
 
 from ..core import paths
 from ..core.backbones import DEFAULT_BACKBONE, DEFAULT_HEAD, DEFAULT_SIZE, HEADS, REGISTRY, BackboneConfig
 from ..core.errors import MuseumSearchError, OutputFolderError
 from ..core.images import load_image
-from ..core.indexing import BUILD_STAGES, BuildReport, build_job, update_job
+from ..core.indexing import BuildReport, build_job, update_job
 from ..core.labels import RULES, describe, find_catalogue, label_collection
 from ..core.progress import Progress
 from ..core.store import (
@@ -76,7 +77,7 @@ from ..core.verdict import Verdict
 from . import upgrade, workers
 from .state import AppState
 from .widgets.camera_view import ImageView
-from .widgets.progress_panel import ProgressPanel
+from .widgets.progress_panel import FittingLine, ProgressPanel
 from .widgets.result_grid import catalogue_form
 from .widgets.thumbnails import ThumbnailBrowser, ThumbnailCache
 
@@ -98,6 +99,9 @@ HEAD_LABELS = {
     "gem": "Generalized mean (GeM)",
     "rmac": "Regional max pooling (R-MAC)",
 }
+#: How long the status bar shows the news of a job that ended ("Index updated: …"), in ms; it is
+#: also cleared when another tab is chosen (the index itself stays described under it).
+STATUS_MESSAGE_MS = 10_000
 INDEX_DIR_NAME = "indexes"
 SAMPLE_INDEX_NAME = "sample"
 #: Longest side of the photo in the large view of a reference.
@@ -323,6 +327,50 @@ def format_duration(seconds: float | None) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
+def progress_line(p: Progress, current: str = "", job: str = "build") -> tuple[list[str], str]:
+    """The progress line of a build or update: its wordings, longest first (:class:`FittingLine`
+    shows the longest that fits), and its tooltip. Every wording has the step, the count and the
+    time left in the whole ``job`` (core's ``Progress.job_eta``: the steps to come at their planned
+    cost ratios, :class:`.core.progress.JobEta`); the longer ones name the step; the file being
+    processed (``current``) is only in the tooltip."""
+    whole = p.steps > 0
+    left = p.job_eta if whole else p.eta
+    count = f"{p.done:,} / {p.total:,}"
+    eta = f"{format_duration(left)} left" if left is not None else "time left: …"
+    stage = f"{p.stage[:1].upper()}{p.stage[1:]}"
+    if whole and p.step:
+        step = f"Step {p.step} of {p.steps}"
+        texts = [f"{step}, {p.stage}: {count} · {eta}", f"{step}: {count} · {eta}",
+                 f"{p.step}/{p.steps}: {count} · {eta}", f"{count} · {eta}"]
+        tip = [f"{step}: {p.stage}"]
+    else:
+        texts = [f"{stage}: {count} · {eta}", f"{count} · {eta}"]
+        tip = [stage]
+    tip.append(f"{count} done")
+    if whole:
+        tip.append(f"Time left in the whole {job}: {format_duration(left)} "
+                   f"(this step: {format_duration(p.eta)})")
+    else:
+        tip.append(f"Time left in this step: {format_duration(p.eta)}")
+    if current:
+        tip.append(f"File: {current}")
+    return texts, "\n".join(tip)
+
+
+def report_line(report: BuildReport, kind: str, seconds: float, described: Progress | None) -> list[str]:
+    """What the progress line says when a build or update ended, longest first: what changed, as
+    core counts it (:meth:`.core.indexing.BuildReport.summary` is the tooltip), and the time taken."""
+    took = format_duration(seconds)
+    if kind == "update":
+        counts = f"{report.added:,} added/changed, {report.removed:,} removed, {report.unchanged:,} unchanged"
+        return [f"Updated in {took}: {counts}", counts, f"Updated in {took}"]
+    n = len(report.index)
+    if described is not None and described.total > 0:
+        done = f"{described.done:,} / {described.total:,} described in {format_duration(described.elapsed)}"
+        return [f"{done}; built in {took}", done, f"Built in {took}: {n:,} references"]
+    return [f"Built in {took}: {n:,} references", f"Built in {took}"]
+
+
 def index_summary(index: Index) -> str:
     """What the Collection tab says about an open index: its size and descriptor, how many
     neighbours of each reference are stored (ICFRR reads its gallery ranks from them) and whether it
@@ -387,6 +435,10 @@ class CollectionTab(QWidget):
         self._succeeded = False
         self._last_progress: Progress | None = None
         self._described: Progress | None = None  # the last progress of the describing stage
+        self._started = 0.0  # time.monotonic() when the job started
+        self._status_message = ""  # what this tab shows in the window's status bar for a while
+        self._ignored: list[tuple[str, str]] = []  # the files the labelling rule leaves out, as last read
+        self._shown_skipped: set[str] = set()  # the paths the skipped list shows (each once)
         self._last_collection: Path | None = None
         self.index_chooser: FolderChooser | None = None
         self.reference_dialog: ReferenceDialog | None = None
@@ -568,9 +620,10 @@ class CollectionTab(QWidget):
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.setObjectName("cancelButton")
         self.cancel_button.clicked.connect(self.cancel)
-        item_label = QElidingLabel("")
+        # one line: step, count and the whole job's time left always; the step's name when it fits;
+        # the file being processed in the tooltip (progress_line)
+        item_label = FittingLine("")
         item_label.setObjectName("progressLabel")
-        item_label.setElideMode(Qt.TextElideMode.ElideMiddle)
         buttons = QHBoxLayout()
         buttons.addWidget(self.build_button)
         buttons.addWidget(self.update_button)
@@ -625,7 +678,12 @@ class CollectionTab(QWidget):
         self._set_combo(self.rule_combo, "auto")
         self.rule_combo.blockSignals(False)
         self._rule_changed_enable_only()
-        self.skipped_tree.clear()
+        self._ignored = []
+        self._fill_skipped([], clear=True)
+        if not self.running:  # e.g. "Sample collection: 42 references." was about another folder
+            self.progress.set_status("")
+            self.progress.item_label.setText("")
+            self.progress.item_label.setToolTip("")
         if detect:
             self._detect_labels()
 
@@ -853,8 +911,13 @@ class CollectionTab(QWidget):
         self._stamp_before = _manifest_stamp(out)
         self._last_progress = None
         self._described = None
+        self._started = time.monotonic()
+        # the list is this job's from now on: the files the labelling rule leaves out, then the
+        # files it skips as they come (not added to those of the last job: each file is listed once)
+        self._fill_skipped(self._ignored, clear=True)
         self.progress.bar.setRange(0, 0)  # busy until the first file is done
         self.progress.item_label.setText("Starting…")
+        self.progress.item_label.setToolTip("")
         verb = "Building" if kind == "build" else "Updating"
         self.progress.status_label.setText(f"{verb} the index in {out}…")
         self.state.status.emit(f"{verb} the index in {out}…")
@@ -881,42 +944,62 @@ class CollectionTab(QWidget):
         if p.total <= 0:
             self.progress.bar.setRange(0, 0)
             self.progress.item_label.setText(f"{p.stage[:1].upper()}{p.stage[1:]}…")
+            self.progress.item_label.setToolTip("")
             return
         if self.progress.bar.maximum() != p.total:
             self.progress.bar.setRange(0, p.total)
         self.progress.bar.setValue(p.done)
-        current = self._relative(p.current) if p.current else ""
-        # each stage has its own count and ETA: say which step of the build this is, and that the
-        # time left is this step's (the later steps take longer than describing)
-        text = f"{p.done:,} / {p.total:,} — {format_duration(p.eta)} left in this step"
         if p.stage == "describing":
             self._described = p
-        if p.stage in BUILD_STAGES:
-            step = BUILD_STAGES.index(p.stage) + 1
-            text = f"Step {step} of {len(BUILD_STAGES)}, {p.stage}: {text}"
-        elif p.stage:
-            text = f"{p.stage[:1].upper()}{p.stage[1:]}: {text}"
-        if current:
-            text += f" — {current}"
-        self.progress.item_label.setText(text)
+        texts, tip = progress_line(p, self._relative(p.current) if p.current else "", self._job_kind)
+        self.progress.item_label.set_texts(texts)
+        self.progress.item_label.setToolTip(tip)
         for path, reason in p.skipped:
             self._add_skipped(self._relative(path), reason)
 
     def _on_result(self, report: BuildReport) -> None:
         self._show_report(report)
-        self.state.set_index(report.index)
+        self.state.set_index(report.index)  # the status bar describes the open index
         verb = "built" if self._job_kind == "build" else "updated"
         msg = f"Index {verb}: {report.summary()}."
         self.progress.status_label.setText(msg)
-        self.state.status.emit(msg)
+        self.show_status_message(msg)
         self._succeeded = True
 
     def _on_error(self, exc: BaseException) -> None:
         title = "Cannot build the index" if self._job_kind == "build" else "Cannot update the index"
         msg = workers.error_message(exc)
         self.progress.status_label.setText(f"{title}: {msg}")
-        self.state.status.emit(f"{title}.")
+        self._steady_status()
+        self.show_status_message(f"{title}.")
         workers.show_error(self, title, exc)
+
+    # ---- the window's status bar: news of a job for a while, then the open index ------------
+    def _status_bar(self):
+        window = self.window()
+        return window.statusBar() if isinstance(window, QMainWindow) else None
+
+    def show_status_message(self, text: str) -> None:
+        """``text`` in the window's status bar for :data:`STATUS_MESSAGE_MS` (or until another tab
+        is chosen); the steady line under it (the open index) shows again after."""
+        bar = self._status_bar()
+        if bar is not None:
+            bar.showMessage(text, STATUS_MESSAGE_MS)
+            self._status_message = text
+
+    def _steady_status(self) -> None:
+        """The status bar's steady line after a job: the open index (no longer "Building…")."""
+        index = self.state.index
+        self.state.status.emit(f"Index: {index.describe()}" if index is not None else
+                               "No index open. Open an index or build one in the Collection tab.")
+
+    def hideEvent(self, event) -> None:
+        """Another tab was chosen: the news of this tab's last job leaves the status bar."""
+        bar = self._status_bar()
+        if bar is not None and self._status_message and bar.currentMessage() == self._status_message:
+            bar.clearMessage()
+        self._status_message = ""
+        super().hideEvent(event)
 
     def _on_finished(self) -> None:
         job, self._job = self._job, None
@@ -941,7 +1024,8 @@ class CollectionTab(QWidget):
                 msg = ("Cancelled — the previous index is unchanged" if self._stamp_before is not None
                        else "Cancelled — no index was saved")
                 self.progress.status_label.setText(msg)
-                self.state.status.emit(msg)
+                self._steady_status()
+                self.show_status_message(msg)
         elif not succeeded:
             self.progress.bar.setValue(0)
             self.progress.item_label.setText("")
@@ -950,16 +1034,13 @@ class CollectionTab(QWidget):
         self.job_done.emit(succeeded)
 
     def _show_report(self, report: BuildReport) -> None:
-        self.skipped_tree.clear()
-        rows = [(self._relative(p), r) for p, r in report.skipped] + list(report.labelling.ignored)
-        self._fill_skipped(rows)
+        self._ignored = list(report.labelling.ignored)
+        self._fill_skipped([(self._relative(p), r) for p, r in report.skipped] + self._ignored, clear=True)
         n = self.progress.bar.maximum()
         self.progress.bar.setValue(n)
-        p = self._described
-        if p is not None and p.total > 0:
-            self.progress.item_label.setText(f"{p.done:,} / {p.total:,} described in {format_duration(p.elapsed)}")
-        elif report.added == 0:
-            self.progress.item_label.setText("Nothing new to describe")
+        self.progress.item_label.set_texts(report_line(report, self._job_kind, time.monotonic() - self._started,
+                                                       self._described))
+        self.progress.item_label.setToolTip(report.summary())
 
     # ---- label detection (in a worker: a big collection takes a while to list) ---------------
     def _detect_labels(self) -> None:
@@ -987,9 +1068,9 @@ class CollectionTab(QWidget):
             prefix = "Detected" if auto else "Labels"
             self.detected_label.setText(f"{prefix}: {describe(lab)}")
             self.detected_label.setStyleSheet("")
+            self._ignored = list(lab.ignored)
             if not self.running:
-                self.skipped_tree.clear()
-                self._fill_skipped(lab.ignored)
+                self._fill_skipped(self._ignored, clear=True)
 
         def failed(exc: BaseException) -> None:
             if token != self._label_token:
@@ -1184,10 +1265,16 @@ class CollectionTab(QWidget):
         self._fill_skipped([(path, reason)], clear=False)
 
     def _fill_skipped(self, rows, clear: bool = False) -> None:
+        """Add ``rows`` (path, reason) to the skipped list (``clear``: instead of what it shows); a
+        file already listed is not listed again."""
         if clear:
             self.skipped_tree.clear()
+            self._shown_skipped = set()
         items = []
         for path, reason in rows:
+            if str(path) in self._shown_skipped:
+                continue
+            self._shown_skipped.add(str(path))
             it = QTreeWidgetItem([str(path), str(reason)])
             it.setToolTip(0, str(path))
             it.setToolTip(1, str(reason))

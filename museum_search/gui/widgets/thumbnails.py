@@ -380,8 +380,11 @@ PATH_ROLE = Qt.ItemDataRole.UserRole + 2
 ROW_ROLE = Qt.ItemDataRole.UserRole + 3
 #: The thumbnail QPixmap, or None while it loads (what :class:`ThumbnailDelegate` paints).
 THUMB_ROLE = Qt.ItemDataRole.UserRole + 4
-#: (instance, title) of the row.
+#: (instance, title, artist) of the row: the lines under its thumbnail.
 LINES_ROLE = Qt.ItemDataRole.UserRole + 5
+#: Catalogue fields (any case) that name who made a work, the first one found shown under the title:
+#: a filter word that matches the artist then has a visible reason.
+ARTIST_FIELDS = ("artist", "creator", "author", "maker", "painter")
 
 #: Rows whose thumbnail was asked for and is still awaited, remembered (path → row) so that the
 #: row can be repainted when it arrives; the oldest are forgotten past this many (far more than
@@ -395,11 +398,18 @@ FILTER_HELP = (
 )
 
 
+def _field(metadata: dict[str, str], names: tuple[str, ...]) -> str:
+    """The value of the first of ``names`` (any case) that ``metadata`` has and fills in, else ""."""
+    found = {k.strip().lower(): v for k, v in metadata.items() if v}
+    return next((found[n] for n in names if n in found), "")
+
+
 def _title(metadata: dict[str, str]) -> str:
-    for k, v in metadata.items():
-        if k.strip().lower() == "title" and v:
-            return v
-    return ""
+    return _field(metadata, ("title",))
+
+
+def _artist(metadata: dict[str, str]) -> str:
+    return _field(metadata, ARTIST_FIELDS)
 
 
 class CollectionModel(QAbstractListModel):
@@ -409,8 +419,10 @@ class CollectionModel(QAbstractListModel):
     SQLite catalogue, :class:`~museum_search.core.catalogue.ItemStore`); a row's item is read when
     the view asks for it (the store caches the rows just shown).
 
-    DisplayRole: instance (and title on a second line); DecorationRole: the thumbnail (an icon,
-    loaded in the background by :class:`ThumbnailCache`); ToolTipRole: instance, metadata, file.
+    DisplayRole: instance (then the title and the artist, each on a line of its own); DecorationRole:
+    the thumbnail (an icon, loaded in the background by :class:`ThumbnailCache`); ToolTipRole:
+    instance, metadata, file. :attr:`lines`: how many text lines an item has (3 when the catalogue
+    has an artist field, :data:`ARTIST_FIELDS`, else 2).
     """
 
     def __init__(self, index=None, thumb_size: int = 128, cache: ThumbnailCache | None = None,
@@ -422,6 +434,7 @@ class CollectionModel(QAbstractListModel):
         self._root = Path()
         self._count = 0
         self._awaited: OrderedDict[str, int] = OrderedDict()  # path → row of thumbnails being loaded
+        self.lines = 2  # text lines under each thumbnail
         self._cache.ready.connect(self._thumbnail_ready)
         if index is not None:
             self.set_index(index)
@@ -438,6 +451,10 @@ class CollectionModel(QAbstractListModel):
         self._root = Path(index.root) if index is not None else Path()
         self._count = len(index) if index is not None else 0
         self._awaited.clear()
+        self.lines = 2
+        if index is not None:
+            fields = {f.strip().lower() for f in getattr(index.catalogue(), "fields", [])}
+            self.lines = 3 if fields & set(ARTIST_FIELDS) else 2
         self.endResetModel()
 
     def item(self, row: int):
@@ -481,10 +498,9 @@ class CollectionModel(QAbstractListModel):
             return row
         item = self._index.items[row]
         if role == LINES_ROLE:
-            return item.instance, _title(item.metadata)
+            return item.instance, _title(item.metadata), _artist(item.metadata)
         if role == Qt.ItemDataRole.DisplayRole:
-            title = _title(item.metadata)
-            return f"{item.instance}\n{title}" if title else item.instance
+            return "\n".join(line for line in (item.instance, _title(item.metadata), _artist(item.metadata)) if line)
         if role == Qt.ItemDataRole.ToolTipRole:
             lines = [f"<b>{html.escape(item.instance)}</b>"]
             for k, v in item.metadata.items():
@@ -652,19 +668,21 @@ class CollectionFilterModel(QAbstractProxyModel):
 
 
 class ThumbnailDelegate(QStyledItemDelegate):
-    """Paints a thumbnail (aspect kept, centred in a square) above two elided lines: the instance
-    and the title. Every item has the same size, so the view never measures items one by one."""
+    """Paints a thumbnail (aspect kept, centred in a square) above :attr:`lines` elided lines: the
+    instance, the title and (when the catalogue names them) the artist. Every item has the same
+    size, so the view never measures items one by one."""
 
     def __init__(self, thumb_size: int, parent: QObject | None = None):
         super().__init__(parent)
         self.thumb_size = int(thumb_size)
         self.item_width = self.thumb_size + 2 * _PAD  # widened by the browser to fill its rows
+        self.lines = 2  # set by the browser from its model
 
     def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex) -> QSize:
         return QSize(self.item_width, self.item_height(option.fontMetrics))
 
     def item_height(self, fm: QFontMetrics) -> int:
-        return self.thumb_size + 2 * fm.lineSpacing() + 3 * _PAD
+        return self.thumb_size + self.lines * fm.lineSpacing() + 3 * _PAD
 
     def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: QModelIndex) -> None:
         opt = QStyleOptionViewItem(option)  # state, rect, palette: enough for the item panel
@@ -686,22 +704,24 @@ class ThumbnailDelegate(QStyledItemDelegate):
             painter.setPen(Qt.PenStyle.NoPen)
             painter.setBrush(QColor(128, 128, 128, 40))
             painter.drawRoundedRect(box.adjusted(4, 4, -4, -4), 4, 4)
-        lines = index.data(LINES_ROLE) or (str(index.data(Qt.ItemDataRole.DisplayRole) or ""), "")
+        lines = index.data(LINES_ROLE) or (str(index.data(Qt.ItemDataRole.DisplayRole) or ""),)
         fm = option.fontMetrics
         selected = bool(option.state & QStyle.StateFlag.State_Selected)
         group = QPalette.ColorGroup.Normal if option.state & QStyle.StateFlag.State_Enabled else QPalette.ColorGroup.Disabled
         text_color = option.palette.color(group, QPalette.ColorRole.HighlightedText if selected else QPalette.ColorRole.Text)
         y = box.bottom() + _PAD
         width = r.width() - 2 * _PAD
-        for i, line in enumerate(lines[:2]):
+        for i, line in enumerate(lines[: self.lines]):
             if not line:
                 continue
             font = QFont(option.font)
             if i == 0:
                 font.setBold(True)
+            if i == 2:
+                font.setItalic(True)
             painter.setFont(font)
             color = QColor(text_color)
-            if i == 1 and not selected:
+            if i >= 1 and not selected:
                 color.setAlpha(170)
             painter.setPen(color)
             elided = QFontMetrics(font).elidedText(line, Qt.TextElideMode.ElideRight, width)
@@ -728,8 +748,8 @@ class ThumbnailBrowser(QWidget):
         self.proxy.setSourceModel(self.model)
 
         self.filter_edit = QLineEdit()
-        self.filter_edit.setPlaceholderText("Filter: words that begin an instance, title, artist, file… "
-                                            "(artist:monet for one field)")
+        # short enough for the browser's width in a 1024-px window; the tooltip says it all
+        self.filter_edit.setPlaceholderText("Filter by instance, title, artist, file… (artist:monet)")
         self.filter_edit.setToolTip(FILTER_HELP)
         self.filter_edit.setClearButtonEnabled(True)
         self.filter_edit.setObjectName("collectionFilter")
@@ -776,6 +796,9 @@ class ThumbnailBrowser(QWidget):
 
     def set_index(self, index) -> None:
         self.model.set_index(index)
+        if self.delegate.lines != self.model.lines:  # an artist line, or none: the items' height
+            self.delegate.lines = self.model.lines
+            self._fit_columns()
         self._update_count()
 
     def eventFilter(self, obj: QObject, event) -> bool:
