@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import time
+import uuid
 
 import cv2
 import numpy as np
@@ -16,6 +18,8 @@ from museum_search.core.capture import (
     frame_difference,
     is_steady,
     list_cameras,
+    log_camera_problem,
+    no_camera_message,
 )
 from museum_search.core.errors import MuseumSearchError
 
@@ -121,3 +125,19 @@ def test_is_steady():
     assert not is_steady(None, a)
     # frames of different resolutions are compared at one size
     assert is_steady(a, cv2.resize(a, (320, 240), interpolation=cv2.INTER_LINEAR), threshold=10.0)
+
+
+def test_a_camera_problem_is_logged_once_per_process(caplog):
+    """A kiosk retrying a missing camera, or a camera started again, does not repeat the line on
+    stderr: the first time at the level asked, then at debug level only."""
+    log = logging.getLogger("museum_search.test_capture")
+    caplog.set_level(logging.DEBUG, logger=log.name)
+    number = 40 + uuid.uuid4().int % 20  # a message no other test of this process logs
+    message = f"kiosk: camera {number} cannot be used: {no_camera_message(number)} ({uuid.uuid4().hex[:6]})"
+    assert log_camera_problem(log, message) is True
+    assert [log_camera_problem(log, message) for _ in range(3)] == [False] * 3
+    levels = [r.levelno for r in caplog.records if r.getMessage() == message]
+    assert levels == [logging.ERROR] + [logging.DEBUG] * 3
+    other = message + " (another problem)"
+    assert log_camera_problem(log, other, logging.WARNING) is True  # a different problem is said
+    assert [r.levelno for r in caplog.records if r.getMessage() == other] == [logging.WARNING]

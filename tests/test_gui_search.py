@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import html
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -260,6 +261,8 @@ def test_not_in_collection_banner_and_no_geometric_match(qtbot, make_tab, data):
     _settle(qtbot, tab)
 
     # no homography with a (wrong) reference: the two photos, "no geometric match"
+    tab.k_spin.setValue(tab.rerank.verify_top())  # every verified reference, some with no match at all
+    _settle(qtbot, tab)
     dialog = tab.show_result_dialog(next(r for r in tab.results() if r.inliers == 0))
     qtbot.waitUntil(lambda: not dialog.is_busy(), timeout=TIMEOUT)
     assert dialog.evidence_view.caption() == NO_MATCH
@@ -301,3 +304,241 @@ def test_result_grid_marks_correct_results(qtbot, data):
     grid.clear("Nothing here")
     assert grid.count() == 0 and not grid.placeholder.isHidden()
     ThumbnailCache.instance().wait()
+
+
+# --------------------------------------------------------------------------------------------
+# The evidence view on framed references (issue 23, item 6)
+
+
+def _query(name: str) -> Path:
+    return SAMPLE / "queries" / name
+
+
+def _plain(rich: str) -> str:
+    import re
+
+    return html.unescape(re.sub(r"<[^>]+>", "", rich))
+
+
+def _outline_pixels_outside(view, colour: str) -> int:
+    """Pixels of ``colour`` (the outline's) that the view painted outside its two images."""
+    from PySide6.QtGui import QColor, QImage
+
+    img = view.grab().toImage().convertToFormat(QImage.Format.Format_RGB888)
+    w, h, bpl = img.width(), img.height(), img.bytesPerLine()
+    rgb = np.frombuffer(img.constBits(), np.uint8, bpl * h).reshape(h, bpl)[:, : 3 * w].reshape(h, w, 3)
+    target = QColor(colour)
+    near = np.all(np.abs(rgb.astype(int) - (target.red(), target.green(), target.blue())) <= 6, axis=2)
+    ratio = img.width() / view.width()  # device pixels per widget pixel
+    inside = np.zeros_like(near)
+    for r in view.image_rects():
+        x0, y0 = int(np.floor(r.left() * ratio)) - 1, int(np.floor(r.top() * ratio)) - 1
+        x1, y1 = int(np.ceil(r.right() * ratio)) + 1, int(np.ceil(r.bottom() * ratio)) + 1
+        inside[max(0, y0):y1, max(0, x0):x1] = True
+    assert near.sum() > 50  # the outlines are drawn
+    return int((near & ~inside).sum())
+
+
+def test_evidence_outline_is_what_matched_and_stays_in_the_photo(qtbot, data):
+    """On the sample's framed references the reference's whole outline (wall included) falls
+    outside the query; the outline drawn is the inliers' area instead: inside the photo, on the
+    inlier hull, and nothing yellow is painted off the images."""
+    import cv2
+
+    from museum_search.core.verification import matched_area
+    from museum_search.gui.widgets.evidence_view import OUTLINE_COLOUR
+
+    pipeline = QueryPipeline(data.index, QuerySettings())
+    tol = pipeline.verification.params.ransac_threshold + 1.0  # px: the inliers' reprojection error
+    whole_outline_leaves = 0
+    for name in ("q02.jpg", "q15.jpg", "q20.jpg"):
+        query = load_query(_query(name))
+        (answer,) = pipeline.answer([query])
+        m = pipeline.matches(query, answer.top.row, answer)
+        assert m.outline is not None and m.inliers >= 8
+        w, h = m.query_size
+        whole_outline_leaves += not np.all((m.outline >= 0) & (m.outline <= (w, h)))
+        area = matched_area(m)
+        assert area is not None and len(area.query) >= 3
+        assert np.all(area.query >= -1e-3) and np.all(area.query <= np.array([w, h]) + 1e-3), name
+        hull = cv2.convexHull(m.query_points.astype(np.float32))
+        for x, y in area.query:  # on or inside the hull of the inliers in the photo
+            assert cv2.pointPolygonTest(hull, (float(x), float(y)), True) >= -tol, (name, x, y)
+        ref_hull = area.reference.reshape(-1, 1, 2).astype(np.float32)
+        assert all(cv2.pointPolygonTest(ref_hull, (float(x), float(y)), True) >= -1e-3
+                   for x, y in m.reference_points)  # the reference's outline holds every inlier
+        assert 0 <= area.middle <= m.inliers and 0 <= area.near_border <= m.inliers
+
+        dialog = ResultDialog(query, answer.top, pipeline, None, answer)
+        qtbot.addWidget(dialog)
+        dialog.resize(1024, 700)
+        dialog.show()
+        qtbot.waitExposed(dialog)
+        qtbot.waitUntil(lambda d=dialog: not d.is_busy(), timeout=TIMEOUT)
+        view = dialog.evidence_view
+        assert view.matched_area() is not None
+        qrect, rrect = view.image_rects()
+        drawn_q, drawn_r = view.outline_polygons()
+        for poly, rect in ((drawn_q, qrect), (drawn_r, rrect)):
+            assert poly.size() >= 3
+            assert all(rect.adjusted(-0.5, -0.5, 0.5, 0.5).contains(poly.at(i)) for i in range(poly.size())), name
+        assert _outline_pixels_outside(view, OUTLINE_COLOUR.name()) == 0, name
+        dialog.grab().save(f"/tmp/evidence_{Path(name).stem}.png")
+        dialog.close()
+    assert whole_outline_leaves >= 1  # the sample shows the problem this outline avoids
+
+
+def test_rejected_answer_dialog_says_the_verdict_first(qtbot, make_tab, data):
+    """A rejected answer's dialog opens with the verdict, says where the points lie (a frame's
+    edges here), and keeps the catalogue entry quiet; its evidence reuses the answer's features."""
+    from PySide6.QtGui import QPalette
+
+    from museum_search.gui.widgets.evidence_view import EDGES_ONLY
+
+    tab = make_tab(data.index, top_k=4)
+    tab.resize(1024, 700)
+    _search(qtbot, tab, _query("q20.jpg"))  # framed like the references: the frame matches, not the picture
+    answer = tab.answer()
+    assert not answer.in_collection and answer.features is not None
+    dialog = tab.show_result_dialog(answer.top)
+    assert dialog.answer is answer
+    qtbot.waitUntil(lambda: not dialog.is_busy(), timeout=TIMEOUT)
+    verdict = _plain(dialog.verdict_label.text())
+    assert verdict.startswith("Not in the collection: ") and answer.reason in verdict
+    assert dialog.verdict_label.property("verdict") == "out" and dialog.verdict_label.isVisible()
+    # first the verdict, then the photos, then where the points lie, then the catalogue entry
+    tops = [w.mapTo(dialog, w.rect().topLeft()).y() for w in
+            (dialog.verdict_label, dialog.evidence_view, dialog.where_label, dialog.catalogue)]
+    assert tops == sorted(tops) and dialog.where_label.isVisible()
+    evidence = dialog.evidence_view.evidence()
+    area = dialog.evidence_view.matched_area()
+    assert evidence.inliers > 0 and area is not None and area.middle < EDGES_ONLY * evidence.inliers
+    where = dialog.where_label.text()
+    assert where.startswith(f"The {evidence.inliers} matching points lie only around the edges")
+    assert "frame" in where and (area.near_border == 0 or f"{area.near_border} are near the edge" in where)
+    assert not dialog.evidence_view.emphasised()  # "25 matching points" is not in bold
+    quiet = dialog.catalogue.palette().color(QPalette.ColorRole.WindowText)
+    assert quiet == dialog.palette().color(QPalette.ColorRole.PlaceholderText)
+    assert dialog.catalogue.font().pointSizeF() < dialog.font().pointSizeF()
+    # the evidence is core's matches, with the answer's local features
+    same = tab._shown_pipeline.matches(tab.query().item, answer.top.row, answer)
+    assert evidence.inliers == same.inliers and np.array_equal(evidence.query_points, same.query_points)
+    dialog.grab().save("/tmp/evidence_rejected.png")
+    dialog.close()
+
+    _search(qtbot, tab, data.easy[0])  # an accepted answer: its verdict, and the catalogue as usual
+    dialog = tab.show_result_dialog(tab.answer().top)
+    qtbot.waitUntil(lambda: not dialog.is_busy(), timeout=TIMEOUT)
+    assert _plain(dialog.verdict_label.text()).startswith("In the collection: ")
+    assert dialog.evidence_view.emphasised()
+    assert dialog.catalogue.palette().color(QPalette.ColorRole.WindowText) != quiet
+    assert "spread across the matched area" in dialog.where_label.text()
+    dialog.close()
+
+
+def test_evidence_dialog_uses_the_answers_features(qtbot, data):
+    """The dialog draws the matches of the answer's own local features (not extracted again):
+    given an answer whose features are every other keypoint, it draws those matches."""
+    pipeline = QueryPipeline(data.index, QuerySettings())
+    query = load_query(data.easy[0])
+    (answer,) = pipeline.answer([query])
+    points, descriptors = answer.features
+    halved = replace(answer, features=(points[::2], descriptors[::2]))
+    dialog = ResultDialog(query, answer.top, pipeline, None, halved)
+    qtbot.addWidget(dialog)
+    qtbot.waitUntil(lambda: not dialog.is_busy(), timeout=TIMEOUT)
+    drawn = dialog.evidence_view.evidence()
+    expected = pipeline.matches(query, answer.top.row, halved)
+    fresh = pipeline.matches(query, answer.top.row)
+    assert drawn.inliers == expected.inliers and np.array_equal(drawn.query_points, expected.query_points)
+    assert drawn.inliers != fresh.inliers  # half the keypoints: another set of matches
+    dialog.close()
+
+
+# --------------------------------------------------------------------------------------------
+# Cards, tooltips, the camera list (issue 23, items 8 and 10)
+
+
+def test_card_ids_keep_their_ends_and_the_grid_uses_the_width(qtbot, data):
+    """Ids that differ in their last digits stay apart on narrow cards (cut at the start, whole in
+    the tooltip), and the cards stretch so that no empty band is left beside the columns."""
+    from museum_search.gui.widgets.query_page import ranked_results
+    from museum_search.gui.widgets.result_grid import ResultGrid
+
+    index = data.index
+    results = ranked_results(index, np.arange(10), np.linspace(0.9, 0.5, len(index)).astype(np.float32))
+    ids = [f"bbdd_collection_{83 + i:05d}" for i in range(len(results))]
+    results = [replace(r, instance=i) for r, i in zip(results, ids)]
+    grid = ResultGrid(thumb_size=96)
+    qtbot.addWidget(grid)
+    grid.resize(330, 500)
+    grid.show()
+    qtbot.waitExposed(grid)
+    grid.set_results(results)
+    heads = [_plain(c.head.text()) for c in grid.cards()]
+    assert all("…" in t for t in heads)  # too long for a 96 px card
+    assert all(t.endswith(i[-5:]) for t, i in zip(heads, ids)) and len(set(heads)) == len(heads)
+    assert all(i in c.toolTip() for c, i in zip(grid.cards(), ids))
+
+    spacing = grid.grid.spacing()
+    for width in (330, 560, 724, 1000):
+        grid.resize(width, 500)
+        qtbot.waitUntil(lambda g=grid: g.cards()[0].width() == g.card_width(), timeout=5000)
+        avail = grid.scroll.viewport().width() - 8
+        cols = grid._columns
+        assert cols == max(1, (avail + spacing) // (96 + 20 + spacing))
+        row = grid.cards()[:cols]
+        right = max(c.geometry().right() for c in row) + 1 - row[0].geometry().left()
+        assert avail - cols < right <= avail, (width, avail, right)  # the row fills the width
+    ThumbnailCache.instance().wait()
+
+
+def test_search_tab_at_1024_fills_the_result_area(qtbot, make_tab, data):
+    tab = make_tab(data.index, top_k=6)
+    tab.resize(1024, 700)
+    _search(qtbot, tab, data.easy[0])
+    grid = tab.grid
+    qtbot.waitUntil(lambda: grid.cards()[0].width() == grid.card_width(), timeout=5000)
+    row = [c for c in grid.cards() if c.geometry().top() == grid.cards()[0].geometry().top()]
+    band = grid.scroll.viewport().width() - 4 - (max(c.geometry().right() for c in row) + 1)
+    assert len(row) >= 3 and 0 <= band <= 4 + len(row)  # no empty band beside the columns
+    tab.grab().save("/tmp/search_tab_1024.png")
+
+
+def test_approximate_tooltip_wraps_and_says_what_to_do(qtbot, data):
+    from PySide6.QtGui import Qt as QtGui_Qt
+    from PySide6.QtWidgets import QLabel
+
+    from museum_search.gui.widgets.search_mode import TIP_WIDTH, SearchModeCombo
+
+    combo = SearchModeCombo()
+    qtbot.addWidget(combo)
+    combo.set_index(data.index)  # the sample: no approximate-search index
+    assert not combo.is_available("ann")
+    tip = combo.itemData(combo.findData("ann"), Qt.ItemDataRole.ToolTipRole)
+    words = _plain(tip)
+    assert "Nothing needs doing" in words and f"this one has {len(data.index)}" in words
+    for text in (tip, combo.toolTip()):
+        label = QLabel()  # sized as QToolTip sizes its label
+        label.setWordWrap(QtGui_Qt.mightBeRichText(text))
+        label.setText(text)
+        assert QtGui_Qt.mightBeRichText(text) and label.sizeHint().width() <= TIP_WIDTH + 20
+        plain = QLabel(_plain(text))  # the same words on one line: the width the old tooltip had
+        assert plain.sizeHint().width() > 2 * TIP_WIDTH
+
+
+def test_no_camera_found_disables_start(qtbot, make_tab):
+    from museum_search.gui.search_tab import NO_CAMERA
+
+    if list_cameras(4):
+        pytest.skip("this machine has a camera")
+    tab = make_tab()  # the default factory: the computer's webcams, probed when the tab shows
+    qtbot.waitUntil(lambda: tab.cameras_found() is not None, timeout=10_000)
+    assert tab.cameras_found() is False
+    assert tab.camera_combo.currentText() == NO_CAMERA and tab.camera_combo.count() == 1
+    assert not tab.camera_button.isEnabled() and not tab.camera_combo.isEnabled()
+    assert "No camera was found" in tab.camera_combo.toolTip()
+
+    replay = make_tab(camera_factory=lambda n: FileSequenceCamera([_query("q01.jpg")]), camera=2)
+    assert replay.camera_combo.currentText() == "Camera 2" and replay.camera_button.isEnabled()
+    assert replay.cameras_found() is None  # a replayed camera is not probed

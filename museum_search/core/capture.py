@@ -12,6 +12,7 @@ on a worker thread)::
 replays image files (tests, demos, a kiosk without a camera). :func:`list_cameras` probes which
 camera numbers work, quickly. :func:`is_steady` tells whether two frames show the same still
 scene (the kiosk demo uses it to capture a query once the visitor holds the camera still).
+:func:`log_camera_problem` logs a camera's problem once per process, however often it is retried.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ __all__ = [
     "frame_difference",
     "is_steady",
     "list_cameras",
+    "log_camera_problem",
 ]
 
 #: Seconds without a frame after which an open webcam is reported as lost.
@@ -51,6 +53,21 @@ STEADY_THRESHOLD = 4.0
 
 class CameraError(MuseumSearchError):
     """A camera could not be opened or stopped sending images."""
+
+
+_logged: set[str] = set()
+_logged_lock = threading.Lock()
+
+
+def log_camera_problem(logger: logging.Logger, message: str, level: int = logging.ERROR) -> bool:
+    """Log ``message`` (a camera that cannot be used) at ``level`` the first time this process
+    meets it, at debug level after: a kiosk that retries, or a camera started again and again,
+    does not repeat the same line on stderr. True when it was logged at ``level``."""
+    with _logged_lock:
+        first = message not in _logged
+        _logged.add(message)
+    logger.log(level if first else logging.DEBUG, "%s", message)
+    return first
 
 
 def no_camera_message(index: int) -> str:

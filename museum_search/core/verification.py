@@ -15,6 +15,9 @@ and a homography, :mod:`.rerank.spatial`, with the index's own matcher). What ve
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import cv2
 import numpy as np
 
 from .features import Features
@@ -150,3 +153,57 @@ class Verification:
             empty = np.empty((0, 2), np.float32)
             return Matches(0, empty, empty, None, size_q, (1.0, 1.0))
         return matches_of(qf, ref[0], params, size_q, ref[1])
+
+
+#: How near the photo's edge a point is "near the border": this share of the photo's longer side.
+BORDER = 0.05
+
+
+@dataclass(frozen=True)
+class MatchedArea:
+    """What a reference's inlier matches cover (:func:`matched_area`), in the frames of the
+    :class:`.rerank.spatial.Matches` it comes from."""
+
+    reference: np.ndarray  # (k, 2) the convex hull of the inliers on the reference
+    query: np.ndarray  # (m, 2) that hull carried into the photo by the inliers' homography, clipped to the photo
+    middle: int  # inliers in the middle of the area: its hull shrunk to half its size about its centre
+    near_border: int  # inliers within BORDER of the photo's longer side from the photo's edge
+
+
+def _inside_convex(points: np.ndarray, polygon: np.ndarray) -> np.ndarray:
+    """(n,) whether each point lies in the convex ``polygon`` (its vertices in order) or on its edge."""
+    v = polygon.reshape(-1, 2).astype(np.float64)
+    e = np.roll(v, -1, axis=0) - v
+    d = points.reshape(-1, 1, 2).astype(np.float64) - v[None]
+    cross = e[None, :, 0] * d[..., 1] - e[None, :, 1] * d[..., 0]
+    return np.all(cross >= -1e-6, axis=1) | np.all(cross <= 1e-6, axis=1)
+
+
+def matched_area(m: Matches) -> MatchedArea | None:
+    """The part of the reference the inliers of ``m`` cover, in both images, and where the inliers
+    lie in it; None without a homography (or with a degenerate one).
+
+    The reference's whole outline (``m.outline``) reaches beyond the photo when the reference shows
+    more than the photo does (a framed picture with the wall around it); the matched area is what
+    matched, and lies in the photo. Points in the area's middle, not only around its edges, are
+    what a match of a picture's content has; a match of what framed pictures share (a frame
+    moulding, a wall label) has them around the edges only."""
+    ref = np.asarray(m.reference_points, np.float32).reshape(-1, 2)
+    photo = np.asarray(m.query_points, np.float32).reshape(-1, 2)
+    if m.outline is None or len(ref) < 4:
+        return None
+    hull = cv2.convexHull(ref).reshape(-1, 2)
+    H, _ = cv2.findHomography(ref, photo, 0)  # least squares on the inliers alone
+    carried = photo if H is None else cv2.perspectiveTransform(hull.reshape(-1, 1, 2), H).reshape(-1, 2)
+    w, h = m.query_size
+    frame = np.array([[0, 0], [w, 0], [w, h], [0, h]], np.float32).reshape(-1, 1, 2)
+    _, clipped = cv2.intersectConvexConvex(cv2.convexHull(carried.astype(np.float32)), frame)
+    if clipped is None or len(clipped) < 3:
+        return None
+    moments = cv2.moments(hull)
+    centre = (np.array([moments["m10"], moments["m01"]]) / moments["m00"] if moments["m00"] > 0
+              else hull.mean(axis=0))
+    middle = int(np.count_nonzero(_inside_convex(ref, (hull - centre) * 0.5 + centre)))
+    b = BORDER * max(w, h)
+    near = (photo[:, 0] < b) | (photo[:, 1] < b) | (photo[:, 0] > w - b) | (photo[:, 1] > h - b)
+    return MatchedArea(hull, clipped.reshape(-1, 2).astype(np.float32), middle, int(np.count_nonzero(near)))

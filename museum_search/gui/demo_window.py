@@ -97,7 +97,7 @@ from PySide6.QtWidgets import (
 )
 from shiboken6 import isValid
 
-from ..core.capture import STEADY_THRESHOLD, CameraSource, OpenCVCamera, is_steady
+from ..core.capture import STEADY_THRESHOLD, CameraSource, OpenCVCamera, is_steady, log_camera_problem
 from ..core.errors import ImageError
 from ..core.images import load_image
 from ..core.query import Answer, QueryPipeline, QuerySettings, Result, query_from_array
@@ -1196,7 +1196,7 @@ class DemoWindow(QWidget):
         self._steady_since = None
         if self._closing:
             return
-        log.error("kiosk: camera %s cannot be used: %s", self.settings.camera, text)
+        log_camera_problem(log, f"kiosk: camera {self.settings.camera} cannot be used: {text}")  # once per process
         self._show_problem("camera")
 
     def _on_frame(self) -> None:

@@ -23,15 +23,15 @@ from pathlib import Path
 
 import numpy as np
 from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QMimeData, Qt, QTimer, QUrl, Signal
-from PySide6.QtGui import QGuiApplication, QImage, QKeySequence, QShortcut
+from PySide6.QtGui import QGuiApplication, QImage, QKeySequence, QPalette, QShortcut
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
     QDialog,
     QDialogButtonBox,
     QFileDialog,
-    QFormLayout,
     QFrame,
+    QGroupBox,
     QHBoxLayout,
     QLabel,
     QProgressBar,
@@ -60,15 +60,18 @@ from ..core.rerank import icfrr_advice
 from . import workers
 from .state import AppState
 from .widgets.camera_view import CameraView, ImageView
-from .widgets.evidence_view import EvidenceView
+from .widgets.evidence_view import EvidenceView, where_text
 from .widgets.rerank_controls import RerankControls
-from .widgets.result_grid import ResultGrid, evidence_text, result_title
+from .widgets.result_grid import ResultGrid, catalogue_form, evidence_text, result_title
 
 log = logging.getLogger(__name__)
 
 #: Longest side of the reference photo in the result dialog.
 REFERENCE_SIDE = 1024
 NO_INDEX = "Open or build an index in the Collection tab first."
+#: The Camera list when the computer has no camera (Start camera is then disabled).
+NO_CAMERA = "No camera found"
+LOOKING_FOR_CAMERAS = "Looking for cameras…"
 IMAGE_FILTER = "Images ({});;All files (*)".format(" ".join(f"*{e}" for e in sorted(SUPPORTED_EXTENSIONS)))
 _PIPELINES_KEPT = 8
 
@@ -173,49 +176,84 @@ def query_from_mime(mime: QMimeData, name: str = "pasted image") -> QueryImage |
 # Result dialog
 
 
-def _evidence_job(pipeline: QueryPipeline | None, query: QueryImage | None, result: Result):
-    """The reference photo and, when there is a pipeline and a query, the verification evidence."""
+def _evidence_job(pipeline: QueryPipeline | None, query: QueryImage | None, result: Result,
+                  answer: Answer | None = None):
+    """The reference photo and, when there is a pipeline and a photo, the verification evidence
+    (with the photo's local features of ``answer``, when it kept them: not extracted again)."""
     reference = load_image(result.abspath, max_side=REFERENCE_SIDE)
-    evidence = pipeline.matches(query, result.row) if pipeline is not None and query is not None else None
+    photo = pipeline is not None and query is not None and query.image is not None
+    evidence = pipeline.matches(query, result.row, answer) if photo else None
     return reference, evidence
 
 
+def verdict_line(answer: Answer | None, result: Result) -> tuple[str, str] | None:
+    """(rich text, kind: "in", "out" or "info") of the answer's verdict as seen from ``result``;
+    None without an answer."""
+    if answer is None or answer.top is None:
+        return None
+    reason = html.escape(answer.verdict_text())
+    if not answer.in_collection:
+        return (f"<b>Not in the collection:</b> {reason}. This reference is only the "
+                f"{'most' if result.rank == 1 else f'#{result.rank} most'} similar."), "out"
+    if result.instance == answer.top.instance:
+        return f"<b>In the collection:</b> {reason}.", "in"
+    best = html.escape(result_title(answer.top) or answer.top.instance)
+    return f"<b>In the collection</b> as {best} — {reason}. This reference is result #{result.rank}.", "info"
+
+
 class ResultDialog(QDialog):
-    """The query and one reference side by side, large, with the verification evidence drawn
-    (the reference's outline in the query, the matching points) and the reference's metadata."""
+    """The answer's verdict, then the query and one reference side by side, large, with the
+    verification evidence drawn (the outline of what matched in each, the matching points) and
+    where the points lie, then the reference's catalogue entry (quieter when the verdict rejected
+    the answer: the reference is only the most similar)."""
 
     def __init__(self, query: QueryImage | None, result: Result, pipeline: QueryPipeline | None = None,
-                 parent: QWidget | None = None):
+                 parent: QWidget | None = None, answer: Answer | None = None):
         super().__init__(parent)
         self.setObjectName("resultDialog")
         self.result = result
         self.pipeline = pipeline
+        self.answer = answer
         self.setWindowTitle(f"#{result.rank}: {result_title(result) or result.instance}")
+        self.verdict_label = QLabel()
+        self.verdict_label.setObjectName("evidenceVerdict")
+        self.verdict_label.setWordWrap(True)
+        self.verdict_label.setTextFormat(Qt.TextFormat.RichText)
+        line = verdict_line(answer, result)
+        if line is not None:
+            self.verdict_label.setText(line[0])
+            self.verdict_label.setProperty("verdict", line[1])
+            self.verdict_label.setStyleSheet(
+                f"QLabel {{ {_BANNER_STYLE.get(line[1], _MESSAGE_STYLE['info'])} padding:6px; border-radius:4px; }}")
+        self.verdict_label.setVisible(line is not None)
         self.evidence_view = EvidenceView()
         self.evidence_view.set_query(query.image if query is not None else None)
         self.evidence_view.set_titles(f"Query: {Path(query.name).name}" if query else "Query",
                                       f"Reference #{result.rank}: {result.instance}")
-        form = QFormLayout()
-        form.addRow("Rank:", QLabel(str(result.rank)))
-        form.addRow("Evidence:", QLabel(evidence_text(result)))
-        form.addRow("Instance:", QLabel(html.escape(result.instance)))
-        for k, v in (result.metadata or {}).items():
-            if v:
-                lab = QLabel(html.escape(v))
-                lab.setWordWrap(True)
-                form.addRow(f"{k[:1].upper()}{k[1:]}:", lab)
-        path = QLabel(html.escape(result.abspath))
-        path.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        path.setWordWrap(True)
-        form.addRow("File:", path)
+        self.where_label = QLabel()
+        self.where_label.setObjectName("evidenceWhere")
+        self.where_label.setWordWrap(True)
+        self.where_label.hide()
+        self.catalogue = QGroupBox("Catalogue entry of this reference")
+        self.catalogue.setObjectName("evidenceCatalogue")
+        self.catalogue.setLayout(catalogue_form(result.instance, result.metadata, result.abspath,
+                                                [("Rank", str(result.rank)), ("Evidence", evidence_text(result))]))
+        if line is not None and line[1] == "out":  # only the most similar: said quietly
+            pal = self.catalogue.palette()
+            pal.setColor(QPalette.ColorRole.WindowText, pal.color(QPalette.ColorRole.PlaceholderText))
+            self.catalogue.setPalette(pal)
+            font = self.catalogue.font()
+            font.setPointSizeF(font.pointSizeF() * 0.9)
+            self.catalogue.setFont(font)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
         buttons.rejected.connect(self.reject)
         lay = QVBoxLayout(self)
-        lay.addWidget(self.evidence_view, 1)
-        lay.addLayout(form)
-        lay.addWidget(buttons)
-        self.resize(1100, 760)
-        self._job = workers.start(lambda: _evidence_job(pipeline, query, result),
+        for w, stretch in ((self.verdict_label, 0), (self.evidence_view, 1), (self.where_label, 0),
+                           (self.catalogue, 0), (buttons, 0)):
+            lay.addWidget(w, stretch)
+        screen = (parent.screen() if parent is not None else self.screen()).availableGeometry()
+        self.resize(min(1100, screen.width() - 40), min(760, screen.height() - 40))
+        self._job = workers.start(lambda: _evidence_job(pipeline, query, result, answer),
                                   on_result=self._loaded, on_error=self._failed)
 
     def is_busy(self) -> bool:
@@ -231,7 +269,11 @@ class ResultDialog(QDialog):
         caption = None
         if evidence.outline is not None and evidence.inliers < need:
             caption = f"{evidence.inliers} matching points — too few to verify ({need} needed)"
-        self.evidence_view.set_evidence(evidence, caption)
+        rejected = self.answer is not None and not self.answer.in_collection
+        self.evidence_view.set_evidence(evidence, caption, emphasis=not rejected)
+        where = where_text(evidence.inliers, self.evidence_view.matched_area())
+        self.where_label.setText(where)
+        self.where_label.setVisible(bool(where))
 
     def _failed(self, exc: BaseException) -> None:
         self.evidence_view.set_reference_message(workers.error_message(exc))
@@ -549,7 +591,7 @@ class SearchTab(QWidget):
                 self._dialog._job.cancel()
             self._dialog.close()
             self._dialog.deleteLater()
-        self._dialog = ResultDialog(query, result, self._shown_pipeline, self)
+        self._dialog = ResultDialog(query, result, self._shown_pipeline, self, self._answer)
         self._dialog.open()
         return self._dialog
 
@@ -756,31 +798,59 @@ class SearchTab(QWidget):
         if self.camera_view.is_running():
             self.capture()
 
+    def _probes_cameras(self) -> bool:
+        """True when the cameras are the computer's webcams (core's probe finds them); a replayed
+        or test camera is not probed."""
+        return self.camera_factory is OpenCVCamera
+
     def _fill_cameras(self, found: list[int]) -> None:
+        """The Camera list: the cameras ``found`` and the one of the settings; "No camera found"
+        (and Start disabled) when the probe found none; "Looking for cameras…" until it answers."""
         current = self.camera_combo.currentData()
         wanted = self.state.settings.camera if current is None else int(current)
+        probes = self._probes_cameras()
+        none = probes and not found
         self.camera_combo.blockSignals(True)
         self.camera_combo.clear()
-        numbers = sorted(set(found) | {self.state.settings.camera})
-        for n in numbers:
-            label = f"Camera {n}" + (" (not detected)" if self._probed and n not in found else "")
-            self.camera_combo.addItem(label, n)
-        i = self.camera_combo.findData(wanted)
-        self.camera_combo.setCurrentIndex(max(0, i))
+        if none:
+            self.camera_combo.addItem(NO_CAMERA if self._probed else LOOKING_FOR_CAMERAS, None)
+        else:
+            for n in sorted(set(found) | {self.state.settings.camera}):
+                label = f"Camera {n}" + (" (not detected)" if probes and n not in found else "")
+                self.camera_combo.addItem(label, n)
+            self.camera_combo.setCurrentIndex(max(0, self.camera_combo.findData(wanted)))
         self.camera_combo.blockSignals(False)
+        self.camera_combo.setEnabled(not none)
+        running = self.camera_view.is_running()
+        self.camera_button.setEnabled(running or not none)
+        if none and self._probed:
+            tip = ("No camera was found on this computer. Connect a webcam: the list is checked again "
+                   "when you come back to this tab.")
+        else:
+            tip = "Which camera to use"
+        self.camera_combo.setToolTip(tip)
+        self.camera_button.setToolTip(tip if none else "Show the camera's live picture (then Capture searches with it)")
 
     def _probe_cameras(self) -> None:
         def done(found: list[int]) -> None:
             self._probed = True
             self._fill_cameras(list(found))
-            if not found:
-                self.camera_combo.setToolTip("No camera was detected; the number in the list is tried.")
 
         self._probe_job = workers.start(lambda: list_cameras(), on_result=done)
 
+    def cameras_found(self) -> bool | None:
+        """Whether the probe found a camera (None: not probed, or not probed yet)."""
+        if not self._probes_cameras() or not self._probed:
+            return None
+        return self.camera_combo.currentData() is not None
+
     def showEvent(self, event) -> None:
         super().showEvent(event)
-        if self._probe_job is None:
+        if not self._probes_cameras():
+            return
+        # probed once, and again when the tab comes back while no camera was found (one plugged in since)
+        if self._probe_job is None or (self._probed and not self._probe_job.running
+                                       and self.camera_combo.currentData() is None):
             self._probe_cameras()
 
     # ---- drag and drop -------------------------------------------------------------------

@@ -1,14 +1,19 @@
 """Why a reference matched, drawn as Oxford VGG's VISE does: the query photo and the reference side by
-side, the reference's outline projected into the query (a closed polygon) and the inlier matches as
-lines between the two images, with a caption ("57 matching points" or "no geometric match").
+side, the outline of what matched in each (a closed polygon) and the inlier matches as lines between
+the two images, with a caption ("57 matching points" or "no geometric match").
 
 The evidence (:class:`museum_search.core.rerank.spatial.Matches`) comes from
-``QueryPipeline.matches``, computed on a worker; its coordinates are in the frames of the images
-resized for verification (``query_size``, ``reference_size``) and are scaled here to wherever the
-images are drawn::
+``QueryPipeline.matches``, computed on a worker; what its inliers cover, and where they lie in it,
+from :func:`museum_search.core.verification.matched_area`: on the reference, the convex hull of its
+inliers; in the photo, that hull carried by the inliers' homography and clipped to the photo. (The
+reference's whole outline, ``Matches.outline``, is not drawn: a reference photo shows the wall around
+a framed picture, and its corners fall far outside the query.) Coordinates are in the frames of the
+images resized for verification (``query_size``, ``reference_size``) and are scaled here to wherever
+the images are drawn::
 
     view = EvidenceView()
     view.set_query(rgb); view.set_reference(rgb); view.set_evidence(evidence)
+    where_text(evidence.inliers, view.matched_area())   # where the points lie, in words
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from PySide6.QtGui import QColor, QImage, QPainter, QPalette, QPen, QPolygonF
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
 from ...core.rerank.spatial import Matches
+from ...core.verification import MatchedArea, matched_area
 from .thumbnails import numpy_to_qimage
 
 #: At most this many match lines are drawn (evenly chosen among the inliers).
@@ -28,10 +34,30 @@ OUTLINE_COLOUR = QColor("#ffd23f")
 LINE_COLOURS = [QColor(c) for c in ("#4cc9f0", "#80ed99", "#f72585", "#ff9f1c", "#b8c0ff")]
 
 
+#: Below this share of the inliers in the middle of the matched area, they lie around its edges only.
+EDGES_ONLY = 0.1
+
+
 def match_caption(evidence: Matches | None) -> str:
     if evidence is None or evidence.outline is None:
         return NO_MATCH
     return f"{evidence.inliers} matching point{'s' if evidence.inliers != 1 else ''}"
+
+
+def where_text(inliers: int, area: MatchedArea | None) -> str:
+    """Where the matching points lie, in words: across the matched area or only around its edges
+    (what a frame or a wall label gives), and how many are near the photo's edge."""
+    if area is None or inliers <= 0:
+        return ""
+    points = f"{inliers} matching point{'s' if inliers != 1 else ''}"
+    if area.middle < EDGES_ONLY * inliers:
+        text = (f"The {points} lie only around the edges of the matched area ({area.middle or 'none'} in "
+                "its middle), as points on a frame, a border or a wall label do, not across the picture")
+    else:
+        text = f"The {points} spread across the matched area ({area.middle} in its middle)"
+    if area.near_border:
+        text += f"; {area.near_border} {'are' if area.near_border != 1 else 'is'} near the edge of the photo"
+    return text + "."
 
 
 class EvidenceView(QWidget):
@@ -46,7 +72,9 @@ class EvidenceView(QWidget):
         self._titles = ["Query", "Reference"]
         self._messages = ["No query image", "Loading…"]
         self._evidence: Matches | None = None
+        self._area: MatchedArea | None = None
         self._caption = "Matching…"
+        self._emphasis = True
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
         self.setMinimumSize(480, 260)
 
@@ -63,23 +91,44 @@ class EvidenceView(QWidget):
     def set_reference_message(self, text: str) -> None:
         """The reference cannot be shown (unreadable): say why in its place."""
         self._images[1], self._messages[1], self._caption = None, text, NO_MATCH
+        self._evidence = self._area = None
         self.update()
 
     def set_titles(self, query: str, reference: str) -> None:
         self._titles = [query, reference]
         self.update()
 
-    def set_evidence(self, evidence: Matches | None, caption: str | None = None) -> None:
-        """Draw ``evidence`` (None or no outline: the images only, "no geometric match")."""
+    def set_evidence(self, evidence: Matches | None, caption: str | None = None, emphasis: bool = True) -> None:
+        """Draw ``evidence`` (None or no outline: the images only, "no geometric match");
+        ``emphasis``: the caption in bold (not for an answer the verdict rejected)."""
         self._evidence = evidence
+        self._area = matched_area(evidence) if evidence is not None else None
         self._caption = caption or match_caption(evidence)
+        self._emphasis = emphasis
         self.update()
 
     def evidence(self) -> Matches | None:
         return self._evidence
 
+    def matched_area(self) -> MatchedArea | None:
+        """What the evidence's inliers cover, as drawn (None: no outline is drawn)."""
+        return self._area
+
+    def outline_polygons(self) -> tuple[QPolygonF, QPolygonF] | None:
+        """The outlines as drawn, in widget coordinates: (in the query, on the reference)."""
+        ev, area = self._evidence, self._area
+        if ev is None or area is None or not all(self._images):
+            return None
+        qrect, rrect = self.image_rects()
+        to_q, to_r = self._mapper(qrect, ev.query_size), self._mapper(rrect, ev.reference_size)
+        return QPolygonF([to_q(c) for c in area.query]), QPolygonF([to_r(c) for c in area.reference])
+
     def caption(self) -> str:
         return self._caption
+
+    def emphasised(self) -> bool:
+        """Whether the caption is drawn in bold (not for an answer the verdict rejected)."""
+        return self._emphasis
 
     def _set(self, i: int, image: np.ndarray | None) -> None:
         self._images[i] = numpy_to_qimage(image) if image is not None else None
@@ -139,7 +188,7 @@ class EvidenceView(QWidget):
             self._paint_evidence(p, ev, *rects)
         p.setPen(text)
         font = p.font()
-        font.setBold(True)
+        font.setBold(self._emphasis)
         p.setFont(font)
         p.drawText(QRectF(0, self.height() - band, self.width(), band), int(Qt.AlignmentFlag.AlignCenter),
                    self._caption)
@@ -160,13 +209,15 @@ class EvidenceView(QWidget):
             p.drawEllipse(a, 2.5, 2.5)
             p.drawEllipse(b, 2.5, 2.5)
         p.setBrush(Qt.BrushStyle.NoBrush)
-        p.setClipRect(qrect.adjusted(-3, -3, 3, 3))  # the outline may reach beyond the photo
-        outline = QPolygonF([to_q(c) for c in ev.outline])
-        p.setPen(QPen(QColor(0, 0, 0, 160), 6, Qt.PenStyle.SolidLine, Qt.PenCapStyle.RoundCap,
-                      Qt.PenJoinStyle.RoundJoin))
-        p.drawPolygon(outline)  # a dark halo: the outline reads on light and dark photos
-        p.setPen(QPen(OUTLINE_COLOUR, 3, Qt.PenStyle.SolidLine, Qt.PenCapStyle.RoundCap, Qt.PenJoinStyle.RoundJoin))
-        p.drawPolygon(outline)
+        outlines = self.outline_polygons()
+        if outlines is None:
+            return
+        for outline, rect in zip(outlines, (qrect, rrect)):
+            p.setClipRect(rect)  # the outline lies in the image; its pen stays there too
+            p.setPen(QPen(QColor(0, 0, 0, 160), 6, Qt.PenStyle.SolidLine, Qt.PenCapStyle.RoundCap,
+                          Qt.PenJoinStyle.RoundJoin))
+            p.drawPolygon(outline)  # a dark halo: the outline reads on light and dark photos
+            p.setPen(QPen(OUTLINE_COLOUR, 3, Qt.PenStyle.SolidLine, Qt.PenCapStyle.RoundCap,
+                          Qt.PenJoinStyle.RoundJoin))
+            p.drawPolygon(outline)
         p.setClipping(False)
-        p.setPen(QPen(OUTLINE_COLOUR, 2))
-        p.drawRect(rrect)  # the reference, whose corners the outline is

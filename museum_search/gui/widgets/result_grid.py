@@ -17,8 +17,8 @@ import html
 import math
 from collections.abc import Sequence
 
-from PySide6.QtCore import QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QFontMetrics, QPixmap
+from PySide6.QtCore import QEvent, QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QFont, QFontMetrics, QPixmap
 from PySide6.QtWidgets import (
     QFormLayout,
     QFrame,
@@ -105,7 +105,6 @@ class ResultCard(QFrame):
         self.setProperty("selected", False)
         self.setCursor(Qt.CursorShape.PointingHandCursor)
         self.setToolTip(result_tooltip(result))
-        self.setFixedWidth(thumb_size + 20)
         self.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Maximum)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(8, 8, 8, 8)
@@ -115,15 +114,10 @@ class ResultCard(QFrame):
         self.thumb.setFixedSize(thumb_size, thumb_size)
         self.thumb.setAlignment(Qt.AlignmentFlag.AlignCenter)
         lay.addWidget(self.thumb, 0, Qt.AlignmentFlag.AlignHCenter)
-        width = thumb_size
-        fm = QFontMetrics(self.font())
-        rank = f"#{result.rank}"
-        room = width - fm.horizontalAdvance(rank + "    ")  # the rank is bold
-        head = QLabel(f"<b>{rank}</b>&nbsp;&nbsp;"
-                      f"{html.escape(fm.elidedText(result.instance, Qt.TextElideMode.ElideMiddle, room))}")
-        head.setObjectName("cardRank")
-        lay.addWidget(head)
-        self.evidence_label = QLabel(fm.elidedText(evidence_text(result), Qt.TextElideMode.ElideRight, width))
+        self.head = QLabel()
+        self.head.setObjectName("cardRank")
+        lay.addWidget(self.head)
+        self.evidence_label = QLabel()
         self.evidence_label.setObjectName("cardEvidence")
         lay.addWidget(self.evidence_label)
         self.mark_label = QLabel()
@@ -132,8 +126,7 @@ class ResultCard(QFrame):
         if mark is not None:
             self.mark_label.setText("✓ correct" if mark else "✗ incorrect")
             lay.addWidget(self.mark_label)
-        title = result_title(result)
-        self.title_label = QLabel(fm.elidedText(title, Qt.TextElideMode.ElideRight, width) if title else "")
+        self.title_label = QLabel()
         self.title_label.setObjectName("cardTitle")
         f = self.title_label.font()
         f.setItalic(True)
@@ -141,6 +134,26 @@ class ResultCard(QFrame):
         self.title_label.setForegroundRole(self.foregroundRole())
         lay.addWidget(self.title_label)
         lay.addStretch(1)
+        self.set_card_width(thumb_size + 20)
+
+    def set_card_width(self, width: int) -> None:
+        """Make the card ``width`` px wide (at least its thumbnail's) and fit its texts to it. An id
+        too long is cut at its start, not in its middle: ids that differ differ in their ends
+        ("bbdd_00083"); the card's tooltip has it whole."""
+        width = max(int(width), self.thumb_size + 20)
+        self.setFixedWidth(width)
+        room = width - 20
+        fm = QFontMetrics(self.font())
+        rank = f"#{self.result.rank}"
+        bold = QFont(self.font())
+        bold.setBold(True)
+        left = room - QFontMetrics(bold).horizontalAdvance(rank) - fm.horizontalAdvance("\u00a0\u00a0")
+        self.head.setText(f"<b>{rank}</b>&nbsp;&nbsp;"
+                          f"{html.escape(fm.elidedText(self.result.instance, Qt.TextElideMode.ElideLeft, left))}")
+        self.evidence_label.setText(fm.elidedText(evidence_text(self.result), Qt.TextElideMode.ElideRight, room))
+        title = result_title(self.result)
+        italic = QFontMetrics(self.title_label.font())
+        self.title_label.setText(italic.elidedText(title, Qt.TextElideMode.ElideRight, room) if title else "")
 
     @property
     def mark(self) -> str:
@@ -207,6 +220,7 @@ class ResultGrid(QWidget):
         self.grid.setSpacing(10)
         self.grid.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
         self.scroll.setWidget(self.container)
+        self.scroll.viewport().installEventFilter(self)
         self.placeholder = QLabel(placeholder)
         self.placeholder.setObjectName("resultPlaceholder")
         self.placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
@@ -280,12 +294,23 @@ class ResultGrid(QWidget):
         self._by_path = {}
 
     # ---- layout --------------------------------------------------------------------------
+    def _available(self) -> int:
+        m = self.grid.contentsMargins()
+        return self.scroll.viewport().width() - m.left() - m.right()
+
     def _column_count(self) -> int:
-        avail = self.scroll.viewport().width() - 8
-        return max(1, (avail + self.grid.spacing()) // (self.thumb_size + 20 + self.grid.spacing()))
+        return max(1, (self._available() + self.grid.spacing()) // (self.thumb_size + 20 + self.grid.spacing()))
+
+    def card_width(self) -> int:
+        """The cards' width: as many columns as fit, stretched to use the whole width."""
+        cols = self._column_count()
+        return max(self.thumb_size + 20, (self._available() - (cols - 1) * self.grid.spacing()) // cols)
 
     def _relayout(self) -> None:
-        cols = self._column_count()
+        cols, width = self._column_count(), self.card_width()
+        for card in self._cards:
+            if card.minimumWidth() != width:
+                card.set_card_width(width)
         if cols == self._columns and all(self.grid.indexOf(c) >= 0 for c in self._cards):
             return
         self._columns = cols
@@ -294,6 +319,11 @@ class ResultGrid(QWidget):
         for i, card in enumerate(self._cards):
             self.grid.addWidget(card, i // cols, i % cols)
             card.show()
+
+    def eventFilter(self, obj, event) -> bool:
+        if obj is self.scroll.viewport() and event.type() == QEvent.Type.Resize:
+            self._relayout()  # the viewport narrows when the vertical scroll bar appears
+        return super().eventFilter(obj, event)
 
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)

@@ -2,11 +2,14 @@
 
 :class:`SearchModeCombo` offers *Automatic*, *Exact* and *Approximate (large collections)*. The
 approximate choice needs the index's approximate-search index (``index.ann``, built by core for
-large collections): without one it is disabled, and its tooltip says why and how to get one. What
-*Automatic* does for the open index is ``core.ann.resolve_mode("auto", …)``, said in its tooltip.
+large collections): without one it is disabled, and its tooltip says why, in plain words, and what
+(not) to do. What *Automatic* does for the open index is ``core.ann.resolve_mode("auto", …)``, said
+in its tooltip. The tooltips are rich text at most :data:`TIP_WIDTH` px wide (:func:`wrapped_tip`).
 """
 
 from __future__ import annotations
+
+import html
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QStandardItemModel
@@ -19,6 +22,15 @@ SEARCH_MODES = (
     ("Approximate (large collections)", "ann"),
 )
 EXACT_TIP = "Exact: the query is compared with every reference (the reference result; slower on a large collection)."
+#: Width (px) a tooltip's lines wrap at.
+TIP_WIDTH = 400
+
+
+def wrapped_tip(*paragraphs: str) -> str:
+    """Plain-text ``paragraphs`` as a rich-text tooltip that wraps at :data:`TIP_WIDTH` px (a plain
+    tooltip is one line, however long)."""
+    body = "".join(f"<p>{html.escape(p)}</p>" for p in paragraphs if p)
+    return f"<table width={TIP_WIDTH}><tr><td>{body}</td></tr></table>"
 
 
 def _auto_min() -> int | None:
@@ -42,17 +54,22 @@ def resolved_mode(index) -> str:
 
 
 def no_ann_reason(index) -> str | None:
-    """Why *Approximate* cannot be chosen for ``index`` (None: it can)."""
+    """Why *Approximate* cannot be chosen for ``index``, and what to do, in plain words (paragraphs
+    separated by blank lines); None: it can."""
     if index is None:
         return "Open an index first."
     if getattr(index, "ann", None) is not None:
         return None
     auto_min = _auto_min()
     if auto_min is None:
-        return "Approximate search is not installed (it needs faiss-cpu)."
-    return (f"This index ({len(index):,} references) has no approximate-search index: one is built for "
-            f"collections of {auto_min:,} references or more (for any size with: museum-search index "
-            "COLLECTION -o INDEX --ann yes). Exact search is used.")
+        return ("Approximate search is not part of this installation, so every search is exact.\n\n"
+                "Nothing needs doing: exact search gives the best results. Large collections are "
+                "searched faster once approximate search is installed (the faiss-cpu package).")
+    return (f"Not available: this collection has no approximate-search index. One is made only for "
+            f"collections of {auto_min:,} references or more, and this one has {len(index):,}.\n\n"
+            "Nothing needs doing: at this size exact search is fast, and it is what is used.\n\n"
+            "To have one anyway, build the index again from the command line with the "
+            "“--ann yes” option.")
 
 
 class SearchModeCombo(QComboBox):
@@ -70,6 +87,7 @@ class SearchModeCombo(QComboBox):
         self.setMinimumContentsLength(11)  # "Automatic" fits; the list shows the long labels
         self._index = None
         self._wanted = "auto"  # what the user chose (kept if an index without ANN comes and goes)
+        self._tips: dict[str, str] = {}  # mode → its tooltip as plain text (paragraphs split by blank lines)
         self.currentIndexChanged.connect(self._changed)
         self.set_index(None)
 
@@ -100,15 +118,17 @@ class SearchModeCombo(QComboBox):
         ann_tip = reason or ("Approximate: the approximate-search index proposes candidates, scored exactly "
                              f"({index.ann.describe() if hasattr(index.ann, 'describe') else 'faiss'}). "
                              "Much faster on a large collection; the top results may rarely differ from Exact.")
-        self.setItemData(ann, ann_tip, Qt.ItemDataRole.ToolTipRole)
-        self.setItemData(self.findData("exact"), EXACT_TIP, Qt.ItemDataRole.ToolTipRole)
+        self._tips = {"ann": ann_tip, "exact": EXACT_TIP}
+        self.setItemData(ann, wrapped_tip(*ann_tip.split("\n\n")), Qt.ItemDataRole.ToolTipRole)
+        self.setItemData(self.findData("exact"), wrapped_tip(EXACT_TIP), Qt.ItemDataRole.ToolTipRole)
         auto_min = _auto_min()
         rule = (f"approximate from {auto_min:,} references when the index has an approximate-search index, "
                 "else exact" if auto_min is not None else "exact (approximate search is not installed)")
         now = ""
         if index is not None:
             now = f" For this index: {'approximate' if resolved_mode(index) == 'ann' else 'exact'}."
-        self.setItemData(self.findData("auto"), f"Automatic: {rule}.{now}", Qt.ItemDataRole.ToolTipRole)
+        self._tips["auto"] = f"Automatic: {rule}.{now}"
+        self.setItemData(self.findData("auto"), wrapped_tip(self._tips["auto"]), Qt.ItemDataRole.ToolTipRole)
         self._select(self._wanted)
         self._update_tooltip()
 
@@ -134,5 +154,6 @@ class SearchModeCombo(QComboBox):
         self.mode_changed.emit(self.mode())
 
     def _update_tooltip(self) -> None:
-        tips = [str(self.itemData(i, Qt.ItemDataRole.ToolTipRole) or "") for i in range(self.count())]
-        self.setToolTip("How the query is compared with the references.\n" + "\n".join(t for t in tips if t))
+        tips = [self._tips.get(mode, "") for _label, mode in SEARCH_MODES]
+        paragraphs = [p for t in tips for p in t.split("\n\n")]
+        self.setToolTip(wrapped_tip("How the query is compared with the references.", *paragraphs))
