@@ -14,8 +14,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from PySide6.QtCore import QRect, QSettings, Qt
+from PySide6.QtGui import QColor, QPainter, QPixmap
 from PySide6.QtWidgets import QMessageBox, QScrollArea
 
+from museum_search.cli import main
+from museum_search.core.evaluation.export import index_id, run_spec, same_numbers
 from museum_search.core.evaluation.querysets import load_queryset
 from museum_search.core.evaluation.reports import COMPARED
 from museum_search.core.evaluation.runner import (
@@ -40,8 +43,16 @@ from museum_search.gui.widgets.comparison_table import (
     VERDICT_COLUMN,
     VERDICT_FIGURES,
 )
-from museum_search.gui.widgets.plots import HIST_BINS, VERDICT_CURVES, RunningBuffer
+from museum_search.gui.widgets.plots import (
+    HIST_BINS,
+    METRIC_COLOURS,
+    METRIC_LABELS,
+    METRICS,
+    VERDICT_CURVES,
+    RunningBuffer,
+)
 from museum_search.gui.widgets.query_table import SORT_ROLE
+from museum_search.gui.widgets.run_list import name_lines
 
 pytestmark = pytest.mark.gui
 
@@ -182,7 +193,8 @@ def test_evaluate_compare_and_export(qtbot, tab, data, tmp_path):
     # run names: the query set, what differs from the default settings, the time
     assert run1.name.startswith(f"{data.queries.name} · default · ")
     assert run2.name.startswith(f"{data.queries.name} · ICFRR K 2/2, not verified · ")
-    assert [tab.run_list.list.item(i).text().removeprefix("⚠ ") for i in range(2)] == [run1.name, run2.name]
+    assert [tab.run_list.list.item(i).text().removeprefix("⚠ ") for i in range(2)] == [name_lines(run1.name),
+                                                                                      name_lines(run2.name)]
     assert run2.settings.label() in tab.run_list.list.item(1).toolTip()
     assert not run2.report.summary["verified"] and run2.report.summary["verdict"]["min_inliers"] is None
     assert all(r.top_inliers is None for r in run2.report.records)
@@ -240,9 +252,20 @@ def test_evaluate_compare_and_export(qtbot, tab, data, tmp_path):
     cpath = tab.export_csv(tmp_path / "run.csv")
     doc = json.loads(Path(jpath).read_text(encoding="utf-8"))
     assert doc["summary"]["map"] == pytest.approx(run2.report.summary["map"], abs=1e-6)
-    assert doc["summary"]["rerank"] == "icfrr, not verified" and len(doc["queries"]) == n
+    assert doc["summary"]["rerank"] == run2.settings.label() == "icfrr, not verified (K 2/2, β 0.50, 5 it)"
+    assert len(doc["queries"]) == n
+    # what runs it again: core's RunSpec of the run, as evaluate --json writes it
+    spec = run_spec(run2.report, index, tab.queryset_source(), tab.queryset, name=run2.name, batch_size=tab.batch_size)
+    assert doc["run"] == json.loads(json.dumps(spec.to_dict()))
+    assert doc["run"]["settings"]["options"]["k_q"] == 2 and doc["run"]["settings"]["verify"] is False
+    assert doc["run"]["index"]["id"] == index_id(index) and doc["run"]["query_set"]["queries"] == n
     with open(cpath, newline="", encoding="utf-8") as f:
-        assert len(list(csv.DictReader(f))) == n
+        rows = list(csv.DictReader(f))
+    assert len(rows) == n and all(r["run"] == run2.name and r["k_q"] == "2" and r["verify"] == "0" for r in rows)
+    assert {r["in_collection"] for r in rows} <= {"0", "1"} and all(r["reason"] for r in rows)
+    # evaluate --settings on the tab's export gives the same numbers
+    assert main(["evaluate", "--settings", str(jpath), "--json", str(tmp_path / "again.json")]) == 0
+    assert same_numbers(doc, json.loads((tmp_path / "again.json").read_text(encoding="utf-8"))) == []
 
     # ---- screenshot: the selected query of the second run, thumbnails loaded ---------------
     tab.queries.table.sortByColumn(4, Qt.SortOrder.DescendingOrder)
@@ -356,7 +379,7 @@ def test_unknown_instances_are_shown_apart_from_open_set(qtbot, tab, data, tmp_p
     assert s["unknown_instance_queries"] == 1 and s["unknown_instances"] == ["harbor_lightz"]
     assert s["open_set_queries"] == n_open
     assert s["queries"] == len(rows) - n_open - 1
-    assert warning in tab.progress_panel.status_label.text()  # after the run
+    assert warning in tab.status_text()  # after the run
     assert warning in tab.run_list.list.item(0).toolTip()
 
     row = next(r for r in range(tab.queries.proxy.rowCount()) if tab.queries.proxy.index(r, 0).data() == typo_query)
@@ -390,7 +413,7 @@ def test_verdict_figures_operating_points_and_recalibration(qtbot, tab, data, tm
         assert tab.compare.table.item(0, c).data(VALUE_ROLE) == expected[key]
         assert tab.compare.table.item(0, c).text() == f"{100 * expected[key]:.1f} %"
     assert f"{100 * expected['unknown_rejected']:.1f} %" in tab.verdict_page.label.text()
-    assert f"Verdict: unknown rejected {100 * expected['unknown_rejected']:.1f} %" in tab.progress_panel.status_label.text()
+    assert f"Verdict: unknown rejected {100 * expected['unknown_rejected']:.1f} %" in tab.status_text()
 
     # the operating points: three curves, one point per threshold, a line at the threshold in use
     pts = operating_points(report.evidence, verified=True, verdict=report.verdict)
@@ -438,7 +461,7 @@ def test_verdict_figures_operating_points_and_recalibration(qtbot, tab, data, tm
     assert Verdict.from_dict(Index.load(index.path).verdict) == want
     assert index.verdict == want.to_dict() and changed == [index]
     assert Verdict.from_dict(data.index.verdict) == report.verdict  # the session's index is untouched
-    assert "Verdict stored in" in tab.progress_panel.status_label.text()
+    assert "Verdict stored in" in tab.status_text()
 
     # a run without unknown queries cannot re-calibrate: the button is off, the figure is n/a
     s = report.summary
@@ -450,7 +473,7 @@ def test_verdict_figures_operating_points_and_recalibration(qtbot, tab, data, tm
     assert not tab.store_verdict() and len(_error_dialogs(tab)) == 1
 
     tab.select_run(run)
-    tab.pages.setCurrentWidget(tab.verdict_page.plot.parentWidget())
+    tab.pages.setCurrentWidget(tab.verdict_page)
     qtbot.wait(200)
     assert tab.grab().save(str(VERDICT_SCREENSHOT))
 
@@ -528,7 +551,7 @@ def test_layout_holds_at_1024x700_and_up(qtbot, data, tmp_path):
             tab.add_run(replace(run, key=100 + k, colour=run_colour(k),
                                 name=f"icfrr + dba, not verified (K 7/7, β 0.35, 9 it) · run number {k}"))
         tab.select_run(tab.runs[0])
-        for size in ((1024, 700), (1600, 1000)):
+        for size in ((1024, 700), (1280, 820), (1600, 1000)):
             win.resize(*size)
             qtbot.waitUntil(lambda size=size: (win.width(), win.height()) == size, timeout=5000)
             qtbot.wait(100)
@@ -550,6 +573,10 @@ def test_layout_holds_at_1024x700_and_up(qtbot, data, tmp_path):
             for lbl in legend.labels():  # long names elided to the room there is, in full in the tooltip
                 assert lbl.fontMetrics().horizontalAdvance(lbl.text()) <= lbl.width()
                 assert lbl.toolTip() == lbl.full_text() and (lbl.text() == lbl.full_text() or "…" in lbl.text())
+            _check_legend_is_the_lines(tab)
+            _check_running_axis(tab, size)
+            _check_run_list_names(tab, size)
+            _check_verdict_page(qtbot, tab, size)
             # the settings scroll: the last one can be brought into view
             scroll = tab.findChild(QScrollArea, "evalControlsScroll")
             scroll.ensureWidgetVisible(tab.rerank.verify_check)
@@ -565,6 +592,84 @@ def test_layout_holds_at_1024x700_and_up(qtbot, data, tmp_path):
     finally:
         win.close()
         assert workers.wait_all(TIMEOUT)
+
+
+def _check_legend_is_the_lines(tab) -> None:
+    """The legend's samples are the pens of the lines: each metric's colour is its curves' colour,
+    each run's line style its curves' style (running means and precision–recall), its square the
+    colour of its precision–recall curve (issue 23: the runs were named in colours no line had)."""
+    plots, legend = tab.plots, tab.plots.legend
+    metric_pens = {e.name: e.pen for e in legend.metric_entries()}
+    assert list(metric_pens) == [METRIC_LABELS[m] for m in METRICS]
+    for m in METRICS:
+        assert metric_pens[METRIC_LABELS[m]].color() == plots.running_curves[m].opts["pen"].color()
+        assert plots.running_curves[m].opts["pen"].style() == Qt.PenStyle.SolidLine
+    entries = legend.run_entries()
+    shown, others = entries[0], entries[1:]
+    assert shown.pen.style() == Qt.PenStyle.SolidLine and shown.colour == tab.selected_run().colour
+    assert QColor(shown.colour) == plots.pr_curve.opts["pen"].color()
+    drawn = [r for r in tab.compared_runs() if r.key != tab.selected_run().key]
+    assert [e.name for e in others] == [r.name for r in drawn]
+    for e, run in zip(others, drawn):
+        for m in METRICS:
+            pen = plots.running_overlays[run.key][m].opts["pen"]
+            assert pen.style() == e.pen.style() != Qt.PenStyle.SolidLine
+            assert pen.color() == QColor(METRIC_COLOURS[m])  # the metric's colour, not the run's
+        pr = plots.pr_overlays[run.key].opts["pen"]
+        assert pr.style() == e.pen.style() and pr.color() == QColor(e.colour) == QColor(run.colour)
+
+
+def _drawn_tick_labels(axis) -> list[str]:
+    """The tick labels ``axis`` draws at its size (pyqtgraph drops those that do not fit)."""
+    pm = QPixmap(10, 10)
+    p = QPainter(pm)
+    try:
+        specs = axis.generateDrawSpecs(p)
+    finally:
+        p.end()
+    return [text for _rect, _flags, text in specs[2]]
+
+
+def _check_running_axis(tab, size) -> None:
+    """The running means' y axis is labelled at every quarter, with room above 1 (issue 23: a
+    single label, "0.5", and lines at 1.0 against the frame)."""
+    plot = tab.plots.running_plot
+    assert _drawn_tick_labels(plot.getAxis("left")) == ["0", "0.25", "0.5", "0.75", "1"], size
+    (_, _), (lo, hi) = plot.viewRange()
+    height = plot.vb.height()
+    assert (hi - 1.0) / (hi - lo) * height >= 5 and (0.0 - lo) / (hi - lo) * height >= 5, (size, lo, hi, height)
+
+
+def _check_run_list_names(tab, size) -> None:
+    """Every run's whole name is in the list (wrapped, never elided) and in its tooltip."""
+    lst = tab.run_list.list
+    fm = lst.fontMetrics()
+    for i, run in enumerate(tab.runs):
+        item = lst.item(i)
+        assert item.text().removeprefix("⚠ ") == name_lines(run.name) and item.toolTip().startswith(run.name)
+        rect = lst.visualItemRect(item)
+        room = rect.width() - 2 * lst.iconSize().width() - 16  # the check box and the colour icon
+        need = fm.boundingRect(QRect(0, 0, room, 10_000), int(Qt.TextFlag.TextWordWrap), item.text())
+        assert need.width() <= room and need.height() <= rect.height(), (size, run.name, need, rect)
+        assert "…" not in item.text()
+
+
+def _check_verdict_page(qtbot, tab, size) -> None:
+    """The verdict page's legend and the re-calibration's words are whole (issue 23: "wn objects
+    rejected" and "Re-calibrate: known objects rejected a…" at 1024 and 1280)."""
+    tab.pages.setCurrentWidget(tab.verdict_page)
+    qtbot.wait(50)
+    page = tab.verdict_page
+    for label in (page.plot.legend, page.recalibrate_label):
+        assert label.isVisible() and label.wordWrap(), size
+        assert label.heightForWidth(label.contentsRect().width()) <= label.contentsRect().height(), size
+        assert label.visibleRegion().boundingRect().width() == label.width(), size  # not cut by its parents
+    for text, _colour in VERDICT_CURVES.values():
+        assert text.replace(" ", "&nbsp;") in page.plot.legend.text()
+    assert page.plot.getPlotItem().legend is None  # nothing over the curves
+    side = tab.findChild(QScrollArea, "verdictSide")
+    assert side.widget().width() <= side.viewport().width()  # the figures wrap, they are not cut on the right
+    tab.pages.setCurrentIndex(0)
 
 
 def _check_compare_page(qtbot, tab, size) -> None:
@@ -658,7 +763,8 @@ def test_icfrr_warning_wherever_icfrr_runs_on_a_collection_it_cannot_help(qtbot,
     run = _evaluate(qtbot, tab)
     assert run.report.summary["icfrr_advice"] == advice
     assert tab.icfrr_warning.isVisibleTo(tab)
-    assert advice in tab.progress_panel.status_label.text()
+    # said once: under the settings and on the run, not again in the status
+    assert advice not in tab.status_text() and advice in tab.icfrr_warning.text()
     item = tab.run_list.list.item(0)
     assert item.text().startswith("⚠ ") and advice in item.toolTip()
 
@@ -683,4 +789,60 @@ def test_search_tab_shows_the_icfrr_warning(qtbot, tmp_path, single_photo_index,
         assert st.icfrr_warning.isHidden()
     finally:
         st.shutdown()
+        assert workers.wait_all(TIMEOUT)
+
+
+def test_run_and_cancel_stay_put_and_the_settings_keep_their_rows(qtbot, data, tmp_path, single_photo_index, block):
+    """At 1024×700, Run and Cancel are where they were before, during and after a run, and the
+    settings' view keeps its height, also after a run with the ICFRR warning (issue 23: they moved
+    about 100 px, so a Cancel click missed, and the settings shrank to 1–2 rows)."""
+    from museum_search.core.query import QueryPipeline
+    from museum_search.gui.main_window import MainWindow
+
+    state = AppState(Settings(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)))
+    win = MainWindow(state)
+    qtbot.addWidget(win)
+    win.show()
+    state.set_index(single_photo_index)
+    tab = win.evaluation_tab
+    win.tabs.setCurrentWidget(tab)
+    win.resize(1024, 700)
+    qtbot.waitUntil(lambda: (win.width(), win.height()) == (1024, 700), timeout=5000)
+    scroll = tab.findChild(QScrollArea, "evalControlsScroll")
+
+    def where() -> tuple:
+        qtbot.wait(50)  # the layouts have settled
+        return (tab.run_button.mapToGlobal(tab.run_button.rect().topLeft()),
+                tab.cancel_button.mapToGlobal(tab.cancel_button.rect().topLeft()),
+                scroll.viewport().height(), tab.progress_panel.status_label.height())
+
+    try:
+        assert tab.load_queryset_path(data.queries)
+        tab.rerank.set_names(["icfrr"])
+        tab.rerank.set_verify(False)
+        tab.queryset_box.regions_check.setChecked(False)
+        assert tab.icfrr_warning.isVisibleTo(tab)  # one photo per object: ICFRR cannot help
+        before = where()
+        assert before[2] >= 200  # the settings show several rows
+        blocked = block(QueryPipeline, "answer")
+        assert tab.run_evaluation()
+        qtbot.waitUntil(blocked.started.is_set, timeout=TIMEOUT)
+        during = where()
+        assert tab.cancel_button.isEnabled() and during == before
+        blocked.release.set()
+        qtbot.waitUntil(lambda: not tab.is_running(), timeout=TIMEOUT)
+        assert tab.runs and tab.runs[0].report.summary["icfrr_advice"]
+        after = where()
+        assert after == before, (before, during, after)
+        # the status is cut at its lines, never taller; whole in its tooltip
+        status = tab.progress_panel.status_label
+        assert status.text() == tab.status_text() or (status.text().endswith("…")
+                                                      and status.toolTip() == tab.status_text())
+        assert status.heightForWidth(status.contentsRect().width()) <= status.height()
+        # a long status (an error with a path) does not move them either
+        tab._set_status("Evaluation failed: " + "a very long reason with a path /x/y/z " * 20)
+        assert where() == before and tab.progress_panel.status_label.text().endswith("…")
+        _check_run_list_names(tab, (1024, 700))
+    finally:
+        win.close()
         assert workers.wait_all(TIMEOUT)

@@ -5,12 +5,15 @@ and their parameters, geometric verification, query regions), ``runner.evaluate`
 query with the query pipeline (the answers and the "in this collection" verdict a visitor gets),
 and the tab shows what comes back.
 
-Left (scrolls when the window is short): the index (the open one, or another index folder), the
-query set (folder + layout, with what was detected), the pipeline settings (with core's warning
-when ICFRR cannot help this collection, ``rerank.icfrr_advice``), Run / Cancel, progress and the
-stage in words, and the list of finished runs (checked runs are compared; the selected run fills
-the plots and the table) with its export buttons. Right: live plots (:mod:`.widgets.plots`; the
-legend of the runs drawn sits above them, outside the data) above four pages: the per-query
+Left: the settings, which scroll when the window is short (the index, the open one or another
+index folder; the query set, folder + layout, with what was detected; the pipeline settings, with
+core's warning under them when ICFRR cannot help this collection, ``rerank.icfrr_advice``); then
+Run / Cancel, progress and the stage in words (:data:`STATUS_LINES` lines at most, cut with … and
+whole in the tooltip, so Run / Cancel and the settings' view never move while a job runs); and
+the list of finished runs, their names whole (checked runs are compared; the selected run fills
+the plots and the table) with its export buttons (core's ``export``: what runs the run again,
+``evaluate --settings``). Right: live plots (:mod:`.widgets.plots`; the legend of the lines drawn
+sits above them, outside the data) above four pages: the per-query
 table with the selected query's top results, the comparison of runs (95 % bootstrap intervals,
 the verdict's figures, paired two-sided tests against a baseline run, better or worse), the verdict's figures
 against its threshold (``verdict.operating_points``) with its re-calibration from the labelled
@@ -39,10 +42,22 @@ from pathlib import Path
 from typing import Any, Generator, Sequence
 
 import numpy as np
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QFileDialog, QFrame, QGroupBox, QLabel, QPushButton, QTabWidget, QVBoxLayout, QWidget
+from PySide6.QtCore import QEvent, QRect, Qt, QTimer, Signal
+from PySide6.QtGui import QFontMetrics
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QFrame,
+    QGroupBox,
+    QLabel,
+    QPushButton,
+    QSizePolicy,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
 
 from ..core.errors import MuseumSearchError
+from ..core.evaluation.export import QuerySetSource, RunSpec, run_spec, write_run_csv, write_run_json
 from ..core.evaluation.querysets import LAYOUTS, QuerySet, load_queryset
 from ..core.evaluation.reports import (
     confidence_intervals,
@@ -82,6 +97,8 @@ log = logging.getLogger(__name__)
 
 JOB_TITLES = {"evaluation": "Evaluation", "sweep": "ICFRR sweep", "verdict": "Storing the verdict"}
 BATCH_SIZE = 8
+#: Lines of the status under the progress bar (a longer status is cut with …, whole in its tooltip).
+STATUS_LINES = 4
 NO_INDEX = "No index. Open or build one in the Collection tab, or browse to an index folder."
 
 
@@ -103,6 +120,9 @@ class EvalRun:
     cis: dict[str, tuple[float, float, float]]  # metric → (mean, low, high), 95 % bootstrap
     colour: str
     total: int
+    #: what an export needs to run it again: the index, the query set, every setting (core's
+    #: ``export.run_spec``; None for a run made by hand)
+    spec: RunSpec | None = None
     finished: datetime = field(default_factory=datetime.now)
 
     @property
@@ -155,6 +175,27 @@ def _sweep_job(index: Index, queryset: QuerySet, parameter: str, values: list[fl
 
     return (yield from sweep(index, queryset, parameter, values, settings.options, batch_size=batch_size,
                              settings=settings))
+
+
+def fit_lines(text: str, fm: QFontMetrics, width: int, lines: int) -> str:
+    """``text`` as it fits ``lines`` lines of ``width`` px word-wrapped (as a label wraps it): whole
+    when it fits, else its longest beginning that fits with "…" after it."""
+    flags = int(Qt.TextFlag.TextWordWrap)
+    room = lines * fm.lineSpacing()
+
+    def fits(t: str) -> bool:
+        return fm.boundingRect(QRect(0, 0, width, 100_000), flags, t).height() <= room
+
+    if fits(text):
+        return text
+    lo, hi = 0, len(text)
+    while lo < hi:  # the longest beginning that fits with the ellipsis
+        mid = (lo + hi + 1) // 2
+        if fits(text[:mid].rstrip() + "…"):
+            lo = mid
+        else:
+            hi = mid - 1
+    return text[:lo].rstrip() + "…"
 
 
 def progress_text(p: Progress) -> str:
@@ -237,6 +278,14 @@ class EvaluationTab(QWidget):
         self.progress_panel = ProgressPanel(_row((self.run_button, 1), self.cancel_button), "evalProgress",
                                             "evalStatus")
         self.progress_panel.bar.setFormat("")  # idle
+        # the status keeps its height (STATUS_LINES lines, longer texts cut with … and whole in the
+        # tooltip), so Run / Cancel above it and the settings never move while a job runs
+        self._status_text = ""
+        status = self.progress_panel.status_label
+        status.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
+        status.setFixedHeight(STATUS_LINES * status.fontMetrics().lineSpacing() + 2)
+        status.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
+        status.installEventFilter(self)
         self.run_list = RunList()
         self.run_list.current_changed.connect(lambda key: self.select_run(self.run_by_key(key)))
         self.run_list.checked_changed.connect(self._run_checked_changed)
@@ -301,7 +350,8 @@ class EvaluationTab(QWidget):
         left.setObjectName("evalControls")
         ll = QVBoxLayout(left)
         ll.setContentsMargins(0, 0, 6, 0)
-        for box in (self._index_box(), self.queryset_box, rr_box):
+        # the ICFRR warning is one of the settings (under them): showing it never shrinks their view
+        for box in (self._index_box(), self.queryset_box, rr_box, self.icfrr_warning):
             ll.addWidget(box)
         ll.addStretch(1)
         scroll = FitScroll()
@@ -314,10 +364,10 @@ class EvaluationTab(QWidget):
         column.setObjectName("evalLeft")
         lc = QVBoxLayout(column)
         lc.setContentsMargins(0, 0, 0, 0)
-        lc.addWidget(scroll)
-        lc.addWidget(self.icfrr_warning)
+        lc.addWidget(scroll, 3)  # the settings take three quarters of what is left, the runs the rest
         lc.addWidget(self.progress_panel)
         lc.addWidget(self.run_list, 1)
+        self.controls_scroll = scroll
         column.setMinimumWidth(max(left.sizeHint().width(), self.run_list.sizeHint().width()) + 16)
         return column
 
@@ -335,8 +385,11 @@ class EvaluationTab(QWidget):
 
     def _update_icfrr_warnings(self) -> None:
         advice = self.icfrr_advice()
+        shown = self.icfrr_warning.isVisibleTo(self)
         self.icfrr_warning.setText(f"⚠ {advice}" if advice else "")
         self.icfrr_warning.setVisible(bool(advice))
+        if advice and not shown:  # it just appeared under the settings: scroll it into view
+            QTimer.singleShot(0, lambda: self.controls_scroll.ensureWidgetVisible(self.icfrr_warning, 0, 0))
         self.sweep.set_warning(self.sweep_advice())
 
     # ---- index and query set ----------------------------------------------------------------
@@ -426,6 +479,13 @@ class EvaluationTab(QWidget):
         if self.queryset_box.path_edit.text().strip():
             self.load_queryset_path(self.queryset_box.path_edit.text())
 
+    def queryset_source(self) -> QuerySetSource:
+        """Where the loaded query set comes from (its folder, layout and expression), for exports."""
+        box = self.queryset_box
+        layout = box.layout_name()
+        return QuerySetSource(str(Path(self.queryset_path or "").resolve()), layout,
+                              box.regex() if layout == "regex" else None)
+
     # ---- query pipeline settings ----------------------------------------------------------
     def query_settings(self) -> QuerySettings:
         """The query pipeline's settings the controls describe (the index's own verdict)."""
@@ -454,13 +514,14 @@ class EvaluationTab(QWidget):
         if not self._check_inputs("Evaluation"):
             return False
         index, queryset, settings = self.index, self.queryset, self.query_settings()
+        source = self.queryset_source()
         total = len(queryset.queries)
         self.plots.start_live(total)
         self.plots.set_overlays(self._overlays(exclude=None), main_name="this run")
         self.progress_panel.set_busy()
         self.progress_panel.bar.setFormat("%v / %m queries")
         self._start("evaluation", _evaluation_job(index, queryset, settings, self.batch_size),
-                    lambda res: self._evaluation_done(res, index, settings, total, Path(queryset.root).name))
+                    lambda res: self._evaluation_done(res, index, settings, total, queryset, source))
         self._set_status(f"Evaluating {total:,} queries: {settings.label()}")
         self._update_icfrr_warnings()  # stays shown while the run goes on
         return True
@@ -559,7 +620,7 @@ class EvaluationTab(QWidget):
                              f"{JOB_TITLES[self._job_kind]} cancelled"
                              + (f" while {last.stage}." if last is not None and last.total <= 0 else "."))
             if self._job_kind == "sweep":
-                self.sweep.status.setText(self.progress_panel.status())
+                self.sweep.status.setText(self.status_text())
         run = self.selected_run()
         if self._job_kind == "evaluation" and not self._job_produced and run is not None:
             # back to the selected run's plots (the partial curves are dropped); the table and the
@@ -572,21 +633,21 @@ class EvaluationTab(QWidget):
         self.job_finished.emit()
 
     def _evaluation_done(self, res: _EvalResult, index: Index, settings: QuerySettings, total: int,
-                         queryset_name: str = "") -> None:
+                         queryset: QuerySet, source: QuerySetSource) -> None:
         self.plots.stop_live()
         key = self._next_key
         self._next_key += 1
-        name = run_name(settings, queryset_name, datetime.now())  # query set · changed settings · time
+        name = run_name(settings, source.name, datetime.now())  # query set · changed settings · time
+        spec = run_spec(res.report, index, source, queryset, name=name, batch_size=self.batch_size)
         run = EvalRun(key, name, res.report, index, settings, self.plots.buffer.copy(), res.pr, res.cis,
-                      run_colour(key - 1), total)
+                      run_colour(key - 1), total, spec)
         s, v = res.report.summary, run.verdict_figures
         took = time.perf_counter() - self._job_started
         skipped = f", {s['skipped_queries']} unreadable" if s.get("skipped_queries") else ""
         open_set = f", {s['open_set_queries']} open-set not averaged" if s.get("open_set_queries") else ""
         warning = unknown_instances_warning(s)
+        # (the ICFRR advice is not repeated here: it stays shown under the settings, and on the run)
         warning = f"\n⚠ {warning}." if warning else ""
-        if s.get("icfrr_advice"):
-            warning += f"\n⚠ {s['icfrr_advice']}"
         self._set_status(f"Done in {format_duration(took)}: MP@1 {_fmt(s['mp@1'])}, MAP {_fmt(s['map'])}, "
                          f"AMNRO {_fmt(s['amnro'])}, GAP {_fmt(s['gap'])} over {s['queries']:,} queries"
                          f"{open_set}{skipped}. Verdict: "
@@ -601,14 +662,31 @@ class EvaluationTab(QWidget):
             best = max(points, key=lambda p: (p.summary["map"] if math.isfinite(p.summary["map"]) else -1))
             advice = points[0].summary.get("icfrr_advice")
             text = f"Sweep done: best MAP {_fmt(best.summary['map'])} at {self._sweep_label} = {best.value:g}."
-            self._set_status(text + (f"\n⚠ {advice}" if advice else ""))
+            self._set_status(text + (f" ⚠ {advice}" if advice else ""))
             self.sweep.status.setText(text)  # the sweep's page shows the warning above it already
         self.sweep_finished.emit(self.sweep_points)
 
     def _set_status(self, text: str) -> None:
-        self.progress_panel.set_status(text)
+        self._status_text = text
+        self._fit_status()
         if self._job_kind == "sweep" and self._job is not None:  # the sweep's own page says it too
             self.sweep.status.setText(text)
+
+    def status_text(self) -> str:
+        """The status in full (the line under the progress bar may show it cut, with …)."""
+        return self._status_text
+
+    def _fit_status(self) -> None:
+        label = self.progress_panel.status_label
+        width = label.contentsRect().width()
+        label.setText(fit_lines(self._status_text, label.fontMetrics(), width, STATUS_LINES) if width > 20
+                      else self._status_text)
+        label.setToolTip(self._status_text if label.text() != self._status_text else "")
+
+    def eventFilter(self, obj, event) -> bool:
+        if obj is self.progress_panel.status_label and event.type() == QEvent.Type.Resize:
+            self._fit_status()
+        return super().eventFilter(obj, event)
 
     def _update_buttons(self) -> None:
         busy = self.is_running()
@@ -742,16 +820,14 @@ class EvaluationTab(QWidget):
 
     # ---- export ---------------------------------------------------------------------------------
     def export_json(self, path: str | os.PathLike | None = None) -> Path | None:
-        """Write the selected run as JSON (reports.write_json); ``None`` asks where."""
-        from ..core.evaluation.reports import write_json
-
-        return self._export("Export JSON", ".json", "JSON (*.json)", path, write_json)
+        """Write the selected run as JSON, with what runs it again (core's ``export.write_run_json``,
+        as ``evaluate --json``); ``None`` asks where."""
+        return self._export("Export JSON", ".json", "JSON (*.json)", path, write_run_json)
 
     def export_csv(self, path: str | os.PathLike | None = None) -> Path | None:
-        """Write the selected run's per-query CSV (reports.write_csv); ``None`` asks where."""
-        from ..core.evaluation.reports import write_csv
-
-        return self._export("Export CSV", ".csv", "CSV (*.csv)", path, write_csv)
+        """Write the selected run's per-query CSV with its settings (``export.write_run_csv``, as
+        ``evaluate --csv``); ``None`` asks where."""
+        return self._export("Export CSV", ".csv", "CSV (*.csv)", path, write_run_csv)
 
     def _export(self, title: str, suffix: str, filter_: str, path, writer) -> Path | None:
         run = self.selected_run()
@@ -769,7 +845,9 @@ class EvaluationTab(QWidget):
         if not path.suffix:
             path = path.with_suffix(suffix)
         try:
-            writer(run.report, run.index, path)
+            if run.spec is None:
+                raise MuseumSearchError("this run has no settings to export (it was not made by an evaluation)")
+            writer(path, run.report, run.index, run.spec)
         except Exception as exc:
             workers.show_error(self, title, exc)
             return None

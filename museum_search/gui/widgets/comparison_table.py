@@ -25,7 +25,7 @@ from ...core.evaluation.reports import COMPARED
 from ...core.evaluation.stats import PairedTestResult, format_p, stars
 from .layout import row
 from .query_table import fmt
-from .run_list import colour_icon
+from .run_list import colour_icon, name_lines
 
 #: The verdict's figures (keys of ``summary["verdict"]``) in the comparison table.
 VERDICT_FIGURES = {"unknown_rejected": "Unknown\nrejected", "known_rejected": "Known\nrejected",
@@ -84,12 +84,6 @@ def p_text(metric: str, res: PairedTestResult) -> tuple[str, str]:
            f"{res.test} test, {how}); paired bootstrap test p = {format_p(boot)} (studentized, "
            f"{res.alternative}, over all {res.n_queries} queries)")
     return text, tip
-
-
-def name_lines(name: str) -> str:
-    """A run's name in the table: the query set on the first line, the settings and the time below."""
-    head, sep, rest = name.partition(" · ")
-    return f"{head}\n{rest}" if sep else name
 
 
 class ComparisonPage(QWidget):

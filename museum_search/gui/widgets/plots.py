@@ -18,18 +18,24 @@ Items exposed for tests and callers: ``running_curves[metric]`` (metric in ``MET
 ``histograms["ap" | "mnro"]`` (step curves: ``getData()`` gives bin edges and counts),
 ``pr_curve``, ``running_overlays[key][metric]``, ``pr_overlays[key]``.
 
-No legend is drawn over the data: the running means' title names the metrics in their colours,
-and ``plots.legend`` (a :class:`RunLegend`, a plain widget the caller places next to the plots)
-names the runs drawn, each with its line (colour of its precision–recall curve, dash of its
-running means), names elided to the space there is (full names in the tooltips). Titles may be
-narrower than their text, so a narrow window shrinks the plots instead of pushing one off-screen.
+No legend is drawn over the data. The lines of the running means have one colour per metric and
+one line style per run (solid: the run shown; :data:`DASHES`: the others); ``plots.legend`` (a
+:class:`RunLegend`, a plain widget the caller places above the plots) says both with the pens the
+lines are drawn with: a line per metric in its colour, then per run a line in its style after a
+square of its colour (its precision–recall curve, drawn in that colour and style, and its icon in
+the run list), names elided to the space there is (full names in the tooltips). The running means
+have no title or axis label (the legend's first line says what they are), so the plot keeps its
+height for the data; its y axis is labelled at every quarter with a margin above 1 and below 0.
+Titles may be narrower than their text, so a narrow window shrinks the plots instead of pushing
+one off-screen.
 
 :class:`SweepPlot` plots MAP and MP@1 against an ICFRR parameter (``sweep_curves``), its legend in
 the title.
 
 :class:`VerdictPlot` plots the "in this collection" verdict's figures against its threshold
 (``verdict.operating_points``: ``verdict_curves[key]`` for ``VERDICT_CURVES``), with vertical lines
-at the threshold in use (``threshold_line``) and at a candidate operating point (``candidate_line``).
+at the threshold in use (``threshold_line``) and at a candidate operating point (``candidate_line``);
+its legend is a word-wrapped label (``legend``) the caller places above it.
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QSize, Qt, QTimer
 from PySide6.QtGui import QColor, QPainter, QPalette, QPen, QPixmap
-from PySide6.QtWidgets import QGridLayout, QLabel, QSizePolicy, QWidget
+from PySide6.QtWidgets import QGridLayout, QHBoxLayout, QLabel, QSizePolicy, QWidget
 
 __all__ = [
     "METRICS", "METRIC_LABELS", "METRIC_COLOURS", "RUN_COLOURS", "HIST_BINS",
@@ -138,13 +144,6 @@ class IntegerAxis(pg.AxisItem):
         return levels or [(1.0, 0.0)]
 
 
-def _legend(plot: pg.PlotItem, fg: QColor, bg: QColor, columns: int = 1) -> pg.LegendItem:
-    fill = QColor(bg)
-    fill.setAlpha(215)
-    return plot.addLegend(labelTextColor=fg, verSpacing=-4, colCount=columns, brush=pg.mkBrush(fill),
-                          pen=pg.mkPen(QColor(fg).lighter(250)))
-
-
 def _title(plot: pg.PlotItem, text: str, fg: QColor) -> None:
     """Set ``plot``'s title without making its text width the plot's minimum width."""
     plot.setTitle(text, color=fg, size="10pt")
@@ -153,24 +152,36 @@ def _title(plot: pg.PlotItem, text: str, fg: QColor) -> None:
 
 #: Ticks of an axis over [0, 1]: labels at 0, 0.5 and 1 only, so narrow plots stay legible.
 UNIT_TICKS = [[(0.0, "0"), (0.5, "0.5"), (1.0, "1")], [(0.25, ""), (0.75, "")]]
+#: The running means' y axis: every quarter labelled, and its range, with a margin above 1 and below 0.
+QUARTER_TICKS = [[(0.0, "0"), (0.25, "0.25"), (0.5, "0.5"), (0.75, "0.75"), (1.0, "1")]]
+RUNNING_Y_RANGE = (-0.1, 1.1)
 
 
 def _coloured(label: str, colour: str) -> str:
     return f"<span style='color:{colour}; font-weight:bold'>{label}</span>"
 
 
-def _line_pixmap(colour: str, style: Qt.PenStyle, width: int = 30, height: int = 12) -> QPixmap:
-    """A line sample as drawn in the plots (for the legend)."""
-    pm = QPixmap(width, height)
+def _line_pixmap(pen: QPen, width: int = 30, height: int = 12, square: str | None = None) -> QPixmap:
+    """A line sample drawn with ``pen`` (for the legend), after a square of ``square`` when given."""
+    left = height + 4 if square else 0
+    pm = QPixmap(left + width, height)
     pm.fill(Qt.GlobalColor.transparent)
     p = QPainter(pm)
     p.setRenderHint(QPainter.RenderHint.Antialiasing)
-    pen = QPen(QColor(colour), 2.0)
-    pen.setStyle(style)
+    if square:
+        p.fillRect(1, 1, height - 2, height - 2, QColor(square))
     p.setPen(pen)
-    p.drawLine(1, height // 2, width - 1, height // 2)
+    p.drawLine(left + 1, height // 2, left + width - 1, height // 2)
     p.end()
     return pm
+
+
+def run_pen(colour: QColor | str, style: Qt.PenStyle, width: float = 1.5) -> QPen:
+    """The pen of a run's curves: ``colour`` (a metric's in the running means, the run's in the
+    precision–recall plot) in the run's ``style`` (solid for the run shown, :data:`DASHES` for the others)."""
+    pen = pg.mkPen(colour, width=width)
+    pen.setStyle(style)
+    return pen
 
 
 class _ElidedLabel(QLabel):
@@ -198,8 +209,20 @@ class _ElidedLabel(QLabel):
         self.setText(self.fontMetrics().elidedText(self._full, Qt.TextElideMode.ElideMiddle, max(10, self.width())))
 
 
+@dataclass
+class LegendEntry:
+    """A line of the legend: ``name`` and the ``pen`` its sample is drawn with; for a run, ``colour``
+    (its square: the colour of its precision–recall curve and of its icon in the run list)."""
+
+    name: str
+    pen: QPen
+    colour: str | None = None
+
+
 class RunLegend(QWidget):
-    """The runs drawn in :class:`EvaluationPlots`, shown outside the plots (see the module doc)."""
+    """What the lines of :class:`EvaluationPlots` are, outside the plots (see the module doc): the
+    metrics (a line in each metric's colour), then the runs drawn (a line in the run's style, after
+    its colour)."""
 
     COLUMNS = 2
 
@@ -210,34 +233,65 @@ class RunLegend(QWidget):
         self._grid.setContentsMargins(6, 0, 6, 0)
         self._grid.setHorizontalSpacing(6)
         self._grid.setVerticalSpacing(0)
-        self._entries: list[tuple[str, str, Qt.PenStyle]] = []
+        self._entries: list[LegendEntry] = []
+        self._metrics: list[LegendEntry] = []
         self.setVisible(False)
 
     def entries(self) -> list[tuple[str, str, Qt.PenStyle]]:
-        """(name, colour, pen style) of each run named, in order."""
+        """(name, colour, line style) of each run named, in order."""
+        return [(e.name, e.colour or "", e.pen.style()) for e in self._entries]
+
+    def run_entries(self) -> list[LegendEntry]:
         return list(self._entries)
+
+    def metric_entries(self) -> list[LegendEntry]:
+        return list(self._metrics)
 
     def labels(self) -> list[_ElidedLabel]:
         return [w for w in self.findChildren(_ElidedLabel)]
 
-    def set_entries(self, entries: Sequence[tuple[str, str, Qt.PenStyle]]) -> None:
+    def set_entries(self, runs: Sequence[tuple[str, str, Qt.PenStyle]],
+                    metrics: Sequence[tuple[str, QPen]] = (), line: QColor | str = "#808080") -> None:
+        """Name ``metrics`` (label, pen) and ``runs`` (name, colour, line style; ``line``: the
+        colour their samples are drawn in, as a run has no colour of its own in the running means)."""
         while self._grid.count():
             w = self._grid.takeAt(0).widget()
             if w is not None:
                 w.setParent(None)  # gone at once (deleteLater alone leaves it drawn until the event loop runs)
                 w.deleteLater()
-        self._entries = list(entries)
-        for i, (name, colour, style) in enumerate(self._entries):
+        self._metrics = [LegendEntry(label, QPen(pen)) for label, pen in metrics]
+        self._entries = [LegendEntry(name, run_pen(line, style, 2.0), colour) for name, colour, style in runs]
+        if self._metrics:
+            row = QWidget()
+            lay = QHBoxLayout(row)
+            lay.setContentsMargins(0, 0, 0, 0)
+            title = QLabel("<b>Running means</b> by queries done:")
+            title.setToolTip("MP@1, MAP and AMNRO over the queries processed so far (the x axis)")
+            lay.addWidget(title)
+            for e in self._metrics:
+                sample = QLabel()
+                sample.setPixmap(_line_pixmap(e.pen))
+                lay.addWidget(sample)
+                lay.addWidget(QLabel(e.name))
+            if len(self._entries) > 1:
+                lay.addWidget(QLabel("· runs by line style:"))
+            lay.addStretch(1)
+            self._grid.addWidget(row, 0, 0, 1, 2 * self.COLUMNS)
+        runs = self._entries if len(self._entries) > 1 else []  # one run: the one shown, not named
+        for i, e in enumerate(runs):
             r, c = divmod(i, self.COLUMNS)
             sample = QLabel()
-            sample.setPixmap(_line_pixmap(colour, style))
-            sample.setToolTip(name)
-            self._grid.addWidget(sample, r, 2 * c)
-            self._grid.addWidget(_ElidedLabel(name), r, 2 * c + 1)
+            sample.setPixmap(_line_pixmap(e.pen, square=e.colour))
+            sample.setToolTip(e.name)
+            self._grid.addWidget(sample, r + 1, 2 * c)
+            self._grid.addWidget(_ElidedLabel(e.name), r + 1, 2 * c + 1)
         for c in range(self.COLUMNS):
             self._grid.setColumnStretch(2 * c + 1, 1 if len(self._entries) > c else 0)
-        # one entry: the plots already say everything (the run shown); two or more: name them
-        self.setVisible(len(self._entries) > 1)
+        self.setVisible(bool(self._metrics or self._entries))
+
+    def run_names_shown(self) -> bool:
+        """The runs are named (two or more drawn; one run is the one shown, named in the list)."""
+        return len(self._entries) > 1
 
 
 def _histogram(values: np.ndarray) -> np.ndarray:
@@ -284,21 +338,23 @@ class EvaluationPlots(pg.GraphicsLayoutWidget):
         """The running means (wide, first row), with the legend of the runs drawn."""
         self.running_plot: pg.PlotItem = self.addPlot(row=0, col=0, colspan=3,
                                                       axisItems={"bottom": IntegerAxis("bottom")})
-        _title(self.running_plot, "Running means: " + " · ".join(_coloured(METRIC_LABELS[m], METRIC_COLOURS[m])
-                                                                  for m in METRICS), self._fg)
-        self.running_plot.setLabel("bottom", "queries processed", color=self._fg)
+        # no title and no axis label: the legend above the plots says what the lines are (the
+        # plot keeps its height for the data, even in a 1024×700 window)
         _style_plot(self.running_plot, self._fg)
-        self.running_plot.setRange(xRange=(1, 10), yRange=(0.0, 1.0), padding=0.02)
-        self.running_plot.getAxis("left").setTicks(UNIT_TICKS)
+        # every quarter labelled, with room above 1 and below 0: a line at 1.0 (a perfect run) sits
+        # clear of the frame, and the labels 0 and 1 are inside the axis (drawn)
+        self.running_plot.setRange(xRange=(1, 10), yRange=RUNNING_Y_RANGE, padding=0)
+        self.running_plot.getAxis("left").setTicks(QUARTER_TICKS)
         self.running_plot.enableAutoRange(axis="y", enable=False)
         self.running_plot.setMouseEnabled(x=True, y=False)
         self.running_plot.setDownsampling(mode="peak")
         self.running_plot.setClipToView(True)
-        self.legend = RunLegend()  # the runs drawn, outside the data (the caller places it)
+        self.legend = RunLegend()  # the lines drawn, outside the data (the caller places it)
         self.running_curves: dict[str, pg.PlotDataItem] = {}
         for m in METRICS:
             self.running_curves[m] = self.running_plot.plot(
                 [], [], name=METRIC_LABELS[m], pen=pg.mkPen(METRIC_COLOURS[m], width=2), connect="finite")
+        self.legend.set_entries([], self._metric_pens(), self._fg)
         self.running_overlays: dict[object, dict[str, pg.PlotDataItem]] = {}
         self._main_colour = RUN_COLOURS[0]
 
@@ -419,6 +475,7 @@ class EvaluationPlots(pg.GraphicsLayoutWidget):
         entries: list[tuple[str, str, Qt.PenStyle]] = []
         if main_name:
             entries.append((main_name, self._main_colour, Qt.PenStyle.SolidLine))
+        metrics = self._metric_pens()
         wanted_running = {ov.key for ov in overlays if ov.buffer is not None and len(ov.buffer)}
         wanted_pr = {ov.key for ov in overlays if ov.pr is not None}
         for key in [k for k in self.running_overlays if k not in wanted_running]:
@@ -431,7 +488,7 @@ class EvaluationPlots(pg.GraphicsLayoutWidget):
             if ov.key in wanted_running:
                 items = self.running_overlays.get(ov.key)
                 for m in METRICS:
-                    pen = pg.mkPen(METRIC_COLOURS[m], width=1.5, style=dash)
+                    pen = run_pen(METRIC_COLOURS[m], dash)
                     if items is None or m not in items:
                         items = items if items is not None else {}
                         items[m] = self.running_plot.plot(ov.buffer.x, ov.buffer.series(m), connect="finite", pen=pen)
@@ -442,7 +499,7 @@ class EvaluationPlots(pg.GraphicsLayoutWidget):
                 self.running_overlays[ov.key] = items
             if ov.key in wanted_pr:
                 x, y = np.asarray(ov.pr[0], float), np.asarray(ov.pr[1], float)
-                pen = pg.mkPen(ov.colour, width=1.5, style=dash)
+                pen = run_pen(ov.colour, dash)
                 c = self.pr_overlays.get(ov.key)
                 if c is None:
                     c = self.pr_plot.plot(x, y, pen=pen)
@@ -453,7 +510,11 @@ class EvaluationPlots(pg.GraphicsLayoutWidget):
                     c.setPen(pen)
             if ov.key in wanted_running or ov.key in wanted_pr:
                 entries.append((ov.name, ov.colour, dash))
-        self.legend.set_entries(entries)
+        self.legend.set_entries(entries, metrics, self._fg)
+
+    def _metric_pens(self) -> list[tuple[str, QPen]]:
+        """(label, pen) of the running means of the run shown (the legend's first line)."""
+        return [(METRIC_LABELS[m], self.running_curves[m].opts["pen"]) for m in METRICS]
 
     def histogram_counts(self, key: str) -> np.ndarray:
         y = self.histograms[key].yData
@@ -537,14 +598,20 @@ class VerdictPlot(pg.PlotWidget):
         _style_plot(plot, self._fg)
         _title(plot, "Verdict: “in this collection” against its threshold", self._fg)
         plot.setLabel("left", "share of queries", color=self._fg)
-        plot.setYRange(0, 1.16, padding=0.02)  # a band above 1 for the legend, clear of the curves
+        plot.setYRange(-0.02, 1.06, padding=0)  # a line at 1 clear of the frame
         plot.enableAutoRange(axis="y", enable=False)
         plot.setMouseEnabled(x=True, y=False)
-        self.legend = _legend(plot, self._fg, pal.color(QPalette.ColorRole.Base), columns=3)
-        self.legend.anchor(itemPos=(0.5, 0), parentPos=(0.5, 0), offset=(0, 4))
         self.verdict_curves: dict[str, pg.PlotDataItem] = {
             key: plot.plot([], [], name=label, pen=pg.mkPen(colour, width=2), connect="finite")
             for key, (label, colour) in VERDICT_CURVES.items()}
+        #: the curves named outside the plot, wrapped to the width there is (the caller places it):
+        #: a legend in the plot was cut at 1024 and 1280 px ("wn objects rejected")
+        self.legend = QLabel("&nbsp;&nbsp; ".join(
+            f"<span style='color:{colour}'>━━</span>&nbsp;{label.replace(' ', '&nbsp;')}"
+            for label, colour in VERDICT_CURVES.values()))
+        self.legend.setObjectName("verdictLegend")
+        self.legend.setWordWrap(True)
+        self.legend.setTextFormat(Qt.TextFormat.RichText)
         label_opts = {"position": 0.8, "color": self._fg, "fill": pg.mkBrush(pal.color(QPalette.ColorRole.Base)),
                       "movable": False}
         self.threshold_line = pg.InfiniteLine(angle=90, pen=pg.mkPen(self._fg, width=1.5), label="in use: {value:g}",
@@ -562,9 +629,9 @@ class VerdictPlot(pg.PlotWidget):
         ``confidence``: the threshold is the calibrated verdict's confidence (0..1), not a count of
         matching points or a cosine."""
         plot = self.getPlotItem()
-        plot.setLabel("bottom", "threshold: confidence (the verdict's model refitted on these queries)" if confidence else
-                      "threshold: matching points (homography inliers)" if verified else
-                      "threshold: cosine (not verified)", color=self._fg)
+        plot.setLabel("bottom", "threshold: confidence (model refitted here)" if confidence else
+                      "threshold: matching points" if verified else "threshold: cosine (not verified)",
+                      color=self._fg)
         x = np.asarray(points["threshold"] if points is not None else [], float)
         for key, curve in self.verdict_curves.items():
             # steps: the figure at threshold t holds for every threshold in (the one before t, t]

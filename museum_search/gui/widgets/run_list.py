@@ -21,6 +21,13 @@ from .layout import row
 KEY_ROLE = Qt.ItemDataRole.UserRole
 
 
+def name_lines(name: str) -> str:
+    """A run's name on two lines: the query set, then the settings and the time (the run list and
+    the comparison table wrap it further when narrow; nothing is elided)."""
+    head, sep, rest = name.partition(" · ")
+    return f"{head}\n{rest}" if sep else name
+
+
 def colour_icon(colour: str) -> QIcon:
     """A 12 px square of ``colour`` (a run's colour in the plots)."""
     pm = QPixmap(12, 12)
@@ -46,6 +53,11 @@ class RunList(QGroupBox):
             lambda current, _previous: self.current_changed.emit(current.data(KEY_ROLE) if current else None))
         self.list.itemChanged.connect(lambda _item: self.checked_changed.emit())
         self.list.setMinimumHeight(70)
+        # whole names: wrapped to the list's width, never elided (and in full in the tooltips)
+        self.list.setWordWrap(True)
+        self.list.setTextElideMode(Qt.TextElideMode.ElideNone)
+        self.list.setResizeMode(QListWidget.ResizeMode.Adjust)
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         # the settings above take their height first; the list gets the rest (at least 70 px)
         self.list.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Ignored)
         self.remove_button = QPushButton("Remove")
@@ -58,8 +70,8 @@ class RunList(QGroupBox):
         lay.addLayout(row(self.remove_button, None, self.export_json_button, self.export_csv_button))
 
     def add(self, key: int, colour: str, text: str, tooltip: str) -> None:
-        """Add a run, ticked (no signal)."""
-        item = QListWidgetItem(colour_icon(colour), text)
+        """Add a run, ticked (no signal); ``text``: its name (shown whole, :func:`name_lines`)."""
+        item = QListWidgetItem(colour_icon(colour), name_lines(text))
         item.setData(KEY_ROLE, key)
         item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
         item.setToolTip(tooltip)

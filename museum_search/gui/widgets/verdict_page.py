@@ -8,7 +8,17 @@ import html
 
 import numpy as np
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QDoubleSpinBox, QGroupBox, QLabel, QPushButton, QSplitter, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QDoubleSpinBox,
+    QFrame,
+    QGroupBox,
+    QLabel,
+    QPushButton,
+    QScrollArea,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
 
 from .comparison_table import pct
 from .plots import VerdictPlot
@@ -49,12 +59,31 @@ class VerdictPage(QSplitter):
         self.store_button.clicked.connect(lambda: self.store_clicked.emit())
         side = QGroupBox("The verdict on these labelled queries")
         vl = QVBoxLayout(side)
-        for item in (self.label, QLabel("<b>Re-calibrate</b>: known objects rejected at most"),
-                     self.max_known_spin, self.candidate_label, self.store_button):
+        self.recalibrate_label = QLabel("<b>Re-calibrate</b>: known objects rejected at most")
+        self.recalibrate_label.setObjectName("recalibrateLabel")
+        self.recalibrate_label.setWordWrap(True)  # whole at any width (it was cut at 1024 and 1280)
+        for item in (self.label, self.recalibrate_label, self.max_known_spin, self.candidate_label,
+                     self.store_button):
             vl.addWidget(item)
         vl.addStretch(1)
-        side.setMinimumWidth(260)
-        for i, (w, stretch) in enumerate(((self.plot, 3), (side, 1))):
+        # the figures and the re-calibration scroll when the page is short, never cut
+        scroll = QScrollArea()
+        scroll.setObjectName("verdictSide")
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        scroll.setWidget(side)
+        # as wide as the figures need beside a scroll bar (nothing cut on the right)
+        scroll.setMinimumWidth(max(260, side.minimumSizeHint().width() + scroll.verticalScrollBar().sizeHint().width()
+                                   + 2))
+        # the plot's legend above it, wrapped to its width
+        left = QWidget()
+        ll = QVBoxLayout(left)
+        ll.setContentsMargins(0, 0, 0, 0)
+        ll.setSpacing(2)
+        ll.addWidget(self.plot.legend)
+        ll.addWidget(self.plot, 1)
+        for i, (w, stretch) in enumerate(((left, 3), (scroll, 1))):
             self.addWidget(w)
             self.setStretchFactor(i, stretch)
         self.setSizes([700, 320])
