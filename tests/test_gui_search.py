@@ -509,6 +509,7 @@ def test_approximate_tooltip_wraps_and_says_what_to_do(qtbot, data):
     from PySide6.QtGui import Qt as QtGui_Qt
     from PySide6.QtWidgets import QLabel
 
+    from museum_search.gui.widgets.rerank_controls import RerankControls
     from museum_search.gui.widgets.search_mode import TIP_WIDTH, SearchModeCombo
 
     combo = SearchModeCombo()
@@ -518,13 +519,15 @@ def test_approximate_tooltip_wraps_and_says_what_to_do(qtbot, data):
     tip = combo.itemData(combo.findData("ann"), Qt.ItemDataRole.ToolTipRole)
     words = _plain(tip)
     assert "Nothing needs doing" in words and f"this one has {len(data.index)}" in words
-    for text in (tip, combo.toolTip()):
+    controls = RerankControls(single=True)
+    qtbot.addWidget(controls)
+    for text in (tip, combo.toolTip(), controls.verify_check.toolTip(), controls.rerank_combo.toolTip()):
         label = QLabel()  # sized as QToolTip sizes its label
         label.setWordWrap(QtGui_Qt.mightBeRichText(text))
         label.setText(text)
         assert QtGui_Qt.mightBeRichText(text) and label.sizeHint().width() <= TIP_WIDTH + 20
-        plain = QLabel(_plain(text))  # the same words on one line: the width the old tooltip had
-        assert plain.sizeHint().width() > 2 * TIP_WIDTH
+        plain = QLabel(_plain(text))  # the same words on one line: the width a plain tooltip has
+        assert plain.sizeHint().width() > TIP_WIDTH + 20
 
 
 def test_no_camera_found_disables_start(qtbot, make_tab):

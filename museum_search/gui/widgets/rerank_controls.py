@@ -33,7 +33,7 @@ from PySide6.QtWidgets import (
 from ...core.query import QuerySettings
 from ...core.rerank import RerankOptions
 from .layout import row
-from .search_mode import SearchModeCombo
+from .search_mode import SearchModeCombo, wrapped_tip
 
 #: The limits of the parameters, in both tabs.
 K_MAX = 10_000
@@ -89,7 +89,7 @@ class RerankControls(QWidget):
         self.verify_check = QCheckBox("Verify (geometric)" if single else "Verify")
         self.verify_check.setObjectName("verifyCheck" if single else "verify")
         self.verify_check.setChecked(True)
-        self.verify_check.setToolTip(VERIFY_TIPS[single])
+        self.verify_check.setToolTip(wrapped_tip(VERIFY_TIPS[single]))
         self.verify_check.toggled.connect(self._verify_toggled)
         self.search_mode = SearchModeCombo()
         if single:
@@ -125,7 +125,7 @@ class RerankControls(QWidget):
         self.rerank_combo.setObjectName("rerankCombo")
         for label, name in SINGLE_CHOICES:
             self.rerank_combo.addItem(label, name)
-        self.rerank_combo.setToolTip(SINGLE_TIP)
+        self.rerank_combo.setToolTip(wrapped_tip(SINGLE_TIP))
         self.rerank_combo.currentIndexChanged.connect(self._choice_changed)
         self.param_stack = QStackedWidget()
         self.param_stack.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
