@@ -792,8 +792,10 @@ def test_search_tab_shows_the_icfrr_warning(qtbot, tmp_path, single_photo_index,
         assert workers.wait_all(TIMEOUT)
 
 
-def test_run_and_cancel_stay_put_and_the_settings_keep_their_rows(qtbot, data, tmp_path, single_photo_index, block):
-    """At 1024×700, Run and Cancel are where they were before, during and after a run, and the
+@pytest.mark.parametrize("size", [(1024, 700), (1280, 820)])
+def test_run_and_cancel_stay_put_and_the_settings_keep_their_rows(qtbot, data, tmp_path, single_photo_index, block,
+                                                                  size):
+    """At 1024×700 and 1280×820, Run and Cancel are where they were before, during and after a run, and the
     settings' view keeps its height, also after a run with the ICFRR warning (issue 23: they moved
     about 100 px, so a Cancel click missed, and the settings shrank to 1–2 rows)."""
     from museum_search.core.query import QueryPipeline
@@ -806,8 +808,8 @@ def test_run_and_cancel_stay_put_and_the_settings_keep_their_rows(qtbot, data, t
     state.set_index(single_photo_index)
     tab = win.evaluation_tab
     win.tabs.setCurrentWidget(tab)
-    win.resize(1024, 700)
-    qtbot.waitUntil(lambda: (win.width(), win.height()) == (1024, 700), timeout=5000)
+    win.resize(*size)
+    qtbot.waitUntil(lambda: (win.width(), win.height()) == size, timeout=5000)
     scroll = tab.findChild(QScrollArea, "evalControlsScroll")
 
     def where() -> tuple:
@@ -842,7 +844,7 @@ def test_run_and_cancel_stay_put_and_the_settings_keep_their_rows(qtbot, data, t
         # a long status (an error with a path) does not move them either
         tab._set_status("Evaluation failed: " + "a very long reason with a path /x/y/z " * 20)
         assert where() == before and tab.progress_panel.status_label.text().endswith("…")
-        _check_run_list_names(tab, (1024, 700))
+        _check_run_list_names(tab, size)
     finally:
         win.close()
         assert workers.wait_all(TIMEOUT)

@@ -517,6 +517,7 @@ class EvaluationTab(QWidget):
         source = self.queryset_source()
         total = len(queryset.queries)
         self.plots.start_live(total)
+        self.plots.set_pr(None, run_colour(self._next_key - 1))  # the colour this run will have
         self.plots.set_overlays(self._overlays(exclude=None), main_name="this run")
         self.progress_panel.set_busy()
         self.progress_panel.bar.setFormat("%v / %m queries")

@@ -456,13 +456,14 @@ class EvaluationPlots(pg.GraphicsLayoutWidget):
         self.refresh()
 
     def set_pr(self, pr: tuple[np.ndarray, np.ndarray] | None, colour: str | None = None) -> None:
+        """The precision–recall curve of the run shown (None: none yet) in ``colour``, the run's."""
+        c = colour or RUN_COLOURS[0]
+        self._main_colour = c
         if pr is None:
             self.pr_curve.setData([], [])
             return
         recall, precision = pr
         self.pr_curve.setData(np.asarray(recall, float), np.asarray(precision, float))
-        c = colour or RUN_COLOURS[0]
-        self._main_colour = c
         self.pr_curve.setPen(pg.mkPen(c, width=2.5))
         self.pr_curve.setSymbolBrush(c)
 
