@@ -795,7 +795,7 @@ class CollectionTab(QWidget):
 
     def _refuse(self, message: str) -> None:
         self.progress.status_label.setText(f"Cannot build the index: {message}")
-        self.state.status.emit("Cannot build the index.")
+        self.show_status_message("Cannot build the index.")
         workers.show_error(self, "Cannot build the index", message)
 
     def _ask_replace(self, collection: Path, out: Path, check: FolderCheck) -> None:
