@@ -414,8 +414,8 @@ def test_rejected_answer_dialog_says_the_verdict_first(qtbot, make_tab, data):
     area = dialog.evidence_view.matched_area()
     assert evidence.inliers > 0 and area is not None and area.middle < EDGES_ONLY * evidence.inliers
     where = dialog.where_label.text()
-    assert where.startswith(f"The {evidence.inliers} matching points lie only around the edges")
-    assert "frame" in where and (area.near_border == 0 or f"{area.near_border} are near the edge" in where)
+    assert where.startswith(f"The {evidence.inliers} matching points lie at the edges of the outlined area")
+    assert "frame" in where and (area.near_border == 0 or f"{area.near_border} of them near the edge" in where)
     assert not dialog.evidence_view.emphasised()  # "25 matching points" is not in bold
     quiet = dialog.catalogue.palette().color(QPalette.ColorRole.WindowText)
     assert quiet == dialog.palette().color(QPalette.ColorRole.PlaceholderText)
@@ -432,7 +432,7 @@ def test_rejected_answer_dialog_says_the_verdict_first(qtbot, make_tab, data):
     assert _plain(dialog.verdict_label.text()).startswith("In the collection: ")
     assert dialog.evidence_view.emphasised()
     assert dialog.catalogue.palette().color(QPalette.ColorRole.WindowText) != quiet
-    assert "spread across the matched area" in dialog.where_label.text()
+    assert "spread across the outlined area" in dialog.where_label.text()
     dialog.close()
 
 

@@ -219,3 +219,28 @@ def test_faiss_scans_the_float16_file_in_place_and_agrees_with_the_conversion(tm
     np.testing.assert_allclose(faiss_scores, converted, rtol=0, atol=2e-6)
     np.testing.assert_array_equal(order(faiss_scores, 30), reference_top(x, q, 30))
     assert np.array_equal(np.load(tmp_path / "d.npy"), x)  # the file is as it was (the header too)
+
+
+def test_approximate_search_by_faiss_refine_equals_the_numpy_path_ties_by_row(tmp_path):
+    x = objects(300, 10, 64, seed=5)
+    dup = [7, 500, 1500, 2999]  # exact duplicates: tied scores, ranked by row
+    many = list(range(1000, 1025))  # 25 copies: a tie longer than the refine's k + 16
+    x[dup] = x[7]
+    x[many] = x[1200]
+    d = memmap(tmp_path, x)
+    params = ann.choose_params(len(x), 64)
+    params.nprobe, params.shortlist = 32, 200  # cells holding more than the shortlist
+    index = drive(ann.AnnIndex.build(d, params))
+    rng = np.random.default_rng(6)
+    q = np.asarray(x[[7, 1200, 42, 2500]], np.float32) + 0.02 * rng.standard_normal((4, 64)).astype(np.float32)
+    refine = index._refine(d)
+    assert refine is not None and index._refine(np.asarray(d)) is None
+    assert index._search_refined(refine, q[[0, 2, 3]], 10) is not None  # faiss answers
+    assert index._search_refined(refine, q[1:2], 3) is None  # 25 tied: more than 3 + 16, ranked here
+    for k in (1, 3, 10, 30):
+        rows, scores = index.search(d, q, k)  # faiss's refine over the file's pages
+        rows_np, scores_np = index.search(np.asarray(d), q, k)  # the numpy path (no memory map)
+        np.testing.assert_array_equal(rows, rows_np)
+        np.testing.assert_allclose(scores, scores_np, rtol=0, atol=2e-6)
+    rows, _ = index.search(d, q, 30)
+    assert list(rows[0][:4]) == dup and list(rows[1][:25]) == many

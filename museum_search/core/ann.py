@@ -106,6 +106,8 @@ _FEW_QUERIES = 4
 _TUNE_QUERIES = 200
 _MAX_SHORTLIST = 8192
 _TIMED_EXACT_QUERIES = 10
+# AnnIndex.search by faiss's refine: results beyond k asked for, to settle ties by row
+_TIE_MARGIN = 16
 # float64 elements gathered at once when candidates are scored again exactly (64 MB).
 _EXACT_ELEMENTS = 1 << 23
 
@@ -940,6 +942,11 @@ class AnnIndex:
                 "rebuild the index")
         k = max(0, int(k))
         q = _queries(queries, self.dim)
+        refine = self._refine(d) if k > 0 and q.shape[0] else None
+        if refine is not None:
+            found = self._search_refined(refine, q, k)
+            if found is not None:
+                return found
         rows = self.candidates(q, max(self.params.shortlist, k))
         # sort each query's candidates by row (-1 last), so that ties in position are ties by row
         rows = np.sort(np.where(rows < 0, np.iinfo(np.int64).max, rows), axis=1)
@@ -953,6 +960,64 @@ class AnnIndex:
             pad = k - top.shape[1]
             out_rows = np.pad(out_rows, ((0, 0), (0, pad)), constant_values=-1)
             out_scores = np.pad(out_scores, ((0, 0), (0, pad)), constant_values=-np.inf)
+        return out_rows, out_scores
+
+    def _refine(self, d: np.ndarray) -> Any:
+        """faiss ``IndexRefine`` of this index over :func:`_flat_view` of ``d`` (its float16 rows in
+        place), scoring by inner product; None without such a view. faiss's refine then does in
+        one call what :meth:`search` does otherwise (the shortlist, its exact scores, the best),
+        with the same float16 arithmetic as :func:`exact_scores` on that view."""
+        view = _flat_view(d)
+        if view is None or int(view.ntotal) != self.ntotal:
+            return None
+        cached = getattr(self, "_refined", None)
+        if cached is not None and cached[0] is view:
+            return cached[1]
+        faiss = _faiss()
+        # built without a refine index (faiss would require the same metric: the IVF-PQ is L2,
+        # which ranks unit vectors as the inner product does), which is then set, with the metric
+        # its final ranking uses: the inner product of the exact scores
+        refine = faiss.IndexRefine(self._index, None)
+        refine.refine_index = view
+        refine.metric_type = faiss.METRIC_INNER_PRODUCT
+        refine.ntotal = view.ntotal
+        refine.is_trained = True
+        self._refined = (view, refine)  # the view outlives the refine that points at it
+        return refine
+
+    def _search_refined(self, refine: Any, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """:meth:`search` by ``refine``: its ``k + 16`` best of the shortlist, ordered by the ranking
+        rule; None when a tie at the ``k``-th score reaches past them, or when the visited cells
+        hold fewer references than the shortlist (then :meth:`search` ranks the shortlist itself)."""
+        faiss = _faiss()
+        short = max(self.params.shortlist, k)
+        k2 = min(short, k + _TIE_MARGIN)
+        params = faiss.IndexRefineSearchParameters()
+        params.k_factor = (short + 0.5) / k2  # faiss's shortlist: int(k2 * k_factor) = short
+        dist, labels = refine.search(q, k2, params=params)
+        labels = labels.astype(np.int64, copy=False)
+        if labels.min(initial=0) < 0:
+            # fewer candidates than the shortlist in the visited cells: faiss (1.15) ranks the
+            # missing ones, at the IVF-PQ's "worst" L2 distance, first by inner product
+            return None
+        valid = labels >= 0
+        scores = np.where(valid, dist, -np.inf).astype(np.float32)
+        # the candidates by row (-1 last), so that ties in position are ties by row
+        by_row = np.argsort(np.where(valid, labels, np.iinfo(np.int64).max), axis=1, kind="stable")
+        rows = np.take_along_axis(labels, by_row, axis=1)
+        scores = np.take_along_axis(scores, by_row, axis=1)
+        kk = min(k, k2)
+        top = order(scores, kk)
+        out_rows = np.take_along_axis(rows, top, axis=1)
+        out_scores = np.take_along_axis(scores, top, axis=1)
+        if k2 < short and kk > 0:
+            last = scores.min(axis=1)  # the k2-th score (every query has k2 candidates, or -inf)
+            if np.any(np.isfinite(last) & (last >= out_scores[:, kk - 1])):
+                return None
+        out_rows[~np.isfinite(out_scores)] = -1
+        if kk < k:
+            out_rows = np.pad(out_rows, ((0, 0), (0, k - kk)), constant_values=-1)
+            out_scores = np.pad(out_scores, ((0, 0), (0, k - kk)), constant_values=-np.inf)
         return out_rows, out_scores
 
     def cells(self, near: int) -> tuple[list[np.ndarray], np.ndarray]:

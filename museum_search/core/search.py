@@ -109,6 +109,14 @@ def _candidate_scores(index: Index, q3: np.ndarray) -> list[tuple[np.ndarray, np
     if index.ann is None:
         raise ValueError("this index has no approximate-search index")
     nq, r = q3.shape[0], q3.shape[1]
+    if r == 1:  # one region: the approximate search's own shortlist and scores
+        rows, scores = index.ann.search(index.descriptors, q3[:, 0], index.ann.params.shortlist)
+        out = []
+        for i in range(nq):
+            found = rows[i] >= 0
+            by_row = np.argsort(rows[i][found])
+            out.append((rows[i][found][by_row], scores[i][found][by_row]))
+        return out
     cand = index.ann.candidates(q3.reshape(nq * r, -1)).reshape(nq, -1)
     out = []
     for i in range(nq):

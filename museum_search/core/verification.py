@@ -187,7 +187,7 @@ def matched_area(m: Matches) -> MatchedArea | None:
     more than the photo does (a framed picture with the wall around it); the matched area is what
     matched, and lies in the photo. Points in the area's middle, not only around its edges, are
     what a match of a picture's content has; a match of what framed pictures share (a frame
-    moulding, a wall label) has them around the edges only."""
+    moulding, a wall label) has them around the edges only, and so can a few clustered details."""
     ref = np.asarray(m.reference_points, np.float32).reshape(-1, 2)
     photo = np.asarray(m.query_points, np.float32).reshape(-1, 2)
     if m.outline is None or len(ref) < 4:

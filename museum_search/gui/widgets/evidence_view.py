@@ -45,19 +45,24 @@ def match_caption(evidence: Matches | None) -> str:
 
 
 def where_text(inliers: int, area: MatchedArea | None) -> str:
-    """Where the matching points lie, in words: across the matched area or only around its edges
-    (what a frame or a wall label gives), and how many are near the photo's edge."""
+    """Where the matching points lie, in words: across the outlined (matched) area, or only at its
+    edges, and how many are near the photo's edge. Points only at the edges are what a frame, a
+    border or a wall label gives, and also a few clustered details: the words ask to look, they do
+    not decide."""
     if area is None or inliers <= 0:
         return ""
     points = f"{inliers} matching point{'s' if inliers != 1 else ''}"
-    if area.middle < EDGES_ONLY * inliers:
-        text = (f"The {points} lie only around the edges of the matched area ({area.middle or 'none'} in "
-                "its middle), as points on a frame, a border or a wall label do, not across the picture")
+    edges = area.middle < EDGES_ONLY * inliers
+    if edges:
+        text = f"The {points} lie at the edges of the outlined area ({area.middle or 'none'} in its middle)"
     else:
-        text = f"The {points} spread across the matched area ({area.middle} in its middle)"
+        text = f"The {points} spread across the outlined area ({area.middle} in its middle)"
     if area.near_border:
-        text += f"; {area.near_border} {'are' if area.near_border != 1 else 'is'} near the edge of the photo"
-    return text + "."
+        text += f", {area.near_border} of them near the edge of the photo"
+    text += "."
+    if edges:
+        text += " Look whether they sit on a frame, a border or a label rather than on the picture itself."
+    return text
 
 
 class EvidenceView(QWidget):
