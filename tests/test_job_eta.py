@@ -144,6 +144,12 @@ def test_build_and_update_plans_come_from_the_stages_core_runs():
     assert calibration_views(list(range(287))) == 50  # one photo per object: no real views
     assert calibration_views([0] * 5) == 0  # one object cannot be calibrated
     assert [s.stage for s in build_plan(matcher="auto")].count("calibrating") == 2
+    # on a Ray cluster the first stage is the cluster's, which also computes the local features
+    from museum_search.core.distributed import STAGE
+
+    ray = build_plan(matcher="sift", ray=True)
+    assert ray[0].stage == STAGE and "local features" not in [s.stage for s in ray]
+    assert ray[0].cost == STAGE_COSTS["describing"] + STAGE_COSTS["local features"]
 
 
 def test_a_real_build_job_says_its_step_and_whole_time_left(tmp_path, sample_collection):

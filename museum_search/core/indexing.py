@@ -19,6 +19,7 @@ from .ann import AnnIndex
 from .backbones import BackboneConfig, DescriptorExtractor
 from .calibration import calibrate, calibration_plan, refit
 from .catalogue import Item
+from .distributed import STAGE as RAY_STAGE
 from .distributed import describe_on_ray
 from .engines import build_extractor, extractor_for_meta
 from .errors import IndexFormatError, MuseumSearchError
@@ -136,15 +137,18 @@ def _most_views(n: int) -> int:
 
 
 def build_plan(verification: bool = True, ann: str = "auto", neighbours: int = K_MAX,
-               matcher: str | None = None) -> tuple[PlannedStage, ...]:
+               matcher: str | None = None, ray: bool = False) -> tuple[PlannedStage, ...]:
     """The counted stages of :func:`build_index` with these options, in order, with their costs
     (:data:`STAGE_COSTS`); ``n`` is the number of photos to describe. The calibration's views are
     said by the build once the photos are labelled (``Progress.expected``); until then, the most
     a collection of ``n`` photos can have. With ``matcher="auto"``, XFeat's local features and
-    calibration follow SIFT's."""
-    plan = [_stage("describing")]
-    if verification:
-        plan.append(_stage("local features"))
+    calibration follow SIFT's. With ``ray``, a Ray cluster describes the photos and computes their
+    local features (costed as if it were this machine)."""
+    if ray:
+        plan = [PlannedStage(RAY_STAGE, STAGE_COSTS["describing"]
+                             + (STAGE_COSTS["local features"] if verification else 0.0))]
+    else:
+        plan = [_stage("describing")] + ([_stage("local features")] if verification else [])
     if ann == "yes" or ann == "auto":
         least = 1 if ann == "yes" else ann_module.AUTO_MIN_REFERENCES
         plan += [_stage(s, lambda n, least=least: n if n >= least else 0)
@@ -292,7 +296,8 @@ def build_job(
         extractor = build_extractor(config)
         yield Progress(0, 0, stage="listing and labelling the images")
         plan = build_plan(options.get("verification", True), options.get("ann", "auto"),
-                          options.get("neighbours", K_MAX), options.get("matcher"))
+                          options.get("neighbours", K_MAX), options.get("matcher"),
+                          ray=options.get("ray") not in (None, False))
         return (yield from with_plan(build_index(root, out, config, labelling, extractor=extractor, **options), plan))
 
 
