@@ -12,6 +12,7 @@ from oracles import gallery_ranks
 
 from museum_search.core import ann
 from museum_search.core.errors import IndexFormatError, MuseumSearchError
+from museum_search.core.knn import KnnParams, knn_candidates
 from museum_search.core.progress import Progress, drive
 from museum_search.core.ranking import order
 
@@ -274,41 +275,22 @@ def test_neighbour_lists_from_the_approximate_index(refs, built):
     overlap = np.mean([len(set(a) & set(e)) / k for a, e in zip(approx, exact)])
     assert overlap >= 0.95, overlap
     assert np.all(approx != np.arange(len(refs))[:, None])  # never the reference itself
-    # a reference whose exact neighbours all lie in its region gets exactly the exact list
-    cells = max(8, built.params.nprobe // 4)
-    members, near = built.cells(cells)
-    inside = []
-    for c, rows in enumerate(members):
-        region = set(np.concatenate([members[j] for j in near[c]]).tolist())
-        inside += [r for r in rows.tolist() if region.issuperset(exact[r].tolist())]
+    # a reference whose exact neighbours are all among its k-NN graph candidates gets the exact list
+    _, idx = drive(knn_candidates(refs, ann._kept(k, len(refs) - 1)))
+    inside = [r for r in range(len(refs)) if set(idx[r].tolist()).issuperset(exact[r].tolist())]
     assert len(inside) >= 0.5 * len(refs)
     np.testing.assert_array_equal(approx[inside], exact[inside])
-    assert sorted(np.concatenate(members).tolist()) == list(range(len(refs)))
-    assert np.all(near[:, 0] == np.arange(len(members)))  # each cell's region starts with itself
     with pytest.raises(MuseumSearchError, match="rebuild"):
         drive(ann.neighbour_lists(refs[:100], 5, ann=built))
 
 
-def test_neighbour_lists_with_regions_smaller_than_k():
-    """Cells of a few references and a region of one cell: every reference is done exactly."""
+def test_neighbour_lists_with_cells_smaller_than_k():
+    """One probe, cells of at most 48 references: every reference has fewer than k others, done exactly
+    (more cases in test_knn.py)."""
     d = clustered(50, 10, 32, seed=8)
-    params = ann.choose_params(len(d), 32)
-    params.nlist = 64
-    index = drive(ann.AnnIndex.build(d, params))
-    members, _ = index.cells(1)
-    assert max(len(m) for m in members) - 1 < 30
-    got = drive(ann.neighbour_lists(d, 30, ann=index, cells=1))
-    np.testing.assert_array_equal(got, dense_lists(d, 30))
-
-
-def test_neighbour_lists_regions_with_many_identical_references():
-    d = clustered(40, 5, 32, seed=9)
-    d[50:90] = d[50]  # 40 identical references: kept lists full up to the margin, scanned again
-    params = ann.choose_params(len(d), 32)
-    params.nlist = 4
-    index = drive(ann.AnnIndex.build(d, params))
-    got = drive(ann.neighbour_lists(d, 10, ann=index, cells=4))  # the region is every reference
-    np.testing.assert_array_equal(got, dense_lists(d, 10))
+    index = drive(ann.AnnIndex.build(d))
+    got = drive(ann.neighbour_lists(d, 60, ann=index, knn=KnnParams(probes=1)))
+    np.testing.assert_array_equal(got, dense_lists(d, 60))
 
 
 def test_tiny_indexes():

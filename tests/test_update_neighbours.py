@@ -17,6 +17,7 @@ from museum_search.core import ann
 from museum_search.core import indexing as index_mod
 from museum_search.core import store as store_mod
 from museum_search.core.backbones import BackboneConfig
+from museum_search.core.errors import MuseumSearchError
 from museum_search.core.indexing import build_index, update_index
 from museum_search.core.progress import Progress, drive
 from museum_search.core.progress import drive as run
@@ -253,52 +254,31 @@ def test_a_memory_mapped_index_is_updated_and_saved_as_it_reads_back(ann_case, t
     assert a.to_bytes() == b.to_bytes() and mapped.ntotal == len(d)
 
 
-@pytest.mark.parametrize("k, cells", [(20, None), (12, 1), (40, 2)])
-def test_approximate_lists_equal_lists_from_the_updated_index(ann_case, k, cells, monkeypatch):
-    """Region lists: identical to :func:`neighbour_lists` with the updated approximate index; with
-    small regions (one or two cells), some rows cross the "fewer than k others" line."""
+@pytest.mark.parametrize("k", [12, 40])
+def test_approximate_lists_updated_with_the_updated_index(ann_case, k, monkeypatch):
+    """With the approximate index (k-NN graph lists, see test_knn.py): the new rows and the rows that
+    lost a neighbour get exact lists; a kept row keeps its list unless a new reference enters it."""
     monkeypatch.setattr(ann, "_RECOMPUTE_SHARE", 1.0)
     d, built = ann_case
-    old = drive(ann.neighbour_lists(d, k, ann=built, cells=cells))
+    old = drive(ann.neighbour_lists(d, k, ann=built))
     rng = np.random.default_rng(k)
     for removed, new in (([], np.asarray(d[[11]])),
                          (rng.choice(len(d), 30, replace=False), np.asarray(d[[5, 6, 11]])),
                          (rng.choice(len(d), 10, replace=False), clustered(10, 3, d.shape[1], seed=k))):
         after, m = apply(d, removed, new)
         updated = drive(built.updated(after, m))
-        got = drive(ann.update_neighbour_lists(old, m, after, k, ann=updated, old_ann=built, cells=cells))
-        np.testing.assert_array_equal(got, drive(ann.neighbour_lists(after, k, ann=updated, cells=cells)))
-
-
-def test_approximate_lists_when_regions_cross_the_k_line(ann_case, monkeypatch):
-    """Regions of one cell and k = the size of a cell less one: removing one of its references makes
-    its rows "fewer than k others" (done against every row), adding a copy of a reference of a cell
-    one short makes its rows region rows again; both are computed again."""
-    monkeypatch.setattr(ann, "_RECOMPUTE_SHARE", 1.0)
-    d, built = ann_case
-    members, _ = built.cells(1)
-    sizes = np.array([len(r) for r in members])
-    k = next(k for k in range(3, sizes.max()) if np.any(sizes == k + 1) and np.any(sizes == k))
-    exact_size = np.flatnonzero(sizes == k + 1)  # region - 1 == k: region rows, one removal away
-    one_short = np.flatnonzero(sizes == k)  # region - 1 == k - 1: rows done against every row
-    assert len(exact_size) and len(one_short)
-    old = drive(ann.neighbour_lists(d, k, ann=built, cells=1))
-    removed = [int(members[exact_size[0]][0])]
-    new = np.asarray(d[[int(members[one_short[0]][0])]])  # a copy lands in the same cell
-    after, m = apply(d, removed, new)
-    updated = drive(built.updated(after, m))
-    after_sizes = np.array([len(r) for r in updated.cells(1)[0]])
-    assert after_sizes[exact_size[0]] == k and after_sizes[one_short[0]] == k + 1
-    got = drive(ann.update_neighbour_lists(old, m, after, k, ann=updated, old_ann=built, cells=1))
-    np.testing.assert_array_equal(got, drive(ann.neighbour_lists(after, k, ann=updated, cells=1)))
-    # and kept rows with many new candidates (several copies) are computed again, not merged
-    monkeypatch.setattr(ann, "_MERGE_CAP", 1)
-    new = np.repeat(np.asarray(d[[11, 200]]), 3, axis=0)
-    after, m = apply(d, [], new)
-    updated = drive(built.updated(after, m))
-    old = drive(ann.neighbour_lists(d, 20, ann=built))
-    got = drive(ann.update_neighbour_lists(old, m, after, 20, ann=updated, old_ann=built))
-    np.testing.assert_array_equal(got, drive(ann.neighbour_lists(after, 20, ann=updated)))
+        got = drive(ann.update_neighbour_lists(old, m, after, k, ann=updated, old_ann=built))
+        exact = dense_lists(after, k)
+        kept_old = np.flatnonzero(m >= 0)
+        new_rows = np.setdiff1d(np.arange(len(after)), m[kept_old])
+        renumbered = m[old[kept_old]]
+        lost = (renumbered < 0).any(axis=1)
+        redo = np.union1d(m[kept_old[lost]], new_rows)
+        np.testing.assert_array_equal(got[redo], exact[redo])
+        entered = np.isin(got[m[kept_old[~lost]]], new_rows).any(axis=1)
+        np.testing.assert_array_equal(got[m[kept_old[~lost]]][~entered], renumbered[~lost][~entered])
+        with pytest.raises(MuseumSearchError, match="rebuild"):
+            drive(ann.update_neighbour_lists(old, m, after[:-1], k, ann=updated, old_ann=built))
 
 
 def test_cancelling_the_approximate_update_changes_nothing(ann_case, monkeypatch):

@@ -26,8 +26,8 @@ arithmetic and tie rule of ICFRR's gallery ranks (``-D`` from float64 dot produc
 rounded to float32, self excluded, ties by lower row), without an N x N matrix: a float32 pass
 pre-selects the candidates (with a proven error margin, so nothing is lost), and only those are
 scored again in float64. With an :class:`AnnIndex` (for indexes too large for an O(N^2) pass)
-each reference is compared with its region only (the members of its IVF cell's nearest cells),
-then the same exact re-scoring.
+the candidates come from a k-NN graph method (:mod:`.knn`: balanced cells, each reference
+against the members of its nearest cells), then the same exact re-scoring.
 
 After an update of the index, :func:`update_neighbour_lists` keeps the lists that cannot change and
 computes only the others again (identical to computing them all again), and
@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 
 from .errors import IndexFormatError, MuseumSearchError
+from .knn import KnnParams, knn_candidates
 from .progress import Progress, wait
 from .ranking import grouped_order, merge_top, neg_distance, order
 
@@ -100,8 +101,10 @@ TUNE_STAGE = "measuring the approximate index's recall"
 _CHUNK_BYTES = 32 << 20
 # rows x rows float32 score blocks of the exact neighbour pass (4096 x 4096 = 64 MB).
 _BLOCK_ROWS = 4096
-# up to this many queries, exact_scores scores each on its own (no BLAS threads), chunks in parallel
-_FEW_QUERIES = 4
+# up to this many queries (a photo's 5 regions, a few photos), exact_scores scores each on its own
+# (faiss's scan, or einsum per block: no BLAS threads); above, a matrix product per block. Measured
+# on the loaded 2-core machine, 5 queries at 100k x 1280: 1.4 s by faiss's scan, 3.3 s by products.
+_FEW_QUERIES = 8
 # tuning (AnnIndex._tune): queries, the longest shortlist tried, exact queries timed
 _TUNE_QUERIES = 200
 _MAX_SHORTLIST = 8192
@@ -283,11 +286,12 @@ def exact_scores(descriptors: np.ndarray, queries: np.ndarray, *, chunk_rows: in
     few = nq <= _FEW_QUERIES
     flat = _flat_view(d) if few and not chunk_rows else None
     if flat is not None:  # faiss's float16 scan of the file's own pages: no conversion, no copy
-        for i in range(nq):
-            dist, labels = flat.search(q[i:i + 1], n)
+        group = max(1, _CHUNK_BYTES // (12 * n))  # queries whose k = N results fit the budget
+        for a in range(0, nq, group):
+            dist, labels = flat.search(q[a:a + group], n)  # the queries on faiss's threads
             if labels.min() < 0:  # pragma: no cover - faiss leaves none out of a k = N search
                 break
-            out[i, labels[0]] = dist[0]
+            np.put_along_axis(out[a:a + group], labels, dist, axis=1)
         else:
             return out
     rows = max(1, int(chunk_rows)) if chunk_rows else _chunk_rows(dim, budget=_KERNEL_BYTES if few else _CHUNK_BYTES)
@@ -1020,32 +1024,6 @@ class AnnIndex:
             out_scores = np.pad(out_scores, ((0, 0), (0, k - kk)), constant_values=-np.inf)
         return out_rows, out_scores
 
-    def cells(self, near: int) -> tuple[list[np.ndarray], np.ndarray]:
-        """The IVF cells: (the sorted rows of each cell, (nlist, near) each cell's ``near`` nearest
-        cells by centroid distance, itself first)."""
-        faiss = _faiss()
-        ivf = self._ivf
-        nlist = int(ivf.nlist)
-        lists = ivf.invlists
-        members = []
-        for c in range(nlist):
-            size = int(lists.list_size(c))
-            if size == 0:
-                members.append(np.empty(0, dtype=np.int64))
-                continue
-            ptr = lists.get_ids(c)
-            members.append(np.sort(faiss.rev_swig_ptr(ptr, size).astype(np.int64)))
-            lists.release_ids(c, ptr)
-        cent = ivf.quantizer.reconstruct_n(0, nlist).astype(np.float32)
-        near = max(1, min(int(near), nlist))
-        sq = np.einsum("ij,ij->i", cent, cent)
-        out = np.empty((nlist, near), dtype=np.int64)
-        for a in range(0, nlist, 1024):
-            dist = sq[a:a + 1024, None] - 2 * cent[a:a + 1024] @ cent.T + sq[None, :]
-            dist[np.arange(dist.shape[0]), np.arange(a, a + dist.shape[0])] = -np.inf  # itself first
-            out[a:a + 1024] = order(-dist, near)
-        return members, out
-
     # ---- persistence ---------------------------------------------------------------------
     def to_bytes(self) -> bytes:
         """The faiss index, serialized (write it as ``ann-<gen>.faiss``; :meth:`read` reads it). A
@@ -1257,14 +1235,16 @@ def _rank_owned(d: np.ndarray, rows: np.ndarray, owners: np.ndarray, cols: np.nd
 
 
 def _lists_from_top(d: np.ndarray, k: int, out: np.ndarray, rows: np.ndarray, cols: np.ndarray | None,
-                    vals: np.ndarray, idx: np.ndarray, margin: float) -> None:
+                    vals: np.ndarray, idx: np.ndarray, margin: float, exhaustive: bool | np.ndarray = True) -> None:
     """``out[rows]`` from each row's kept float32 top (``vals``/``idx``, over ``cols``): every
-    column within ``margin`` of the row's k-th float32 score is scored in float64 and ranked."""
+    column within ``margin`` of the row's k-th float32 score is scored in float64 and ranked.
+    ``exhaustive`` (one for all rows, or one per row) False (candidates of the k-NN graph method):
+    the kept ones only, a row whose kept list is full up to the margin is not scanned again."""
     kk = vals.shape[1]
     available = (d.shape[0] if cols is None else len(cols)) - 1
     lows = vals[:, k - 1] - np.float32(margin)
     within = vals >= lows[:, None]
-    full = within[:, -1] & (kk < available)  # the kept list may end before the margin does
+    full = within[:, -1] & (kk < available) & exhaustive  # the kept list may end before the margin does
     within[full] = False
     owners = np.repeat(np.arange(len(rows)), within.sum(axis=1))
     found = idx[within].astype(np.int64)
@@ -1283,7 +1263,7 @@ def _kept(k: int, available: int) -> int:
 
 
 def neighbour_lists(descriptors: np.ndarray, k: int, ann: AnnIndex | None = None, *,
-                    cells: int | None = None) -> Generator[Progress, None, np.ndarray]:
+                    knn: KnnParams | None = None) -> Generator[Progress, None, np.ndarray]:
     """(N, min(k, N - 1)) int32: row ``i`` = the ``k`` nearest *other* references of ``i``, best first.
 
     The order is exactly that of ICFRR's gallery ranks: ``-D = neg_distance(float32(float64
@@ -1296,13 +1276,13 @@ def neighbour_lists(descriptors: np.ndarray, k: int, ann: AnnIndex | None = None
     candidate (a row whose kept list is full up to the margin is scanned again), and the
     candidates are scored again in float64 and ranked.
 
-    With ``ann`` (for indexes too large for that): the same, each reference against the
-    references of its region only: the members of its IVF cell's ``cells`` nearest cells
-    (default ``max(8, ann.params.nprobe // 4)``, by centroid distance, its own included), read from
-    the index's inverted lists. A cell's members against their region are dense float32 matrix
-    products (much faster than one approximate search per reference, which scans PQ codes), so
-    the lists are exact within the region: approximate only in the neighbours the region misses.
-    A reference whose region holds fewer than ``k`` others is done exactly.
+    With ``ann`` (an index too large for that; only its size is checked): the candidates come from
+    a k-NN graph method, :func:`.knn.knn_candidates` (balanced cells, each row against the members
+    of its ``knn.probes`` nearest cells and the rows probing its own, by dense float32 products), and
+    are ranked with the same exact arithmetic and tie rule. Wherever a row's kept candidates hold
+    its true nearest neighbours its list is the exact one; what the cells miss is the only
+    approximation (measured by ``bench/bench_knn.py``). A row whose cells held fewer than ``k``
+    others is done exactly against every row.
     Progress stage: "finding each reference's nearest neighbours".
     """
     d = _check_descriptors(descriptors)
@@ -1312,6 +1292,9 @@ def neighbour_lists(descriptors: np.ndarray, k: int, ann: AnnIndex | None = None
     if k == 0:
         yield Progress(n, n, stage=NEIGHBOURS_STAGE)
         return np.empty((n, 0), dtype=np.int32)
+    if ann is not None and ann.ntotal != n:
+        raise MuseumSearchError(f"the approximate index holds {ann.ntotal:,} references, the descriptors "
+                                f"{n:,}: rebuild the index")
     yield Progress(0, n, stage=NEIGHBOURS_STAGE)
     out = np.empty((n, k), dtype=np.int32)
     margin = _float32_margin(d)
@@ -1323,32 +1306,35 @@ def neighbour_lists(descriptors: np.ndarray, k: int, ann: AnnIndex | None = None
             _lists_from_top(d, k, out, rows[a:b], None, vals[a:b], idx[a:b], margin)
             yield Progress(int(n * 0.95 + 0.05 * b), n, stage=NEIGHBOURS_STAGE, elapsed=time.perf_counter() - start)
         return out
-    if ann.ntotal != n:
-        raise MuseumSearchError(f"the approximate index holds {ann.ntotal:,} references, the descriptors "
-                                f"{n:,}: rebuild the index")
-    members, near = ann.cells(cells or max(8, ann.params.nprobe // 4))
-    missing: list[np.ndarray] = []
-    done = 0
-    for c in range(len(members)):
-        rows = members[c]
-        if not len(rows):
-            continue
-        region = np.unique(np.concatenate([members[j] for j in near[c]]))
-        if len(region) - 1 < k:
-            missing.append(rows)
-        else:
-            vals, idx = _top_over(d, rows, region, _kept(k, len(region) - 1))
-            _lists_from_top(d, k, out, rows, region, vals, idx, margin)
-        done += len(rows)
-        yield Progress(done, n, stage=NEIGHBOURS_STAGE, elapsed=time.perf_counter() - start)
-    if missing:
-        rows = np.unique(np.concatenate(missing))
-        for a in range(0, len(rows), _BLOCK_ROWS):
-            rr = rows[a:a + _BLOCK_ROWS]
-            vals, idx = _top_over(d, rr, None, _kept(k, n - 1))
-            _lists_from_top(d, k, out, rr, None, vals, idx, margin)
-            yield Progress(n, n, stage=NEIGHBOURS_STAGE, elapsed=time.perf_counter() - start)
+    yield from _approximate_lists(d, k, out, np.arange(n), margin, knn, start)
     return out
+
+
+def _approximate_lists(d: np.ndarray, k: int, out: np.ndarray, rows: np.ndarray, margin: float,
+                       knn: KnnParams | None, start: float) -> Generator[Progress, None, None]:
+    """``out[rows]`` (every row) from :func:`.knn.knn_candidates`, ranked exactly."""
+    n = d.shape[0]
+    kk = _kept(k, n - 1)
+    vals, idx = yield from knn_candidates(d, kk, knn, stage=NEIGHBOURS_STAGE, share=0.9)
+    few = ~np.isfinite(vals[:, k - 1])  # cells holding fewer than k others: done exactly
+    ok = np.flatnonzero(~few)
+    # rows whose kept candidates are all within the margin of their k-th (many equal references):
+    # scanned again against every row as the exact path does, when there are few of them
+    full = np.zeros(n, dtype=bool)
+    full[ok] = vals[ok, -1] >= vals[ok, k - 1] - np.float32(margin)
+    if full.sum() > _BLOCK_ROWS:
+        full[:] = False
+    for a in range(0, len(ok), 16_384):
+        rr = ok[a:a + 16_384]
+        _lists_from_top(d, k, out, rr, None, vals[rr], idx[rr], margin, exhaustive=full[rr])
+        yield Progress(int(n * (0.9 + 0.1 * (a + len(rr)) / n)), n, stage=NEIGHBOURS_STAGE,
+                       elapsed=time.perf_counter() - start)
+    whole = np.flatnonzero(few)
+    for a in range(0, len(whole), _BLOCK_ROWS):
+        rr = whole[a:a + _BLOCK_ROWS]
+        v, i = _top_over(d, rr, None, kk)
+        _lists_from_top(d, k, out, rr, None, v, i, margin)
+        yield Progress(n, n, stage=NEIGHBOURS_STAGE, elapsed=time.perf_counter() - start)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1459,7 +1445,7 @@ def _merge_lists(d: np.ndarray, k: int, out: np.ndarray, rows: np.ndarray, lists
 
 def update_neighbour_lists(old_lists: np.ndarray, old_to_new: np.ndarray, descriptors: np.ndarray, k: int,
                            ann: AnnIndex | None = None, old_ann: AnnIndex | None = None, *,
-                           cells: int | None = None) -> Generator[Progress, None, np.ndarray]:
+                           knn: KnnParams | None = None) -> Generator[Progress, None, np.ndarray]:
     """The lists of :func:`neighbour_lists` after an update, recomputing only the rows that can
     change; a progress generator (stage "finding each reference's nearest neighbours"), closing it
     cancels (nothing is changed).
@@ -1472,31 +1458,28 @@ def update_neighbour_lists(old_lists: np.ndarray, old_to_new: np.ndarray, descri
     every other old reference (``K_old = N_old - 1``); else ValueError.
 
     * A kept row whose list (its first ``k``) holds no removed reference keeps it, renumbered: it is
-      the exact top of the kept references. Any new reference may enter it: the kept rows are
+      the top of the kept references. Any new reference may enter it: the kept rows are
       scored (float32) against the new ones, those within the proven rounding margin of the row's
       k-th neighbour are candidates, and the list with its candidates is ranked exactly (float64
       dot products, ties by lower row), as :func:`neighbour_lists` ranks its own candidates.
     * A kept row that lost a removed reference, and every new row, is computed again exactly
       against every row (float32 top, then the exact ranking); all of them in one pass over the
       descriptors, which also scores the kept rows against the new ones.
-    * When more than half the rows would be computed again, every list is computed from scratch.
+    * When more than half the rows would be computed again, every list is computed from scratch
+      (with ``ann``: also when more than :data:`_APPROX_REDO_MAX` would, each costing a pass over
+      every row).
 
     Without ``ann`` the result is identical, bit for bit and in its ties, to
     ``neighbour_lists(descriptors, k)``. It reads the descriptors once (plus one float32 dot per
     kept row for its k-th neighbour's score) instead of scoring N^2 / 2 pairs.
 
-    With ``ann`` (the approximate index after the update, :meth:`AnnIndex.updated` of ``old_ann``,
-    the one the old lists were computed with): the lists are region lists as in
-    :func:`neighbour_lists` (each row against the members of its cell's nearest cells), and the
-    result is identical to ``neighbour_lists(descriptors, k, ann=ann, cells=cells)`` with that
-    updated index. The cells' centroids are those of ``old_ann`` (not trained again), so each kept
-    row's region is its old region less the removed and plus the new references there: a kept row
-    whose list lost none of them is merged with the new references of its region only. What differs
-    from a rebuild of the index from scratch is the approximate index itself: a rebuild trains new
-    cells on the new references, so its regions (and thus the approximate part of the lists, the
-    neighbours a region misses) differ. Rows whose region crosses the "fewer than k others" line
-    (then the row is done exactly against every row) are computed again. The rounding margin is
-    computed over every row first (one pass over the descriptors).
+    With ``ann`` (the approximate index after the update, :meth:`AnnIndex.updated` of ``old_ann``;
+    only the sizes are checked) the old lists are approximate (:func:`neighbour_lists` with an
+    index: the k-NN graph method), and the update is the same pass: the rows computed again and the
+    new ones get their exact lists, and a kept row gets every new reference that belongs in its
+    list; a kept list keeps what its old one missed. So the result is at least as close to the exact
+    lists as the old ones were (not equal to what a rebuild's k-NN graph would give: it misses other
+    neighbours). 1,000 new references in a 1M index: one pass over the 1M rows (``bench_knn.py``).
     """
     d = _check_descriptors(descriptors)
     n, dim = d.shape
@@ -1532,18 +1515,24 @@ def update_neighbour_lists(old_lists: np.ndarray, old_to_new: np.ndarray, descri
     lists = m[np.asarray(old[kept_old, :w], dtype=np.int64)]  # the kept rows' lists, renumbered (-1: removed)
     redo = (lists < 0).any(axis=1)
     out = np.empty((n, k), dtype=np.int32)
-    if ann is None:
-        if len(new_rows) + int(redo.sum()) > _RECOMPUTE_SHARE * n:
-            return (yield from neighbour_lists(d, k))
-        return (yield from _update_exact(d, k, out, kept, lists, redo, new_rows, short, start))
-    if short:  # a tiny index (every list holds every other reference): computed again
-        return (yield from neighbour_lists(d, k, ann=ann, cells=cells))
-    return (yield from _update_regions(d, k, out, kept_old, kept, lists, redo, new_rows, k_old, ann, old_ann,
-                                       cells, start))
+    if len(new_rows) + int(redo.sum()) > _redo_max(n, ann):
+        return (yield from neighbour_lists(d, k, ann=ann, knn=knn))
+    return (yield from _update_exact(d, k, out, kept, lists, redo, new_rows, short, start, ann, knn))
 
 
-def _update_exact(d, k, out, kept, lists, redo, new_rows, short, start):
-    """:func:`update_neighbour_lists` without an approximate index: one fused pass."""
+#: With an approximate index, past this many rows to compute again (each against every row) an
+#: update computes every list from scratch with the k-NN graph method instead.
+_APPROX_REDO_MAX = 2 * _BLOCK_ROWS
+
+
+def _redo_max(n: int, ann: AnnIndex | None) -> float:
+    """How many rows an update may compute again before computing every list from scratch."""
+    return _RECOMPUTE_SHARE * n if ann is None else min(_RECOMPUTE_SHARE * n, _APPROX_REDO_MAX)
+
+
+def _update_exact(d, k, out, kept, lists, redo, new_rows, short, start, ann=None, knn=None):
+    """:func:`update_neighbour_lists`: one fused pass (the new rows and the rows computed again
+    against every row, the kept rows against the new ones)."""
     n, dim = d.shape
     keep_rows, keep_lists = kept[~redo], lists[~redo]
     keep_at = np.full(n, -1, dtype=np.int64)
@@ -1586,8 +1575,8 @@ def _update_exact(d, k, out, kept, lists, redo, new_rows, short, start):
         _lists_from_top(d, k, out, redo_rows[a:b], None, vals[a:b], idx[a:b], margin)
     yield Progress(int(0.92 * n), n, stage=NEIGHBOURS_STAGE, elapsed=time.perf_counter() - start)
     over = np.flatnonzero(pairs.over)
-    if len(over) > _RECOMPUTE_SHARE * n:  # pragma: no cover - many new references like many kept ones
-        return (yield from neighbour_lists(d, k))
+    if len(over) > _redo_max(n, ann):  # pragma: no cover - many new references like many kept ones
+        return (yield from neighbour_lists(d, k, ann=ann, knn=knn))
     if len(over):  # kept rows with too many new candidates: computed again
         if not len(blocks):  # pragma: no cover - there are new rows, so there was a pass
             margin = _float32_margin(d)
@@ -1599,98 +1588,6 @@ def _update_exact(d, k, out, kept, lists, redo, new_rows, short, start):
     po, pc = pairs.arrays()
     ok = ~pairs.over
     pos = np.flatnonzero(ok)
-    remap = np.full(len(keep_rows), -1, dtype=np.int64)
-    remap[pos] = np.arange(len(pos))
-    _merge_lists(d, k, out, keep_rows[pos], keep_lists[pos], remap[po], pc)
-    yield Progress(n, n, stage=NEIGHBOURS_STAGE, elapsed=time.perf_counter() - start)
-    return out
-
-
-def _update_regions(d, k, out, kept_old, kept, lists, redo, new_rows, k_old, ann, old_ann, cells, start):
-    """:func:`update_neighbour_lists` with the approximate index: cell by cell."""
-    n, dim = d.shape
-    near_count = cells or max(8, ann.params.nprobe // 4)
-    members, near = ann.cells(near_count)
-    old_members, old_near = old_ann.cells(near_count)
-    if len(members) != len(old_members) or not np.array_equal(near, old_near):
-        raise ValueError("the approximate index is not the old one updated (AnnIndex.updated): its cells differ")
-    nlist = len(members)
-    sizes = np.array([len(r) for r in members], dtype=np.int64)
-    old_sizes = np.array([len(r) for r in old_members], dtype=np.int64)
-    region_size, old_region_size = sizes[near].sum(axis=1), old_sizes[near].sum(axis=1)
-    cell_of = np.empty(n, dtype=np.int64)
-    for c in range(nlist):
-        cell_of[members[c]] = c
-    old_cell_of = np.empty(old_ann.ntotal, dtype=np.int64)
-    for c in range(nlist):
-        old_cell_of[old_members[c]] = c
-    whole_new = region_size - 1 < k  # cells whose rows are done against every row
-    whole_old = old_region_size - 1 < k_old
-    # a kept row whose region crossed the "fewer than k others" line is computed again
-    redo = redo | (whole_old[old_cell_of[kept_old]] != whole_new[cell_of[kept]])
-    if len(new_rows) + int(redo.sum()) > _RECOMPUTE_SHARE * n:
-        return (yield from neighbour_lists(d, k, ann=ann, cells=cells))
-    margin = _float32_margin(d)
-    yield Progress(0, n, stage=NEIGHBOURS_STAGE, elapsed=time.perf_counter() - start)
-    keep_rows, keep_lists = kept[~redo], lists[~redo]
-    redo_rows = np.union1d(kept[redo], new_rows)
-    new_r2 = float(_norms2(_gather(d, new_rows)).max(initial=0.0)) if len(new_rows) else 0.0
-    total = len(redo_rows) + len(keep_rows)
-    done = 0
-
-    def region(c: int) -> np.ndarray:  # the cells are disjoint: their sorted union, without np.unique
-        return np.sort(np.concatenate([members[j] for j in near[c]]))
-
-    # rows computed again: against their region (as neighbour_lists does), or every row
-    redo_cells = cell_of[redo_rows]
-    whole = redo_rows[whole_new[redo_cells]]
-    for c in np.unique(redo_cells[~whole_new[redo_cells]]):
-        rows = redo_rows[redo_cells == c]
-        reg = region(int(c))
-        vals, idx = _top_over(d, rows, reg, _kept(k, len(reg) - 1))
-        _lists_from_top(d, k, out, rows, reg, vals, idx, margin)
-        done += len(rows)
-        yield Progress(int(done / total * n), n, stage=NEIGHBOURS_STAGE, elapsed=time.perf_counter() - start)
-    for a in range(0, len(whole), _BLOCK_ROWS):
-        rows = whole[a:a + _BLOCK_ROWS]
-        vals, idx = _top_over(d, rows, None, _kept(k, n - 1))
-        _lists_from_top(d, k, out, rows, None, vals, idx, margin)
-        done += len(rows)
-        yield Progress(int(done / total * n), n, stage=NEIGHBOURS_STAGE, elapsed=time.perf_counter() - start)
-    # kept rows: merged with the new references of their region (of every row, for whole cells)
-    new_cells = cell_of[new_rows]
-    new_in = {int(c): new_rows[new_cells == c] for c in np.unique(new_cells)}  # sorted new rows per cell
-    keep_cells = cell_of[keep_rows]
-    by_cell = np.argsort(keep_cells, kind="stable")  # the kept rows of each cell, in row order
-    cell_bounds = np.searchsorted(keep_cells[by_cell], np.arange(nlist + 1))
-    pairs = _Pairs(len(keep_rows))
-    for c in np.flatnonzero(np.diff(cell_bounds)):
-        c = int(c)
-        if whole_new[c]:
-            cand = new_rows
-        else:
-            parts = [new_in[int(j)] for j in near[c] if int(j) in new_in]
-            if not parts:
-                continue
-            cand = np.sort(np.concatenate(parts))
-        if not len(cand):
-            continue
-        pos = by_cell[cell_bounds[c]:cell_bounds[c + 1]]
-        x = _gather(d, keep_rows[pos])
-        for a in range(0, len(cand), _BLOCK_ROWS):
-            cc = cand[a:a + _BLOCK_ROWS]
-            s = x @ _gather(d, cc).T
-            pairs.add(*_new_candidates(d, x, keep_lists[pos, k - 1], False, new_r2, s, pos, cc))
-        done += len(pos)
-        yield Progress(int(done / total * n), n, stage=NEIGHBOURS_STAGE, elapsed=time.perf_counter() - start)
-    over = np.flatnonzero(pairs.over)
-    for c in np.unique(keep_cells[over]):  # too many new candidates: computed again, as above
-        rows = keep_rows[over[keep_cells[over] == c]]
-        reg = None if whole_new[c] else region(int(c))
-        vals, idx = _top_over(d, rows, reg, _kept(k, (n if reg is None else len(reg)) - 1))
-        _lists_from_top(d, k, out, rows, reg, vals, idx, margin)
-    po, pc = pairs.arrays()
-    pos = np.flatnonzero(~pairs.over)
     remap = np.full(len(keep_rows), -1, dtype=np.int64)
     remap[pos] = np.arange(len(pos))
     _merge_lists(d, k, out, keep_rows[pos], keep_lists[pos], remap[po], pc)
