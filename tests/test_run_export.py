@@ -142,3 +142,24 @@ def test_icfrr_advice_is_logged_once_per_process(single_photo_index, monkeypatch
             QueryPipeline.for_descriptors(single_photo_index, settings).answer([query])
     said = [r for r in caplog.records if "ICFRR cannot help" in r.getMessage()]
     assert len(said) == 1
+
+
+def test_a_run_of_descriptor_queries_runs_again(sample_index, tmp_path, capsys):
+    """Queries given as descriptors: the run names the array and its ground truth, and runs again."""
+    rows = np.asarray(sample_index.descriptors[::3], np.float32)
+    np.save(tmp_path / "q.npy", rows)
+    labels = sample_index.labels[::3]
+    (tmp_path / "gt.csv").write_text("query,instance\n" + "".join(f"row {i},{lab}\n" for i, lab in enumerate(labels)),
+                                     encoding="utf-8")
+    args = ["evaluate", str(sample_index.path), "--descriptors", str(tmp_path / "q.npy"), "--ground-truth",
+            str(tmp_path / "gt.csv"), "--rerank", "aqe", "--qe-n", "3", "--no-verify", "--json", str(tmp_path / "d.json")]
+    assert main(args) == 0
+    doc = json.loads((tmp_path / "d.json").read_text(encoding="utf-8"))
+    qs = doc["run"]["query_set"]
+    assert qs["descriptors"] == str(tmp_path / "q.npy") and qs["path"] == str(tmp_path / "gt.csv")
+    assert qs["queries"] == len(labels) and doc["run"]["settings"]["options"]["qe_n"] == 3
+    capsys.readouterr()
+    assert main(["evaluate", "--settings", str(tmp_path / "d.json"), "--json", str(tmp_path / "again.json")]) == 0
+    assert "same numbers as" in capsys.readouterr().out
+    again = json.loads((tmp_path / "again.json").read_text(encoding="utf-8"))
+    assert export.same_numbers(doc, again) == [] and again["summary"]["map"] == doc["summary"]["map"]
