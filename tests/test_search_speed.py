@@ -213,7 +213,7 @@ def test_faiss_scans_the_float16_file_in_place_and_agrees_with_the_conversion(tm
     view = ann._flat_view(d)
     assert view is not None and view.ntotal == len(x) and not view.codes.is_owned  # the file's pages
     assert ann._flat_view(d[:100]) is None and ann._flat_view(np.asarray(d)) is None  # a slice, no map
-    q = np.random.default_rng(2).standard_normal((2, 96)).astype(np.float32)
+    q = np.random.default_rng(2).standard_normal((6, 96)).astype(np.float32)  # e.g. a photo's regions
     faiss_scores = ann.exact_scores(d, q)
     converted = ann.exact_scores(d, q, chunk_rows=128)  # the bit-arithmetic blocks
     np.testing.assert_allclose(faiss_scores, converted, rtol=0, atol=2e-6)

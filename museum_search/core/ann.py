@@ -3,15 +3,17 @@ IVF-PQ) index with exact re-scoring of its shortlist, and each reference's neare
 
 Three ways to score a query against N references:
 
-* :func:`exact_scores`: every reference, by matrix products. float32 descriptors are multiplied
-  in place (a memory map stays a memory map); float16 ones are converted by bit arithmetic (exact,
-  about 10 times faster than numpy's cast) a block of rows at a time into a buffer each thread
-  reuses (1 MB), never whole: at 1M x 1280 a float32 copy is 5 GB.
+* :func:`exact_scores`: every reference. float32 descriptors are multiplied in place (a memory
+  map stays a memory map). A float16 .npy memory map is scanned by faiss's fp16 flat index over the
+  file's own pages (:func:`_flat_view`: no conversion, no copy); other float16 descriptors are
+  converted by bit arithmetic (exact, several times faster than numpy's cast) a block of rows at a
+  time into a buffer each thread reuses (1 MB), never whole: at 1M x 1280 a float32 copy is 5 GB.
 * :func:`rows_scores` / :func:`candidate_scores`: the exact dot products of each query with its own
   candidate rows only.
 * :class:`AnnIndex`: a faiss IVF-PQ index (compact codes, no second copy of the descriptors)
-  proposes ``params.shortlist`` candidates per query; :func:`rows_scores` scores them exactly and
-  :mod:`.ranking` orders them (descending score, ties by row), only them. Only what the shortlist
+  proposes ``params.shortlist`` candidates per query; they are scored exactly (faiss's
+  ``IndexRefine`` over the same view of the file, else :func:`rows_scores`) and ordered by the
+  ranking rule (descending score, ties by row), only them. Only what the shortlist
   misses is approximate; the scores returned are exact dot products. At build time it tunes
   ``nprobe`` and the shortlist on its own data until its recall@10 against exact search is
   :data:`TARGET_RECALL`, and measures both searches' speed (:class:`AnnTuning`, in the manifest).
