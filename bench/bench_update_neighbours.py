@@ -9,15 +9,15 @@ add 100, remove 1 (a random reference). Each reference keeps its 32 nearest neig
 
 * **exact** (below ``ann.AUTO_MIN_REFERENCES``, 20,000 by default): ``update_neighbour_lists``
   against ``neighbour_lists`` of the updated descriptors; identical = equal arrays.
-* **ann** (from ``AUTO_MIN_REFERENCES``, 100,000 by default, as ``update`` does with ``--ann auto``):
+* **ann** (from ``ann.AUTO_MIN_REFERENCES``, 100,000 by default, as ``update`` does with ``--ann auto``):
   ``AnnIndex.updated`` + ``update_neighbour_lists``. From scratch = ``AnnIndex.build`` +
-  ``neighbour_lists`` as measured on the index before the update (the same size give or take 100:
-  about 3.5 minutes here, so it is not run again per scenario). Identical = equal to
-  ``neighbour_lists`` with the updated approximate index on every row the update could change (the
-  new rows, the rows whose list held a removed reference, the rows whose list changed) and on 5,000
-  random others, computed by the same per-cell code (``--full-check``: on every row, a full
-  ``neighbour_lists``; ``--rebuild``: also against a rebuild from scratch, which trains other cells,
-  so its regions and what they miss differ: rows equal and neighbours in common).
+  ``neighbour_lists`` (the k-NN graph method) as measured on the index before the update (the same
+  size give or take 100, not run again per scenario). Checked against exact lists computed here
+  (float64, every row): the new rows and the rows that lost a neighbour hold their exact lists,
+  every kept row the exact top of its old list and the new rows; recall@32 of a sample of 1,000
+  rows after the update (``--full-check``: equal to ``neighbour_lists`` of the updated index, a
+  full computation; ``--rebuild``: also against a rebuild from scratch: rows equal and neighbours
+  in common).
 
 The machine is shared (2 cores, other jobs): one run, seconds are indicative.
 Results: bench/results/update_neighbours.json. Usage:
@@ -47,6 +47,7 @@ from bench_scale import prepare
 
 from museum_search.core import ann
 from museum_search.core.progress import drive
+from museum_search.core.ranking import neg_distance, order
 from museum_search.core.store import K_MAX
 
 EXTRA = 100
@@ -88,32 +89,43 @@ def updated_matrix(work: Path, name: str, base: np.ndarray, extra: np.ndarray, r
     return np.load(f, mmap_mode="r"), m
 
 
-def rows_to_check(old: np.ndarray, m: np.ndarray, got: np.ndarray, n: int, sample: int = 5000) -> np.ndarray:
-    """Every row the update could change (new, lost a removed neighbour, list changed) and a sample."""
+def exact_rows(d: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
+    """The exact lists of ``rows`` by the definition (float64 dot products rounded to float32, -D,
+    self excluded, ties by lower row), every row scored: an independent computation."""
+    out = np.empty((len(rows), k), dtype=np.int64)
+    for a in range(0, len(rows), 500):
+        rr = rows[a:a + 500]
+        x = np.asarray(d[rr], dtype=np.float64)
+        s = np.empty((len(rr), len(d)), dtype=np.float32)
+        for c in range(0, len(d), 50_000):
+            s[:, c:c + 50_000] = (x @ np.asarray(d[c:c + 50_000], dtype=np.float64).T).astype(np.float32)
+        s = neg_distance(s)
+        s[np.arange(len(rr)), rr] = -np.inf
+        out[a:a + 500] = order(s, k)
+    return out
+
+
+def merged_exactly(d: np.ndarray, got: np.ndarray, old: np.ndarray, m: np.ndarray, k: int) -> dict:
+    """With an approximate index: the new rows and the rows that lost a neighbour hold their exact
+    lists; every kept row holds the exact top ``k`` of its old list (renumbered) and the new rows."""
     kept_old = np.flatnonzero(m >= 0)
-    kept = m[kept_old]
-    renumbered = m[np.asarray(old[kept_old], dtype=np.int64)]
-    changed = kept[np.any(renumbered != got[kept], axis=1)]  # includes the rows that lost one (-1)
-    new = np.setdiff1d(np.arange(n), kept)
-    rng = np.random.default_rng(1)
-    return np.unique(np.concatenate([changed, new, rng.choice(n, min(sample, n), replace=False)]))
-
-
-def region_lists(d: np.ndarray, rows: np.ndarray, index: ann.AnnIndex, k: int) -> np.ndarray:
-    """``neighbour_lists(d, k, ann=index)[rows]``, computed for those rows only, by the same code."""
-    members, near = index.cells(max(8, index.params.nprobe // 4))
-    cell_of = np.empty(len(d), dtype=np.int64)
-    for c, r in enumerate(members):
-        cell_of[r] = c
-    margin = ann._float32_margin(d)
-    out = np.full((len(d), k), -1, dtype=np.int32)
-    for c in np.unique(cell_of[rows]):
-        rr = rows[cell_of[rows] == c]
-        region = np.unique(np.concatenate([members[j] for j in near[c]]))
-        cols = None if len(region) - 1 < k else region
-        vals, idx = ann._top_over(d, rr, cols, ann._kept(k, (len(d) if cols is None else len(region)) - 1))
-        ann._lists_from_top(d, k, out, rr, cols, vals, idx, margin)
-    return out[rows]
+    new_rows = np.setdiff1d(np.arange(len(d)), m[kept_old])
+    renumbered = m[np.asarray(old[kept_old, :k], dtype=np.int64)]
+    lost = (renumbered < 0).any(axis=1)
+    redo = np.union1d(m[kept_old[lost]], new_rows)
+    redo_exact = bool(np.array_equal(got[redo], exact_rows(d, redo, k))) if len(redo) else True
+    changed = np.flatnonzero(np.any(got[m[kept_old[~lost]]] != renumbered[~lost], axis=1))
+    ok = True
+    newx = np.asarray(d[new_rows], dtype=np.float64)
+    for i in changed:
+        row = int(m[kept_old[~lost]][i])
+        x = np.asarray(d[row], dtype=np.float64)
+        cands = np.concatenate([np.sort(renumbered[~lost][i]), new_rows])
+        dots = np.concatenate([np.asarray(d[cands[:k]], np.float64) @ x, newx @ x])
+        best = cands[order(neg_distance(dots.astype(np.float32)[None, :]), k)[0]]
+        ok &= bool(np.array_equal(got[row], best))
+    return {"recomputed_rows": int(len(redo)), "recomputed_rows_exact": redo_exact,
+            "kept_rows_changed": int(len(changed)), "kept_rows_merged_exactly": ok}
 
 
 def one_size(work: Path, n: int, mode: str, full_check: bool, rebuild: bool) -> dict:
@@ -156,9 +168,11 @@ def one_size(work: Path, n: int, mode: str, full_check: bool, rebuild: bool) -> 
                 row.update(lists_from_scratch_same_ann_s=t_same, checked_rows="all",
                            identical=bool(np.array_equal(got, ref)))
             else:
-                rows = rows_to_check(old, m, got, len(after))
-                ref = region_lists(after, rows, upd, k)
-                row.update(checked_rows=len(rows), identical=bool(np.array_equal(got[rows], ref)))
+                row.update(merged_exactly(after, got, old, m, k))
+                sample = np.sort(np.random.default_rng(1).choice(len(after), 1000, replace=False))
+                ref = exact_rows(after, sample, k)
+                row["recall_at_32_sample_after"] = round(float(np.mean(
+                    [len(np.intersect1d(a, b)) / k for a, b in zip(got[sample], ref)])), 4)
             if rebuild:
                 fresh, t_build = timed(ann.AnnIndex.build(after))
                 scratch, t_fl = timed(ann.neighbour_lists(after, k, ann=fresh))
