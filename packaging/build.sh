@@ -123,17 +123,26 @@ check_top1() {  # INDEX QUERY [query options...] -> the top-1 instance must be t
     [ -n "$expected" ] && [ "$got" = "$expected" ] || fail "top-1 of $query is '$got', expected '$expected'"
     log "smoke: query $query${*:+ $*} -> $got (top-1 correct)"
 }
+# the mobilenet_v2 index gets an approximate index (faiss IVF-PQ, bundled): searched through it below, and opened
+# by the GUI start test
 for backbone in mobilenet_v2 efficientnet_lite0; do
     t1=$(now)
-    run "$DIST/$NAME" index "$RES/sample/collection" -o "$SMOKE/index-$backbone" --backbone "$backbone" \
+    ann=no
+    [ "$backbone" = mobilenet_v2 ] && ann=yes
+    run "$DIST/$NAME" index "$RES/sample/collection" -o "$SMOKE/index-$backbone" --backbone "$backbone" --ann "$ann" \
         >"$SMOKE/index.log" 2>&1 || { cat "$SMOKE/index.log" >&2; fail "index with $backbone"; }
-    log "smoke: index ($backbone, $(( $(now) - t1 )) s): $(tail -n 1 "$SMOKE/index.log")"
+    log "smoke: index ($backbone, --ann $ann, $(( $(now) - t1 )) s): $(tail -n 1 "$SMOKE/index.log")"
     check_top1 "$SMOKE/index-$backbone" q01.jpg
 done
+info=$(run "$DIST/$NAME" info "$SMOKE/index-mobilenet_v2") || fail "info of the index with an approximate index"
+ann_line=$(printf '%s\n' "$info" | grep "approximate search: faiss") || fail "no faiss approximate index in: $info"
+log "smoke: $ann_line"
+check_top1 "$SMOKE/index-mobilenet_v2" q01.jpg --search ann  # faiss proposes the candidates
 check_top1 "$SMOKE/index-mobilenet_v2" q15.jpg
-check_top1 "$SMOKE/index-mobilenet_v2" q15.jpg --rerank icfrr  # scipy.sparse, the part of scipy that is bundled
+check_top1 "$SMOKE/index-mobilenet_v2" q15.jpg --rerank icfrr  # scipy.sparse
 
-# the GUI must start offscreen, open the index and still be running after GUI_SECONDS (timeout's 124)
+# the GUI must start offscreen, open the index (with its approximate index) and still be running after
+# GUI_SECONDS (timeout's 124)
 gui_start() {  # PLATFORM [launcher...]
     local platform=$1 rc=0
     shift

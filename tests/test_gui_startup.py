@@ -23,7 +23,8 @@ from museum_search.gui.state import AppState, Settings
 pytestmark = pytest.mark.gui
 
 REPO = Path(__file__).resolve().parents[1]
-HEAVY = ("torch", "torchvision", "onnxruntime", "faiss", "scipy", "pyqtgraph")
+#: What must not load before the window shows (seconds each on a busy machine; torch alone took 9 s).
+HEAVY = ("torch", "torchvision", "onnxruntime", "faiss", "pyqtgraph", "scipy.optimize")
 
 
 def _state(path: Path) -> AppState:
@@ -38,13 +39,17 @@ def test_main_window_module_imports_nothing_heavy():
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
 
 
-def test_lazy_window_shows_first_then_tabs_index_and_network(qtbot, tmp_path, sample_index, block):
+def test_lazy_window_shows_first_then_tabs_index_and_network(qtbot, tmp_path, sample_index, block, monkeypatch):
     from museum_search.core import engines
+    from museum_search.core.rerank import spatial
     from museum_search.core.store import Index
 
     read = block(Index, "load")
     net = block(engines, "extractor_for_meta")
-    w = MainWindow(_state(tmp_path / "s.ini"), lazy=True)
+    monkeypatch.setattr(spatial, "_matcher", None)
+    state = _state(tmp_path / "s.ini")
+    state.settings.matcher = "xfeat"
+    w = MainWindow(state, lazy=True)
     qtbot.addWidget(w)
     w.show()
     # shown, with a loading page in each tab: nothing waited for the tabs' modules
@@ -52,8 +57,11 @@ def test_lazy_window_shows_first_then_tabs_index_and_network(qtbot, tmp_path, sa
     assert [w.tabs.widget(i).objectName() for i in range(3)] == ["tabLoading"] * 3
     w.when_ready(lambda: w.open_index_in_background(sample_index.path))
     qtbot.waitUntil(lambda: w.ready, timeout=60_000)
-    assert [type(w.tabs.widget(i)).__name__ for i in range(3)] == ["CollectionTab", "SearchTab", "EvaluationTab"]
+    assert [type(w.tabs.widget(i)).__name__ for i in range(2)] == ["CollectionTab", "SearchTab"]
+    qtbot.waitUntil(lambda: w.all_tabs_built, timeout=60_000)  # the Evaluation tab follows
+    assert type(w.tabs.widget(2)).__name__ == "EvaluationTab"
     assert w.tabs.widget(1) is w.search_tab and w.tabs.currentIndex() == 0
+    assert spatial.current_matcher() == "xfeat"  # the stored matcher, applied before any tab could build
     assert read.started.wait(30)
     # the index is being read on a worker: the window answers meanwhile, and nothing is open yet
     for _ in range(5):

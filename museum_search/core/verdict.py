@@ -47,7 +47,6 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Sequence
 
 import numpy as np
-from scipy.optimize import minimize
 
 from .errors import MuseumSearchError
 
@@ -200,6 +199,8 @@ def fit_model(evidence: Sequence[Evidence], names: Sequence[str], threshold_rule
         value = float(w_class @ nll) + 0.5 * reg * float(theta[:-1] @ theta[:-1])
         grad = np.concatenate([Z.T @ grad_z + reg * theta[:-1], [grad_z.sum()]])
         return value, grad
+
+    from scipy.optimize import minimize  # here, for start-up time: scipy.optimize takes 0.5 s or more to import
 
     res = minimize(loss, np.zeros(len(names) + 1), jac=True, method="L-BFGS-B", bounds=bounds)
     theta = res.x

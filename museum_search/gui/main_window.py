@@ -55,12 +55,15 @@ log = logging.getLogger(__name__)
 GEOMETRY_SETTING = "window/rect"
 MAXIMIZED_SETTING = "window/maximized"
 DEFAULT_SIZE = (1280, 820)
-#: What the tabs import, loaded on a thread while the window already shows (lazy start).
+#: What the tabs import, loaded on a thread while the window already shows (lazy start), in two groups:
+#: the Collection and Search tabs' first (then they are built and the index opens), then the Evaluation tab's
+#: (pyqtgraph, the evaluation runner), which a curator opens last.
 HEAVY_MODULES = (
-    "superqt", "museum_search.core.indexing", "museum_search.core.query", "museum_search.core.rerank.icfrr",
-    "museum_search.core.evaluation.runner", "museum_search.core.evaluation.sweep", "pyqtgraph",
-    "museum_search.gui.workers", "museum_search.gui.upgrade", "museum_search.gui.collection_tab",
-    "museum_search.gui.search_tab", "museum_search.gui.evaluation_tab",
+    ("superqt", "museum_search.core.indexing", "museum_search.core.query", "museum_search.core.rerank.icfrr",
+     "museum_search.gui.workers", "museum_search.gui.upgrade", "museum_search.gui.collection_tab",
+     "museum_search.gui.search_tab"),
+    ("museum_search.core.evaluation.runner", "museum_search.core.evaluation.sweep", "pyqtgraph",
+     "museum_search.gui.evaluation_tab"),
 )
 #: (attribute, module, class, tab title) of the three tabs, in their order.
 TABS = (
@@ -294,26 +297,25 @@ class _LoadingPage(QWidget):
 
 
 class _Importer(QObject):
-    """Imports modules on a Python thread (not a superqt worker: superqt is among them); ``done``
-    fires on the GUI thread with the first error (None when all imported)."""
+    """Imports groups of modules on a Python thread (not a superqt worker: superqt is among them);
+    ``done`` fires on the GUI thread after each group, with its number."""
 
-    done = Signal(object)
+    done = Signal(int)
 
-    def start(self, names: Sequence[str]) -> None:
-        threading.Thread(target=self._run, args=(tuple(names),), name="museum-search-imports", daemon=True).start()
+    def start(self, groups: Sequence[Sequence[str]]) -> None:
+        threading.Thread(target=self._run, args=(groups,), name="museum-search-imports", daemon=True).start()
 
-    def _run(self, names: tuple[str, ...]) -> None:
-        error: BaseException | None = None
-        for name in names:
+    def _run(self, groups: Sequence[Sequence[str]]) -> None:
+        for i, names in enumerate(groups):
+            for name in names:
+                try:
+                    importlib.import_module(name)
+                except Exception as exc:  # the tab that needs it says so when it is built
+                    log.warning("could not import %s in the background: %s", name, exc)
             try:
-                importlib.import_module(name)
-            except Exception as exc:  # reported by the tab that needs it, when it is built
-                log.warning("could not import %s in the background: %s", name, exc)
-                error = error or exc
-        try:
-            self.done.emit(error)
-        except RuntimeError:  # the window is gone
-            pass
+                self.done.emit(i)
+            except RuntimeError:  # the window is gone
+                return
 
 
 class NetworkLoader(QObject):
@@ -376,12 +378,13 @@ class MainWindow(QMainWindow):
         self._quit_confirmed = False  # staff said "quit and cancel" while a job ran
         self._quit_box: QMessageBox | None = None
         self._built: dict[str, QWidget] = {}  # the tabs built so far, by attribute name
-        self._ready = False  # every tab built (and, lazy, the background imports done)
+        self._ready = False  # the Collection and Search tabs built (lazy: some time after the window shows)
         self._when_ready: list[Callable[[], None]] = []
         self._lazy = lazy
         self._opening: Path | None = None  # the index read on a worker (open_index_in_background)
         self._open_job: Any = None
         self._closed = False  # closed for good: what is still loading is not wanted
+        self._matcher_applied = False
         self.setWindowTitle("museum-search")
         self.setWindowIcon(app_icon())
         self.tabs = QTabWidget()
@@ -430,11 +433,16 @@ class MainWindow(QMainWindow):
 
     @property
     def ready(self) -> bool:
-        """True once every tab is built (a lazy window: some time after it shows)."""
+        """True once the Collection and Search tabs are built (a lazy window: some time after it shows;
+        the Evaluation tab follows, or is built when chosen)."""
         return self._ready
 
+    @property
+    def all_tabs_built(self) -> bool:
+        return len(self._built) == len(TABS)
+
     def when_ready(self, fn: Callable[[], None]) -> None:
-        """Call ``fn`` once every tab is built (now if they are)."""
+        """Call ``fn`` once :attr:`ready` (now if it is)."""
         if self._ready:
             fn()
         else:
@@ -445,6 +453,10 @@ class MainWindow(QMainWindow):
         tab = self._built.get(attr)
         if tab is not None:
             return tab
+        if self._lazy and not self._matcher_applied:
+            # the stored matcher of new indexes, before a tab can start a build (core.rerank is imported by then)
+            self._matcher_applied = True
+            self.state.settings.apply_matcher()
         i = next(i for i, spec in enumerate(TABS) if spec[0] == attr)
         _attr, module, cls, title = TABS[i]
         kind = getattr(importlib.import_module(f"{__package__}.{module}"), cls)
@@ -468,24 +480,28 @@ class MainWindow(QMainWindow):
             # after the window has been painted: the thread then shares the GIL with an idle GUI
             QTimer.singleShot(0, lambda: self._importer.start(HEAVY_MODULES))
 
-    def _imported(self, _error) -> None:
+    def _imported(self, group: int) -> None:
         if self._closed:
             return
-        self.state.settings.apply_matcher()  # core.rerank is imported now: cheap
-        order = [self.tabs.currentIndex()] + [i for i in range(len(TABS)) if i != self.tabs.currentIndex()]
-        self._build_in_turn([TABS[i][0] for i in order])
+        if group == 0:  # the shown tab first (the Collection tab, unless one was chosen meanwhile)
+            first = [TABS[self.tabs.currentIndex()][0]]
+            self._build_in_turn(first + [a for a in ("collection_tab", "search_tab") if a not in first])
+        else:
+            self._build_in_turn(["evaluation_tab"])
 
     def _build_in_turn(self, attrs: list[str]) -> None:
         """Build the tabs one per event-loop turn (the window answers between them)."""
         if self._closed:
             return
-        if not attrs:
+        if attrs:
+            self._tab(attrs[0])
+            QTimer.singleShot(0, lambda: self._build_in_turn(attrs[1:]))
+        elif not self._ready and {"collection_tab", "search_tab"} <= set(self._built):
             self._set_ready()
-            return
-        self._tab(attrs[0])
-        QTimer.singleShot(0, lambda: self._build_in_turn(attrs[1:]))
 
     def _set_ready(self) -> None:
+        if self._ready:
+            return
         self._ready = True
         calls, self._when_ready = self._when_ready, []
         for fn in calls:
