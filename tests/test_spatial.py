@@ -340,3 +340,65 @@ def test_outline_overlap():
     assert outline_overlap(square, square) == pytest.approx(1.0)
     assert outline_overlap(square, square + [5, 0]) == pytest.approx(1 / 3)  # 50 shared of 150
     assert outline_overlap(square, square + [20, 0]) == 0.0  # two paintings side by side
+
+
+def _sift_like(rng: np.random.Generator, n: int) -> np.ndarray:
+    """(n, 128) uint8 descriptors shaped like OpenCV's SIFT ones: non-negative, norm about 512."""
+    d = rng.gamma(0.6, 1.0, (n, 128))
+    d = np.minimum(d / np.linalg.norm(d, axis=1, keepdims=True), 0.2)
+    d = d / np.linalg.norm(d, axis=1, keepdims=True) * 512
+    return np.clip(np.rint(d), 0, 255).astype(np.uint8)
+
+
+def test_int8_matching_gives_the_float_matches_ties_included():
+    """The 8-bit product finds exactly the float32 product's matches, ties and exact copies
+    included; descriptors whose keys would not fit in int32 go to the float32 product."""
+    rng = np.random.default_rng(5)
+    qa = _sift_like(rng, 300)
+    pa = rng.uniform(0, 600, (300, 2)).astype(np.float32)
+    refs = []
+    for n in (2, 3, 57, 400, 1024):  # 1024: the most a place of 10 bits holds
+        db = _sift_like(rng, n)
+        db[: n // 3] = qa[rng.integers(0, 300, n // 3)]  # copies of the photo's keypoints: distance 0
+        db[n // 3: n // 2] = db[: n // 2 - n // 3]  # duplicates in the reference: tied distances
+        refs.append((rng.uniform(0, 600, (n, 2)).astype(np.float32), db))
+    refs.append((np.empty((1, 2), np.float32), _sift_like(rng, 1)))  # too few keypoints
+    fast = spatial._match_sift_int8((pa, qa), refs, 0.8)
+    assert fast is not None, "ONNX Runtime's 8-bit product is a dependency: it must run here"
+    slow = spatial._match_sift_float((pa, qa), refs, 0.8)
+    for (a1, b1), (a2, b2) in zip(fast, slow):
+        np.testing.assert_array_equal(a1, a2)
+        np.testing.assert_array_equal(b1, b2)
+    assert sum(len(a) for a, _ in fast) > 50  # the copies not duplicated in their reference matched
+    full = np.full((1000, 128), 255, np.uint8)  # no SIFT descriptor: keys beyond int32
+    pf = rng.uniform(0, 600, (1000, 2)).astype(np.float32)
+    assert spatial._match_sift_int8((pa, qa), [(pf, full)], 0.8) is None
+    (got,) = spatial.match_features((pa, qa), [(pf, full)], SpatialParams())  # the float32 product
+    (want,) = spatial._match_sift_float((pa, qa), [(pf, full)], 0.8)
+    np.testing.assert_array_equal(got[0], want[0])
+
+
+@pytest.mark.data
+def test_int8_matching_equals_float_on_real_paintings(shared_data):
+    paint = shared_data / "paintings"
+    p = SpatialParams()
+    refs = [spatial.extract_features(_rgb(f), p) for f in sorted((paint / "references").glob("*.jpg"))[:20]]
+    for q in sorted((paint / "queries" / "qsd1_w1").glob("*.jpg"))[:3]:
+        fa = spatial.extract_features(_rgb(q), p)
+        fast = spatial._match_sift_int8(fa, refs, p.ratio)
+        assert fast is not None
+        for (a1, b1), (a2, b2) in zip(fast, spatial._match_sift_float(fa, refs, p.ratio)):
+            np.testing.assert_array_equal(a1, a2)
+            np.testing.assert_array_equal(b1, b2)
+
+
+def test_query_features_at_a_smaller_side_are_placed_in_the_verify_frame(images):
+    big = cv2.resize(images["query"], None, fx=2, fy=2, interpolation=cv2.INTER_CUBIC)  # 800 px wide
+    p = SpatialParams(max_side=640)
+    same = spatial.query_features(big, p)
+    np.testing.assert_array_equal(same[0], spatial.extract_features(big, p)[0])
+    small = spatial.query_features(big, SpatialParams(max_side=640, query_side=320))
+    assert small[0][:, 0].max() > 400 and small[0][:, 0].max() < 640  # the 640 frame, not the 320 one
+    ref = spatial.extract_features(images["base"], p)
+    size = spatial._resized_size(images["base"], 640)
+    assert spatial.verify_features(small, ref, p, size) > 30

@@ -20,10 +20,15 @@ asked about.
 * **re-rankers**: ICFRR, αQE or DBA (``settings.rerank``) change the global scores.
 * **verification** (on by default): the best ``verify_top`` references by global score are matched
   with the photo (the index's matcher, SIFT or XFeat, and a RANSAC homography, :mod:`.rerank.spatial`),
-  using the reference features stored with the index. An object with a photo of at least the verdict's ``min_inliers`` gets the
+  using the reference features stored with the index. The photo's own local features are computed
+  once (:meth:`.verification.Verification.features`), on a thread while the network describes the
+  photo; matching is exact, in 8-bit integers (:func:`.rerank.spatial._match_sift`). An object with a photo of at least the verdict's ``min_inliers`` gets the
   bonus ``min(inliers, 50) / 50`` on each of its shortlisted photos (:func:`.verification.object_inliers`: objects
   verified alike share one level); fewer inliers are noise and change nothing.
-* **ranking**: :func:`.ranking.order` and :func:`.ranking.per_instance` (by score, ties by row).
+* **ranking**: :func:`.ranking.order` and :func:`.ranking.per_instance` (by score, ties by row);
+  then, within each object, its verified photos by their matching points, most first, in the places
+  the object holds (:func:`.ranking.lead_within`): the order of the objects is the score's, and the
+  photo shown first (the only one with ``per_instance``) is the one with the most matching points.
 * **verdict**: from the top result's evidence (:class:`.verdict.Verdict`, a model calibrated per
   index): its cosine, its margin over the best other object, the inliers of its object's best photo
   and the most inliers any other object got on the same part of the photo; it gives the answer's
@@ -34,6 +39,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
@@ -47,7 +53,7 @@ from .errors import ImageError, MuseumSearchError
 from .extract import query_crops
 from .features import Features
 from .images import decode_image, load_image
-from .ranking import order, per_instance
+from .ranking import lead_within, order, per_instance
 from .rerank import RerankOptions, build_pipeline
 from .rerank.spatial import Matches, SpatialParams, params_of_index
 from .search import score_matrix
@@ -201,6 +207,9 @@ class Answer:
     #: the photo's local features when its shortlist was verified (so drawing the matches of a
     #: reference does not extract them again: :meth:`QueryPipeline.matches`)
     features: Features | None = field(default=None, repr=False)
+    #: the cosine the verdict judged: that of the top object's best-ranked photo (the photo shown
+    #: first is the object's verified photo with the most matching points, which may be another)
+    top_cosine: float = float("nan")
 
     @property
     def top(self) -> Result | None:
@@ -211,7 +220,7 @@ class Answer:
         top = self.top
         if top is None:
             return VerdictEvidence(float("nan"), None, known, correct)
-        return VerdictEvidence(top.cosine, self.top_inliers, known, correct, self.rival, self.margin,
+        return VerdictEvidence(self.top_cosine, self.top_inliers, known, correct, self.rival, self.margin,
                                self.confidence)
 
     def verdict_text(self) -> str:
@@ -244,6 +253,7 @@ class QueryPipeline:
         #: "exact" or "ann": how the global scores are computed (``settings.search`` for this index)
         self.search_mode = resolve_mode(self.settings.search, len(index), index.ann)
         self.timings: dict[str, float] = {}
+        self._features_pool: ThreadPoolExecutor | None = None  # computes the photos' local features
 
     @classmethod
     def for_descriptors(cls, index: Index, settings: QuerySettings | None = None) -> "QueryPipeline":
@@ -302,6 +312,11 @@ class QueryPipeline:
         were not in the collection").
         """
         t0 = time.perf_counter()
+        features: list[Future | None] = [None] * len(queries)
+        if descriptors is None and self.settings.verify and self.settings.verify_top > 0:
+            # the photos' local features are computed while the network describes them
+            features = [None if q.image is None else self._pool().submit(self.verification.features, q.image)
+                        for q in queries]
         desc = self.embed(queries) if descriptors is None else np.asarray(descriptors, np.float32)
         t1 = time.perf_counter()
         cos = score_matrix(self.index, desc, self.search_mode)
@@ -313,18 +328,30 @@ class QueryPipeline:
         if exclude is not None:
             scores[:, np.asarray(exclude, bool)] = -np.inf
         t2 = time.perf_counter()
-        answers = [self._finish(q, scores[i], cos[i], full_ranking) for i, q in enumerate(queries)]
+        answers = [self._finish(q, scores[i], cos[i], full_ranking, features[i]) for i, q in enumerate(queries)]
         t3 = time.perf_counter()
         self.timings = {"describe": t1 - t0, "search": t2 - t1, "verify": t3 - t2}
         return answers
 
-    def _finish(self, query: QueryImage, scores: np.ndarray, cos: np.ndarray, full_ranking: bool) -> Answer:
+    def _pool(self) -> ThreadPoolExecutor:
+        if self._features_pool is None:
+            self._features_pool = ThreadPoolExecutor(1, thread_name_prefix="query-features")
+        return self._features_pool
+
+    def _finish(self, query: QueryImage, scores: np.ndarray, cos: np.ndarray, full_ranking: bool,
+                features: Future | None = None) -> Answer:
         s = self.settings
         verified: dict[int, int] = {}
         qf = None
         if s.verify and s.verify_top > 0 and query.image is not None:
-            scores, verified, qf = self.verification.shortlist(query.image, scores, s.verify_top)
-        top = per_instance(scores, self.index.labels, s.k) if s.per_instance else order(scores, s.k)
+            scores, verified, qf = self.verification.shortlist(query.image, scores, s.verify_top,
+                                                               None if features is None else features.result())
+        labels = self.index.labels
+        top = per_instance(scores, labels, s.k) if s.per_instance else order(scores, s.k)
+        judged_row = int(top[0]) if len(top) else -1  # the verdict judges the top object's best-ranked photo
+        shortlist = np.fromiter(verified, np.intp, len(verified))
+        shortlist = shortlist[order(scores[shortlist])]
+        top = lead_within(top, labels, verified, shortlist)
         results = []
         for rank, row in enumerate(top, start=1):
             row = int(row)
@@ -334,21 +361,21 @@ class QueryPipeline:
             results.append(Result(rank, row, float(scores[row]), float(cos[row]),
                                   verified.get(row) if s.verify else None, it.path,
                                   str(self.index.root / it.path), it.instance, dict(it.metadata)))
-        rival, top_inliers = 0, None
+        rival, top_inliers, top_cosine = 0, None, float("nan")
         if results:
-            best = results[0]
-            if qf is not None and best.row in verified:
+            instance, top_cosine = results[0].instance, float(cos[judged_row])
+            if qf is not None and judged_row in verified:
                 # the object's evidence: the best verified photo of the top result's object
                 assert query.image is not None  # qf is only set for a photo (verified above)
-                top_inliers, rival = self.verification.top_evidence(query.image, qf, best.instance, verified)
-            margin = cosine_margin(self.index.labels, best.instance, best.cosine, cos, np.isfinite(scores))
-            judged = self.verdict.judge(VerdictEvidence(best.cosine, top_inliers, True, True, rival, margin))
+                top_inliers, rival = self.verification.top_evidence(query.image, qf, instance, verified)
+            margin = cosine_margin(labels, instance, top_cosine, cos, np.isfinite(scores))
+            judged = self.verdict.judge(VerdictEvidence(top_cosine, top_inliers, True, True, rival, margin))
             known, reason, confidence = judged.known, judged.reason, judged.confidence
         else:
             known, reason, confidence, margin = False, "the collection is empty", None, float("nan")
-        full = order(scores) if full_ranking else None
+        full = lead_within(order(scores), labels, verified) if full_ranking else None
         return Answer(query.name, results, known, reason, scores, cos, verified, full, rival, top_inliers,
-                      margin, confidence, qf)
+                      margin, confidence, qf, top_cosine)
 
     # ---- what a viewer draws ------------------------------------------------------------------
     def matches(self, query: QueryImage, row: int, answer: Answer | None = None) -> Matches:

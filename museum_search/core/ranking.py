@@ -11,7 +11,9 @@ neighbours) comes from this module, so the same scores always give the same orde
 * :func:`reorder`: a ranking again after the scores changed, cheap when little moved (ICFRR);
 * :func:`merge_top`: a block of candidate scores merged into each row's kept top ``k``;
 * :func:`grouped_order`: (group, score, id) triples ordered by group, then as :func:`order`;
-* :func:`neg_distance`: ``-D`` from dot products of unit vectors (what neighbour lists rank by).
+* :func:`neg_distance`: ``-D`` from dot products of unit vectors (what neighbour lists rank by);
+* :func:`lead_within`: a ranking whose groups keep their places, each group's rows in another order
+  (an object's photo with the most matching points first).
 
 All of them sort on the same keys (:func:`_desc_bits`), so their ties agree.
 """
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["grouped_order", "merge_top", "neg_distance", "order", "per_instance", "reorder"]
+__all__ = ["grouped_order", "lead_within", "merge_top", "neg_distance", "order", "per_instance", "reorder"]
 
 
 def order(scores: np.ndarray, k: int | None = None) -> np.ndarray:
@@ -116,6 +118,34 @@ def grouped_order(groups: np.ndarray, scores: np.ndarray, ids: np.ndarray) -> np
     """The permutation that sorts (group, score, id) triples by group (ascending), then by
     descending score, ties by id (lower first): within a group, the order of :func:`order`."""
     return np.lexsort((ids, _desc_bits(scores), groups))
+
+
+def lead_within(rows: np.ndarray, labels: np.ndarray, key: dict[int, int], extra: np.ndarray | None = None
+                ) -> np.ndarray:
+    """``rows`` (a ranking, best first) with the places each group holds kept, and the group's rows
+    put in them by descending ``key[row]`` (rows without a key after those with one), ties as
+    ranked. ``labels``: the group of every row; ``extra``: rows outside ``rows``, in ranking order,
+    that may take a place of their group (a photo with a key ranked below the cut).
+
+    So the order of the groups and how they interleave are those of ``rows``: only which of a
+    group's rows stands in each of its places changes."""
+    rows = np.asarray(rows)
+    extra = np.asarray([] if extra is None else extra, dtype=rows.dtype)
+    if not key or not len(rows):
+        return rows
+    labels = np.asarray(labels)
+    if len(extra):
+        shown = set(rows.tolist())
+        extra = np.asarray([r for r in extra.tolist() if r not in shown], dtype=rows.dtype)
+    pool = np.concatenate([rows, extra])
+    out = rows.copy()
+    ranked = labels[rows]
+    for lab in set(labels[list(key)].tolist()):  # the other groups keep their order
+        places = np.flatnonzero(ranked == lab)
+        mine = pool[labels[pool] == lab]  # as ranked: the shown rows first, then the extra ones
+        best = sorted(range(len(mine)), key=lambda i: (-key.get(int(mine[i]), -1), i))
+        out[places] = mine[best[:len(places)]]
+    return out
 
 
 def neg_distance(dot: np.ndarray) -> np.ndarray:

@@ -15,6 +15,7 @@ and a homography, :mod:`.rerank.spatial`, with the index's own matcher). What ve
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import cv2
@@ -27,9 +28,9 @@ from .rerank.spatial import (
     SpatialParams,
     Verifier,
     blend,
-    extract_features,
     matches_of,
     outline_overlap,
+    query_features,
 )
 from .store import Index
 from .verdict import DISTINCT
@@ -84,21 +85,34 @@ class Verification:
         self.verifier = Verifier(params)
         self.gate = int(gate)
         self.rivals_anywhere = rivals_anywhere
+        self._last: tuple[weakref.ref, Features] | None = None  # the last photo's features
 
     @property
     def params(self) -> SpatialParams:
         return self.verifier.params
 
-    def shortlist(self, image: np.ndarray, scores: np.ndarray, top: int
+    def features(self, image: np.ndarray) -> Features:
+        """The local features of the photo ``image`` (:func:`.rerank.spatial.query_features`),
+        computed once: the same array asked about again (calibration asks each view twice, as a
+        known and as an unknown object) gets the features already computed."""
+        last = self._last
+        if last is not None and last[0]() is image:
+            return last[1]
+        qf = query_features(image, self.params)
+        self._last = (weakref.ref(image), qf)
+        return qf
+
+    def shortlist(self, image: np.ndarray, scores: np.ndarray, top: int, qf: Features | None = None
                   ) -> tuple[np.ndarray, dict[int, int], Features | None]:
-        """Verify the ``top`` best references of ``scores`` with the photo ``image``: (the scores
-        with the verified objects lifted, row → inliers of each verified reference, the photo's
-        local features; None when nothing was verified)."""
+        """Verify the ``top`` best references of ``scores`` with the photo ``image`` (``qf``: its
+        features, when already computed): (the scores with the verified objects lifted, row →
+        inliers of each verified reference, the photo's local features; None when nothing was
+        verified)."""
         short = order(scores, top)
         short = short[np.isfinite(scores[short])]
         if not len(short):
             return scores, {}, None
-        qf = extract_features(image, self.params)
+        qf = self.features(image) if qf is None else qf
         inl = self.verifier.verify_rows(qf, short, self.index)
         verified = {int(r): int(n) for r, n in zip(short, inl)}
         scores = scores.copy()
@@ -148,7 +162,7 @@ class Verification:
         h, w = image.shape[:2]
         s = min(1.0, params.max_side / max(h, w))
         size_q = (max(1, round(w * s)), max(1, round(h * s)))
-        qf = extract_features(image, params) if qf is None else qf
+        qf = self.features(image) if qf is None else qf
         if ref is None:
             empty = np.empty((0, 2), np.float32)
             return Matches(0, empty, empty, None, size_q, (1.0, 1.0))

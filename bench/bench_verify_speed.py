@@ -1,0 +1,224 @@
+"""A verified photo query against the forward pass, before and after (issue 24, item 6).
+
+Writes bench/results/verify_speed.json. In one run on this machine:
+
+- the paintings index (../shared/data/paintings/references) is built twice, by the code before
+  (``--before``: a git worktree of the commit to compare with, e.g. ``git worktree add /tmp/wt-before
+  HEAD~3``) and by this checkout; their calibrated verdicts (rule and model) are compared;
+- the same index (this checkout's) is then queried by both codes in fresh processes, alternately
+  (before, after, before, after, ...: ``--rounds``), each process answering every query of the
+  three paintings query sets: per query the seconds of the whole photo query (decode, describe,
+  search, verify, verdict) and of the bare forward pass of the same regions; p50/p95 of the query
+  as ratios to the median forward pass, and the split of the query's time;
+- every answer's evidence (top object, verdict, inliers, rival, confidence, the inliers of every
+  verified reference) from both codes, compared query by query; MP@1 and MAP of the three query
+  sets and the verdict's figures (``run_evaluation``), on the paintings and on the bundled sample
+  collection (resources/sample, its own index).
+
+    .venv/bin/python bench/bench_verify_speed.py --before /tmp/wt-before [--work DIR] [--rounds 2]
+
+``--work``: where the indexes are built (kept; a second run reuses them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+DATA = REPO.parent / "shared" / "data"
+QUERY_SETS = ("qsd1_w1", "qsd1_w3", "qsd2_w3")
+SAMPLE = REPO / "resources" / "sample"
+
+
+def _paintings_queries() -> list[Path]:
+    return [p for qs in QUERY_SETS for p in sorted((DATA / "paintings" / "queries" / qs).glob("*.jpg"))]
+
+
+# ---- in a worker process (the code under test is the one on its PYTHONPATH) ---------------------
+
+
+def build(kind: str, out: Path) -> dict:
+    from museum_search.core.backbones import BackboneConfig
+    from museum_search.core.indexing import build_index
+    from museum_search.core.progress import drive
+    from museum_search.core.store import LabellingSpec
+
+    t = time.perf_counter()
+    if kind == "paintings":
+        index = drive(build_index(DATA / "paintings" / "references", out, BackboneConfig())).index
+    else:
+        index = drive(build_index(SAMPLE / "collection", out,
+                                  labelling=LabellingSpec("catalogue", str(SAMPLE / "catalogue.csv")))).index
+    return {"seconds": time.perf_counter() - t, "verdict": index.verdict}
+
+
+def evidence_of(answer) -> dict:
+    top = answer.top
+    return {"instance": None if top is None else top.instance, "in_collection": bool(answer.in_collection),
+            "inliers": answer.top_inliers, "rival": int(answer.rival),
+            "confidence": None if answer.confidence is None else round(float(answer.confidence), 6),
+            "reason": answer.reason,
+            "verified": sorted((int(r), int(n)) for r, n in answer.verified_inliers.items())}
+
+
+def latency(index_dir: str) -> dict:
+    """Every paintings query answered once warm: seconds of the query and of its forward pass."""
+    import museum_search
+    from museum_search.core.query import QueryPipeline, load_query
+    from museum_search.core.store import Index
+
+    index = Index.load(index_dir)
+    pipe = QueryPipeline(index)
+    pipe.warm_up()
+    rows, answers = [], {}
+    for p in _paintings_queries():
+        t0 = time.perf_counter()
+        q = load_query(p)
+        t1 = time.perf_counter()
+        (a,) = pipe.answer([q])
+        total = time.perf_counter() - t0
+        inputs = pipe.inputs(q)
+        t2 = time.perf_counter()
+        pipe.extractor.embed(inputs)  # the bare forward pass of the same regions
+        forward = time.perf_counter() - t2
+        rows.append({"decode": t1 - t0, **pipe.timings, "total": total, "forward": forward})
+        answers[f"{p.parent.name}/{p.name}"] = evidence_of(a)
+    tot = np.array([r["total"] for r in rows])
+    fwd = float(np.median([r["forward"] for r in rows]))
+    return {
+        "code": str(Path(museum_search.__file__).parent),
+        "queries": len(rows),
+        "p50_seconds": float(np.percentile(tot, 50)), "p95_seconds": float(np.percentile(tot, 95)),
+        "forward_seconds_median": fwd,
+        "p50_over_forward": float(np.percentile(tot, 50)) / fwd, "p95_over_forward": float(np.percentile(tot, 95)) / fwd,
+        "split_median_seconds": {k: float(np.median([r[k] for r in rows])) for k in ("decode", "describe", "search", "verify")},
+        "load_average_1min": os.getloadavg()[0],
+        "answers": answers,
+    }
+
+
+def figures(paintings_dir: str, sample_dir: str) -> dict:
+    """MP@1, MAP and the verdict's figures of the paintings' three query sets and of the sample."""
+    from museum_search.core.evaluation.querysets import load_queryset
+    from museum_search.core.evaluation.runner import run_evaluation
+    from museum_search.core.store import Index
+
+    out: dict = {}
+    index = Index.load(paintings_dir)
+    evidence = []
+    for qs in QUERY_SETS:
+        rep = run_evaluation(index, load_queryset(DATA / "paintings" / "queries" / qs))
+        out[qs] = {"mp@1": rep.summary["mp@1"], "map": rep.summary["map"], **rep.summary["verdict"]}
+        evidence += [r.answer_evidence for r in rep.records]
+    out["paintings verdict"] = _verdict_counts(evidence)
+    rep = run_evaluation(Index.load(sample_dir), load_queryset(SAMPLE / "queries"))
+    out["sample"] = {"mp@1": rep.summary["mp@1"], "map": rep.summary["map"], **rep.summary["verdict"]}
+    out["sample verdict"] = _verdict_counts([r.answer_evidence for r in rep.records])
+    return out
+
+
+def _verdict_counts(evidence) -> dict:
+    """Counted here from each answer's evidence (not from the summary): accepted and rejected, by
+    known/unknown and right/wrong."""
+    known = [e for e in evidence if e.known]
+    unknown = [e for e in evidence if not e.known]
+    return {"known": len(known), "unknown": len(unknown),
+            "known_right_top": sum(e.correct for e in known),
+            "confidence_sum": round(float(sum(e.confidence or 0.0 for e in evidence)), 6)}
+
+
+# ---- the driver ----------------------------------------------------------------------------------
+
+
+def _run(code: Path, *args: str) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(code))
+    res = subprocess.run([sys.executable, str(Path(__file__).resolve()), *args], cwd=str(code), env=env,
+                         capture_output=True, text=True)
+    if res.returncode:
+        raise SystemExit(f"worker {args} with {code} failed:\n{res.stderr[-3000:]}")
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def _same(a: dict, b: dict) -> dict:
+    keys = sorted(a)
+    differ = [k for k in keys if a[k] != b.get(k)]
+    fields = ("instance", "in_collection", "inliers", "rival", "confidence", "verified")
+    return {"queries": len(keys), "identical": len(keys) - len(differ),
+            "differ_by_field": {f: sum(a[k][f] != b[k][f] for k in keys) for f in fields},
+            "differing": {k: {"before": a[k], "after": b[k]} for k in differ[:10]}}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--before", help="a checkout (git worktree) of the code to compare with")
+    ap.add_argument("--work", default=None, help="folder of the indexes (kept)")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--out", default=str(HERE / "results" / "verify_speed.json"))
+    ap.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        what, *rest = args.worker
+        result = {"build": lambda: build(rest[0], Path(rest[1])), "latency": lambda: latency(rest[0]),
+                  "figures": lambda: figures(rest[0], rest[1])}[what]()
+        print(json.dumps(result))
+        return 0
+    if not args.before or not (Path(args.before) / "museum_search").is_dir():
+        print("--before must name a checkout of the code to compare with (git worktree add /tmp/wt-before HEAD)",
+              file=sys.stderr)
+        return 2
+    if not (DATA / "paintings" / "catalogue.csv").is_file():
+        print(f"shared data not found at {DATA}", file=sys.stderr)
+        return 1
+    import tempfile
+
+    work = Path(args.work or tempfile.mkdtemp(prefix="verify-speed-"))
+    work.mkdir(parents=True, exist_ok=True)
+    codes = {"before": Path(args.before).resolve(), "after": REPO}
+    out: dict = {"machine": "2-core CPU, shared; one run", "before": str(codes["before"]), "load_average_start": os.getloadavg()}
+    builds = {}
+    for name, code in codes.items():
+        folder = work / f"paintings-{name}"
+        builds[name] = (_run(code, "--worker", "build", "paintings", str(folder)) if not (folder / "manifest.json").exists()
+                        else {"seconds": None, "verdict": json.loads((folder / "manifest.json").read_text()).get("verdict")})
+        print(f"paintings index built by {name}: {builds[name]['seconds']} s", flush=True)
+    sample = work / "sample-after"
+    if not (sample / "manifest.json").exists():
+        _run(REPO, "--worker", "build", "sample", str(sample))
+    out["calibrated verdict identical"] = builds["before"]["verdict"] == builds["after"]["verdict"]
+    out["build seconds"] = {k: v["seconds"] for k, v in builds.items()}
+    out["verdict"] = builds["after"]["verdict"]
+    index = str(work / "paintings-after")
+    runs: dict[str, list] = {"before": [], "after": []}
+    for r in range(args.rounds):
+        for name, code in codes.items():
+            got = _run(code, "--worker", "latency", index)
+            runs[name].append(got)
+            print(f"round {r + 1} {name}: p50 {got['p50_seconds'] * 1000:.1f} ms = {got['p50_over_forward']:.2f}x forward "
+                  f"({got['forward_seconds_median'] * 1000:.1f} ms), p95 {got['p95_over_forward']:.2f}x, "
+                  f"split {json.dumps({k: round(v * 1000, 1) for k, v in got['split_median_seconds'].items()})} ms",
+                  flush=True)
+    out["latency"] = {name: [{k: v for k, v in g.items() if k != "answers"} for g in got] for name, got in runs.items()}
+    out["answers, before vs after"] = _same(runs["before"][0]["answers"], runs["after"][0]["answers"])
+    out["answers, after vs after (repeatable)"] = _same(runs["after"][0]["answers"], runs["after"][-1]["answers"])
+    out["figures"] = {name: _run(code, "--worker", "figures", index, str(sample)) for name, code in codes.items()}
+    out["figures identical"] = out["figures"]["before"] == out["figures"]["after"]
+    out["load_average_end"] = os.getloadavg()
+    print(json.dumps({k: out[k] for k in ("calibrated verdict identical", "figures identical")}), flush=True)
+    print(json.dumps(out["answers, before vs after"]["differ_by_field"]), flush=True)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    print(f"written {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
