@@ -16,8 +16,12 @@ Writes bench/results/verify_speed.json. In one run on this machine:
   collection (resources/sample, its own index).
 
     .venv/bin/python bench/bench_verify_speed.py --before /tmp/wt-before [--work DIR] [--rounds 2]
+    .venv/bin/python bench/bench_verify_speed.py --alternatives --work DIR
 
-``--work``: where the indexes are built (kept; a second run reuses them).
+``--work``: where the indexes are built (kept; a second run reuses them). ``--alternatives``: on
+those indexes, what a smaller query image for SIFT or a shorter shortlist would change (MP@1, the
+verdict's figures, the answers, the time of describing and verifying), written to
+bench/results/verify_speed_alternatives.json.
 """
 
 from __future__ import annotations
@@ -136,6 +140,65 @@ def _verdict_counts(evidence) -> dict:
             "confidence_sum": round(float(sum(e.confidence or 0.0 for e in evidence)), 6)}
 
 
+ALTERNATIVES = ((None, 20), (480, 20), (400, 20), (320, 20), (None, 10), (None, 5))  # (query side, verify top)
+
+
+def alternatives(paintings_dir: str, sample_dir: str) -> dict:
+    """What a smaller query image for SIFT (``SpatialParams.query_side``) or a shorter shortlist
+    (``verify_top``) would change: per setting, MP@1 and the verdict's figures of each query set,
+    the queries whose answer (top object, verdict, inliers, rival, confidence) differs from the
+    default's, and the median seconds of the verification step (qsd1_w1) as a ratio to the default's."""
+    from dataclasses import replace
+
+    import museum_search.core.query as query
+    from museum_search.core.evaluation.querysets import load_queryset
+    from museum_search.core.evaluation.runner import run_evaluation
+    from museum_search.core.query import QueryPipeline, QuerySettings, load_query
+    from museum_search.core.store import Index
+
+    sets = {f"paintings/{qs}": (paintings_dir, DATA / "paintings" / "queries" / qs) for qs in QUERY_SETS}
+    sets["sample"] = (sample_dir, SAMPLE / "queries")
+    indexes = {d: Index.load(d) for d in (paintings_dir, sample_dir)}
+    timing_queries = [load_query(p) for p in sorted((DATA / "paintings" / "queries" / "qsd1_w1").glob("*.jpg"))]
+    of_index = query.params_of_index
+    out: dict = {}
+    answers: dict = {}
+    for side, top in ALTERNATIVES:
+        query.params_of_index = lambda index, top_n=20, side=side: replace(of_index(index, top_n), query_side=side)
+        settings = QuerySettings(verify_top=top)
+        name = f"query side {side or 'max_side (640)'}, verify top {top}"
+        row: dict = {}
+        got: dict = {}
+        for label, (index_dir, folder) in sets.items():
+            index = indexes[index_dir]
+            rep = run_evaluation(index, load_queryset(folder), settings)
+            row[label] = {"mp@1": rep.summary["mp@1"], **rep.summary["verdict"]}
+            for r in rep.records:
+                got[r.query] = (index.items[int(r.ranking[0])].instance if len(r.ranking) else None, r.in_collection,
+                                r.top_inliers, r.rival_inliers, None if r.confidence is None else round(r.confidence, 6))
+        pipe = QueryPipeline(indexes[paintings_dir], settings)
+        pipe.warm_up()
+        verify = []
+        for q in timing_queries:
+            pipe.answer([q])
+            verify.append(pipe.timings["verify"] + pipe.timings["describe"])
+        row["describe+verify median seconds (qsd1_w1)"] = float(np.median(verify))
+        answers[name] = got
+        out[name] = row
+    query.params_of_index = of_index
+    base_name = next(iter(out))
+    base = answers[base_name]
+    for name, row in out.items():
+        differ = {q: {"default": base[q], "this": answers[name][q]} for q in base if answers[name][q] != base[q]}
+        row["answers differing from the default"] = {
+            "queries": len(base), "top object": sum(base[q][0] != answers[name][q][0] for q in base),
+            "verdict": sum(base[q][1] != answers[name][q][1] for q in base), "any field": len(differ),
+            "top object or verdict": {q: v for q, v in differ.items() if v["default"][:2] != v["this"][:2]}}
+        row["describe+verify over the default's"] = (row["describe+verify median seconds (qsd1_w1)"]
+                                                     / out[base_name]["describe+verify median seconds (qsd1_w1)"])
+    return out
+
+
 # ---- the driver ----------------------------------------------------------------------------------
 
 
@@ -163,13 +226,31 @@ def main(argv=None) -> int:
     ap.add_argument("--work", default=None, help="folder of the indexes (kept)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out", default=str(HERE / "results" / "verify_speed.json"))
+    ap.add_argument("--alternatives", action="store_true",
+                    help="only measure smaller query sizes for SIFT and shorter shortlists (needs the indexes of "
+                         "a previous run in --work); writes bench/results/verify_speed_alternatives.json")
     ap.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         what, *rest = args.worker
         result = {"build": lambda: build(rest[0], Path(rest[1])), "latency": lambda: latency(rest[0]),
-                  "figures": lambda: figures(rest[0], rest[1])}[what]()
+                  "figures": lambda: figures(rest[0], rest[1]),
+                  "alternatives": lambda: alternatives(rest[0], rest[1])}[what]()
         print(json.dumps(result))
+        return 0
+    if args.alternatives:
+        work = Path(args.work or "")
+        if not (work / "paintings-after" / "manifest.json").exists() or not (work / "sample-after" / "manifest.json").exists():
+            print("--alternatives needs --work with the indexes of a previous run", file=sys.stderr)
+            return 2
+        got = _run(REPO, "--worker", "alternatives", str(work / "paintings-after"), str(work / "sample-after"))
+        target = HERE / "results" / "verify_speed_alternatives.json"
+        target.write_text(json.dumps({"machine": "2-core CPU, shared; one run", **got}, indent=1) + "\n")
+        for name, row in got.items():
+            print(name, json.dumps({k: v for k, v in row.items() if k != "answers differing from the default"}),
+                  json.dumps({k: v for k, v in row["answers differing from the default"].items()
+                              if k != "top object or verdict"}), flush=True)
+        print(f"written {target}")
         return 0
     if not args.before or not (Path(args.before) / "museum_search").is_dir():
         print("--before must name a checkout of the code to compare with (git worktree add /tmp/wt-before HEAD)",

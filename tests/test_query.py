@@ -197,3 +197,25 @@ def test_object_inliers_lift_whole_objects_and_leave_lookalikes_to_the_cosine():
     # 32 and 29 verify alike (65 < 2 x 48): one level for both, every photo of them (also the 5)
     # 7 is verified on its own (20 < 65 / 2); 8 is not verified (3 < the gate): no change
     np.testing.assert_array_equal(object_inliers(inl, lab, 12), [65, 65, 65, 65, 65, 20, 3, 20])
+
+
+def test_the_photo_features_are_computed_once(sample_index, known_query, monkeypatch):
+    """One photo asked twice (calibration asks each view as a known and as an unknown object) has
+    its local features computed once; the features computed on the thread are those verification
+    would compute, and the answer is the same."""
+    import museum_search.core.verification as verification
+
+    calls = []
+    real = verification.query_features
+    monkeypatch.setattr(verification, "query_features", lambda image, params: calls.append(1) or real(image, params))
+    path, _ = known_query
+    pipe = QueryPipeline(sample_index)
+    q = load_query(path)
+    (a,) = pipe.answer([q])
+    desc = pipe.embed([q])
+    (b,) = pipe.answer([q], desc)  # no thread: the features are taken from the first answer
+    assert len(calls) == 1
+    assert a.verified_inliers == b.verified_inliers and a.confidence == b.confidence
+    np.testing.assert_array_equal(a.features[1], real(q.image, pipe.verification.params)[1])
+    pipe.answer([load_query(path)])  # another array of the same photo: computed again
+    assert len(calls) == 2

@@ -6,9 +6,11 @@ For each query, the ``top_n`` references with the best global scores are verifie
 1. local features (SIFT, or ORB where this OpenCV has no SIFT; or the learned XFeat,
    ``feature="xfeat"``, run through ONNX Runtime: :mod:`.xfeat`) of both images, each resized so
    that its longest side is at most ``max_side`` px, at most ``max_keypoints`` keypoints;
-2. nearest-neighbour matches (L2 for SIFT, found with one BLAS matrix product per block of
-   references; Hamming for ORB) that pass Lowe's ratio test (``ratio``), one match per reference
-   keypoint (the closest); for XFeat, mutual nearest neighbours by cosine (:func:`.xfeat.match_mnn`);
+2. nearest-neighbour matches (L2 for SIFT, found with one matrix product per block of
+   references, in 8-bit integers where ONNX Runtime runs, exactly the float32 product's matches, at
+   about a quarter of its cost: :func:`_match_sift_int8`; Hamming for ORB) that pass Lowe's ratio
+   test (``ratio``), one match per reference keypoint (the closest); for XFeat, mutual nearest
+   neighbours by cosine (:func:`.xfeat.match_mnn`);
 3. a homography fitted from the reference to the query by ``cv2.findHomography`` with OpenCV's
    USAC RANSAC (default ``estimator="usac"``; ``"ransac"`` is classic ``cv2.RANSAC``, which gives
    the same inlier counts here but runs all its 2000 iterations on hopeless pairs, about twice
