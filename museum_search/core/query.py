@@ -254,6 +254,7 @@ class QueryPipeline:
         self.search_mode = resolve_mode(self.settings.search, len(index), index.ann)
         self.timings: dict[str, float] = {}
         self._features_pool: ThreadPoolExecutor | None = None  # computes the photos' local features
+        self._codes: np.ndarray | None = None  # the references' instances as integers (_label_codes)
 
     @classmethod
     def for_descriptors(cls, index: Index, settings: QuerySettings | None = None) -> "QueryPipeline":
@@ -333,6 +334,12 @@ class QueryPipeline:
         self.timings = {"describe": t1 - t0, "search": t2 - t1, "verify": t3 - t2}
         return answers
 
+    def _label_codes(self) -> np.ndarray:
+        """The instance of every reference as an integer (comparing them over a whole ranking is fast)."""
+        if self._codes is None:
+            self._codes = np.unique(self.index.labels, return_inverse=True)[1].reshape(-1)
+        return self._codes
+
     def _pool(self) -> ThreadPoolExecutor:
         if self._features_pool is None:
             self._features_pool = ThreadPoolExecutor(1, thread_name_prefix="query-features")
@@ -373,7 +380,7 @@ class QueryPipeline:
             known, reason, confidence = judged.known, judged.reason, judged.confidence
         else:
             known, reason, confidence, margin = False, "the collection is empty", None, float("nan")
-        full = lead_within(order(scores), labels, verified) if full_ranking else None
+        full = lead_within(order(scores), self._label_codes(), verified) if full_ranking else None
         return Answer(query.name, results, known, reason, scores, cos, verified, full, rival, top_inliers,
                       margin, confidence, qf, top_cosine)
 

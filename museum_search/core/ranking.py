@@ -138,11 +138,12 @@ def lead_within(rows: np.ndarray, labels: np.ndarray, key: dict[int, int], extra
         shown = set(rows.tolist())
         extra = np.asarray([r for r in extra.tolist() if r not in shown], dtype=rows.dtype)
     pool = np.concatenate([rows, extra])
+    pooled = labels[pool]
     out = rows.copy()
-    ranked = labels[rows]
     for lab in set(labels[list(key)].tolist()):  # the other groups keep their order
-        places = np.flatnonzero(ranked == lab)
-        mine = pool[labels[pool] == lab]  # as ranked: the shown rows first, then the extra ones
+        here = pooled == lab
+        places = np.flatnonzero(here[:len(rows)])
+        mine = pool[here]  # as ranked: the shown rows first, then the extra ones
         best = sorted(range(len(mine)), key=lambda i: (-key.get(int(mine[i]), -1), i))
         out[places] = mine[best[:len(places)]]
     return out
