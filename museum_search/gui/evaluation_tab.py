@@ -661,10 +661,10 @@ class EvaluationTab(QWidget):
         self.sweep_points = list(points)
         if points:
             best = max(points, key=lambda p: (p.summary["map"] if math.isfinite(p.summary["map"]) else -1))
-            advice = points[0].summary.get("icfrr_advice")
             text = f"Sweep done: best MAP {_fmt(best.summary['map'])} at {self._sweep_label} = {best.value:g}."
-            self._set_status(text + (f" ⚠ {advice}" if advice else ""))
-            self.sweep.status.setText(text)  # the sweep's page shows the warning above it already
+            # (core's ICFRR warning is not repeated: the sweep's page shows it above its results)
+            self._set_status(text)
+            self.sweep.status.setText(text)
         self.sweep_finished.emit(self.sweep_points)
 
     def _set_status(self, text: str) -> None:
