@@ -303,6 +303,7 @@ def million(work: Path, n: int, added: int = 1000) -> dict:
             if p.stage != last:
                 stages[p.stage] = round(time.perf_counter() - t0, 2)
                 last = p.stage
+                print(f"  {stages[p.stage]:8.1f} s  {p.stage}", flush=True)
     except StopIteration:
         pass
     total = time.perf_counter() - t0

@@ -1317,7 +1317,7 @@ def _approximate_lists(d: np.ndarray, k: int, out: np.ndarray, rows: np.ndarray,
     """``out[rows]`` (every row) from :func:`.knn.knn_candidates`, ranked exactly."""
     n = d.shape[0]
     kk = _kept(k, n - 1)
-    vals, idx = yield from knn_candidates(d, kk, knn, stage=NEIGHBOURS_STAGE, share=0.9)
+    vals, idx = yield from knn_candidates(d, kk, knn, stage=NEIGHBOURS_STAGE, share=0.9, gather=_gather)
     few = ~np.isfinite(vals[:, k - 1])  # cells holding fewer than k others: done exactly
     ok = np.flatnonzero(~few)
     # rows whose kept candidates are all within the margin of their k-th (many equal references):

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
 import numpy as np
@@ -94,7 +94,7 @@ def _kmeans(x: np.ndarray, c: int, iterations: int, rng: np.random.Generator) ->
     return cent, assign
 
 
-def _centroids(d: np.ndarray, c: int, params: KnnParams) -> np.ndarray:
+def _centroids(d: np.ndarray, c: int, params: KnnParams, rows_of=_rows) -> np.ndarray:
     """(C', D) unit centroids: k-means on a sample of ``d``, the too-large cells split."""
     n = d.shape[0]
     rng = np.random.default_rng(params.seed)
@@ -103,7 +103,7 @@ def _centroids(d: np.ndarray, c: int, params: KnnParams) -> np.ndarray:
     x = np.empty((t, d.shape[1]), dtype=np.float32)
     step = max(1, _CHUNK_ELEMENTS // max(1, d.shape[1]))
     for a in range(0, t, step):
-        x[a:a + step] = _rows(d, sample[a:a + step])
+        x[a:a + step] = rows_of(d, sample[a:a + step])
     cent, assign = _kmeans(x, c, params.iterations, rng)
     cap = 2 * params.train_per_cell
     counts = np.bincount(assign, minlength=len(cent))
@@ -116,12 +116,15 @@ def _centroids(d: np.ndarray, c: int, params: KnnParams) -> np.ndarray:
 
 
 def knn_candidates(descriptors: np.ndarray, kk: int, params: KnnParams | None = None, *,
-                   stage: str = "", share: float = 1.0) -> Generator[Progress, None, tuple[np.ndarray, np.ndarray]]:
+                   stage: str = "", share: float = 1.0, gather: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
+                   ) -> Generator[Progress, None, tuple[np.ndarray, np.ndarray]]:
     """Each row's ``kk`` best float32 dot products among the members of its ``params.probes``
     nearest cells and the rows probing its own cell, itself excluded: ``(vals (N, kk) float32
     descending, idx (N, kk) int32)``, ``-inf`` / ``-1`` where fewer were scanned. A progress
-    generator (``stage``, out of N rows; it reaches ``share`` x N, the scan from 20 % of it)."""
+    generator (``stage``, out of N rows; it reaches ``share`` x N, the scan from 20 % of it).
+    ``gather(d, sorted_rows)``: those rows as float32 (default: numpy's conversion)."""
     params = params or KnnParams()
+    rows_of = gather or _rows
     d = descriptors
     n, dim = d.shape
     start = time.perf_counter()
@@ -131,14 +134,14 @@ def knn_candidates(descriptors: np.ndarray, kk: int, params: KnnParams | None = 
 
     kk = max(1, int(kk))
     yield beat(0)
-    cent = _centroids(d, params.cells(n), params)
+    cent = _centroids(d, params.cells(n), params, rows_of)
     c = len(cent)
     p = max(1, min(int(params.probes), c))
     yield beat(0.1)
     probes = np.empty((n, p), dtype=np.int32)
     step = max(1, _CHUNK_ELEMENTS // max(dim, c))
     for a in range(0, n, step):
-        s = _rows(d, np.arange(a, min(n, a + step))) @ cent.T
+        s = rows_of(d, np.arange(a, min(n, a + step))) @ cent.T
         top = np.argpartition(-s, p - 1, axis=1)[:, :p] if p < c else np.broadcast_to(np.arange(c), s.shape)
         best = np.take_along_axis(s, top, axis=1)
         probes[a:a + step] = np.take_along_axis(top, np.argsort(-best, axis=1, kind="stable"), axis=1)
@@ -158,13 +161,13 @@ def knn_candidates(descriptors: np.ndarray, kk: int, params: KnnParams | None = 
         rows = probing_order[probing_bounds[cell]:probing_bounds[cell + 1]]
         if not len(cols) or not len(rows):
             continue
-        xc = _rows(d, cols)
+        xc = rows_of(d, cols)
         probed = np.zeros((len(cols), c), dtype=bool)  # the cells each member probes
         probed[np.arange(len(cols))[:, None], probes[cols]] = True
         block = max(1, _CHUNK_ELEMENTS // max(dim, len(cols)))
         for a in range(0, len(rows), block):
             rr = rows[a:a + block]
-            s = _rows(d, rr) @ xc.T
+            s = rows_of(d, rr) @ xc.T
             pos = np.searchsorted(cols, rr)  # the row itself among the columns: -inf
             hit = pos < len(cols)
             hit[hit] = cols[pos[hit]] == rr[hit]
