@@ -104,7 +104,7 @@ def main() -> int:
         while tab.is_running():
             loop.processEvents()
             now = time.perf_counter() - t0
-            text = tab.status_label.text()
+            text = tab.status_text()
             head = text.split(":")[0].split("…")[0].split(" — ")[0][:60]
             if not timeline or timeline[-1][1] != head:
                 timeline.append((round(now, 3), head))
@@ -131,7 +131,7 @@ def main() -> int:
             print(name, "ended before the phase was seen", flush=True)
             return {"phase_seen": False}
         reached = time.perf_counter() - t0
-        said = tab.status_label.text()
+        said = tab.status_text()
         pump(delay, lambda: not tab.is_running())
         if not tab.is_running():
             return {"phase_seen": True, "ended_before_cancel": True}
@@ -140,7 +140,7 @@ def main() -> int:
         pump(timeout, lambda: not tab.is_running())
         latency = time.perf_counter() - t1
         res = {"latency_s": round(latency, 3), "phase_reached_after_s": round(reached, 2),
-               "status_when_cancelled": said[:120], "status_after": tab.status_label.text()[:120]}
+               "status_when_cancelled": said[:120], "status_after": tab.status_text()[:120]}
         print(name, json.dumps(res), flush=True)
         pump(1.0, lambda: False)
         return res
@@ -175,7 +175,7 @@ def main() -> int:
         backbones._CACHE.clear()
         cold_t0 = time.perf_counter()
         cancels["loading the network (cold: exported from torch)"] = cancel_in(
-            "cancel loading", tab.run_evaluation, lambda: tab.status_label.text().startswith("Loading the network"))
+            "cancel loading", tab.run_evaluation, lambda: tab.status_text().startswith("Loading the network"))
         if new:  # the load goes on in the background, for the next run: wait for it to end
             from museum_search.core import progress
 

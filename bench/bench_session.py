@@ -172,7 +172,7 @@ def main() -> None:
     ct.set_collection(coll)
     pump(lambda: ct.detected_label.text().startswith("Detected:"), 120)
     ct.index_edit.setText(str(tmp / "index"))
-    assert ct.start_build(), ct.status_label.text()
+    assert ct.start_build(), ct.progress.status_label.text()
     pump(lambda: not ct.running and win.state.index is not None, 1800, settle_ms=300)
     index = win.state.index
     assert index is not None and len(index) == 42, "indexing failed"
@@ -226,10 +226,10 @@ def main() -> None:
         ev.set_rerank(names, RerankOptions(k_q=2, k_g=2) if names else None, verify=verify)
         finished = []
         ev.run_finished.connect(finished.append)
-        assert ev.run_evaluation(), ev.status_label.text()
+        assert ev.run_evaluation(), ev.status_text()
         pump(lambda: not ev.is_running(), 1800, settle_ms=50)
         ev.run_finished.disconnect(finished.append)
-        assert finished, f"evaluation {i + 1} did not finish: {ev.status_label.text()}"
+        assert finished, f"evaluation {i + 1} did not finish: {ev.status_text()}"
         for row in range(0, ev.proxy.rowCount(), 5):  # look at a few queries of the run
             ev.select_query_row(row)
             pump(lambda: True, settle_ms=20)
