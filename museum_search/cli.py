@@ -39,11 +39,18 @@ def _drive(gen, desc: str):
                 return stop.value
             if p.total <= 0:
                 continue  # a step of unknown length (loading the network, gallery ranks): no count
+            label = f"{desc}, step {p.step}/{p.steps} {p.stage}" if p.steps else desc
             if bar is None:
-                bar = _progress_bar(p.total, desc)
+                bar = _progress_bar(p.total, label)
+            elif bar.total != p.total or bar.desc != label:  # a new step of the job: a new count
+                bar.set_description_str(label, refresh=False)
+                bar.set_postfix_str("", refresh=False)
+                bar.reset(total=p.total)
             bar.n = p.done
-            if p.current:
-                bar.set_postfix_str(Path(p.current).name[-30:], refresh=False)
+            whole = f"whole job {bar.format_interval(p.job_eta)} left" if p.job_eta is not None else ""
+            name = Path(p.current).name[-30:] if p.current else ""
+            if whole or name:
+                bar.set_postfix_str(", ".join(t for t in (whole, name) if t), refresh=False)
             bar.refresh()
     finally:
         gen.close()

@@ -121,3 +121,41 @@ def test_cli_engine_option(cli_index, sample_collection):
     assert [x["path"] for x in out["onnx"]] == [x["path"] for x in out["torch"]]
     r = run_cli("query", cli_index, q, "--engine", "tensorflow")
     assert r.returncode == 2 and "invalid choice" in r.stderr
+
+
+def test_progress_bar_shows_the_step_and_the_whole_job_time_left(monkeypatch):
+    """The CLI's bar names the step of the job (a new count per step) and the whole job's time
+    left, from core's JobEta over a plan (not invented in the view)."""
+    import io
+
+    from tqdm import tqdm
+
+    import museum_search.cli as cli
+    from museum_search.core.progress import PlannedStage, Progress, with_plan
+
+    out = io.StringIO()
+    bars = []
+
+    def bar(total, desc):
+        b = tqdm(total=total, desc=desc, file=out, disable=False, mininterval=0)
+        bars.append(b)
+        return b
+
+    monkeypatch.setattr(cli, "_progress_bar", bar)
+
+    def job():
+        for i in range(1, 5):
+            yield Progress(i, 4, current=f"/photos/p{i}.jpg", elapsed=float(i), stage="describing")
+        for i in range(1, 3):
+            yield Progress(i, 2, elapsed=2.0 * i, stage="local features")
+        return "built"
+
+    plan = [PlannedStage("describing", 1.0), PlannedStage("local features", 2.0, lambda n: n / 2)]
+    assert cli._drive(with_plan(job(), plan), "indexing") == "built"
+    text = out.getvalue()
+    assert "indexing, step 1/2 describing" in text and "indexing, step 2/2 local features" in text
+    # 1 s per photo measured; the plan prices the 2 steps of local features at 2 photos each
+    for left in ("00:07", "00:06", "00:05", "00:04", "00:02"):
+        assert f"whole job {left} left" in text
+    assert "p4.jpg" in text
+    assert len(bars) == 1 and bars[0].total == 2  # one bar, reset to the second step's count
