@@ -88,6 +88,54 @@ def test_lazy_window_shows_first_then_tabs_index_and_network(qtbot, tmp_path, sa
     assert workers.wait_all(60_000)
 
 
+_APP_START = textwrap.dedent("""
+    import json, os, sys, time
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication, QMainWindow
+    _exec = QApplication.exec
+    seen = {}
+
+    def exec_(*_args):
+        def first_idle():
+            w = [x for x in QApplication.topLevelWidgets() if isinstance(x, QMainWindow) and x.isVisible()][0]
+            seen["at_show"] = {"index": w.state.index is not None, "ready": w.ready,
+                               "status": w.status_label.text(),
+                               "heavy": sorted(m for m in ("torch", "onnxruntime", "faiss") if m in sys.modules)}
+
+            def poll():
+                if w.state.index is not None and w.network.ready:
+                    seen["after"] = {"references": len(w.state.index), "title": w.windowTitle(),
+                                     "onnxruntime": "onnxruntime" in sys.modules}
+                    print("SEEN " + json.dumps(seen), flush=True)
+                    os._exit(0)
+            timer = QTimer(w)
+            timer.timeout.connect(poll)
+            timer.start(20)
+        QTimer.singleShot(0, first_idle)
+        return _exec()
+
+    QApplication.exec = exec_
+    from museum_search.gui.app import main
+    main(sys.argv[1:])
+""")
+
+
+def test_app_entry_shows_the_window_then_opens_the_index_and_loads_the_network(tmp_path, sample_index):
+    """``museum-search-gui INDEX``: at the event loop's first idle turn the window is shown, says it is
+    opening the index, and has imported neither torch, ONNX Runtime nor faiss; the index and its network
+    (ONNX Runtime) come after."""
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", XDG_CONFIG_HOME=str(tmp_path / "config"))
+    out = subprocess.run([sys.executable, "-c", _APP_START, str(sample_index.path)], capture_output=True, text=True,
+                         timeout=300, cwd=REPO, env=env)
+    line = [x for x in out.stdout.splitlines() if x.startswith("SEEN ")]
+    assert line, out.stderr[-3000:]
+    seen = json.loads(line[0][5:])
+    assert seen["at_show"]["index"] is False and seen["at_show"]["ready"] is False
+    assert seen["at_show"]["status"].startswith("Opening the index") and seen["at_show"]["heavy"] == []
+    assert seen["after"]["references"] == 42 and str(sample_index.path) in seen["after"]["title"]
+    assert seen["after"]["onnxruntime"]  # the default engine's network, loaded behind the window
+
+
 def test_background_open_of_a_broken_index_shows_the_error(qtbot, tmp_path):
     from PySide6.QtWidgets import QApplication, QMessageBox
 

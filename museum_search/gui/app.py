@@ -38,6 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     window = MainWindow(lazy=True)
     window.show()
     if args.index is not None:
+        window.state.status.emit(f"Opening the index {args.index}…")
         window.when_ready(lambda: window.open_index_in_background(args.index))
     elif args.sample:
         window.when_ready(lambda: window.collection_tab.open_sample_collection())
