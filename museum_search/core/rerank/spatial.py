@@ -256,9 +256,8 @@ _INT8: dict[str, Any] = {}  # "session": the ONNX Runtime session, or None when 
 
 
 def _int8_session():
-    """The ONNX Runtime session computing ``key = c·2**s − y·2**(s+1)`` ((N, M) int32) from the
-    references' bytes (N, 128), the photo's shifted bytes (128, M) int8, ``c·2**s`` (N, 1) and
-    ``2**(s+1)``; None when ONNX Runtime cannot run it here."""
+    """The ONNX Runtime session computing ``y`` ((N, M) int32) from the references' bytes (N, 128)
+    and the photo's shifted bytes (128, M) int8; None when ONNX Runtime cannot run it here."""
     with _LOCK:
         if "session" in _INT8:
             return _INT8["session"]
@@ -267,16 +266,12 @@ def _int8_session():
             from onnx import TensorProto as T
             from onnx import helper
 
-            nodes = [helper.make_node("MatMulInteger", ["b", "a", "zb", "za"], ["y"]),
-                     helper.make_node("Mul", ["y", "scale"], ["ys"]),
-                     helper.make_node("Sub", ["c", "ys"], ["key"])]
+            nodes = [helper.make_node("MatMulInteger", ["b", "a", "zb", "za"], ["y"])]
             inputs = [helper.make_tensor_value_info("b", T.UINT8, ["n", 128]),
-                      helper.make_tensor_value_info("a", T.INT8, [128, "m"]),
-                      helper.make_tensor_value_info("c", T.INT32, ["n", 1]),
-                      helper.make_tensor_value_info("scale", T.INT32, [])]
+                      helper.make_tensor_value_info("a", T.INT8, [128, "m"])]
             zero = [helper.make_tensor("zb", T.UINT8, [], [0]), helper.make_tensor("za", T.INT8, [], [0])]
-            graph = helper.make_graph(nodes, "sift-distances", inputs,
-                                      [helper.make_tensor_value_info("key", T.INT32, ["n", "m"])], initializer=zero)
+            graph = helper.make_graph(nodes, "sift-products", inputs,
+                                      [helper.make_tensor_value_info("y", T.INT32, ["n", "m"])], initializer=zero)
             model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
             model.ir_version = 8
             so = ort.SessionOptions()
@@ -291,10 +286,10 @@ def _int8_session():
 
 
 def _int8_keys(session, a_shifted: np.ndarray, a_norm: int, b: np.ndarray, place: np.ndarray, bits: int
-               ) -> np.ndarray | None:
-    """The keys (N, M) of the block of reference descriptors ``b`` (N, 128) uint8, ``place`` the
-    place of each in its reference, against the photo (see above; ``a_norm``: a bound of the photo's
-    descriptors' norms), or None when they might not fit in int32."""
+               ) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(y, c·2**s + place)`` of the block of reference descriptors ``b`` (N, 128) uint8, ``place``
+    the place of each in its reference, against the photo (see above; ``a_norm``: a bound of the
+    photo's descriptors' norms), or None when the keys might not fit in int32."""
     bsum = b.sum(axis=1, dtype=np.int64)
     bb = np.einsum("ij,ij->i", b, b, dtype=np.int64)
     c = bb - 256 * bsum
@@ -305,8 +300,7 @@ def _int8_keys(session, a_shifted: np.ndarray, a_norm: int, b: np.ndarray, place
     if ((128 * int(bsum.max())) << (bits + 1)) >= big or ((int(np.abs(c).max()) + 1) << bits) >= big \
             or ((b_norm * b_norm + 2 * b_norm * a_norm + 1) << bits) >= big:
         return None
-    ck = ((c << bits) + place).astype(np.int32)[:, None]
-    return session.run(None, {"b": b, "a": a_shifted, "c": ck, "scale": np.array(1 << (bits + 1), np.int32)})[0]
+    return session.run(None, {"b": b, "a": a_shifted})[0], ((c << bits) + place).astype(np.int32)[:, None]
 
 
 def _match_sift_int8(fa: Features, refs: Sequence[Features], ratio: float
@@ -327,15 +321,19 @@ def _match_sift_int8(fa: Features, refs: Sequence[Features], ratio: float
     out: list[tuple[np.ndarray, np.ndarray]] = [_EMPTY] * len(refs)
     cols = np.arange(len(pa))
     low = (1 << bits) - 1
+    scale = np.int32(-(1 << (bits + 1)))
     for group in gemm_groups([len(pb) for pb, _ in refs], todo, max(1, _GEMM_BLOCK // len(pa))):
-        keys = _int8_keys(session, a_shifted, a_norm, np.concatenate([refs[j][1] for j in group]),
-                          np.concatenate([np.arange(len(refs[j][0])) for j in group]), bits)
-        if keys is None:
+        got = _int8_keys(session, a_shifted, a_norm, np.concatenate([refs[j][1] for j in group]),
+                         np.concatenate([np.arange(len(refs[j][0])) for j in group]), bits)
+        if got is None:
             return None
+        y, ck = got
         start = 0
         for j in group:
             pb = refs[j][0]
-            seg = keys[start:start + len(pb)]
+            seg = y[start:start + len(pb)]  # one reference's rows, in cache: made its keys in place
+            seg *= scale
+            seg += ck[start:start + len(pb)]
             start += len(pb)
             first = seg.min(axis=0)
             ib = (first & low).astype(np.int64)
