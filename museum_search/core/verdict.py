@@ -187,27 +187,71 @@ def fit_model(evidence: Sequence[Evidence], names: Sequence[str], threshold_rule
     scale = np.where(scale > 1e-9, scale, 1.0)
     Z = (X - mean) / scale
     w_class = np.where(y == 1, 0.5 / y.sum(), 0.5 / (len(y) - y.sum()))
-    bounds = [(0, None) if FEATURES[n] > 0 else (None, 0) for n in names] + [(None, None)]
-
-    def loss(theta):
-        z = Z @ theta[:-1] + theta[-1]
-        # log(1 + exp(-z)) for positives, log(1 + exp(z)) for negatives, stable
-        nll = np.logaddexp(0.0, np.where(y == 1, -z, z))
-        p = 1.0 / (1.0 + np.exp(-np.clip(z, -500, 500)))
-        grad_z = w_class * (p - y)
-        reg = L2 / len(y)
-        value = float(w_class @ nll) + 0.5 * reg * float(theta[:-1] @ theta[:-1])
-        grad = np.concatenate([Z.T @ grad_z + reg * theta[:-1], [grad_z.sum()]])
-        return value, grad
-
-    from scipy.optimize import minimize  # here, for start-up time: scipy.optimize takes 0.5 s or more to import
-
-    res = minimize(loss, np.zeros(len(names) + 1), jac=True, method="L-BFGS-B", bounds=bounds)
-    theta = res.x
+    signs = np.array([FEATURES[n] for n in names], float)
+    theta = _fit_logistic(Z, y, w_class, signs, L2 / len(y))
     model = Model(tuple(names), tuple(map(float, mean)), tuple(map(float, scale)),
                   tuple(float(round(t, 8)) for t in theta[:-1]), float(theta[-1]), 0.5)
     probs = np.array([model.probability(x) for x in X])
     return replace(model, threshold=float(threshold_rule(probs, y, evidence)))
+
+
+def _fit_logistic(Z: np.ndarray, y: np.ndarray, w: np.ndarray, signs: np.ndarray, reg: float) -> np.ndarray:
+    """The weights and bias (last) of the logistic regression that minimise the ``w``-weighted log-loss
+    of labels ``y`` (0/1) on the rows of ``Z`` plus ``reg / 2`` times the squared weights (not the bias),
+    each weight of the sign in ``signs`` (``+1``: at least 0, ``-1``: at most 0).
+
+    The problem is strictly convex (the L2 term; the bias because both classes are present), so its one
+    minimum lies in the relative interior of one face of the sign constraints: some weights 0, the
+    others of their sign. With a handful of features (at most 4: ``2**4`` faces) every face is solved
+    exactly, by Newton's method on its free variables, and the minimum is the feasible face minimum of
+    the least loss; it also satisfies the optimality conditions (checked by the tests against SciPy's
+    L-BFGS-B, which this replaces: the frozen build then needs none of ``scipy.optimize``)."""
+    n, k = Z.shape
+    A = np.hstack([Z, np.ones((n, 1))])  # the bias is the last variable
+    s = np.where(y == 1, 1.0, -1.0)
+    penal = np.r_[np.full(k, reg), 0.0]
+
+    def loss(theta: np.ndarray) -> float:
+        return float(w @ np.logaddexp(0.0, -s * (A @ theta))) + 0.5 * float(penal @ (theta * theta))
+
+    def solve(free: np.ndarray) -> np.ndarray:
+        theta = np.zeros(k + 1)
+        Af, pf = A[:, free], penal[free]
+        value = loss(theta)
+        for _ in range(100):
+            z = A @ theta
+            p = 0.5 * (1.0 + np.tanh(0.5 * z))  # the sigmoid, without overflow
+            grad = Af.T @ (w * (p - y)) + pf * theta[free]
+            hess = (Af * (w * p * (1.0 - p))[:, None]).T @ Af + np.diag(pf)
+            try:
+                step = -np.linalg.solve(hess, grad)
+            except np.linalg.LinAlgError:
+                step = -np.linalg.lstsq(hess, grad, rcond=None)[0]
+            decrement = -float(grad @ step)
+            if decrement < 1e-24:  # Newton's decrement: the loss is within 1e-24 of the minimum
+                break
+            t = 1.0
+            while t >= 1e-10:  # backtracking (Armijo): Newton's full step is taken near the minimum
+                trial = theta.copy()
+                trial[free] += t * step
+                new = loss(trial)
+                if new <= value - 1e-4 * t * decrement:
+                    break
+                t *= 0.5
+            else:  # no step lowers the loss: it is at its minimum to rounding
+                break
+            theta, value = trial, new
+        return theta
+
+    best, best_value = np.zeros(k + 1), math.inf
+    for mask in range(2 ** k):  # bit j set: weight j is free, else fixed at 0
+        free = np.array([bool(mask >> j & 1) for j in range(k)] + [True])
+        theta = solve(free)
+        if np.all(signs * theta[:k] >= 0):
+            value = loss(theta)
+            if value < best_value:
+                best, best_value = theta, value
+    return best
 
 
 def unknown_threshold(max_false_accept: float = TARGET_FALSE_ACCEPT):
