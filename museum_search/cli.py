@@ -42,7 +42,8 @@ def _drive(gen, desc: str):
             label = f"{desc}, step {p.step}/{p.steps} {p.stage}" if p.steps else desc
             if bar is None:
                 bar = _progress_bar(p.total, label)
-            elif bar.total != p.total or bar.desc != label:  # a new step of the job: a new count
+            elif bar.total != p.total or getattr(bar, "desc", None) != label:  # a new step: a new count
+                # (a disabled bar, stderr not a terminal, has no desc)
                 bar.set_description_str(label, refresh=False)
                 bar.set_postfix_str("", refresh=False)
                 bar.reset(total=p.total)
