@@ -40,7 +40,10 @@ in a child process on the memory-mapped float16 .npy:
   - ``faiss_ivfpq_refine``: the same faiss IVF-PQ index (same nprobe) in a faiss ``IndexRefine``
     with an fp16 flat index (k_factor = shortlist / 10): the IVF-PQ search and the exact re-scoring
     of the same shortlist, in faiss alone; ``faiss_ivfpq`` its IVF-PQ search alone;
-* ratios ``exact / faiss_fp16_flat`` and ``ann / faiss_ivfpq_refine`` (p50), and VmRSS.
+* ratios ``exact / faiss_fp16_flat`` and ``ann / faiss_ivfpq_refine`` of the p50, p95 and p25 wall
+  times and of the p50 CPU time of the process (``time.process_time``: what the machine's other
+  work, which preempts us, does not add; a few-millisecond call's p50 wall time falls on either
+  side of a preemption), and VmRSS.
     python bench/bench_scale.py --part search --sizes 100000 [--kinds themes objects] [--queries 200]
 """
 
@@ -239,21 +242,24 @@ methods = {"exact": ms_exact, "faiss_fp16_flat": f_flat, "ann": ms_ann, "faiss_i
 for f in methods.values():  # warm: the memory map's pages, faiss's threads
     f(qs[:1])
 times = {k: [] for k in methods}
+cpu = {k: [] for k in methods}  # CPU time of the process (all its threads): what preemption does not add
 tops = {k: [] for k in methods}
 names = list(methods)
 shuffle = np.random.default_rng(0)
 for i in range(len(qs)):
     q = qs[i:i + 1]
     for k in shuffle.permutation(names):  # a new order per query: no method always follows another
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         top = methods[k](q)
         times[k].append(1000 * (time.perf_counter() - t))
+        cpu[k].append(1000 * (time.process_time() - c))
         tops[k].append(np.asarray(top))
 truth = tops["exact"]
 out = {}
 for k in names:
     v = np.array(times[k])
-    row = {"p50_ms": round(float(np.median(v)), 3), "p95_ms": round(float(np.percentile(v, 95)), 3)}
+    row = {"p50_ms": round(float(np.median(v)), 3), "p95_ms": round(float(np.percentile(v, 95)), 3),
+           "p25_ms": round(float(np.percentile(v, 25)), 3), "cpu_p50_ms": round(float(np.median(cpu[k])), 3)}
     if k != "faiss_ivfpq":
         row["recall_at_10"] = round(float(np.mean([len(np.intersect1d(a, b)) / 10 for a, b in zip(tops[k], truth)])), 4)
     out[k] = row
@@ -265,6 +271,9 @@ res["ratio_exact_to_faiss_fp16_flat_p50"] = round(out["exact"]["p50_ms"] / out["
 res["ratio_ann_to_faiss_ivfpq_refine_p50"] = round(out["ann"]["p50_ms"] / out["faiss_ivfpq_refine"]["p50_ms"], 2)
 res["ratio_exact_to_faiss_fp16_flat_p95"] = round(out["exact"]["p95_ms"] / out["faiss_fp16_flat"]["p95_ms"], 2)
 res["ratio_ann_to_faiss_ivfpq_refine_p95"] = round(out["ann"]["p95_ms"] / out["faiss_ivfpq_refine"]["p95_ms"], 2)
+for stat in ("p25", "cpu_p50"):
+    res[f"ratio_exact_to_faiss_fp16_flat_{stat}"] = round(out["exact"][f"{stat}_ms"] / out["faiss_fp16_flat"][f"{stat}_ms"], 2)
+    res[f"ratio_ann_to_faiss_ivfpq_refine_{stat}"] = round(out["ann"][f"{stat}_ms"] / out["faiss_ivfpq_refine"][f"{stat}_ms"], 2)
 res["auto_mode"] = ann.resolve_mode("auto", n, index)
 res["rss_end_mib"] = rss()
 print(json.dumps(res))
