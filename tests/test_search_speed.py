@@ -244,3 +244,11 @@ def test_approximate_search_by_faiss_refine_equals_the_numpy_path_ties_by_row(tm
         np.testing.assert_allclose(scores, scores_np, rtol=0, atol=2e-6)
     rows, _ = index.search(d, q, 30)
     assert list(rows[0][:4]) == dup and list(rows[1][:25]) == many
+
+
+def test_a_view_that_reads_other_rows_is_refused(tmp_path):
+    a = memmap(tmp_path, objects(50, 10, 32, seed=1), "a.npy")
+    b = memmap(tmp_path, objects(50, 10, 32, seed=2), "b.npy")
+    view = ann._flat_view(a)
+    assert view is not None and ann._flat_view_agrees(view, a)
+    assert not ann._flat_view_agrees(view, b)  # faiss would read a's rows for b: not used

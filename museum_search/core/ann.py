@@ -264,7 +264,10 @@ def exact_scores(descriptors: np.ndarray, queries: np.ndarray, *, chunk_rows: in
     """(Q, N) float32 dot products of every query with every reference.
 
     ``descriptors``: (N, D) float32 or float16, often an ``np.memmap`` (it stays one: only a
-    block of rows is read at a time). float32 is multiplied as it is. float16 is converted by bit
+    block of rows is read at a time). float32 is multiplied as it is. A float16 .npy memory map,
+    for up to :data:`_FEW_QUERIES` queries, is scanned by faiss (:func:`_flat_view`: its fp16 inner
+    product over the file's own pages, every score of a query from one search of k = N; the first
+    call per map checks a few rows). Other float16 is converted by bit
     arithmetic (:func:`_half_bits`, exact, about 10 times faster than numpy's cast) one block of
     ``chunk_rows`` rows at a time (default: 1 MB of float32 for a few queries, so that a block
     stays in cache between its conversion and its product; 32 MB for many) into a buffer reused
@@ -392,18 +395,16 @@ def _make_flat_view(path: str, offset: int, n: int, dim: int) -> tuple[Any, mmap
 
 
 def _flat_view_agrees(view: Any, d: np.ndarray) -> bool:
-    """Whether faiss's scores of a few rows against a probe equal the float64 ones (to rounding)."""
+    """Whether faiss reads the rows of ``d`` from the view as they are (a few rows, first and last
+    included, decoded by faiss equal to numpy's conversion), and scores by their inner product."""
     n = d.shape[0]
     rows = np.unique(np.linspace(0, n - 1, num=min(n, 7)).astype(np.int64))
-    x = np.asarray(d[rows], dtype=np.float64)
-    probe = x.sum(axis=0, keepdims=True).astype(np.float32)
-    dist, labels = view.search(probe, n)
-    if labels.shape != (1, n) or labels.min() < 0:
+    x = np.asarray(d[rows], dtype=np.float32)
+    got = np.stack([view.reconstruct(int(r)) for r in rows])
+    if not np.array_equal(got, x):
         return False
-    got = np.empty(n, dtype=np.float64)
-    got[labels[0]] = dist[0]
-    bound = 1e-4 * (np.abs(x) @ np.abs(probe[0].astype(np.float64))) + 1e-30
-    return bool(np.all(np.abs(got[rows] - x @ probe[0].astype(np.float64)) <= bound))
+    dist, labels = view.search(x[:1], 1)
+    return bool(np.isclose(dist[0, 0], float(np.dot(x[0].astype(np.float64), x[0])), rtol=1e-4, atol=1e-6))
 
 
 _pool_lock = threading.Lock()
