@@ -266,6 +266,7 @@ def test_collection_summary_says_what_the_index_stores(qtbot, collection_tab, tm
 def test_search_mode_choice_follows_the_index(qtbot, state, tmp_path):
     """Approximate is offered only for an index with an approximate-search index; the choice is the
     pipeline's ``QuerySettings.search`` in the Search and the Evaluation tabs."""
+    from museum_search.core.ann import resolve_mode
     from museum_search.core.query import QueryPipeline
     from museum_search.gui.evaluation_tab import EvaluationTab
     from museum_search.gui.search_tab import SearchTab
@@ -294,6 +295,11 @@ def test_search_mode_choice_follows_the_index(qtbot, state, tmp_path):
             state.set_index(with_ann)
             assert combo.is_available("ann")
             assert with_ann.ann.describe() in combo.itemData(ann_row, Qt.ItemDataRole.ToolTipRole)
+            # Automatic says what the build measured, and what it chose from it (core's resolve_mode)
+            auto_tip = combo.itemData(combo.findData("auto"), Qt.ItemDataRole.ToolTipRole)
+            assert with_ann.ann.params.tuning is not None and with_ann.ann.params.tuning.describe() in auto_tip
+            chosen = {"ann": "approximate", "exact": "exact"}[resolve_mode("auto", len(with_ann), with_ann.ann)]
+            assert f"For this index: {chosen}." in auto_tip
             combo.setCurrentIndex(ann_row)
             settings = tab.query_settings()
             assert settings.search == "ann"

@@ -122,11 +122,16 @@ class SearchModeCombo(QComboBox):
         self.setItemData(ann, wrapped_tip(*ann_tip.split("\n\n")), Qt.ItemDataRole.ToolTipRole)
         self.setItemData(self.findData("exact"), wrapped_tip(EXACT_TIP), Qt.ItemDataRole.ToolTipRole)
         auto_min = _auto_min()
-        rule = (f"approximate from {auto_min:,} references when the index has an approximate-search index, "
-                "else exact" if auto_min is not None else "exact (approximate search is not installed)")
+        rule = ("approximate when the index's approximate-search index was measured at build time both faster "
+                "than exact search and finding at least 95% of its top 10 (an index built before that "
+                f"measurement: from {auto_min:,} references), else exact" if auto_min is not None
+                else "exact (approximate search is not installed)")
         now = ""
         if index is not None:
             now = f" For this index: {'approximate' if resolved_mode(index) == 'ann' else 'exact'}."
+            tuning = getattr(getattr(getattr(index, "ann", None), "params", None), "tuning", None)
+            if tuning is not None:
+                now += f" Measured at build time: {tuning.describe()}."
         self._tips["auto"] = f"Automatic: {rule}.{now}"
         self.setItemData(self.findData("auto"), wrapped_tip(self._tips["auto"]), Qt.ItemDataRole.ToolTipRole)
         self._select(self._wanted)
