@@ -169,7 +169,8 @@ fi
 log "smoke: all checks passed ($(( $(now) - t0 )) s)"
 
 # ---- 5. size report ---------------------------------------------------------------------------------------
-log "size: $(du -sh "$DIST" | cut -f1) $DIST ($(find "$DIST" -type f | wc -l) files)"
+bytes=$(du -sb "$DIST" 2>/dev/null | cut -f1) || bytes=$(( $(du -sk "$DIST" | cut -f1) * 1024 ))  # macOS: no -b
+log "size: $(awk -v b="$bytes" 'BEGIN {printf "%.1f MB (%.1f MiB), %d bytes", b / 1e6, b / 1048576, b}') $DIST ($(find "$DIST" -type f | wc -l) files)"
 log "largest parts:"
 du -sh "$DIST"/_internal/* 2>/dev/null | sort -rh | head -n 12 | sed 's/^/  /' | tee -a "$REPORT"
 log "largest files:"

@@ -7,6 +7,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -336,10 +337,14 @@ def test_spec_excludes_what_the_app_does_not_use(spec_run):
         assert name in excludes, name
     # ...but nothing the app imports
     for name in ("PySide6.QtCore", "PySide6.QtGui", "PySide6.QtWidgets", "PySide6.QtSvg", "PySide6.QtOpenGLWidgets",
-                 "pyqtgraph", "superqt", "onnxruntime", "cv2", "scipy", "scipy.sparse", "scipy.optimize", "faiss",
+                 "pyqtgraph", "superqt", "onnxruntime", "cv2", "scipy", "scipy.sparse", "faiss",
                  "numpy", "PIL",
                  "PIL.TiffImagePlugin", "tqdm", "simplejpeg", "platformdirs", "unittest", "pygments", "lzma"):
         assert name not in excludes, name
+    # of SciPy only scipy.sparse: the verdict's calibration fits its model with numpy
+    for name in ("scipy.optimize", "scipy.linalg", "scipy.special", "scipy.sparse.linalg", "scipy.spatial",
+                 "scipy.fft", "scipy.stats"):
+        assert name in excludes, name
 
 
 #: Imported in the development environment but left out on purpose: packaging/rthook_qtopengl.py stands in for
@@ -350,9 +355,10 @@ _STOOD_IN = {"PySide6.QtOpenGL", "PySide6.QtTest", "cuda", "ssl", "_ssl", "chars
 
 
 def test_spec_excludes_nothing_the_app_imports(spec_run):
-    """Every module the program imports (CLI, GUI, core with faiss) is bundled: none of them, nor a
-    package above it, is excluded. (``scipy.optimize``, which the verdict's calibration imports, was: the
-    frozen program could not index.)"""
+    """Every module the program imports (CLI, GUI, core with faiss, a calibration's fit) is bundled: none of
+    them, nor a package above it, is excluded. (``scipy.optimize``, which the verdict's calibration imported
+    then, once was: the frozen program could not index. It fits with numpy now, and SciPy's optimizer, linear
+    algebra and special functions are left out.)"""
     analysis = next(t for t in _Target.made if isinstance(t, _Analysis))
     excludes = set(analysis.kwargs["excludes"])
     code = textwrap.dedent("""
@@ -364,13 +370,17 @@ def test_spec_excludes_nothing_the_app_imports(spec_run):
         import museum_search.gui.search_tab, museum_search.gui.evaluation_tab, museum_search.gui.demo_window
         from museum_search.core import ann
         ann._faiss()
-        from scipy.optimize import minimize  # what core.verdict.fit_model imports when it calibrates
+        from museum_search.core.verdict import Evidence, fit_model, unknown_threshold, VERIFIED_FEATURES
+        evidence = [Evidence(0.6 + 0.03 * i, 3 * i, known=i % 3 > 0, correct=i % 3 > 0, rival=i % 4, margin=0.01 * i)
+                    for i in range(12)]
+        assert fit_model(evidence, VERIFIED_FEATURES, unknown_threshold()) is not None  # a calibration's fit
         print(json.dumps(sorted(sys.modules)))
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO,
                          env=dict(os.environ, QT_QPA_PLATFORM="offscreen"))
     imported = json.loads(out.stdout.strip().splitlines()[-1])
-    assert "faiss" in imported and "scipy.optimize" in imported
+    assert "faiss" in imported and "scipy.sparse" in imported
+    assert "scipy.optimize" not in imported and "scipy.linalg" not in imported
     left_out = sorted(m for m in imported for parts in [m.split(".")]
                       if any(".".join(parts[:i]) in excludes - _STOOD_IN for i in range(1, len(parts) + 1)))
     assert left_out == []
@@ -431,6 +441,127 @@ def test_spec_strips_the_debug_information_of_pythons_own_libraries(monkeypatch,
     assert Path(src).stat().st_size <= ours[0].stat().st_size
     check = subprocess.run(["readelf", "-S", src], capture_output=True, text=True)
     assert ".debug_info" not in check.stdout and ".dynsym" in check.stdout
+
+
+_HAS_TOOLCHAIN = sys.platform.startswith("linux") and all(shutil.which(t) for t in ("cc", "objdump"))
+
+
+def _cc(out: Path, code: str, *args: str) -> Path:
+    src = out.with_name(out.name + ".c")
+    src.write_text(textwrap.dedent(code), encoding="utf-8")
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(out), str(src), *args], check=True, capture_output=True)
+    return out
+
+
+@pytest.mark.skipif(not _HAS_TOOLCHAIN, reason="needs Linux, a C compiler and objdump")
+def test_spec_stands_in_for_opencvs_video_and_av1_libraries(monkeypatch, onnx_dir, tmp_path):
+    """OpenCV's FFmpeg and libaom become stand-ins with the same SONAME and (versioned) functions: a binary that
+    links them still loads, its calls fail with an error code, and the libraries only the real ones loaded go.
+    Made here with small libraries of the same shape as OpenCV's wheel (cv2 links FFmpeg, libavif links libaom)."""
+    monkeypatch.setenv("MUSEUM_SEARCH_STUB_DIR", str(tmp_path / "stubs"))
+    stub = _spec_functions(monkeypatch, onnx_dir)["_stub_codecs"]
+    libs = tmp_path / "site" / "opencv_python_headless.libs"
+    libs.mkdir(parents=True)
+    L = f"-L{libs}"
+    vpx = _cc(libs / "libvpx-1.so.1", "int vpx_codec_version(void) { return 1; }", "-Wl,-soname,libvpx-1.so.1")
+    (libs / "libvpx.so").symlink_to(vpx.name)
+    made = {}
+    for name, soname, version, fn, extra in (
+            ("libavutil-1.so.60", "libavutil-1.so.60", "LIBAVUTIL_60", "av_frame_alloc", []),
+            ("libavcodec-1.so.62", "libavcodec-1.so.62", "LIBAVCODEC_62", "avcodec_open2", [L, "-Wl,--no-as-needed", "-lvpx"]),
+            ("libavformat-1.so.62", "libavformat-1.so.62", "LIBAVFORMAT_62", "avformat_open_input", []),
+            ("libswscale-1.so.9", "libswscale-1.so.9", "LIBSWSCALE_9", "sws_scale", []),
+            ("libaom-1.so.3", "libaom-1.so.3", "", "aom_codec_dec_init_ver", [])):
+        (libs / f"{name}.map").write_text(f"{version} {{ global: {fn}; local: *; }};", encoding="utf-8")
+        made[fn] = _cc(libs / name, f"int {fn}(void) {{ return 0; }}\nint internal_{fn}(void) {{ return 1; }}",
+                       f"-Wl,-soname,{soname}", f"-Wl,--version-script={libs / (name + '.map')}", *extra)
+        (libs / f"lib{fn}.so").symlink_to(name)
+    cv2 = _cc(tmp_path / "site" / "cv2.so", """
+        int avcodec_open2(void); int avformat_open_input(void); int sws_scale(void); void *av_frame_alloc(void);
+        int open_video(void) { return avformat_open_input(); }
+        int open_codec(void) { return avcodec_open2() + sws_scale() + (av_frame_alloc() != 0); }
+    """, L, "-lavcodec_open2", "-lavformat_open_input", "-lsws_scale", "-lav_frame_alloc",
+        "-Wl,-rpath,$ORIGIN/opencv_python_headless.libs")
+    avif = _cc(libs / "libavif-1.so.16", "int aom_codec_dec_init_ver(void); int decode(void) "
+               "{ return aom_codec_dec_init_ver(); }", L, "-laom_codec_dec_init_ver", "-Wl,-soname,libavif-1.so.16")
+    entry = lambda p: (str(p.relative_to(tmp_path / "site")), str(p), "BINARY")
+    before = [entry(cv2), entry(avif), entry(vpx), *(entry(p) for p in made.values())]
+    after = stub(before)
+    dests = {d: src for d, src, _ in after}
+    assert "opencv_python_headless.libs/libvpx-1.so.1" not in dests  # only the real libavcodec loaded it
+    assert dests["cv2.so"] == str(cv2) and dests["opencv_python_headless.libs/libavif-1.so.16"] == str(avif)
+    for fn, real in made.items():
+        new = Path(dests[str(real.relative_to(tmp_path / "site"))])
+        assert new.parent == tmp_path / "stubs" and new.name == real.name
+        symbols = subprocess.run(["objdump", "-T", str(new)], capture_output=True, text=True).stdout
+        assert fn in symbols and f"internal_{fn}" not in symbols  # only what the others import
+        assert ("LIBAV" in symbols or "LIBSW" in symbols) == (fn != "aom_codec_dec_init_ver")
+    # the bundle as COLLECT would lay it out: cv2 and libavif load the stand-ins and get their error codes
+    dist = tmp_path / "dist"
+    for dest, src, _ in after:
+        (dist / dest).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(src, dist / dest)
+    code = textwrap.dedent(f"""
+        import ctypes
+        cv2 = ctypes.CDLL({str(dist / "cv2.so")!r})
+        avif = ctypes.CDLL({str(dist / "opencv_python_headless.libs" / "libavif-1.so.16")!r}, mode=ctypes.RTLD_GLOBAL)
+        print(cv2.open_video(), cv2.open_codec(), avif.decode())
+    """)
+    env = dict(os.environ, LD_LIBRARY_PATH=str(dist / "opencv_python_headless.libs"))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["-38", "-38", "4"]  # AVERROR(ENOSYS); -38 + 0 + 0; AOM_CODEC_INCAPABLE
+
+
+def test_spec_keeps_the_icu_data_of_english_and_the_root_locale(monkeypatch, onnx_dir):
+    """The items left out of Qt's ICU data: other languages' locales, break iterators, transliterators and the
+    large (multi-byte) converters; what every language falls back to, English, and the rest stay."""
+    remove = set(_spec_functions(monkeypatch, onnx_dir)["_icu_items_to_remove"](
+        ["root.res", "en.res", "en_GB.res", "de.res", "zh_Hant_TW.res", "sr_Latn.res", "coll/root.res",
+         "coll/ucadata.icu", "coll/de_.res", "coll/sv.res", "coll/en.res", "zone/en.res", "zone/fr.res",
+         "zone/root.res", "lang/pool.res", "brkitr/root.res", "brkitr/cjdict.dict", "translit/Latin_Greek.res",
+         "ibm-5348_P100-1997.cnv", "gb18030.cnv", "cnvalias.icu", "supplementalData.res", "likelySubtags.res",
+         "zoneinfo64.res", "metaZones.res", "pool.res", "res_index.res", "uts46.nrm", "unames.icu"],
+        {"ibm-5348_P100-1997.cnv": 3200, "gb18030.cnv": 232816}))
+    assert remove == {"de.res", "zh_Hant_TW.res", "sr_Latn.res", "coll/de_.res", "coll/sv.res", "zone/fr.res",
+                      "brkitr/root.res", "brkitr/cjdict.dict", "translit/Latin_Greek.res", "gb18030.cnv"}
+
+
+def _pyside_icu_data() -> Path | None:
+    try:
+        spec = importlib.util.find_spec("PySide6")
+    except ImportError:  # pragma: no cover
+        return None
+    found = sorted(Path(spec.origin).parent.glob("Qt/lib/libicudata.so.*")) if spec and spec.origin else []
+    return found[0] if found else None
+
+
+@pytest.mark.skipif(not (sys.platform.startswith("linux") and all(shutil.which(t) for t in ("cc", "objdump",
+                                                                                            "icupkg"))
+                         and _pyside_icu_data()), reason="needs Linux, cc, objdump, icupkg and PySide6's ICU")
+def test_spec_trims_qts_icu_data(monkeypatch, onnx_dir, tmp_path):
+    """PySide6's libicudata becomes a library of the same name exporting the same symbol, holding a valid ICU
+    package of English and the root locale (checked with icupkg), a few MB instead of 32."""
+    monkeypatch.setenv("MUSEUM_SEARCH_ICU_DIR", str(tmp_path / "icu"))
+    trim = _spec_functions(monkeypatch, onnx_dir)["_trim_icu_data"]
+    real = _pyside_icu_data()
+    entry = (f"PySide6/Qt/lib/{real.name}", str(real), "BINARY")
+    other = ("PySide6/Qt/lib/libQt6Core.so.6", "/qt/libQt6Core.so.6", "BINARY")
+    out = trim([entry, other])
+    assert out[1] == other
+    dest, src, kind = out[0]
+    assert (dest, kind) == (entry[0], entry[2]) and Path(src).name == real.name
+    assert Path(src).stat().st_size < 8e6 < 30e6 < real.stat().st_size
+    symbol = subprocess.run(["objdump", "-T", src], capture_output=True, text=True).stdout
+    soname = subprocess.run(["objdump", "-p", src], capture_output=True, text=True).stdout
+    major = real.name.rsplit(".", 1)[1]
+    assert re.search(rf"DO\s+\.rodata\s+\S+\s+icudt{major}_dat$", symbol, re.M)
+    assert re.search(rf"SONAME\s+{re.escape(real.name)}$", soname, re.M)
+    items = set(subprocess.run(["icupkg", "-l", str(tmp_path / "icu" / f"icudt{major}l.dat")], capture_output=True,
+                               text=True, check=True).stdout.split())
+    assert {"root.res", "en.res", "coll/root.res", "coll/ucadata.icu", "zone/en.res", "cnvalias.icu",
+            "ibm-5348_P100-1997.cnv", "supplementalData.res", "zoneinfo64.res"} <= items
+    assert not items & {"de.res", "coll/de.res", "zone/fr.res", "brkitr/root.res", "gb18030.cnv"}
 
 
 def test_spec_bundles_the_modules_the_main_window_imports_by_name(spec_run):
