@@ -96,8 +96,8 @@ class Session:
             time.sleep(0.02)
         return until is None
 
-    def shot(self, widget, name: str) -> None:
-        self.pump(0.8)
+    def shot(self, widget, name: str, settle: float = 0.8) -> None:
+        self.pump(settle)
         path = self.out / f"{name}.png"
         widget.grab().save(str(path))
         print("saved", path, flush=True)
@@ -133,8 +133,9 @@ class Session:
         if not tab.start_build():
             raise RuntimeError("the build did not start")
         # wait until the build is past loading the network and into the photos
-        self.pump(300, until=lambda: "of" in tab.progress.status_label.text() and tab.progress.bar.value() > 10)
-        self.shot(self.win, "collection-build")
+        line = tab.progress.item_label  # the one progress line: step, count, the whole build's time left
+        self.pump(300, until=lambda: tab.running and "Step 2" in line.full_text() and " left" in line.text())
+        self.shot(self.win, "collection-build", settle=0.1)
         tab.cancel()
         self.pump(60, until=lambda: not tab.running)
 
@@ -178,8 +179,9 @@ class Session:
         tab.rerank.set_names([])  # the unverified baseline first
         tab.rerank.set_verify(False)
         tab.run_evaluation()
-        self.pump(60, until=lambda: tab.progress.bar.value() > 20)
-        self.shot(self.win, "evaluation-running")
+        bar = tab.progress_panel.bar
+        self.pump(60, until=lambda: tab.is_running() and 5 <= bar.value() < bar.maximum() - 5)
+        self.shot(self.win, "evaluation-running", settle=0)
         self.pump(1800, until=lambda: not tab.is_running())
         tab.rerank.set_names([])  # then the default pipeline: verified answers
         tab.rerank.set_verify(True)
