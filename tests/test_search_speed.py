@@ -140,6 +140,35 @@ def test_approximate_top_ranks_only_candidates_as_the_dense_row_did(saved):
     assert r.shape == (2, 30) and (r[:, 20:] == -1).all() and np.isinf(s[:, 20:]).all()
 
 
+def test_pipeline_answer_with_the_approximate_search_ranks_the_candidates_as_the_whole_row(saved):
+    """The query pipeline ranks only the references the approximate search scored (not the N-long
+    row): its results are those of ranking the whole row of scores it returns, per photo or per
+    object, and with references left out."""
+    from museum_search.core.query import QueryImage, QueryPipeline, QuerySettings
+    from museum_search.core.ranking import per_instance
+
+    index = Index.load(saved)
+    rng = np.random.default_rng(3)
+    q = np.asarray(index.descriptors[rng.choice(len(index), 6, replace=False)], np.float32)
+    q += 0.1 * rng.standard_normal(q.shape).astype(np.float32)
+    queries = [QueryImage(f"q{i}", None) for i in range(len(q))]
+    exclude = np.zeros(len(index), bool)
+    exclude[::7] = True
+    for one_per_object in (False, True):
+        pipe = QueryPipeline(index, QuerySettings(k=15, search="ann", verify=False, per_instance=one_per_object))
+        assert pipe.search_mode == "ann"
+        for mask in (None, exclude):
+            for answer in pipe.answer(queries, q, exclude=mask):
+                finite = np.isfinite(answer.scores)
+                assert finite.sum() < len(index) // 2  # the approximate search scored a few
+                whole = (per_instance(answer.scores, index.labels, 15) if one_per_object
+                         else order(answer.scores, 15))
+                whole = whole[np.isfinite(answer.scores[whole])]
+                assert [r.row for r in answer.results] == whole.tolist()
+                if mask is not None:
+                    assert not any(mask[r.row] for r in answer.results)
+
+
 # ---- tuning at build time --------------------------------------------------------------------
 
 

@@ -350,11 +350,15 @@ class QueryPipeline:
         s = self.settings
         verified: dict[int, int] = {}
         qf = None
+        # the references scored: with the approximate search (or references left out), rank only
+        # those, not an N-long row (at 1M references: 0.3 ms to find them against 26 ms to rank all)
+        finite = np.flatnonzero(np.isfinite(scores))
+        live = finite if len(finite) < len(scores) // 2 else None
         if s.verify and s.verify_top > 0 and query.image is not None:
             scores, verified, qf = self.verification.shortlist(query.image, scores, s.verify_top,
-                                                               None if features is None else features.result())
+                                                               None if features is None else features.result(), live)
         labels = self.index.labels
-        top = per_instance(scores, labels, s.k) if s.per_instance else order(scores, s.k)
+        top = _rank(scores, labels, s.k, s.per_instance, live)
         judged_row = int(top[0]) if len(top) else -1  # the verdict judges the top object's best-ranked photo
         shortlist = np.fromiter(verified, np.intp, len(verified))
         shortlist = shortlist[order(scores[shortlist])]
@@ -401,3 +405,13 @@ class QueryPipeline:
         labels = self.index.labels
         _, row = max((n, r) for r, n in answer.verified_inliers.items() if labels[r] == top.instance)
         return self.matches(query, row, answer)
+
+
+def _rank(scores: np.ndarray, labels: np.ndarray, k: int, one_per_instance: bool, live: np.ndarray | None
+          ) -> np.ndarray:
+    """The best ``k`` rows of ``scores`` (or of its objects), ties by row; ``live``: the only rows
+    with a finite score, ascending (the others rank last and are never shown), or None."""
+    if live is None:
+        return per_instance(scores, labels, k) if one_per_instance else order(scores, k)
+    sub = scores[live]  # live is ascending: ties by position are ties by row
+    return live[per_instance(sub, labels[live], k) if one_per_instance else order(sub, k)]

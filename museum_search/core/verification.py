@@ -102,13 +102,14 @@ class Verification:
         self._last = (weakref.ref(image), qf)
         return qf
 
-    def shortlist(self, image: np.ndarray, scores: np.ndarray, top: int, qf: Features | None = None
-                  ) -> tuple[np.ndarray, dict[int, int], Features | None]:
+    def shortlist(self, image: np.ndarray, scores: np.ndarray, top: int, qf: Features | None = None,
+                  live: np.ndarray | None = None) -> tuple[np.ndarray, dict[int, int], Features | None]:
         """Verify the ``top`` best references of ``scores`` with the photo ``image`` (``qf``: its
-        features, when already computed): (the scores with the verified objects lifted, row →
-        inliers of each verified reference, the photo's local features; None when nothing was
-        verified)."""
-        short = order(scores, top)
+        features, when already computed; ``live``: the rows with a finite score, ascending, when
+        they are few — then only those are ranked): (the scores with the verified objects lifted,
+        row → inliers of each verified reference, the photo's local features; None when nothing
+        was verified)."""
+        short = order(scores, top) if live is None else live[order(scores[live], top)]
         short = short[np.isfinite(scores[short])]
         if not len(short):
             return scores, {}, None
