@@ -46,7 +46,6 @@ from PySide6.QtCore import QEvent, QRect, Qt, QTimer, Signal
 from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import (
     QFileDialog,
-    QFrame,
     QGroupBox,
     QLabel,
     QPushButton,
@@ -80,7 +79,7 @@ from .collection_tab import format_duration
 from .state import AppState
 from .widgets.comparison_table import ComparisonPage
 from .widgets.comparison_table import pct as _pct
-from .widgets.layout import FitScroll
+from .widgets.layout import FitScroll, vertical_scroll
 from .widgets.layout import row as _row
 from .widgets.layout import split as _split
 from .widgets.plots import EvaluationPlots, Overlay, RunningBuffer, run_colour
@@ -354,12 +353,7 @@ class EvaluationTab(QWidget):
         for box in (self._index_box(), self.queryset_box, rr_box, self.icfrr_warning):
             ll.addWidget(box)
         ll.addStretch(1)
-        scroll = FitScroll()
-        scroll.setObjectName("evalControlsScroll")
-        scroll.setWidgetResizable(True)
-        scroll.setFrameShape(QFrame.Shape.NoFrame)
-        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        scroll.setWidget(left)
+        scroll = vertical_scroll(left, "evalControlsScroll", FitScroll())
         column = QWidget()
         column.setObjectName("evalLeft")
         lc = QVBoxLayout(column)

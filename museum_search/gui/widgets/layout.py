@@ -4,7 +4,7 @@ as tall as its contents."""
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, Qt
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QScrollArea, QSplitter, QWidget
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QScrollArea, QSplitter, QWidget
 
 
 def row(*items: QWidget | str | tuple | None) -> QHBoxLayout:
@@ -26,6 +26,18 @@ def split(orientation: Qt.Orientation, *parts: tuple[QWidget, int, int]) -> QSpl
         sp.setStretchFactor(i, stretch)
     sp.setSizes([size for _w, _s, size in parts])
     return sp
+
+
+def vertical_scroll(widget: QWidget, name: str, scroll: QScrollArea | None = None) -> QScrollArea:
+    """``widget`` in a frameless scroll area named ``name`` that scrolls up and down only (its
+    width follows the area's): text wraps instead of being cut on the right."""
+    scroll = QScrollArea() if scroll is None else scroll
+    scroll.setObjectName(name)
+    scroll.setWidgetResizable(True)
+    scroll.setFrameShape(QFrame.Shape.NoFrame)
+    scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+    scroll.setWidget(widget)
+    return scroll
 
 
 class FitScroll(QScrollArea):

@@ -10,17 +10,16 @@ import numpy as np
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QDoubleSpinBox,
-    QFrame,
     QGroupBox,
     QLabel,
     QPushButton,
-    QScrollArea,
     QSplitter,
     QVBoxLayout,
     QWidget,
 )
 
 from .comparison_table import pct
+from .layout import vertical_scroll
 from .plots import VerdictPlot
 
 NO_RUN = "Run an evaluation to see the verdict's figures."
@@ -67,12 +66,7 @@ class VerdictPage(QSplitter):
             vl.addWidget(item)
         vl.addStretch(1)
         # the figures and the re-calibration scroll when the page is short, never cut
-        scroll = QScrollArea()
-        scroll.setObjectName("verdictSide")
-        scroll.setWidgetResizable(True)
-        scroll.setFrameShape(QFrame.Shape.NoFrame)
-        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        scroll.setWidget(side)
+        scroll = vertical_scroll(side, "verdictSide")
         # as wide as the figures need beside a scroll bar (nothing cut on the right)
         scroll.setMinimumWidth(max(260, side.minimumSizeHint().width() + scroll.verticalScrollBar().sizeHint().width()
                                    + 2))
