@@ -24,7 +24,7 @@ pytestmark = pytest.mark.gui
 
 REPO = Path(__file__).resolve().parents[1]
 #: What must not load before the window shows (seconds each on a busy machine; torch alone took 9 s).
-HEAVY = ("torch", "torchvision", "onnxruntime", "faiss", "pyqtgraph", "scipy.optimize")
+HEAVY = ("torch", "torchvision", "onnxruntime", "faiss", "pyqtgraph", "scipy")
 
 
 def _state(path: Path) -> AppState:

@@ -35,7 +35,6 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import sparse
 
 from .progress import Progress
 from .ranking import merge_top
@@ -83,6 +82,8 @@ def _best(x: np.ndarray, cent: np.ndarray) -> np.ndarray:
 def _kmeans(x: np.ndarray, c: int, iterations: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """Spherical k-means of the float32 rows ``x`` into ``c`` unit centroids: (centroids, assignment).
     An empty cell takes a random row as its centroid."""
+    from scipy import sparse  # here: the app's window imports core (ann → knn) before it shows
+
     c = max(1, min(c, len(x)))
     cent = _unit_rows(x[np.sort(rng.choice(len(x), c, replace=False))].copy())
     assign = _best(x, cent)
