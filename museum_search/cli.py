@@ -90,10 +90,17 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from .core.importing import import_index
+    from .core.errors import MuseumSearchError
+    from .core.importing import append_to_index, import_index
 
-    report = _drive(import_index(args.descriptors, args.items, args.output, float16=args.float16, root=args.root,
-                                 ann=args.ann, neighbours=args.neighbours), "importing")
+    if args.append:
+        if args.float16:
+            raise MuseumSearchError("--append keeps the index's own dtype: leave out --float16")
+        report = _drive(append_to_index(args.descriptors, args.items, args.output, root=args.root, ann=args.ann),
+                        "appending")
+    else:
+        report = _drive(import_index(args.descriptors, args.items, args.output, float16=args.float16,
+                                     root=args.root, ann=args.ann, neighbours=args.neighbours), "importing")
     for notice in report.notices:
         print(f"notice: {notice}", file=sys.stderr)
     print(f"index written to {args.output}: {report.summary()}")
@@ -598,6 +605,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--root", type=Path, default=None,
                    help="folder the relative paths of ITEMS.csv are relative to (default: the folder of ITEMS.csv)")
     s.add_argument("--float16", action="store_true", help="store descriptors as float16 (half the size)")
+    s.add_argument("--append", action="store_true",
+                   help="add these references to the imported index -o INDEX (its approximate index and the "
+                        "neighbour lists they enter are updated, not built again); nothing is replaced")
     _add_derived_options(s)
     s.set_defaults(func=cmd_import)
 

@@ -2,6 +2,7 @@
 descriptors, searched, re-ranked, answered and evaluated by the same core as photos.
 
     museum-search import DESCRIPTORS.npy --items ITEMS.csv -o INDEX [--float16] [--root DIR]
+    museum-search import MORE.npy --items MORE.csv -o INDEX --append
     museum-search query INDEX --descriptors Q.npy [-k K] [--json]
     museum-search evaluate INDEX --descriptors Q.npy --ground-truth GT.csv
 
@@ -44,7 +45,7 @@ from .catalogue import Item
 from .errors import LabelError, MuseumSearchError
 from .evaluation.querysets import Query, QuerySet, read_ground_truth_rows
 from .images import NotRegularFileError, open_regular
-from .indexing import derive
+from .indexing import derive, update_derived
 from .labels import CATALOGUE_FILE_COLUMNS, CATALOGUE_INSTANCE_COLUMNS, find_column, normalize_relpath, read_csv_table
 from .progress import Progress, drive
 from .query import QueryImage, descriptor_query
@@ -319,3 +320,55 @@ def import_index(descriptors: str | os.PathLike | np.ndarray, items_csv: str | o
     notices.append("answers of this index are not verified (it is queried with --descriptors, without a photo "
                    "to match): the verdict uses the cosine")
     return ImportReport(index, missing, not_unit, notices)
+
+
+def append_to_index(descriptors: str | os.PathLike | np.ndarray, items_csv: str | os.PathLike,
+                    index_dir: str | os.PathLike, *, root: str | os.PathLike | None = None,
+                    ann: str = "auto") -> Generator[Progress, None, ImportReport]:
+    """Add descriptors computed elsewhere, labelled by ``items_csv``, to the imported index in
+    ``index_dir`` (``import --append``), without building it again: its approximate index gets the
+    new references (:meth:`.ann.AnnIndex.updated`, not trained again) and only the neighbour lists
+    the new references enter are computed again (:func:`.indexing.update_derived`).
+
+    The items' paths are relative to the index's own root (``root``, if given, must be it); a path
+    the index already holds, a row count that differs from the items, a dimension that differs from
+    the index's, or an index of photos is refused and nothing is written. The rows are stored in
+    the index's dtype; the save is one atomic generation under the writer lock.
+    """
+    index = Index.load(Path(index_dir))
+    if not index.meta.imported:
+        raise MuseumSearchError(f"{index_dir} is an index of photos: put the new photos in its collection folder "
+                                "and run `museum-search update`; --append adds to an imported index")
+    if root is not None and Path(root).resolve() != Path(index.root).resolve():
+        raise MuseumSearchError(f"the references of {index_dir} are relative to {index.root}; leave out --root (or "
+                                "give that folder) and list the new paths relative to it, or absolute")
+    items_csv = Path(items_csv)
+    name = str(descriptors) if not isinstance(descriptors, np.ndarray) else "the descriptor array"
+    _, items, missing = read_items(items_csv, index.root)
+    held = {it.path for it in index.items}
+    again = [it.path for it in items if it.path in held]
+    if again:
+        raise LabelError(f"{items_csv} lists {len(again):,} path(s) the index already holds (e.g. {again[0]}); "
+                         "to replace references, import the whole collection again; nothing was written")
+    dtype = str(np.asarray(index.descriptors[:0]).dtype)
+    try:
+        array = descriptors if isinstance(descriptors, np.ndarray) else open_descriptors(descriptors)
+        check_shape(array, name, index.meta.dim)
+        if len(array) != len(items):
+            raise DescriptorError(f"{name} has {len(array):,} rows but {items_csv.name} lists {len(items):,} items "
+                                  "(one row per descriptor row, in the same order)")
+        desc, not_unit = yield from normalized(array, name, dtype)
+    except DescriptorError as exc:
+        raise DescriptorError(f"{exc}; nothing was written") from None
+    assert index.path is not None  # loaded from a folder
+    with writer_lock(index.path, collection=index.root):
+        combined = np.concatenate([np.asarray(index.descriptors), desc]).astype(dtype, copy=False)
+        updated = Index(index.root, index.meta, [*index.items, *items], combined, index.labelling, index.created,
+                        path=index.path, verdict=index.verdict)
+        yield from update_derived(updated, index, list(range(len(index))), ann)
+        updated.save(index.path)
+    notices = []
+    if missing:
+        notices.append(f"{len(missing):,} of the {len(items):,} new files were not found under {index.root} (e.g. "
+                       f"{missing[0]}): they have no thumbnails")
+    return ImportReport(updated, missing, not_unit, notices)

@@ -423,7 +423,7 @@ def _update(index, extractor, weights, batch_size, checksum, ann):
         elif ann == "yes" and index.ann is None:
             updated.ann = yield from AnnIndex.build(updated.descriptors)
     else:
-        yield from _update_derived(updated, index, keep_pos, ann)
+        yield from update_derived(updated, index, keep_pos, ann)
     if index.local is not None:  # kept references keep their local features; deleted ones drop theirs
         yield from _add_verification(updated, extractor, [index.local.subset(keep_pos)], calibrate=False)
         if unchanged and index.verdict:
@@ -573,7 +573,7 @@ def derive(index: Index, *, ann: str = "auto", neighbours: int = K_MAX) -> Gener
     index.neighbours = (yield from index.iter_neighbours(neighbours)) if neighbours and len(index) > 1 else None
 
 
-def _update_derived(updated: Index, old: Index, keep_pos: list[int], ann: str) -> Generator[Any, None, None]:
+def update_derived(updated: Index, old: Index, keep_pos: list[int], ann: str) -> Generator[Any, None, None]:
     """What :func:`derive` gives ``updated`` (``old`` with its rows ``keep_pos`` kept, in order, and new
     ones appended), from ``old``'s own: its neighbour lists are updated, only the rows that can change
     computed again (:func:`.ann.update_neighbour_lists`: identical to computing them from scratch), and
