@@ -434,8 +434,11 @@ def test_spec_strips_the_debug_information_of_pythons_own_libraries(monkeypatch,
     import numpy
 
     wheel = ("numpy/_core/x.so", str(Path(numpy.__file__).parent / "x.so"), "EXTENSION")
-    out = strip([lib, wheel])
+    # a system library under the same prefix (Debian's Python: /usr), even one that does not exist here
+    system = ("libglib-2.0.so.0", os.path.join(sys.base_prefix, "lib", "libglib-2.0.so.0"), "BINARY")
+    out = strip([lib, wheel, system])
     assert out[1] == wheel  # a wheel's library: never touched (patchelf'd libraries break when stripped)
+    assert out[2] == system  # not Python's own: never copied or stripped
     dest, src, kind = out[0]
     assert (dest, kind) == (lib[0], lib[2]) and Path(src).is_file() and Path(src).parent != ours[0].parent
     assert Path(src).stat().st_size <= ours[0].stat().st_size
@@ -536,8 +539,11 @@ def _pyside_icu_data() -> Path | None:
     return found[0] if found else None
 
 
-@pytest.mark.skipif(not (sys.platform.startswith("linux") and all(shutil.which(t) for t in ("cc", "objdump",
-                                                                                            "icupkg"))
+_SBIN = os.pathsep.join([os.environ.get("PATH", os.defpath), "/usr/sbin", "/sbin"])  # icupkg: /usr/sbin on Debian
+
+
+@pytest.mark.skipif(not (sys.platform.startswith("linux") and all(shutil.which(t, path=_SBIN) for t in (
+                             "cc", "objdump", "icupkg"))
                          and _pyside_icu_data()), reason="needs Linux, cc, objdump, icupkg and PySide6's ICU")
 def test_spec_trims_qts_icu_data(monkeypatch, onnx_dir, tmp_path):
     """PySide6's libicudata becomes a library of the same name exporting the same symbol, holding a valid ICU
@@ -557,7 +563,7 @@ def test_spec_trims_qts_icu_data(monkeypatch, onnx_dir, tmp_path):
     major = real.name.rsplit(".", 1)[1]
     assert re.search(rf"DO\s+\.rodata\s+\S+\s+icudt{major}_dat$", symbol, re.M)
     assert re.search(rf"SONAME\s+{re.escape(real.name)}$", soname, re.M)
-    items = set(subprocess.run(["icupkg", "-l", str(tmp_path / "icu" / f"icudt{major}l.dat")], capture_output=True,
+    items = set(subprocess.run([shutil.which("icupkg", path=_SBIN), "-l", str(tmp_path / "icu" / f"icudt{major}l.dat")], capture_output=True,
                                text=True, check=True).stdout.split())
     assert {"root.res", "en.res", "coll/root.res", "coll/ucadata.icu", "zone/en.res", "cnvalias.icu",
             "ibm-5348_P100-1997.cnv", "supplementalData.res", "zoneinfo64.res"} <= items

@@ -75,9 +75,10 @@ install_missing "Qt" libegl1 libgl1 libxkbcommon0 libxkbcommon-x11-0 libfontconf
 # (tests/test_gui_kiosk_lock.py: Xvfb, openbox, xdotool, xprop), the signal tests that inject a
 # signal at one system call (tests/test_hardening_store.py: strace), and the visitor page of `serve`
 # in Debian's headless Chromium, driven by playwright (tests/test_serve_browser.py: chromium;
-# `playwright install` is not needed, the test passes the browser's path).
+# `playwright install` is not needed, the test passes the browser's path); the frozen build's tools
+# (tests/test_packaging.py: a C compiler and objdump for the codec stand-ins, icupkg for Qt's ICU data).
 if [ -n "$extra" ]; then
-  install_missing "the tests" xvfb openbox xdotool x11-utils strace chromium
+  install_missing "the tests" xvfb openbox xdotool x11-utils strace chromium gcc binutils icu-devtools
 fi
 
 # PyTorch: a range, so pip takes the build available locally when there is one.
