@@ -281,6 +281,22 @@ def read_items(items_csv: str | os.PathLike, root: str | os.PathLike | None = No
     return root, items, missing
 
 
+def _rows_of_items(descriptors: str | os.PathLike | np.ndarray, name: str, items_csv: Path, n_items: int,
+                   dtype: str, dim: int | None = None) -> Generator[Progress, None, tuple[np.ndarray, int]]:
+    """The descriptors (a ``.npy`` path or an array), checked (2-D, numeric, ``dim`` columns, one row
+    per item of ``items_csv``) and L2-normalized in ``dtype``: ``(rows, how many were not of unit
+    length)``; a refusal says that nothing was written."""
+    try:
+        array = descriptors if isinstance(descriptors, np.ndarray) else open_descriptors(descriptors)
+        check_shape(array, name, dim)
+        if len(array) != n_items:
+            raise DescriptorError(f"{name} has {len(array):,} rows but {items_csv.name} lists {n_items:,} items "
+                                  "(one row per descriptor row, in the same order)")
+        return (yield from normalized(array, name, dtype))
+    except DescriptorError as exc:
+        raise DescriptorError(f"{exc}; nothing was written") from None
+
+
 def import_index(descriptors: str | os.PathLike | np.ndarray, items_csv: str | os.PathLike,
                  out: str | os.PathLike, *, float16: bool = False, root: str | os.PathLike | None = None,
                  ann: str = "auto", neighbours: int = K_MAX) -> Generator[Progress, None, ImportReport]:
@@ -299,15 +315,7 @@ def import_index(descriptors: str | os.PathLike | np.ndarray, items_csv: str | o
     root, items, missing = read_items(items_csv, root)
     check_output_folder(out, root)
     dtype = "float16" if float16 else "float32"
-    try:
-        array = descriptors if isinstance(descriptors, np.ndarray) else open_descriptors(descriptors)
-        check_shape(array, name)
-        if len(array) != len(items):
-            raise DescriptorError(f"{name} has {len(array):,} rows but {items_csv.name} lists {len(items):,} items "
-                                  "(one row per descriptor row, in the same order)")
-        desc, not_unit = yield from normalized(array, name, dtype)
-    except DescriptorError as exc:
-        raise DescriptorError(f"{exc}; nothing was written") from None
+    desc, not_unit = yield from _rows_of_items(descriptors, name, items_csv, len(items), dtype)
     spec = LabellingSpec(RULE, str(items_csv.resolve()))
     index = Index(root, imported_meta(desc.shape[1]), items, desc, spec)
     with writer_lock(out, collection=root):
@@ -351,15 +359,7 @@ def append_to_index(descriptors: str | os.PathLike | np.ndarray, items_csv: str 
         raise LabelError(f"{items_csv} lists {len(again):,} path(s) the index already holds (e.g. {again[0]}); "
                          "to replace references, import the whole collection again; nothing was written")
     dtype = str(np.asarray(index.descriptors[:0]).dtype)
-    try:
-        array = descriptors if isinstance(descriptors, np.ndarray) else open_descriptors(descriptors)
-        check_shape(array, name, index.meta.dim)
-        if len(array) != len(items):
-            raise DescriptorError(f"{name} has {len(array):,} rows but {items_csv.name} lists {len(items):,} items "
-                                  "(one row per descriptor row, in the same order)")
-        desc, not_unit = yield from normalized(array, name, dtype)
-    except DescriptorError as exc:
-        raise DescriptorError(f"{exc}; nothing was written") from None
+    desc, not_unit = yield from _rows_of_items(descriptors, name, items_csv, len(items), dtype, index.meta.dim)
     assert index.path is not None  # loaded from a folder
     with writer_lock(index.path, collection=index.root):
         combined = np.concatenate([np.asarray(index.descriptors), desc]).astype(dtype, copy=False)

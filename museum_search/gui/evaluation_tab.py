@@ -79,7 +79,7 @@ from .collection_tab import format_duration
 from .state import AppState
 from .widgets.comparison_table import ComparisonPage
 from .widgets.comparison_table import pct as _pct
-from .widgets.layout import FitScroll, vertical_scroll
+from .widgets.layout import FitScroll, vertical_scroll, with_legend
 from .widgets.layout import row as _row
 from .widgets.layout import split as _split
 from .widgets.plots import EvaluationPlots, Overlay, RunningBuffer, run_colour
@@ -309,12 +309,7 @@ class EvaluationTab(QWidget):
                             (self.verdict_page, "Verdict"), (self.sweep, "ICFRR sweep")):
             self.pages.addTab(page, title)
         left_column = self._left_column()
-        plots_box = QWidget()
-        pbl = QVBoxLayout(plots_box)
-        pbl.setContentsMargins(0, 0, 0, 0)
-        pbl.setSpacing(2)
-        pbl.addWidget(self.plots.legend)
-        pbl.addWidget(self.plots, 1)
+        plots_box = with_legend(self.plots)
         self.right_splitter = _split(Qt.Orientation.Vertical, (plots_box, 2, 330), (self.pages, 3, 470))
         self.splitter = _split(Qt.Orientation.Horizontal, (left_column, 0, left_column.minimumWidth()),
                                (self.right_splitter, 1, 1200))

@@ -4,7 +4,7 @@ as tall as its contents."""
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, Qt
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QScrollArea, QSplitter, QWidget
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QScrollArea, QSplitter, QVBoxLayout, QWidget
 
 
 def row(*items: QWidget | str | tuple | None) -> QHBoxLayout:
@@ -26,6 +26,17 @@ def split(orientation: Qt.Orientation, *parts: tuple[QWidget, int, int]) -> QSpl
         sp.setStretchFactor(i, stretch)
     sp.setSizes([size for _w, _s, size in parts])
     return sp
+
+
+def with_legend(plot: QWidget) -> QWidget:
+    """``plot`` under its ``legend`` widget (wrapped to the plot's width, outside the data)."""
+    box = QWidget()
+    layout = QVBoxLayout(box)
+    layout.setContentsMargins(0, 0, 0, 0)
+    layout.setSpacing(2)
+    layout.addWidget(plot.legend)
+    layout.addWidget(plot, 1)
+    return box
 
 
 def vertical_scroll(widget: QWidget, name: str, scroll: QScrollArea | None = None) -> QScrollArea:

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
 )
 
 from .comparison_table import pct
-from .layout import vertical_scroll
+from .layout import vertical_scroll, with_legend
 from .plots import VerdictPlot
 
 NO_RUN = "Run an evaluation to see the verdict's figures."
@@ -71,12 +71,7 @@ class VerdictPage(QSplitter):
         scroll.setMinimumWidth(max(260, side.minimumSizeHint().width() + scroll.verticalScrollBar().sizeHint().width()
                                    + 2))
         # the plot's legend above it, wrapped to its width
-        left = QWidget()
-        ll = QVBoxLayout(left)
-        ll.setContentsMargins(0, 0, 0, 0)
-        ll.setSpacing(2)
-        ll.addWidget(self.plot.legend)
-        ll.addWidget(self.plot, 1)
+        left = with_legend(self.plot)
         for i, (w, stretch) in enumerate(((left, 3), (scroll, 1))):
             self.addWidget(w)
             self.setStretchFactor(i, stretch)
