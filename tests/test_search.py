@@ -94,10 +94,27 @@ def test_results_carry_everything():
     assert [r.row for r in res] == [2, 1]
     assert [r.rank for r in res] == [1, 2]
     assert res[0].score == pytest.approx(0.8) and res[0].instance == "y"
+    assert res[0].cosine == res[0].score and res[0].inliers is None  # bare scores: the cosines, not verified
     assert res[0].metadata == {"title": "t2"} and res[0].path == "2.jpg"
     d = res[0].to_dict()
-    assert set(d) == {"rank", "score", "path", "instance", "metadata"}
+    assert set(d) == {"rank", "score", "cosine", "inliers", "path", "instance", "metadata"}
     np.testing.assert_allclose(scores, q @ desc.T)
+    # re-ranked scores with their cosines apart
+    reranked = scores[0] * 2
+    res = results_for(idx, order(reranked, 2), reranked, cosine=scores[0])
+    assert res[0].score == pytest.approx(1.6) and res[0].cosine == pytest.approx(0.8)
+
+
+def test_one_result_class_in_core():
+    """The pipeline's answers and bare search results are one kind of result: the same fields, in
+    the same order, and the same JSON."""
+    from dataclasses import fields
+
+    from museum_search.core import query, search
+
+    assert [f.name for f in fields(search.Result)] == [f.name for f in fields(query.Result)]
+    args = (1, 2, 0.5, 0.4, 12, "a.jpg", "/c/a.jpg", "x", {"title": "t"})
+    assert search.Result(*args).to_dict() == query.Result(*args).to_dict()
 
 
 def test_batch_equals_single_queries():

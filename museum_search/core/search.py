@@ -20,17 +20,24 @@ from .store import Index
 
 @dataclass
 class Result:
+    """One reference in an answer: its rank, the evidence and the score it was ranked by (the one
+    result class of core: :class:`.query.Answer` holds these; :func:`results_for` makes them from
+    bare scores)."""
+
     rank: int  # 1-based
-    score: float
     row: int  # row of the reference in the index
+    score: float  # what the ranking sorts by (cosine, re-ranked, plus the verification bonus)
+    cosine: float  # best-region cosine of the global descriptors
+    inliers: int | None  # homography inliers, None when not verified
     path: str  # relative to the collection root
     abspath: str
     instance: str
     metadata: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"rank": self.rank, "score": round(float(self.score), 6), "path": self.abspath,
-                "instance": self.instance, "metadata": self.metadata}
+        return {"rank": self.rank, "score": round(float(self.score), 6), "cosine": round(float(self.cosine), 6),
+                "inliers": self.inliers, "path": self.abspath, "instance": self.instance,
+                "metadata": self.metadata}
 
 
 def score_matrix(index: Index, query_descriptors: np.ndarray, mode: str = "exact") -> np.ndarray:
@@ -131,10 +138,15 @@ def whole_image(query_descriptors: np.ndarray) -> np.ndarray:
     return q[:, 0] if q.ndim == 3 else np.atleast_2d(q)
 
 
-def results_for(index: Index, rows: np.ndarray, scores: np.ndarray) -> list[Result]:
+def results_for(index: Index, rows: np.ndarray, scores: np.ndarray, cosine: np.ndarray | None = None
+                ) -> list[Result]:
+    """The :class:`Result` of each of ``rows`` (best first) of the (G,) ``scores``; ``cosine``: the
+    (G,) cosines when the scores are not them (default: the scores are the cosines). Not verified:
+    ``inliers`` is None."""
+    cos = scores if cosine is None else cosine
     res = []
     for rank, r in enumerate(rows, start=1):
         it = index.items[int(r)]
-        res.append(Result(rank, float(scores[r]), int(r), it.path, str(index.root / it.path), it.instance,
-                          dict(it.metadata)))
+        res.append(Result(rank, int(r), float(scores[r]), float(cos[r]), None, it.path, str(index.root / it.path),
+                          it.instance, dict(it.metadata)))
     return res
