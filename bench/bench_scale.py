@@ -40,10 +40,15 @@ in a child process on the memory-mapped float16 .npy:
   - ``faiss_ivfpq_refine``: the same faiss IVF-PQ index (same nprobe) in a faiss ``IndexRefine``
     with an fp16 flat index (k_factor = shortlist / 10): the IVF-PQ search and the exact re-scoring
     of the same shortlist, in faiss alone; ``faiss_ivfpq`` its IVF-PQ search alone;
+  - ``faiss_fp16_view_k10``: the faiss view of the memory-mapped file that ``exact`` scans (with
+    k = N, every score), searched for its top 10 only: where exact's time goes (the memory map, or
+    asking faiss for every score);
 * ratios ``exact / faiss_fp16_flat`` and ``ann / faiss_ivfpq_refine`` of the p50, p95 and p25 wall
   times and of the p50 CPU time of the process (``time.process_time``: what the machine's other
   work, which preempts us, does not add; a few-millisecond call's p50 wall time falls on either
-  side of a preemption), and VmRSS.
+  side of a preemption); ``auto_recall_at_10`` (the default search's); the approximate index's
+  build time (with its tuning); resident memory at each step (``rss_mib``: VmRSS, VmHWM, RssAnon,
+  RssFile; ``ours_after_queries`` before faiss's copies exist) and the load average.
     python bench/bench_scale.py --part search --sizes 100000 [--kinds themes objects] [--queries 200]
 """
 
@@ -200,20 +205,35 @@ from museum_search.core import ann
 from museum_search.core.progress import drive
 from museum_search.core.ranking import order
 
+import os
+
+# resident memory (MiB) from /proc/self/status: VmRSS (now), VmHWM (the peak so far), RssAnon (the
+# process's own memory: faiss's copies, the IVF-PQ), RssFile (mapped files' pages: the .npy, once per map)
 def rss():
+    out = {}
     for line in open("/proc/self/status"):
-        if line.startswith("VmRSS"):
-            return round(int(line.split()[1]) / 1024, 1)
+        key = line.split(":")[0]
+        if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
+            out[key] = round(int(line.split()[1]) / 1024, 1)
+    return out
+
+def load():
+    return [round(x, 2) for x in os.getloadavg()]
 
 d = np.load(sys.argv[1], mmap_mode="r")
 qs = np.load(sys.argv[2])
 n = len(d)
-res = {"rss_start_mib": rss()}
+res = {"rss_mib": {"start": rss()}, "load_average": {"start": load()}}
 t = time.perf_counter()
 index = drive(ann.AnnIndex.build(d))
 res["ann_build_s"] = round(time.perf_counter() - t, 2)
 res["ann_params"] = index.params.to_dict()
-res["rss_after_build_mib"] = rss()
+res["rss_mib"]["after_build"] = rss()
+res["load_average"]["after_build"] = load()
+for i in range(min(5, len(qs))):  # museum-search's own queries, before faiss's copies exist
+    order(ann.exact_scores(d, qs[i:i + 1]), 10)
+    index.search(d, qs[i:i + 1], 10)
+res["rss_mib"]["ours_after_queries"] = rss()
 faiss = ann._faiss()
 flat = faiss.IndexScalarQuantizer(d.shape[1], faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT)
 refine_codes = faiss.IndexScalarQuantizer(d.shape[1], faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_L2)
@@ -224,7 +244,8 @@ for a in range(0, n, 16384):
 shortlist = index.params.shortlist
 refine = faiss.IndexRefine(index._index, refine_codes)
 refine.k_factor = shortlist / 10
-res["rss_after_faiss_copies_mib"] = rss()
+res["rss_mib"]["after_faiss_copies"] = rss()
+view = ann._flat_view(d)  # the faiss view of the file's own pages that "exact" scans with k = N
 
 def ms_exact(q):
     s = ann.exact_scores(d, q)
@@ -233,12 +254,16 @@ def ms_ann(q):
     return index.search(d, q, 10)[0][0]
 def f_flat(q):
     return flat.search(q, 10)[1][0]
+def f_view(q):
+    return view.search(q, 10)[1][0]
 def f_refine(q):
     return refine.search(q, 10)[1][0]
 def f_ivfpq(q):
     return index._index.search(q, shortlist)[1][0]
 methods = {"exact": ms_exact, "faiss_fp16_flat": f_flat, "ann": ms_ann, "faiss_ivfpq_refine": f_refine,
            "faiss_ivfpq": f_ivfpq}
+if view is not None:  # the same scan as faiss_fp16_flat but of the memory map, k = 10 (not k = N)
+    methods["faiss_fp16_view_k10"] = f_view
 for f in methods.values():  # warm: the memory map's pages, faiss's threads
     f(qs[:1])
 times = {k: [] for k in methods}
@@ -246,6 +271,8 @@ cpu = {k: [] for k in methods}  # CPU time of the process (all its threads): wha
 tops = {k: [] for k in methods}
 names = list(methods)
 shuffle = np.random.default_rng(0)
+res["load_average"]["queries_start"] = load()
+t_queries = time.perf_counter()
 for i in range(len(qs)):
     q = qs[i:i + 1]
     for k in shuffle.permutation(names):  # a new order per query: no method always follows another
@@ -254,6 +281,8 @@ for i in range(len(qs)):
         times[k].append(1000 * (time.perf_counter() - t))
         cpu[k].append(1000 * (time.process_time() - c))
         tops[k].append(np.asarray(top))
+res["queries_s"] = round(time.perf_counter() - t_queries, 1)
+res["load_average"]["queries_end"] = load()
 truth = tops["exact"]
 out = {}
 for k in names:
@@ -275,7 +304,12 @@ for stat in ("p25", "cpu_p50"):
     res[f"ratio_exact_to_faiss_fp16_flat_{stat}"] = round(out["exact"][f"{stat}_ms"] / out["faiss_fp16_flat"][f"{stat}_ms"], 2)
     res[f"ratio_ann_to_faiss_ivfpq_refine_{stat}"] = round(out["ann"][f"{stat}_ms"] / out["faiss_ivfpq_refine"][f"{stat}_ms"], 2)
 res["auto_mode"] = ann.resolve_mode("auto", n, index)
-res["rss_end_mib"] = rss()
+res["auto_recall_at_10"] = out["ann"]["recall_at_10"] if res["auto_mode"] == "ann" else 1.0
+if "faiss_fp16_view_k10" in out:  # where exact's time goes: the memory map, or the k = N search
+    res["ratio_exact_to_faiss_fp16_view_k10_p50"] = round(out["exact"]["p50_ms"] / out["faiss_fp16_view_k10"]["p50_ms"], 2)
+    res["ratio_faiss_fp16_view_k10_to_faiss_fp16_flat_p50"] = round(
+        out["faiss_fp16_view_k10"]["p50_ms"] / out["faiss_fp16_flat"]["p50_ms"], 2)
+res["rss_mib"]["end"] = rss()
 print(json.dumps(res))
 """
 
@@ -292,7 +326,15 @@ def search_speed(work: Path, n: int, kind: str, queries: int) -> dict:
     load = os.getloadavg()[0]
     res, peak = child(SEARCH, str(d / "desc.npy"), str(d / "queries.npy"))
     res.update({"n": n, "dim": DIM, "kind": kind, "views_per_object": VIEWS, "peak_rss_mib": peak,
-                "load_before": round(load, 2), "load_after": round(os.getloadavg()[0], 2)})
+                "load_before": round(load, 2), "load_after": round(os.getloadavg()[0], 2),
+                "command": "python bench/bench_scale.py " + " ".join(sys.argv[1:]),
+                "rss_counts": "VmRSS/VmHWM of the search process (MiB, /proc/self/status): RssFile is the "
+                              "descriptors' memory-mapped float16 .npy pages, counted once per map that touched "
+                              "them (the numpy map, read by the build, and faiss's view of the same file, read by "
+                              "exact and ann: the page cache holds them once); RssAnon is the process's own "
+                              "memory (the IVF-PQ; after 'ours_after_queries', faiss's two fp16 copies, "
+                              "2 x N x D bytes, for the peers). 'ours_after_queries' is museum-search's query "
+                              "memory: built, 5 exact and 5 approximate queries answered, no peer yet"})
     print(f"[{kind} {n:,}] {json.dumps(res)}", flush=True)
     return res
 
