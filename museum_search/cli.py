@@ -300,6 +300,8 @@ def _evaluation_inputs(args: argparse.Namespace):
                                     f"{PROG} evaluate --settings {args.settings} INDEX [QUERIES]")
         index = Index.load(where)
         spec.check_index(index)
+        for note in spec.notes():
+            print(f"notice: {note}", file=sys.stderr)
         source = spec.query_set if args.queries is None else replace(spec.query_set, path=str(Path(args.queries).resolve()))
         settings, batch_size, weights = spec.settings_for(index), spec.batch_size, spec.weights
         _use_engine(spec.engine, args.engine)

@@ -68,15 +68,21 @@ def test_the_export_carries_everything_needed(exported, sample_index, sample_col
 
 def test_settings_runs_it_again_with_the_same_numbers(exported, tmp_path, capsys):
     assert main(["evaluate", "--settings", str(exported / "run.json"), "--json", str(tmp_path / "again.json")]) == 0
-    assert "same numbers as" in capsys.readouterr().out
+    said = capsys.readouterr()
+    assert "same numbers as" in said.out
+    # the run asked for "auto", which chose the exact search: it runs again with that, and says so
+    assert 'search "auto" chose the exact search then; it runs again with --search exact' in said.err
     old = json.loads((exported / "run.json").read_text(encoding="utf-8"))
     new = json.loads((tmp_path / "again.json").read_text(encoding="utf-8"))
     assert export.same_numbers(old, new) == []
     for key in ("mp@1", "map", "amnro", "gap", "p@5"):
         assert new["summary"][key] == old["summary"][key]
     assert [q["ap"] for q in new["queries"]] == [q["ap"] for q in old["queries"]]
-    # the run's settings again, verdict included; the index's own verdict is not the run's rule
-    assert new["run"]["settings"] == old["run"]["settings"]
+    # the run's settings again, verdict included (the index's own verdict is not the run's rule),
+    # and its search as it resolved
+    assert old["run"]["settings"]["search"] == "auto" and old["run"]["resolved"]["search"] == "exact"
+    assert new["run"]["settings"] == {**old["run"]["settings"], "search": "exact"}
+    assert new["run"]["index"]["ann_id"] == old["run"]["index"]["ann_id"] == export.NO_ANN
     assert new["run"]["index"]["id"] == old["run"]["index"]["id"]
     # and a different run would not pass for the same: same_numbers sees it
     changed = json.loads(json.dumps(new))
@@ -163,3 +169,113 @@ def test_a_run_of_descriptor_queries_runs_again(sample_index, tmp_path, capsys):
     assert "same numbers as" in capsys.readouterr().out
     again = json.loads((tmp_path / "again.json").read_text(encoding="utf-8"))
     assert export.same_numbers(doc, again) == [] and again["summary"]["map"] == doc["summary"]["map"]
+
+
+def _objects(n_objects: int, dim: int, seed: int) -> np.ndarray:
+    """``n_objects`` objects of 6 views each, the views of one object near each other."""
+    rng = np.random.default_rng(seed)
+    c = rng.standard_normal((n_objects, 1, dim))
+    return (c + 0.5 * rng.standard_normal((n_objects, 6, dim))).reshape(-1, dim).astype(np.float32)
+
+
+@pytest.fixture()
+def approximate_run(tmp_path, monkeypatch):
+    """An imported index of 900 references with an approximate index, and a run of 40 descriptor
+    queries exported where ``auto`` chose the approximate search (as on a machine where it was
+    measured faster: resolve_mode is made to say so)."""
+    import csv as csv_module
+
+    from museum_search.core import query as query_module
+    from museum_search.core.ann import resolve_mode
+    from museum_search.core.importing import import_index
+    from museum_search.core.progress import drive
+
+    x = _objects(150, 48, seed=1)
+    np.save(tmp_path / "d.npy", x)
+    with open(tmp_path / "d.csv", "w", newline="", encoding="utf-8") as f:
+        w = csv_module.writer(f)
+        w.writerow(["path", "instance"])
+        w.writerows([f"obj{i // 6}/v{i % 6}.jpg", f"obj{i // 6}"] for i in range(len(x)))
+    index_dir = tmp_path / "index"
+    drive(import_index(tmp_path / "d.npy", tmp_path / "d.csv", index_dir, root=tmp_path, ann="yes", neighbours=8))
+    rng = np.random.default_rng(2)
+    picked = rng.choice(len(x), 40, replace=False)
+    np.save(tmp_path / "q.npy", x[picked] + 0.3 * rng.standard_normal((40, 48)).astype(np.float32))
+    (tmp_path / "gt.csv").write_text("query,instance\n" + "".join(f"row {i},obj{r // 6}\n" for i, r in enumerate(picked)),
+                                     encoding="utf-8")
+
+    def auto_says(choice):
+        monkeypatch.setattr(query_module, "resolve_mode",
+                            lambda mode, n, has_ann: choice if mode == "auto" else resolve_mode(mode, n, has_ann))
+
+    auto_says("ann")
+    base = ["evaluate", str(index_dir), "--descriptors", str(tmp_path / "q.npy"), "--ground-truth",
+            str(tmp_path / "gt.csv"), "--no-verify"]
+    assert main([*base, "--json", str(tmp_path / "run.json")]) == 0
+    assert main([*base, "--search", "exact", "--json", str(tmp_path / "exact.json")]) == 0
+    return index_dir, tmp_path, auto_says
+
+
+def _rebuild_ann(index_dir, **changes):
+    """Build the index's approximate index again with ``changes`` to its parameters, untuned."""
+    from dataclasses import replace as replaced
+
+    from museum_search.core.ann import AnnIndex
+    from museum_search.core.progress import drive
+    from museum_search.core.store import Index
+
+    index = Index.load(index_dir)
+    index.ann = drive(AnnIndex.build(np.asarray(index.descriptors), replaced(index.ann.params, tuning=None, **changes),
+                                     tune=False))
+    index.save()
+    return Index.load(index_dir)
+
+
+def test_a_run_runs_again_with_the_search_auto_chose(approximate_run, capsys):
+    """``auto`` is not resolved again on a re-run (here it would choose the exact search): the run
+    runs with the approximate search it chose, says so, and gives the same numbers."""
+    index_dir, tmp, auto_says = approximate_run
+    doc = json.loads((tmp / "run.json").read_text(encoding="utf-8"))
+    run = doc["run"]
+    assert run["settings"]["search"] == "auto" and run["resolved"]["search"] == "ann"
+    assert run["index"]["ann_id"] not in (None, export.NO_ANN) and run["index"]["ann"]["nprobe"] >= 1
+    capsys.readouterr()
+    auto_says("exact")  # another machine, or another measurement: auto would choose otherwise now
+    assert main(["evaluate", "--settings", str(tmp / "run.json"), "--json", str(tmp / "again.json")]) == 0
+    said = capsys.readouterr()
+    assert 'search "auto" chose the approximate search then; it runs again with --search ann' in said.err
+    assert "same numbers as" in said.out
+    again = json.loads((tmp / "again.json").read_text(encoding="utf-8"))
+    assert again["run"]["resolved"]["search"] == "ann" and again["run"]["settings"]["search"] == "ann"
+    assert again["run"]["index"]["ann_id"] == run["index"]["ann_id"]
+    assert export.same_numbers(doc, again) == []
+    # a run exported before the approximate index was recorded runs again, with a note that says so
+    old = json.loads(json.dumps(doc))
+    del old["run"]["index"]["ann_id"], old["run"]["index"]["ann"]
+    (tmp / "old.json").write_text(json.dumps(old), encoding="utf-8")
+    assert main(["evaluate", "--settings", str(tmp / "old.json"), "--json", str(tmp / "old_again.json")]) == 0
+    said = capsys.readouterr()
+    assert "exported before museum-search recorded the approximate index; it is not checked" in said.err
+    assert "same numbers as" in said.out
+
+
+def test_a_rebuilt_approximate_index_is_not_the_run_s(approximate_run, capsys):
+    """Same descriptors and items (same index id), another approximate index: a run that used it is
+    refused, saying what differs, and nothing is written; a run of the exact search still runs."""
+    index_dir, tmp, _ = approximate_run
+    before = json.loads((tmp / "run.json").read_text(encoding="utf-8"))["run"]["index"]
+    index = _rebuild_ann(index_dir, nprobe=1, shortlist=20)
+    assert export.index_id(index) == before["id"]  # what the id alone could not see
+    assert export.ann_id(index) != before["ann_id"]
+    capsys.readouterr()
+    assert main(["evaluate", "--settings", str(tmp / "run.json"), "--json", str(tmp / "out.json"),
+                 "--csv", str(tmp / "out.csv")]) == 1
+    err = capsys.readouterr().err
+    assert "its approximate index differs" in err and "nprobe 1, shortlist 20" in err and "Give the run's index" in err
+    assert f"nprobe {before['ann']['nprobe']}, shortlist {before['ann']['shortlist']}" in err
+    assert not (tmp / "out.json").exists() and not (tmp / "out.csv").exists()
+    # the exact search's run does not depend on the approximate index
+    exact = json.loads((tmp / "exact.json").read_text(encoding="utf-8"))
+    assert exact["run"]["resolved"]["search"] == "exact"
+    assert main(["evaluate", "--settings", str(tmp / "exact.json"), "--json", str(tmp / "exact_again.json")]) == 0
+    assert "same numbers as" in capsys.readouterr().out

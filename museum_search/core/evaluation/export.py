@@ -8,7 +8,9 @@ way again,
 * ``index``: its folder, its id (:func:`index_id`: a digest of the data files that decide the
   answers, as recorded in its manifest: the descriptors, the items and the local features; it does
   not change when the verdict is re-calibrated or the neighbour lists are stored), its size and
-  backbone;
+  backbone, and ``ann_id`` (:func:`ann_id`: a digest of its approximate index's parameters, tuning
+  included, and of its file; "none" without one): a rebuilt approximate index (other ``nprobe``,
+  ``shortlist`` or training) gives other answers with the same descriptors;
 * ``query_set``: where the labelled queries are (:class:`QuerySetSource`: the folder or CSV, the
   layout and expression asked for, or the descriptors and ground truth of queries given as
   descriptors), their number and id (:func:`queryset_id`);
@@ -21,8 +23,11 @@ way again,
 
 ``museum-search evaluate --settings RUN.json`` reads it back (:func:`read_run`), checks the index
 and the query set are the ones of the run (:meth:`RunSpec.check_index`,
-:meth:`RunSpec.check_queryset`: a clear error otherwise, nothing is written) and evaluates again;
-:func:`same_numbers` compares the two summaries.
+:meth:`RunSpec.check_queryset`: a clear error otherwise, nothing is written) and evaluates again
+with the search the run resolved (``auto`` is not resolved again: another machine or a rebuilt
+approximate index could choose otherwise; :meth:`RunSpec.settings_for`, :meth:`RunSpec.notes`);
+:func:`same_numbers` compares the two summaries. The approximate index is checked when the run used
+it; a run exported before ``ann_id`` existed runs again with a note that it could not be checked.
 
 The CSV (:func:`write_run_csv`) has one line per query: its metrics, the top result (its
 ``top1_rank_score`` is what the ranking sorted by: the cosine, or the re-ranker's score, plus the
@@ -58,6 +63,8 @@ VERSION = 1
 #: The data files of an index whose content decides the answers (manifest ``sha256`` keys; the
 #: local features are all the ``local_*`` files).
 ANSWER_FILES = ("descriptors", "items")
+#: :func:`ann_id` of an index without an approximate index.
+NO_ANN = "none"
 #: The summary's numbers a re-run must give again (:func:`same_numbers`).
 REPRODUCED = (*SUMMARY_KEYS, "p@10", "gap", "gap_known", "queries", "open_set_queries",
               "unknown_instance_queries", "skipped_queries")
@@ -96,6 +103,42 @@ def index_id(index: Index) -> str | None:
         return None
     kept = {k: v for k, v in sha.items() if k in ANSWER_FILES or k.startswith("local_")}
     return _digest(kept) if kept else None
+
+
+def ann_id(index: Index) -> str | None:
+    """The id of the index's approximate-search part: a digest of its manifest's ``ann`` parameters
+    (``nprobe``, ``shortlist``, the tuning measured at build time...) and the SHA-256 of its file;
+    :data:`NO_ANN` when it has none; None for an index never saved (no manifest). Cheap: both are
+    read from the manifest, the file is not hashed again."""
+    if index.path is None:
+        return None
+    try:
+        manifest = read_manifest(Path(index.path))
+    except MuseumSearchError:
+        return None
+    params, sha = manifest.get("ann"), (manifest.get("sha256") or {}).get("ann")
+    if not params or "ann" not in (manifest.get("files") or {}):
+        return NO_ANN
+    return _digest({"params": params, "sha256": sha})
+
+
+def _ann_text(params: dict[str, Any] | None) -> str:
+    """An approximate index's parameters in words, for the messages of a re-run."""
+    if not params:
+        return "no approximate index"
+    tuned = "tuned" if params.get("tuning") else "not tuned"
+    return f"nprobe {params.get('nprobe')}, shortlist {params.get('shortlist')}, {params.get('nlist')} cells, {tuned}"
+
+
+def _ann_params(index: Index) -> dict[str, Any] | None:
+    """The manifest's ``ann`` parameters of ``index`` (None: none, or not saved)."""
+    if index.path is None:
+        return None
+    try:
+        params = read_manifest(Path(index.path)).get("ann")
+    except MuseumSearchError:
+        return None
+    return dict(params) if isinstance(params, dict) else None
 
 
 def queryset_id(queryset: QuerySet) -> str:
@@ -226,11 +269,16 @@ class RunSpec:
     engine: str | None = None
     weights: str | None = None
     version: str = __version__
+    #: :func:`ann_id` of the run's index; None: not recorded (a run exported before it existed)
+    ann_id: str | None = None
+    #: the run's approximate index's parameters (the manifest's ``ann``), for the messages
+    ann_params: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": FORMAT, "version": VERSION, "name": self.name, "program": f"museum-search {self.version}",
                 "index": {"path": self.index_path, "id": self.index_id, "references": self.references,
-                          "instances": self.instances, "backbone": self.backbone},
+                          "instances": self.instances, "backbone": self.backbone, "ann_id": self.ann_id,
+                          "ann": self.ann_params},
                 "query_set": {**self.query_set.to_dict(), "queries": self.queries, "id": self.queryset_id},
                 "settings": settings_dict(self.settings), "resolved": dict(self.resolved),
                 "batch_size": self.batch_size, "engine": self.engine, "weights": self.weights}
@@ -250,7 +298,9 @@ class RunSpec:
                        int(ix["instances"]), str(ix.get("backbone") or ""), QuerySetSource.from_dict(qs),
                        int(qs["queries"]), str(qs["id"]), settings_from_dict(d["settings"]),
                        dict(d.get("resolved") or {}), int(d.get("batch_size") or 8), d.get("engine"),
-                       d.get("weights"), str(d.get("program", "")).removeprefix("museum-search ") or __version__)
+                       d.get("weights"), str(d.get("program", "")).removeprefix("museum-search ") or __version__,
+                       ann_id=None if ix.get("ann_id") is None else str(ix["ann_id"]),
+                       ann_params=dict(ix["ann"]) if isinstance(ix.get("ann"), dict) else None)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise MuseumSearchError(f"the run's section is incomplete or damaged ({type(exc).__name__}: {exc})"
                                     ) from None
@@ -269,6 +319,39 @@ class RunSpec:
                 f"the index {where} is not the one the run was evaluated on ({then} then, {size} now; "
                 "its descriptors, items or local features differ). Give the run's index folder "
                 f"({self.index_path}), or evaluate this index with the same settings anew")
+        if self.search != "ann":
+            return  # the exact search: the approximate index does not decide the scores
+        if index.ann is None:
+            raise MuseumSearchError(
+                f"the run used the approximate search, and the index {where} has no approximate index now "
+                "(or faiss is not installed here); give the run's index folder "
+                f"({self.index_path}), or evaluate this index with the same settings anew")
+        if self.ann_id is not None and ann_id(index) != self.ann_id:
+            raise MuseumSearchError(
+                f"the index {where} is not the one the run was evaluated on: the run used the approximate "
+                f"search and its approximate index differs ({_ann_text(self.ann_params)} then, "
+                f"{_ann_text(_ann_params(index))} now, or the index file was rebuilt), which gives other answers. "
+                f"Give the run's index folder ({self.index_path}), or evaluate this index with the same "
+                "settings anew")
+
+    @property
+    def search(self) -> str:
+        """The search the run used: "exact" or "ann" as it resolved (what ``auto`` chose then), or
+        the settings' when the run did not record it."""
+        mode = self.resolved.get("search")
+        return str(mode) if mode in ("exact", "ann") else self.settings.search
+
+    def notes(self) -> list[str]:
+        """What a user is told before the run is evaluated again: the search it resolved to when it
+        asked for ``auto``, and an approximate index that could not be checked (an older export)."""
+        out = []
+        if self.settings.search == "auto" and self.search != "auto":
+            out.append(f"the run's search \"auto\" chose the {'approximate' if self.search == 'ann' else 'exact'} "
+                       f"search then; it runs again with --search {self.search} (auto could choose otherwise here)")
+        if self.search == "ann" and self.ann_id is None:
+            out.append("the run was exported before museum-search recorded the approximate index; it is not "
+                       "checked, and a rebuilt one (other nprobe, shortlist or training) gives other answers")
+        return out
 
     def check_queryset(self, queryset: QuerySet) -> None:
         """Raise, saying what to do, unless ``queryset`` holds the run's queries and ground truth."""
@@ -279,12 +362,14 @@ class RunSpec:
                 f"({self.query_set.path})")
 
     def settings_for(self, index: Index) -> QuerySettings:
-        """The run's settings for ``index``: its verdict left to the index (None) when the index's
-        own is the same, so the run is named as it was; else the run's verdict, kept."""
+        """The run's settings for ``index``: its search as it resolved (:attr:`search`: ``auto`` is
+        not resolved again); its verdict left to the index (None) when the index's own is the same,
+        so the run is named as it was; else the run's verdict, kept."""
+        settings = replace(self.settings, search=self.search)  # as resolved (see notes)
         own = verdict_dict(Verdict.of_index(index))
-        if self.settings.verdict is not None and verdict_dict(self.settings.verdict) == own:
-            return replace(self.settings, verdict=None)
-        return self.settings
+        if settings.verdict is not None and verdict_dict(settings.verdict) == own:
+            return replace(settings, verdict=None)
+        return settings
 
 
 def run_spec(report: EvalReport, index: Index, source: QuerySetSource, queryset: QuerySet, *, name: str = "",
@@ -301,7 +386,7 @@ def run_spec(report: EvalReport, index: Index, source: QuerySetSource, queryset:
     return RunSpec(name, None if index.path is None else str(Path(index.path).resolve()), index_id(index), len(index),
                    len(index.instances), index.meta.describe(), source, len(queryset.queries), queryset_id(queryset),
                    settings, resolved(report.settings or settings, index, report.search_mode), int(batch_size),
-                   engines.current(), weights)
+                   engines.current(), weights, ann_id=ann_id(index), ann_params=_ann_params(index))
 
 
 def run_document(report: EvalReport, index: Index, spec: RunSpec, rankings: bool = False,
