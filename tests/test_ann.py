@@ -202,6 +202,45 @@ def test_dimension_not_a_multiple_of_the_sub_quantizers():
     np.testing.assert_array_equal(again.candidates(q), index.candidates(q))
 
 
+def _lists_of(index) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each inverted list's (ids, codes) of a faiss IVF index."""
+    faiss = ann._faiss()
+    ivf = faiss.extract_index_ivf(index)
+    inv, cs, out = ivf.invlists, int(ivf.code_size), []
+    for c in range(int(ivf.nlist)):
+        size = int(inv.list_size(c))
+        ids = faiss.rev_swig_ptr(inv.get_ids(c), size).copy() if size else np.empty(0, np.int64)
+        codes = faiss.rev_swig_ptr(inv.get_codes(c), size * cs).copy() if size else np.empty(0, np.uint8)
+        out.append((ids, codes))
+    return out
+
+
+@pytest.mark.parametrize("dim, m", [(64, 8), (100, 6)])  # 100 = 6 x 17 - 2: the zero-padding wrapper
+def test_fast_add_gives_faiss_own_lists_and_codes(dim, m):
+    faiss = ann._faiss()
+    d = clustered(400, 10, dim, seed=3, dtype=np.float32)
+    params = ann.AnnParams(nlist=32, m=m, nbits=8, train_size=4000)
+    trained = ann.AnnIndex._empty(dim, params)
+    trained.train(d)
+    blob = faiss.serialize_index(trained)
+    ours, theirs = faiss.deserialize_index(blob), faiss.deserialize_index(blob)
+    assert ann._add_rows(ours, d[:2500])  # encoded here (not by faiss), numbered from 0, then on
+    assert ann._add_rows(ours, d[2500:])
+    theirs.add(d[:2500])
+    theirs.add(d[2500:])
+    ids = np.arange(7000, 7000 + 600, dtype=np.int64)[::-1].copy()  # with ids, in any order
+    assert ann._add_rows(ours, d[:600], ids)
+    theirs.add_with_ids(d[:600], ids)
+    assert ours.ntotal == theirs.ntotal == 4600
+    a, b = _lists_of(ours), _lists_of(theirs)
+    assert sum(len(i) for i, _ in a) == 4600 and sum(len(i) > 0 for i, _ in a) > 16
+    for (ia, ca), (ib, cb) in zip(a, b):
+        np.testing.assert_array_equal(ia, ib)  # the same rows, in the same order, in each list
+        np.testing.assert_array_equal(ca, cb)  # and the same PQ codes
+    q = queries_near(d, 20)
+    np.testing.assert_array_equal(ours.search(q, 50)[1], theirs.search(q, 50)[1])
+
+
 def test_build_reports_its_stages_and_cancels(refs):
     stages = []
     gen = ann.AnnIndex.build(refs)

@@ -652,6 +652,73 @@ def _noisy_views(x: np.ndarray, rng: np.random.Generator, cosine: float) -> np.n
     return np.ascontiguousarray(cosine * x + np.sqrt(1.0 - cosine * cosine) * u, dtype=np.float32)
 
 
+def _add_rows(index: Any, x: np.ndarray, ids: np.ndarray | None = None) -> bool:
+    """``index.add(x)`` (``ids`` None: numbered from ``ntotal`` on) or ``index.add_with_ids(x, ids)``:
+    the same inverted lists (same rows, same order) and the same PQ codes, several times faster.
+
+    faiss's IVF-PQ add encodes the residuals with ``ProductQuantizer::compute_codes``, which for
+    16-d sub-vectors fills an n x m x 256 float table (1.3 GB for 16,384 rows, m = 80) by many
+    small BLAS calls and then scans it: measured 1.5-2.7 s per 16,384 rows at 1280-d, 90-165 s
+    of a 1M build, against 0.23 s for the coarse assignment. Here each step is what faiss's add
+    does, but each sub-quantizer is one nearest-centroid search (``IndexFlatL2`` of its 256
+    centroids, BLAS, no table: faiss's own ``compute_codes_with_assign_index``): the cell is
+    ``quantizer.search(x, 1)`` (what ``quantizer.assign`` does), the residual ``x - centroid``
+    (faiss's ``compute_residual``: ``x + -1 * c``, the same float32), each code byte its
+    sub-vector's nearest centroid, and the entries go to their lists in row order. Other
+    indexes (not IVF-PQ by residual with 8-bit codes, a direct map, lists not in memory) are
+    added by faiss itself. Returns whether the rows were encoded here (False: by faiss)."""
+    faiss = _faiss()
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    ivf = faiss.downcast_index(faiss.extract_index_ivf(index))
+    lists = faiss.downcast_InvertedLists(ivf.invlists)
+    simple = (isinstance(ivf, faiss.IndexIVFPQ) and bool(ivf.by_residual) and int(ivf.pq.nbits) == 8
+              and int(ivf.code_size) == int(ivf.pq.M) and isinstance(lists, faiss.ArrayInvertedLists)
+              and int(ivf.direct_map.type) == int(faiss.DirectMap.NoMap) and len(x) > 0
+              and isinstance(faiss.downcast_index(ivf.quantizer), faiss.IndexFlatL2))
+    pre = faiss.downcast_index(index)
+    wrapped = isinstance(pre, faiss.IndexPreTransform)
+    if simple and wrapped:  # the zero-padding wrapper: its transform first
+        simple = int(pre.chain.size()) == 1
+        if simple:
+            x = np.ascontiguousarray(faiss.downcast_VectorTransform(pre.chain.at(0)).apply(x), dtype=np.float32)
+    if not simple:
+        if ids is None:
+            index.add(x)
+        else:
+            index.add_with_ids(x, np.ascontiguousarray(ids, dtype=np.int64))
+        return False
+    n, start = len(x), int(index.ntotal)
+    ids = np.arange(start, start + n, dtype=np.int64) if ids is None else np.ascontiguousarray(ids, dtype=np.int64)
+    quantizer = faiss.downcast_index(ivf.quantizer)
+    _, keys = quantizer.search(x, 1)
+    keys = keys[:, 0]
+    if keys.min() < 0:  # pragma: no cover - only NaN rows, which the index refuses
+        raise MuseumSearchError("a reference could not be assigned to a cell of the approximate index (not finite?)")
+    centroids = faiss.rev_swig_ptr(quantizer.get_xb(), int(quantizer.ntotal) * int(quantizer.d))
+    centroids = np.asarray(centroids).reshape(int(quantizer.ntotal), int(quantizer.d))
+    residual = x - centroids[keys]
+    pq = ivf.pq
+    m, ksub, dsub = int(pq.M), int(pq.ksub), int(pq.dsub)
+    books = faiss.vector_to_array(pq.centroids).reshape(m, ksub, dsub)
+    codes = np.empty((n, m), dtype=np.uint8)
+    flat = faiss.IndexFlatL2(dsub)
+    for j in range(m):
+        flat.reset()
+        flat.add(np.ascontiguousarray(books[j]))
+        _, nearest = flat.search(np.ascontiguousarray(residual[:, j * dsub:(j + 1) * dsub]), 1)
+        codes[:, j] = nearest[:, 0]
+    by_list = np.argsort(keys, kind="stable")  # each list's entries in row order, as faiss adds them
+    bounds = np.flatnonzero(np.diff(keys[by_list])) + 1
+    for part in np.split(by_list, bounds):
+        c_ids = np.ascontiguousarray(ids[part])
+        c_codes = np.ascontiguousarray(codes[part])
+        lists.add_entries(int(keys[part[0]]), len(part), faiss.swig_ptr(c_ids), faiss.swig_ptr(c_codes))
+    ivf.ntotal = int(ivf.ntotal) + n
+    if wrapped:
+        pre.ntotal = int(pre.ntotal) + n
+    return True
+
+
 def _latency_ms(search: Callable[[np.ndarray], Any], queries: np.ndarray, most: int | None = None,
                 budget_s: float = 3.0) -> float:
     """p50 milliseconds of ``search`` on one query at a time (up to ``most`` queries, and after the
@@ -730,7 +797,8 @@ class AnnIndex:
 
         Stages: "training the approximate index" (a seeded random sample of ``params.train_size``
         rows, converted to float32), then "adding to the approximate index" (``params.add_chunk``
-        rows at a time, each chunk converted alone), then (``tune``: by default when ``params`` is
+        rows at a time, each chunk converted alone and added by :func:`_add_rows`: faiss's lists and
+        codes, encoded faster), then (``tune``: by default when ``params`` is
         not given) "measuring the approximate index's recall" (:meth:`_tune`: ``nprobe`` and
         ``shortlist`` raised until the recall@10 is :data:`TARGET_RECALL`, the result in
         ``params.tuning``). Closing the generator cancels: a training or adding call under way
@@ -768,7 +836,7 @@ class AnnIndex:
         for a in range(0, n, step):
             b = min(n, a + step)
             chunk = np.ascontiguousarray(d[a:b], dtype=np.float32)
-            yield from wait(partial(index.add, chunk), beat(a, n, ADD_STAGE))
+            yield from wait(partial(_add_rows, index, chunk), beat(a, n, ADD_STAGE))
             yield beat(b, n, ADD_STAGE)()
         built = cls(index, params, dim)
         if tune:
@@ -855,7 +923,7 @@ class AnnIndex:
         when it was removed; the kept rows keep their order. The removed references leave their
         inverted lists, the kept ones are renumbered there (their PQ codes are kept, not encoded
         again), and the rows of ``descriptors`` that no reference maps to (new or changed photos)
-        are added (``add_with_ids``, ``params.add_chunk`` at a time). The coarse quantizer and the
+        are added (as ``add_with_ids`` would, by :func:`_add_rows`, ``params.add_chunk`` at a time). The coarse quantizer and the
         PQ are *not* trained again: the result is what adding every reference, in row order, to
         this index's trained (emptied) quantizer would give (the inverted lists hold the same
         rows in the same order, with the same codes), not what :meth:`build` would give from
@@ -881,7 +949,7 @@ class AnnIndex:
         for a in range(0, len(added), step):
             rows = np.ascontiguousarray(added[a:a + step])
             chunk = np.ascontiguousarray(_gather(d, rows))
-            yield from wait(partial(index.add_with_ids, chunk, rows), beat(kept + a))
+            yield from wait(partial(_add_rows, index, chunk, rows), beat(kept + a))
         if int(index.ntotal) != n:  # pragma: no cover - faiss's own bookkeeping
             raise MuseumSearchError(f"the updated approximate index holds {int(index.ntotal):,} references, "
                                     f"not {n:,}: rebuild the index")
