@@ -340,3 +340,58 @@ def test_tiny_indexes():
     rows, _ = index.search(d, d[:1], 5)
     assert rows[0, 0] == 0 and sorted(rows[0, :3].tolist()) == [0, 1, 2] and list(rows[0, 3:]) == [-1, -1]
     np.testing.assert_array_equal(drive(ann.neighbour_lists(d, 5, ann=index)), dense_lists(d, 2))
+
+
+# ---- tuning: held-out queries -------------------------------------------------------------------
+
+
+def test_exact_top_leaves_each_querys_own_row_out(refs):
+    src = np.array([0, 5, 1234, len(refs) - 1])
+    q = np.asarray(refs[src], np.float32)  # each query is its own row: the best hit, left out
+    got = drive(ann._exact_top(refs, q, 10, src, lambda i: Progress(i, 1)))
+    s = q.astype(np.float64) @ np.asarray(refs, np.float64).T
+    s[np.arange(len(src)), src] = -np.inf
+    expected = np.argsort(-s, axis=1, kind="stable")[:, :10]
+    assert got.dtype == np.int64 and not np.any(got == src[:, None])
+    for g, e in zip(got, expected):  # float32 against float64 products: the same set of ten
+        assert set(g.tolist()) == set(e.tolist())
+
+
+def _measured(index, d, nprobe, shortlist, held_out=True) -> float:
+    """The tuning's recall@10 at these settings, computed again here: its queries (the same seeded
+    sample and noise), float64 truth; ``held_out``: the source row left out of truth and result."""
+    p = index.params
+    rng = np.random.default_rng(p.seed + 2)
+    src = np.sort(rng.choice(len(d), 200, replace=False))
+    q = ann._noisy_views(np.asarray(d[src], np.float32), rng, ann.TUNE_COSINE)
+    s = q.astype(np.float64) @ np.asarray(d, np.float64).T
+    if held_out:
+        s[np.arange(len(src)), src] = -np.inf
+    truth = np.argsort(-s, axis=1, kind="stable")[:, :10]
+    again = ann.AnnIndex.from_bytes(index.to_bytes(), ann.AnnParams.from_dict(
+        {**p.to_dict(), "nprobe": nprobe, "shortlist": shortlist}))
+    rows, _ = again.search(d, q, 11)
+    got = [r[r != s_][:10] if held_out else r[:10] for r, s_ in zip(rows, src)]
+    return float(np.mean([len(set(g.tolist()) & set(t.tolist())) / 10 for g, t in zip(got, truth)]))
+
+
+def test_tuning_measures_held_out_queries(tmp_path):
+    path = tmp_path / "d.npy"
+    np.save(path, clustered(100, 10, 64, seed=21))
+    d = np.load(path, mmap_mode="r")
+    params = ann.choose_params(len(d), 64)
+    params.nprobe, params.shortlist = 1, 10
+    index = drive(ann.AnnIndex.build(d, params, tune=True))
+    t = index.params.tuning
+    assert t.held_out and t.references == len(d) and t.queries == 200 and t.meets_target
+    assert "200 held-out noisy references, leave-one-out, on 1,000 references" in t.describe()
+    # each step's recall is the leave-one-out one, computed again independently
+    for nprobe, shortlist, recall in (t.steps[0], t.steps[-1]):
+        assert abs(_measured(index, d, nprobe, shortlist) - recall) <= 0.01, (nprobe, shortlist, recall)
+    # counting the source reference (always found: the best hit) would have said more
+    first = t.steps[0]
+    assert _measured(index, d, first[0], first[1], held_out=False) > first[2] + 0.05
+    # a manifest written before: no field, not held out, still loads
+    old = {k: v for k, v in t.to_dict().items() if k not in ("held_out", "references")}
+    back = ann.AnnTuning.from_dict(old)
+    assert not back.held_out and back.references == 0 and "noisy references)" in back.describe()

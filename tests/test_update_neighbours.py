@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -211,7 +212,11 @@ def test_the_approximate_index_is_updated_not_rebuilt(ann_case):
     removed = np.random.default_rng(1).choice(len(d), 25, replace=False)
     after, m = apply(d, removed, np.concatenate([np.asarray(d[[11, 12]]), clustered(4, 3, d.shape[1], seed=8)]))
     updated = drive(built.updated(after, m))
-    assert updated.ntotal == len(after) and updated.params == built.params
+    assert updated.ntotal == len(after)
+    assert replace(updated.params, tuning=None) == replace(built.params, tuning=None)
+    # its recall measured again, on the updated references; the old index's measurement left as it was
+    assert updated.params.tuning.references == len(after) and built.params.tuning.references == len(d)
+    assert updated.params.tuning.held_out and updated.params.tuning.meets_target
     # the same as emptying the trained index and adding every reference in row order
     ref = faiss.deserialize_index(faiss.serialize_index(built._index))
     ref.reset()
@@ -279,6 +284,48 @@ def test_approximate_lists_updated_with_the_updated_index(ann_case, k, monkeypat
         np.testing.assert_array_equal(got[m[kept_old[~lost]]][~entered], renumbered[~lost][~entered])
         with pytest.raises(MuseumSearchError, match="rebuild"):
             drive(ann.update_neighbour_lists(old, m, after[:-1], k, ann=updated, old_ann=built))
+
+
+def test_an_update_measures_the_recall_again_on_the_updated_references():
+    """The tuning stored with the approximate index describes the references it holds: after an
+    update that the old settings no longer serve (4,000 references crowded into one region, where
+    the tuned shortlist is far too short), it is measured again, and the settings are raised."""
+    d = clustered(100, 10, 64, seed=21)
+    params = ann.choose_params(len(d), 64)
+    params.nprobe, params.shortlist = 1, 10
+    built = drive(ann.AnnIndex.build(d, params, tune=True))
+    before = built.params.tuning
+    assert before.references == len(d) and before.meets_target
+    settings = (built.params.nprobe, built.params.shortlist)
+    after = np.concatenate([d, clustered(400, 10, 64, seed=22, per_group=400)])
+    stages = []
+    gen = built.updated(after, np.arange(len(d)))
+    try:
+        while True:
+            stages.append(next(gen).stage)
+    except StopIteration as stop:
+        updated = stop.value
+    assert stages[0] == ann.ADD_STAGE and stages[-1] == ann.TUNE_STAGE
+    t = updated.params.tuning
+    assert t.references == len(after) and t.held_out and t.queries == 200
+    # measured from the old settings: on the updated references they fell short, so were raised
+    assert t.steps[0][:2] == settings and t.steps[0][2] < ann.TARGET_RECALL
+    assert t.meets_target and (updated.params.nprobe, updated.params.shortlist) != settings
+    assert (updated.params.nprobe, updated.params.shortlist, t.recall_at_10) in t.steps
+    assert t.exact_ms == before.exact_ms  # not timed again (it does not depend on the settings)
+    # the old index keeps its own parameters and measurement
+    assert built.params.tuning == before and (built.params.nprobe, built.params.shortlist) == settings
+    # independently: new views of the updated references, against the float64 ranking
+    rng = np.random.default_rng(5)
+    q = np.asarray(after[rng.choice(len(after), 100, replace=False)], np.float64)
+    q += 0.3 * rng.standard_normal(q.shape) / 8
+    q /= np.linalg.norm(q, axis=1, keepdims=True)
+    truth = np.argsort(-(q @ np.asarray(after, np.float64).T), axis=1, kind="stable")[:, :10]
+    rows, _ = updated.search(after, q.astype(np.float32), 10)
+    assert np.mean([len(set(a.tolist()) & set(b.tolist())) / 10 for a, b in zip(rows, truth)]) >= 0.9
+    # an index that was never tuned is not measured by an update either
+    untuned = drive(ann.AnnIndex.build(d, params, tune=False))
+    assert drive(untuned.updated(after, np.arange(len(d)))).params.tuning is None
 
 
 def test_cancelling_the_approximate_update_changes_nothing(ann_case, monkeypatch):
