@@ -286,7 +286,7 @@ def test_approximate_lists_updated_with_the_updated_index(ann_case, k, monkeypat
             drive(ann.update_neighbour_lists(old, m, after[:-1], k, ann=updated, old_ann=built))
 
 
-def test_an_update_measures_the_recall_again_on_the_updated_references():
+def test_an_update_measures_the_recall_again_on_the_updated_references(monkeypatch):
     """The tuning stored with the approximate index describes the references it holds: after an
     update that the old settings no longer serve (4,000 references crowded into one region, where
     the tuned shortlist is far too short), it is measured again, and the settings are raised."""
@@ -323,6 +323,10 @@ def test_an_update_measures_the_recall_again_on_the_updated_references():
     truth = np.argsort(-(q @ np.asarray(after, np.float64).T), axis=1, kind="stable")[:, :10]
     rows, _ = updated.search(after, q.astype(np.float32), 10)
     assert np.mean([len(set(a.tolist()) & set(b.tolist())) / 10 for a, b in zip(rows, truth)]) >= 0.9
+    # a large index (here: made to look large) is measured again with fewer queries, and says so
+    monkeypatch.setattr(ann, "_UPDATE_PAIRS", 60 * len(after))
+    fewer = drive(built.updated(after, np.arange(len(d)))).params.tuning
+    assert fewer.queries == 60 and "60 held-out noisy references" in fewer.describe()
     # an index that was never tuned is not measured by an update either
     untuned = drive(ann.AnnIndex.build(d, params, tune=False))
     assert drive(untuned.updated(after, np.arange(len(d)))).params.tuning is None

@@ -111,6 +111,11 @@ _FEW_QUERIES = 8
 _TUNE_QUERIES = 200
 _MAX_SHORTLIST = 8192
 _TIMED_EXACT_QUERIES = 10
+# after an update (AnnIndex.updated), tuning queries x references at most (the exact truth's cost):
+# 100 queries at 1M (the truth of 200 took 15-23 s there under load, an append of 1,000 must take
+# <= 60 s in all), 200 up to 500k; never fewer than _MIN_UPDATE_QUERIES
+_UPDATE_PAIRS = 100_000_000
+_MIN_UPDATE_QUERIES = 50
 # AnnIndex.search by faiss's refine: results beyond k asked for, to settle ties by row
 _TIE_MARGIN = 16
 # float64 elements gathered at once when candidates are scored again exactly (64 MB).
@@ -900,9 +905,11 @@ class AnnIndex:
         grows with nprobe and shortlist, so the first settings reaching the target are kept.
 
         ``again`` (after an update, :meth:`updated`): the same measurement on the updated references
-        from the stored settings (raised as above if the recall fell below the target); the speeds
-        measured at build time are kept, the approximate one timed again only if the settings
-        were raised (the exact search's speed does not depend on them).
+        from the stored settings (raised as above if the recall fell below the target), with fewer
+        queries on a large index (queries x references at most :data:`_UPDATE_PAIRS`: 100 at 1M;
+        ``tuning.queries`` says how many); the speeds measured at build time are kept, the
+        approximate one timed again only if the settings were raised (the exact search's speed
+        does not depend on them).
         """
         n, dim = d.shape
         p = self.params
@@ -910,6 +917,8 @@ class AnnIndex:
         start = time.perf_counter()
         rng = np.random.default_rng(int(p.seed) + 2)
         m = int(min(_TUNE_QUERIES, n))
+        if again:
+            m = int(min(m, max(_MIN_UPDATE_QUERIES, _UPDATE_PAIRS // n)))
         k = int(min(10, n - 1))  # of the other references
         sources = np.sort(rng.choice(n, size=m, replace=False))
         q = _noisy_views(_gather(d, sources), rng, TUNE_COSINE)
