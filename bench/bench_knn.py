@@ -70,6 +70,34 @@ SAMPLE = 1000
 OLD_COMMIT = "253350e"
 
 
+class LoadAverage:
+    """The 1-minute load average, sampled every ``every`` seconds on a thread while it runs."""
+
+    def __init__(self, every: float = 15.0):
+        import threading
+
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(every,), daemon=True)
+        self._thread.start()
+
+    def _run(self, every: float) -> None:
+        while True:
+            self.samples.append(round(os.getloadavg()[0], 2))
+            if self._stop.wait(every):
+                return
+
+    def summary(self) -> dict:
+        s = np.asarray(self.samples or [os.getloadavg()[0]])
+        return {"min": round(float(s.min()), 2), "median": round(float(np.median(s)), 2),
+                "max": round(float(s.max()), 2), "samples": len(s)}
+
+    def stop(self) -> dict:
+        self._stop.set()
+        self._thread.join()
+        return self.summary()
+
+
 class Sized:
     """What ``neighbour_lists(ann=...)`` needs of the approximate index: its size."""
 
@@ -313,6 +341,7 @@ def million(work: Path, n: int, added: int = 1000, append_only: bool = False, li
         res = {**json.loads(RESULTS.read_text())["million"], **res}
         return _append(res, out, everything, n, added)
     shutil.rmtree(out, ignore_errors=True)
+    load = LoadAverage()
     t0 = time.perf_counter()
     stages: dict[str, float] = {}
     last = None
@@ -331,7 +360,12 @@ def million(work: Path, n: int, added: int = 1000, append_only: bool = False, li
     by_stage = {s: round((stages[names[i + 1]] if i + 1 < len(names) else total) - stages[s], 2)
                 for i, s in enumerate(names)}
     res["build"] = {"seconds": round(total, 2), "stages_s": by_stage,
-                    "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+                    "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+                    "load_average_1min": load.stop()}
+    from museum_search.core.store import Index
+
+    built_ann = Index.load(out).ann
+    res["build"]["ann"] = None if built_ann is None else built_ann.params.to_dict()
     print("1M build", res["build"], flush=True)
     _save("million", res)
     return _append(res, out, everything, n, added)
@@ -344,18 +378,22 @@ def _append(res: dict, out: Path, everything: np.ndarray, n: int, added: int) ->
     old_lists = np.asarray(index.neighbours)
     after = everything[:n + added]
     m = np.arange(n, dtype=np.int64)
+    load = LoadAverage()
     t = time.perf_counter()
     upd = drive(index.ann.updated(after, m))
     t_ann = time.perf_counter() - t
     t = time.perf_counter()
     lists = drive(ann.update_neighbour_lists(old_lists, m, after, K, ann=upd, old_ann=index.ann))
     t_lists = time.perf_counter() - t
+    append_load = load.stop()
     rng = np.random.default_rng(0)
     rows = np.sort(np.concatenate([rng.choice(n, 500, replace=False), n + rng.choice(added, 500, replace=False)]))
     exact = exact_rows(after, rows)
     old_rows = rows[rows < n]
     res["append"] = {"ann_update_s": round(t_ann, 2), "lists_update_s": round(t_lists, 2),
-                     "seconds": round(t_ann + t_lists, 2),
+                     "seconds": round(t_ann + t_lists, 2), "load_average_1min": append_load,
+                     "ann_tuning_after": None if upd.params.tuning is None else upd.params.tuning.to_dict(),
+                     "ann_settings_after": {"nprobe": upd.params.nprobe, "shortlist": upd.params.shortlist},
                      "after_sample_old_rows": recalls(lists, old_rows, exact[rows < n]),
                      "after_sample_new_rows": recalls(lists, rows[rows >= n], exact[rows >= n]),
                      "before_sample_old_rows": recalls(old_lists, old_rows, exact_rows(everything[:n], old_rows))}
