@@ -219,3 +219,39 @@ def test_the_photo_features_are_computed_once(sample_index, known_query, monkeyp
     np.testing.assert_array_equal(a.features[1], real(q.image, pipe.verification.params)[1])
     pipe.answer([load_query(path)])  # another array of the same photo: computed again
     assert len(calls) == 2
+
+
+def test_matches_of_the_shortlist_are_those_verification_found(sample_index, known_query, monkeypatch):
+    """Drawing (or judging the rival of) a reference just verified takes its matches and homography
+    from verification, not found again; they are exactly those found from scratch, and a reference
+    outside the shortlist, or another photo's features, are matched anew."""
+    from museum_search.core.rerank import spatial
+
+    path, _ = known_query
+    pipe = QueryPipeline(sample_index)
+    q = load_query(path)
+    (a,) = pipe.answer([q])
+    rows = sorted(a.verified_inliers, key=lambda r: -a.verified_inliers[r])[:3]
+    calls = []
+    real = spatial.match_features
+    monkeypatch.setattr(spatial, "match_features", lambda *args: calls.append(1) or real(*args))
+    kept = [pipe.matches(q, r, a) for r in rows]
+    assert calls == []
+    params, verifier = pipe.verification.params, pipe.verification.verifier
+    for r, m in zip(rows, kept):
+        ref = verifier.reference_features(sample_index, r)
+        fresh = spatial.matches_of(a.features, ref[0], params, m.query_size, ref[1])
+        assert m.inliers == fresh.inliers == a.verified_inliers[r]
+        np.testing.assert_array_equal(m.query_points, fresh.query_points)
+        np.testing.assert_array_equal(m.reference_points, fresh.reference_points)
+        if fresh.outline is None:
+            assert m.outline is None
+        else:
+            np.testing.assert_array_equal(m.outline, fresh.outline)
+    assert len(calls) == len(rows)  # the fresh ones
+    outside = next(r for r in range(len(sample_index)) if r not in a.verified_inliers)
+    pipe.matches(q, outside, a)
+    assert len(calls) == len(rows) + 1
+    copy = (a.features[0].copy(), a.features[1].copy())  # the same values, not the verified features
+    pipe.verification.matches(q.image, rows[0], copy)
+    assert len(calls) == len(rows) + 2

@@ -167,7 +167,8 @@ class Verification:
         if ref is None:
             empty = np.empty((0, 2), np.float32)
             return Matches(0, empty, empty, None, size_q, (1.0, 1.0))
-        return matches_of(qf, ref[0], params, size_q, ref[1])
+        # a reference of the shortlist just verified (the top result, its rivals): what was found then
+        return matches_of(qf, ref[0], params, size_q, ref[1], self.verifier.found(qf, self.index, row))
 
 
 #: How near the photo's edge a point is "near the border": this share of the photo's longer side.

@@ -527,11 +527,21 @@ class Matches:
     reference_size: tuple[float, float]
 
 
+#: what verification found for one reference: (its matches in the photo, in the reference, the
+#: homography from the reference to the photo, its inlier mask), as :func:`matches_of` finds them
+Found = tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]
+
+
 def matches_of(fa: Features, fb: Features, params: SpatialParams, size_a: tuple[float, float],
-                size_b: tuple[float, float]) -> Matches:
-    """The inlier matches and the projected outline of reference b in query a."""
-    src, dst = match_features(fa, [fb], params)[0]
-    n, H, mask = _homography(src, dst, params, size_b)
+                size_b: tuple[float, float], found: Found | None = None) -> Matches:
+    """The inlier matches and the projected outline of reference b in query a (``found``: what
+    :func:`verify_many` found for them, when it verified them: not found again)."""
+    if found is None:
+        src, dst = match_features(fa, [fb], params)[0]
+        _, H, mask = _homography(src, dst, params, size_b)
+    else:
+        src, dst, H, mask = found
+    n = 0 if mask is None else int(np.count_nonzero(mask))
     if H is None or mask is None:
         empty = np.empty((0, 2), np.float32)
         return Matches(0, empty, empty, None, size_a, size_b)
@@ -556,13 +566,19 @@ def verify_features(fa: Features, fb: Features, params: SpatialParams | None = N
 
 
 def verify_many(fa: Features, refs: Sequence[Features], params: SpatialParams | None = None,
-                sizes: Sequence[tuple[float, float]] | None = None) -> list[int]:
-    """:func:`verify_features` of query a against each of ``refs`` (matching is batched)."""
+                sizes: Sequence[tuple[float, float]] | None = None, keep: list[Found] | None = None) -> list[int]:
+    """:func:`verify_features` of query a against each of ``refs`` (matching is batched); ``keep``:
+    a list to which what was found for each reference is appended (:func:`matches_of` uses it)."""
     params = params or SpatialParams()
     if sizes is None:
         sizes = [_extent(fb[0]) for fb in refs]
-    return [_inliers_of(src, dst, params, size)
-            for (src, dst), size in zip(match_features(fa, refs, params), sizes)]
+    out = []
+    for (src, dst), size in zip(match_features(fa, refs, params), sizes):
+        n, H, mask = _homography(src, dst, params, size)
+        out.append(n)
+        if keep is not None:
+            keep.append((src, dst, H, mask))
+    return out
 
 
 def _resized_size(image: np.ndarray, max_side: int) -> tuple[float, float]:
@@ -630,6 +646,7 @@ class Verifier:
     def __init__(self, params: SpatialParams | None = None):
         self.params = params or SpatialParams()
         self.stats = {"computed": 0, "disk_hits": 0, "memory_hits": 0, "unreadable": 0}
+        self._found: tuple[Features, Any, dict[int, Found]] | None = None  # of the last verify_rows
 
     def describe(self) -> str:
         p = self.params
@@ -769,14 +786,25 @@ class Verifier:
 
     # ---- verification --------------------------------------------------------------------------
     def verify_rows(self, q: Features, rows: Sequence[int], index) -> np.ndarray:
-        """Inliers of the query's features against each reference row (0 for unreadable references)."""
+        """Inliers of the query's features against each reference row (0 for unreadable references).
+        What was found for each is kept until the next call (:meth:`found`)."""
         refs = [self.reference_features(index, int(r)) for r in rows]
         ok = [j for j, ref in enumerate(refs) if ref is not None]
         found = [ref for ref in refs if ref is not None]  # refs[j] for j in ok
         inl = np.zeros(len(rows), np.int64)
+        kept: list[Found] = []
         if ok:
-            inl[ok] = verify_many(q, [ref[0] for ref in found], self.params, [ref[1] for ref in found])
+            inl[ok] = verify_many(q, [ref[0] for ref in found], self.params, [ref[1] for ref in found], kept)
+        self._found = (q, index, {int(rows[j]): f for j, f in zip(ok, kept)})
         return inl
+
+    def found(self, q: Features, index, row: int) -> Found | None:
+        """What the last :meth:`verify_rows` found for reference ``row`` of ``index`` with the query
+        features ``q`` (the same objects), or None."""
+        last = self._found
+        if last is None or last[0] is not q or last[1] is not index:
+            return None
+        return last[2].get(int(row))
 
     def verify(self, query_image: np.ndarray, rows: Sequence[int], index) -> np.ndarray:
         """Homography inliers between a query image (RGB) and each reference row of ``index``."""
