@@ -809,7 +809,9 @@ class AnnIndex:
 
     def describe(self) -> str:
         p = self.params
-        tuned = "" if p.tuning is None else f", recall@10 {p.tuning.recall_at_10:.3f} measured at build time"
+        t = p.tuning
+        tuned = "" if t is None else f", recall@10 {t.recall_at_10:.3f} measured " + (
+            f"on {t.references:,} references" if t.references else "at build time")
         return (f"faiss IVF-PQ, {self.ntotal:,} references, {p.nlist} cells (nprobe {p.nprobe}), "
                 f"{p.m} x {p.nbits}-bit codes, exact re-scoring of {p.shortlist} candidates{tuned}")
 
