@@ -236,8 +236,8 @@ def cmd_info(args: argparse.Namespace) -> int:
         from .core.ann import resolve_mode
 
         tuning = index.ann.params.tuning
-        print("  measured at build time: " + (tuning.describe() if tuning is not None
-                                              else "nothing (built before the measurement existed)"))
+        print("  measured (at build time, again after each update): "
+              + (tuning.describe() if tuning is not None else "nothing (built before the measurement existed)"))
         print(f"  --search auto: {resolve_mode('auto', len(index), index.ann)}")
     else:
         print("approximate search: none (every search is exact)")
