@@ -15,11 +15,12 @@ import pytest
 
 from museum_search.cli import main as cli_main
 from museum_search.core import ann
+from museum_search.core import search as search_module
 from museum_search.core.backbones import imported_meta
 from museum_search.core.catalogue import Item
 from museum_search.core.progress import drive
-from museum_search.core.ranking import order
-from museum_search.core.search import score_matrix, top
+from museum_search.core.ranking import order, per_instance
+from museum_search.core.search import ranking_scores, score_matrix, top
 from museum_search.core.store import MANIFEST, Index, LabellingSpec
 
 
@@ -91,6 +92,186 @@ def test_exact_fp16_scores_do_not_copy_the_memory_map(tmp_path):
     tracemalloc.stop()
     assert peak < 0.2 * x.size * 4 + s.nbytes, peak
     np.testing.assert_allclose(s, q.astype(np.float64) @ x.astype(np.float64).T, atol=2e-6)
+
+
+# ---- the exact prefix of a ranking -----------------------------------------------------------
+
+
+def _prefix_data(kind: str) -> np.ndarray:
+    """30,000 x 64 float16: random rows, or objects of 10 views; duplicate rows (ties) either way."""
+    rng = np.random.default_rng(11)
+    if kind == "random":
+        x = rng.standard_normal((30_000, 64))
+        x = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float16)
+    else:
+        x = objects(3000, 10, 64, seed=12)
+    x[20_000:20_040] = x[7]  # 40 copies of row 7 (ties near the top of its queries)
+    x[25_000:25_300] = x[1234]  # 300 copies of row 1234 (ties at any rank, across blocks)
+    return x
+
+
+def _prefix_queries(x: np.ndarray, regions: int) -> np.ndarray:
+    rng = np.random.default_rng(regions)
+    base = np.asarray(x[[7, 1234, 4321]], np.float32)[:, None, :]
+    q = base + 0.15 * rng.standard_normal((3, regions, x.shape[1])).astype(np.float32)
+    return q / np.linalg.norm(q, axis=2, keepdims=True)
+
+
+@pytest.mark.parametrize("kind", ["random", "objects"])
+def test_exact_prefix_is_every_row_above_the_threshold_with_the_full_scores_bit_for_bit(tmp_path, kind):
+    x = _prefix_data(kind)
+    d = memmap(tmp_path, x)
+    assert ann._flat_view(d) is not None  # the prefix needs faiss's view of the file
+    sizes = []
+    for regions in (1, 2):
+        q = _prefix_queries(x, regions)
+        for m in (50, 400, 1024):
+            got = ann.exact_prefix(d, q if regions > 1 else q[:, 0], m)
+            assert got is not None and len(got) == len(q)
+            for i in range(len(q)):
+                per_region = ann.exact_scores(d, q[i])  # (R, N): faiss's k = N scan, every score
+                full = per_region.max(axis=0)
+                t = max(np.sort(per_region[r])[::-1][m - 1] for r in range(regions))
+                expected = np.flatnonzero(full > t)
+                rows, scores = got[i]
+                np.testing.assert_array_equal(rows, expected)
+                np.testing.assert_array_equal(scores.view(np.uint32), full[expected].view(np.uint32))
+                assert len(rows) < len(x)
+                sizes.append(len(rows))
+    assert 0 in sizes and max(sizes) > 500  # ties at the threshold left out (row 1234's copies, m = 50)
+    # the prefix is the first rows of the whole ranking, ties included: row 1234 and its 300 copies
+    rows, scores = ann.exact_prefix(d, np.asarray(x[1234:1235], np.float32), 1024)[0]
+    whole = order(ann.exact_scores(d, np.asarray(x[1234:1235], np.float32))[0])
+    np.testing.assert_array_equal(rows[order(scores)], whole[:len(rows)])
+    assert {1234, 25_000, 25_299} <= set(rows.tolist())
+    # no prefix without faiss's view (float32, or not a memory map), nor for many query regions
+    assert ann.exact_prefix(np.asarray(x, np.float32), q[:, 0], 100) is None
+    assert ann.exact_prefix(np.asarray(x), q[:, 0], 100) is None
+    assert ann.exact_prefix(d, np.asarray(x[:9], np.float32), 100) is None
+
+
+def _prefix_index(tmp_path: Path, x: np.ndarray, labels: list[str] | None = None) -> Index:
+    d = memmap(tmp_path, x)
+    views = 10
+    items = _items(len(x), views) if labels is None else [
+        Item(f"{lab}/{i}.jpg", 0, 0.0, lab, {}) for i, lab in enumerate(labels)]
+    (tmp_path / "photos").mkdir(exist_ok=True)
+    return Index(tmp_path / "photos", imported_meta(x.shape[1]), items, d)
+
+
+class _Spy:
+    """Counts the calls of search.score_matrix (every reference scored) and their queries."""
+
+    def __init__(self, monkeypatch):
+        self.calls: list[int] = []
+        real = search_module.score_matrix
+
+        def spy(index, q, mode="exact"):
+            self.calls.append(len(np.atleast_2d(np.asarray(q))) if np.ndim(q) < 3 else len(q))
+            return real(index, q, mode)
+
+        monkeypatch.setattr(search_module, "score_matrix", spy)
+
+
+@pytest.mark.parametrize("kind", ["random", "objects"])
+def test_exact_top_ranks_the_prefix_as_the_whole_row(tmp_path, kind, monkeypatch):
+    x = _prefix_data(kind)
+    index = _prefix_index(tmp_path, x)
+    for regions in (1, 2, 3):  # 3 x 3 query regions: more than exact_scores scans by faiss
+        q = _prefix_queries(x, regions)
+        qq = q if regions > 1 else q[:, 0]
+        whole = score_matrix(index, qq)
+        for k in (1, 10, 45, 700):
+            spy = _Spy(monkeypatch)
+            rows, scores = top(index, qq, k)
+            monkeypatch.undo()
+            expected = order(whole, k)
+            np.testing.assert_array_equal(rows, expected)
+            np.testing.assert_array_equal(scores.view(np.uint32),
+                                          np.take_along_axis(whole, expected, axis=1).view(np.uint32))
+            # from the prefix alone (no query scored every reference), but for 9 query regions
+            assert spy.calls == ([3] if regions == 3 else [])
+    # a query whose prefix is shorter than k (its best 2,000 rows tie: nothing above the threshold)
+    tied = x.copy()
+    tied[10_000:12_000] = tied[3]
+    (tmp_path / "tied").mkdir()
+    index = _prefix_index(tmp_path / "tied", tied)
+    q = np.asarray(tied[[3, 4321]], np.float32)
+    assert len(ann.exact_prefix(index.descriptors, q[:1], 1024)[0][0]) < 10
+    spy = _Spy(monkeypatch)
+    rows, scores = top(index, q, 10)
+    monkeypatch.undo()
+    assert spy.calls == [1]  # the tied query only
+    whole = score_matrix(index, q)
+    np.testing.assert_array_equal(rows, order(whole, 10))
+    np.testing.assert_array_equal(scores, np.take_along_axis(whole, order(whole, 10), axis=1))
+    assert rows[0].tolist() == [3] + list(range(10_000, 10_009))
+
+
+def test_ranking_scores_hold_the_prefix_or_the_whole_row(tmp_path):
+    x = _prefix_data("objects")
+    # one object holds 3,000 near copies of row 5's view: the top 1,024 of a query near it are all
+    # that object's (too few objects), other queries' are of many objects
+    rng = np.random.default_rng(2)
+    near = np.asarray(x[5], np.float32) + 0.02 * rng.standard_normal((3000, 64)).astype(np.float32)
+    x[5000:8000] = (near / np.linalg.norm(near, axis=1, keepdims=True)).astype(np.float16)
+    labels = [f"obj{i // 10}" if not 5000 <= i < 8000 else "big" for i in range(len(x))]
+    index = _prefix_index(tmp_path, x, labels)
+    for regions in (1, 2):
+        q = _prefix_queries(x, regions)
+        q[0] = np.asarray(x[5000], np.float32)  # near the big object
+        qq = q if regions > 1 else q[:, 0]
+        whole = score_matrix(index, qq)
+        got = ranking_scores(index, qq, "exact", rows=20, objects=6)
+        assert got.shape == whole.shape and got.dtype == np.float32
+        np.testing.assert_array_equal(got[0], whole[0])  # fell back: its prefix is one object
+        for i in (1, 2):
+            finite = np.isfinite(got[i])
+            assert 20 <= finite.sum() < len(x) // 10
+            np.testing.assert_array_equal(got[i][finite].view(np.uint32), whole[i][finite].view(np.uint32))
+            assert got[i][finite].min() > whole[i][~finite].max()  # the top of the ranking
+            n_obj = len(set(index.labels[finite].tolist()))
+            assert n_obj >= 6
+            np.testing.assert_array_equal(order(got[i], 20), order(whole[i], 20))
+            np.testing.assert_array_equal(per_instance(got[i], index.labels, 6),
+                                          per_instance(whole[i], index.labels, 6))
+        # asking for more objects than query 1's prefix holds: its whole row
+        n1 = len(set(index.labels[np.isfinite(got[1])].tolist()))
+        more = ranking_scores(index, qq, "exact", rows=20, objects=n1 + 1)
+        np.testing.assert_array_equal(more[1], whole[1])
+    # float32 descriptors (no faiss view): every score
+    (tmp_path / "f32").mkdir()
+    index32 = _prefix_index(tmp_path / "f32", np.asarray(x, np.float32), labels)
+    q = np.asarray(x[[1, 2]], np.float32)
+    np.testing.assert_array_equal(ranking_scores(index32, q, "exact", rows=20, objects=6), score_matrix(index32, q))
+
+
+def test_pipeline_answers_from_the_ranking_scores_as_from_the_whole_row(saved, monkeypatch):
+    """With :func:`ranking_scores` in place of :func:`score_matrix` (no re-ranker, nothing left out),
+    the pipeline's answers are the same: results, scores, cosines, margin, confidence."""
+    from museum_search.core import query as query_module
+    from museum_search.core.query import QueryImage, QueryPipeline, QuerySettings
+
+    index = Index.load(saved)
+    assert ann._flat_view(index.descriptors) is not None
+    rng = np.random.default_rng(8)
+    q = np.asarray(index.descriptors[rng.choice(len(index), 4, replace=False)], np.float32)
+    q = np.stack([q, q + 0.2 * rng.standard_normal(q.shape).astype(np.float32)], axis=1)  # 2 regions
+    queries = [QueryImage(f"q{i}", None) for i in range(len(q))]
+    for one_per_object in (False, True):
+        settings = QuerySettings(k=8, search="exact", verify=False, per_instance=one_per_object)
+        pipe = QueryPipeline(index, settings)
+        before = [pipe.answer([qi], q[i:i + 1])[0] for i, qi in enumerate(queries)]
+        k = settings.k
+        monkeypatch.setattr(query_module, "score_matrix", lambda idx, desc, mode, k=k: ranking_scores(
+            idx, desc, mode, rows=k, objects=k + 1))
+        after = [pipe.answer([qi], q[i:i + 1])[0] for i, qi in enumerate(queries)]
+        monkeypatch.undo()
+        for a, b in zip(after, before):
+            assert np.isfinite(a.scores).sum() < len(index) // 2  # ranked from the prefix
+            assert [r.to_dict() for r in a.results] == [r.to_dict() for r in b.results]
+            assert [r.cosine for r in a.results] == [r.cosine for r in b.results]
+            assert (a.margin, a.confidence, a.top_cosine, a.reason) == (b.margin, b.confidence, b.top_cosine, b.reason)
 
 
 # ---- the approximate search ------------------------------------------------------------------
