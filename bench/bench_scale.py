@@ -32,7 +32,14 @@ in a child process on the memory-mapped float16 .npy:
 * per query (one at a time, the methods interleaved in a new random order for each query, so that
   the machine's load and the caches' state fall on all alike),
   p50/p95 ms and recall@10 against museum-search's exact top 10:
-  - ``exact``: ``order(exact_scores(d, q), 10)`` (what ``search.top(..., "exact")`` does);
+  - ``exact``: ``search.top(index, q, 10, "exact")`` on the memory map (what the app's exact
+    search costs for a top 10): each query's exact prefix (``ann.exact_prefix``: faiss's scan of
+    the file's view for the top 1,024, the rows above the 1,024th score) ranked, every score only
+    when the prefix is shorter than 10 (``exact_prefix_rows``: the prefixes' sizes, how many fell
+    back); runs labelled ``-prefix`` (``--label prefix``); earlier runs timed ``exact_all_scores``
+    under this name;
+  - ``exact_all_scores``: ``order(exact_scores(d, q), 10)``: every reference's score (faiss's view
+    searched with k = N), then the top 10 (what the pipeline's ``score_matrix`` costs);
   - ``faiss_fp16_flat``: faiss ``IndexScalarQuantizer`` fp16, inner product, ``search(q, 10)``
     (its own in-memory copy of the float16 codes);
   - ``ann``: ``AnnIndex.search(d, q, 10)`` (what ``search.top(..., "ann")`` does): IVF-PQ shortlist,
@@ -43,13 +50,15 @@ in a child process on the memory-mapped float16 .npy:
   - ``faiss_fp16_view_k10``: the faiss view of the memory-mapped file that ``exact`` scans (with
     k = N, every score), searched for its top 10 only: where exact's time goes (the memory map, or
     asking faiss for every score);
-* ratios ``exact / faiss_fp16_flat`` and ``ann / faiss_ivfpq_refine`` of the p50, p95 and p25 wall
+* ratios ``exact / faiss_fp16_flat`` (and ``exact_all_scores / faiss_fp16_flat``) and
+  ``ann / faiss_ivfpq_refine`` of the p50, p95 and p25 wall
   times and of the p50 CPU time of the process (``time.process_time``: what the machine's other
   work, which preempts us, does not add; a few-millisecond call's p50 wall time falls on either
   side of a preemption); ``auto_recall_at_10`` (the default search's); the approximate index's
   build time (with its tuning); resident memory at each step (``rss_mib``: VmRSS, VmHWM, RssAnon,
   RssFile; ``ours_after_queries`` before faiss's copies exist) and the load average.
     python bench/bench_scale.py --part search --sizes 100000 [--kinds themes objects] [--queries 200]
+        [--label prefix]  (runs are stored as KIND-N[-LABEL]: a label keeps the earlier runs)
 """
 
 from __future__ import annotations
@@ -200,8 +209,9 @@ print(json.dumps(res))
 
 SEARCH = r"""
 import json, sys, time
+from types import SimpleNamespace
 import numpy as np
-from museum_search.core import ann
+from museum_search.core import ann, search
 from museum_search.core.progress import drive
 from museum_search.core.ranking import order
 
@@ -245,9 +255,18 @@ shortlist = index.params.shortlist
 refine = faiss.IndexRefine(index._index, refine_codes)
 refine.k_factor = shortlist / 10
 res["rss_mib"]["after_faiss_copies"] = rss()
-view = ann._flat_view(d)  # the faiss view of the file's own pages that "exact" scans with k = N
+view = ann._flat_view(d)  # the faiss view of the file's own pages that exact search scans
 
-def ms_exact(q):
+class Refs:  # what search.top reads of an Index: the descriptors, their dimension and count
+    def __init__(self, d):
+        self.descriptors, self.meta = d, SimpleNamespace(dim=d.shape[1])
+    def __len__(self):
+        return len(self.descriptors)
+refs = Refs(d)
+
+def ms_exact(q):  # the app's exact top 10: the exact prefix, ranked
+    return search.top(refs, q, 10, "exact")[0][0]
+def ms_exact_all(q):  # every score (faiss's view with k = N), then the top 10
     s = ann.exact_scores(d, q)
     return order(s, 10)[0]
 def ms_ann(q):
@@ -260,7 +279,7 @@ def f_refine(q):
     return refine.search(q, 10)[1][0]
 def f_ivfpq(q):
     return index._index.search(q, shortlist)[1][0]
-methods = {"exact": ms_exact, "faiss_fp16_flat": f_flat, "ann": ms_ann, "faiss_ivfpq_refine": f_refine,
+methods = {"exact": ms_exact, "exact_all_scores": ms_exact_all, "faiss_fp16_flat": f_flat, "ann": ms_ann, "faiss_ivfpq_refine": f_refine,
            "faiss_ivfpq": f_ivfpq}
 if view is not None:  # the same scan as faiss_fp16_flat but of the memory map, k = 10 (not k = N)
     methods["faiss_fp16_view_k10"] = f_view
@@ -294,11 +313,19 @@ for k in names:
     out[k] = row
 out["exact"]["top10_identical_to_faiss_fp16_flat"] = round(float(np.mean(
     [np.array_equal(a, b) for a, b in zip(tops["exact"], tops["faiss_fp16_flat"])])), 4)
+out["exact"]["top10_identical_to_exact_all_scores"] = round(float(np.mean(
+    [np.array_equal(a, b) for a, b in zip(tops["exact"], tops["exact_all_scores"])])), 4)
+sizes = [len(ann.exact_prefix(d, qs[i:i + 1], search.PREFIX_ROWS)[0][0]) for i in range(len(qs))]
+res["exact_prefix_rows"] = {"m": search.PREFIX_ROWS, "min": int(min(sizes)), "p50": float(np.median(sizes)),
+                            "max": int(max(sizes)), "queries_shorter_than_10": int(sum(x < 10 for x in sizes))}
 res["queries"] = len(qs)
 res["methods"] = out
 res["ratio_exact_to_faiss_fp16_flat_p50"] = round(out["exact"]["p50_ms"] / out["faiss_fp16_flat"]["p50_ms"], 2)
 res["ratio_ann_to_faiss_ivfpq_refine_p50"] = round(out["ann"]["p50_ms"] / out["faiss_ivfpq_refine"]["p50_ms"], 2)
 res["ratio_exact_to_faiss_fp16_flat_p95"] = round(out["exact"]["p95_ms"] / out["faiss_fp16_flat"]["p95_ms"], 2)
+for stat in ("p50", "p95"):
+    res[f"ratio_exact_all_scores_to_faiss_fp16_flat_{stat}"] = round(
+        out["exact_all_scores"][f"{stat}_ms"] / out["faiss_fp16_flat"][f"{stat}_ms"], 2)
 res["ratio_ann_to_faiss_ivfpq_refine_p95"] = round(out["ann"]["p95_ms"] / out["faiss_ivfpq_refine"]["p95_ms"], 2)
 for stat in ("p25", "cpu_p50"):
     res[f"ratio_exact_to_faiss_fp16_flat_{stat}"] = round(out["exact"][f"{stat}_ms"] / out["faiss_fp16_flat"][f"{stat}_ms"], 2)
@@ -385,6 +412,7 @@ def main() -> None:
                          "approximate search against faiss on two kinds of data (search_speed.json)")
     ap.add_argument("--kinds", nargs="+", choices=["themes", "objects"], default=["themes", "objects"])
     ap.add_argument("--kind", default="themes", help=argparse.SUPPRESS)
+    ap.add_argument("--label", default="", help="--part search: store the runs as KIND-N-LABEL (keeps earlier runs)")
     args = ap.parse_args()
     if args.prepare:
         prepare(args.prepare, args.n, args.queries, kind=args.kind)
@@ -394,11 +422,15 @@ def main() -> None:
         out = HERE / "results" / "search_speed.json"
         results = json.loads(out.read_text()) if out.exists() else {}
         results.setdefault("runs", {})
-        results["machine"] = {"cpus": os.cpu_count(), "load_at_start": round(os.getloadavg()[0], 2)}
-        results["command"] = "python bench/bench_scale.py " + " ".join(sys.argv[1:])
+        machine = {"cpus": os.cpu_count(), "load_at_start": round(os.getloadavg()[0], 2)}
+        if not args.label:
+            results["machine"] = machine
+            results["command"] = "python bench/bench_scale.py " + " ".join(sys.argv[1:])
         for n in args.sizes:
             for kind in args.kinds:
-                results["runs"][f"{kind}-{n}"] = search_speed(work, n, kind, args.queries)
+                key = f"{kind}-{n}" + (f"-{args.label}" if args.label else "")
+                results["runs"][key] = search_speed(work, n, kind, args.queries)
+                results["runs"][key]["machine"] = machine
                 out.write_text(json.dumps(results, indent=2))
                 if not args.keep:
                     shutil.rmtree(work / f"{kind}-n{n}", ignore_errors=True)
