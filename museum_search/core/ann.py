@@ -1,13 +1,17 @@
 """Search at scale: exact scores of memory-mapped (float16) descriptors, an approximate (faiss
 IVF-PQ) index with exact re-scoring of its shortlist, and each reference's nearest neighbours.
 
-Three ways to score a query against N references:
+Four ways to score a query against N references:
 
 * :func:`exact_scores`: every reference. float32 descriptors are multiplied in place (a memory
   map stays a memory map). A float16 .npy memory map is scanned by faiss's fp16 flat index over the
   file's own pages (:func:`_flat_view`: no conversion, no copy); other float16 descriptors are
   converted by bit arithmetic (exact, several times faster than numpy's cast) a block of rows at a
   time into a buffer each thread reuses (1 MB), never whole: at 1M x 1280 a float32 copy is 5 GB.
+* :func:`exact_prefix`: the top of each query's exact ranking only (every reference above the
+  largest of its regions' ``m``-th scores, with :func:`exact_scores`'s very scores), from faiss's
+  scan of the same view for each region's top ``m``: a heap of ``m``, not of N (what
+  ``search.top`` and ``search.ranking_scores`` use in exact mode).
 * :func:`rows_scores` / :func:`candidate_scores`: the exact dot products of each query with its own
   candidate rows only.
 * :class:`AnnIndex`: a faiss IVF-PQ index (compact codes, no second copy of the descriptors)

@@ -1,5 +1,5 @@
-"""Search: the scores of query descriptors against every reference (one matrix product, or the
-approximate index's shortlist); they are ranked by :mod:`.ranking`.
+"""Search: the scores of query descriptors against every reference (one matrix product, the exact
+top of the ranking only, or the approximate index's shortlist); they are ranked by :mod:`.ranking`.
 
 Scores are dot products of L2-normalized descriptors (cosine similarity, in [-1, 1]; higher is
 better); ``2 - 2·score`` is the squared Euclidean distance. Re-rankers may replace the scores by
@@ -58,7 +58,9 @@ def score_matrix(index: Index, query_descriptors: np.ndarray, mode: str = "exact
     time, never whole: :func:`.ann.exact_scores`). "ann" scores only the candidates the index's
     approximate search finds for any of the query's regions, exactly, and gives the others -inf
     (ranked last): :func:`.ann.resolve_mode` says which a search uses. :func:`top` ranks only what
-    it must (the candidates, with "ann"), when the whole row of scores is not needed.
+    it must (the candidates, with "ann"; the exact prefix of the ranking, with "exact"), when the
+    whole row of scores is not needed; :func:`ranking_scores` gives the query pipeline the scores
+    its answer needs.
     """
     q, regions = _query_matrix(index, query_descriptors)
     if mode == "ann":
