@@ -6,7 +6,8 @@ Writes bench/results/verify_speed.json. In one run on this machine:
   (``--before``: a git worktree of the commit to compare with, e.g. ``git worktree add /tmp/wt-before
   HEAD~3``) and by this checkout; their calibrated verdicts (rule and model) are compared;
 - the same index (this checkout's) is then queried by both codes in fresh processes, alternately
-  (before, after, before, after, ...: ``--rounds``), each process answering every query of the
+  (before, after, after with OpenBLAS on one thread (:data:`ONE_BLAS`), before, ...: ``--rounds``),
+  each process answering every query of the
   three paintings query sets: per query the seconds of the whole photo query (decode, describe,
   search, verify, verdict) and of the bare forward pass of the same regions; p50/p95 of the query
   as ratios to the median forward pass, and the split of the query's time;
@@ -17,11 +18,14 @@ Writes bench/results/verify_speed.json. In one run on this machine:
 
     .venv/bin/python bench/bench_verify_speed.py --before /tmp/wt-before [--work DIR] [--rounds 2]
     .venv/bin/python bench/bench_verify_speed.py --alternatives --work DIR
+    .venv/bin/python bench/bench_verify_speed.py --profile --work DIR
 
 ``--work``: where the indexes are built (kept; a second run reuses them). ``--alternatives``: on
 those indexes, what a smaller query image for SIFT or a shorter shortlist would change (MP@1, the
 verdict's figures, the answers, the time of describing and verifying), written to
-bench/results/verify_speed_alternatives.json.
+bench/results/verify_speed_alternatives.json. ``--profile``: where this checkout's query spends its
+time, part by part (:func:`profile`), and with OpenBLAS on one thread, added to the results as
+"profile".
 """
 
 from __future__ import annotations
@@ -108,6 +112,92 @@ def latency(index_dir: str) -> dict:
         "load_average_1min": os.getloadavg()[0],
         "answers": answers,
     }
+
+
+def profile(index_dir: str) -> dict:
+    """Where one photo query's time goes, part by part, in one process (every paintings query):
+    the bare forward pass; SIFT on the photo alone (OpenCV's threads as they are, and one); the
+    matching of its shortlist and the homographies alone; and, in the whole query, when the photo's
+    features were ready against when the network's descriptors were (the wait for SIFT), and the
+    verification step's parts. Medians in ms, wall and CPU (of the process: every thread)."""
+    from dataclasses import replace
+
+    import cv2
+
+    import museum_search.core.verification as verification
+    from museum_search.core.query import QueryImage, QueryPipeline, load_query
+    from museum_search.core.ranking import order
+    from museum_search.core.rerank import spatial
+    from museum_search.core.store import Index
+
+    index = Index.load(index_dir)
+    pipe = QueryPipeline(index)
+    pipe.warm_up()
+    params = pipe.verification.params
+    marks: dict[str, float] = {}
+
+    def mark(fn, key):
+        def wrapped(*a, **k):
+            try:
+                return fn(*a, **k)
+            finally:
+                marks[key] = time.perf_counter()
+        return wrapped
+
+    real_qf, real_embed = verification.query_features, pipe.embed
+    rows: dict[str, list] = {}
+
+    def add(key, wall, cpu=None):
+        rows.setdefault(key, []).append((wall, cpu))
+
+    def timed(key, fn, *args):
+        t, c = time.perf_counter(), time.process_time()
+        out = fn(*args)
+        add(key, time.perf_counter() - t, time.process_time() - c)
+        return out
+
+    threads = cv2.getNumThreads()
+    for p in _paintings_queries():
+        q = load_query(p)
+        inputs = pipe.inputs(q)
+        timed("forward pass alone", pipe.extractor.embed, inputs)
+        qf = timed(f"SIFT on the photo alone ({threads} OpenCV threads)", spatial.query_features, q.image, params)
+        cv2.setNumThreads(1)
+        timed("SIFT on the photo alone (1 OpenCV thread)", spatial.query_features, q.image, params)
+        cv2.setNumThreads(threads)
+        half = replace(params, query_side=params.max_side // 2)  # SIFT's 2x upsampled octave costs as much as this
+        timed(f"SIFT on the photo at half its side alone ({threads} OpenCV threads)", spatial.query_features, q.image, half)
+        scores = pipe.answer([QueryImage(q.name, q.image.copy())])[0].cosine
+        refs = [pipe.verification.verifier.reference_features(index, int(r)) for r in order(scores, 20)]
+        refs = [r for r in refs if r is not None]
+        pairs = timed("matching the shortlist alone", spatial.match_features, qf, [r[0] for r in refs], params)
+        timed("homographies of the shortlist alone",
+              lambda found, refs: [spatial._homography(s, d, params, r[1]) for (s, d), r in zip(found, refs)], pairs, refs)
+        # the whole query, with the moments the photo's features and the descriptors were ready
+        verification.query_features = mark(real_qf, "features")
+        pipe.embed = mark(real_embed, "descriptors")
+        try:
+            t0, c0 = time.perf_counter(), time.process_time()
+            pipe.answer([QueryImage(q.name, q.image.copy())])
+            add("whole query (decoded photo)", time.perf_counter() - t0, time.process_time() - c0)
+        finally:
+            verification.query_features = real_qf
+            del pipe.embed
+        add("in the query: descriptors ready", marks["descriptors"] - t0)
+        add("in the query: SIFT ready", marks["features"] - t0)
+        add("in the query: wait for SIFT after the search", max(0.0, marks["features"] - t0 - pipe.timings["describe"]
+                                                                - pipe.timings["search"]))
+        for k, v in pipe.timings.items():
+            add(f"in the query: step {k}", v)
+    out = {}
+    for key, vals in rows.items():
+        wall = [w for w, _ in vals]
+        cpu = [c for _, c in vals if c is not None]
+        out[key] = {"wall_ms_median": round(1000 * float(np.median(wall)), 2)}
+        if cpu:
+            out[key]["cpu_ms_median"] = round(1000 * float(np.median(cpu)), 2)
+    out["load_average_1min"] = os.getloadavg()[0]
+    return out
 
 
 def figures(paintings_dir: str, sample_dir: str) -> dict:
@@ -202,8 +292,16 @@ def alternatives(paintings_dir: str, sample_dir: str) -> dict:
 # ---- the driver ----------------------------------------------------------------------------------
 
 
-def _run(code: Path, *args: str) -> dict:
+#: the third code measured (after's code, with OpenBLAS on one thread): after NumPy's matrix product
+#: of the search, OpenBLAS's idle threads spin for a while and take a core from the forward pass,
+#: SIFT and matching, in the query and in the bare forward pass measured after it
+ONE_BLAS = "after, OpenBLAS on one thread"
+
+
+def _run(code: Path, *args: str, one_blas: bool = False) -> dict:
     env = dict(os.environ, PYTHONPATH=str(code))
+    if one_blas:
+        env["OPENBLAS_NUM_THREADS"] = "1"
     res = subprocess.run([sys.executable, str(Path(__file__).resolve()), *args], cwd=str(code), env=env,
                          capture_output=True, text=True)
     if res.returncode:
@@ -229,14 +327,30 @@ def main(argv=None) -> int:
     ap.add_argument("--alternatives", action="store_true",
                     help="only measure smaller query sizes for SIFT and shorter shortlists (needs the indexes of "
                          "a previous run in --work); writes bench/results/verify_speed_alternatives.json")
+    ap.add_argument("--profile", action="store_true",
+                    help="only profile this checkout's query part by part on the paintings index of a previous run "
+                         "in --work; added to --out as 'profile'")
     ap.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         what, *rest = args.worker
         result = {"build": lambda: build(rest[0], Path(rest[1])), "latency": lambda: latency(rest[0]),
-                  "figures": lambda: figures(rest[0], rest[1]),
+                  "figures": lambda: figures(rest[0], rest[1]), "profile": lambda: profile(rest[0]),
                   "alternatives": lambda: alternatives(rest[0], rest[1])}[what]()
         print(json.dumps(result))
+        return 0
+    if args.profile:
+        index = Path(args.work or "") / "paintings-after"
+        if not (index / "manifest.json").exists():
+            print("--profile needs --work with the indexes of a previous run", file=sys.stderr)
+            return 2
+        target = Path(args.out)
+        out = json.loads(target.read_text()) if target.exists() else {}
+        for key, one in (("profile", False), (f"profile, {ONE_BLAS}", True)):
+            got = _run(REPO, "--worker", "profile", str(index), one_blas=one)
+            out[key] = {"code": str(REPO), **got}
+            print(key, json.dumps(got, indent=1), flush=True)
+        target.write_text(json.dumps(out, indent=1) + "\n")
         return 0
     if args.alternatives:
         work = Path(args.work or "")
@@ -278,10 +392,10 @@ def main(argv=None) -> int:
     out["build seconds"] = {k: v["seconds"] for k, v in builds.items()}
     out["verdict"] = builds["after"]["verdict"]
     index = str(work / "paintings-after")
-    runs: dict[str, list] = {"before": [], "after": []}
+    runs: dict[str, list] = {"before": [], "after": [], ONE_BLAS: []}
     for r in range(args.rounds):
-        for name, code in codes.items():
-            got = _run(code, "--worker", "latency", index)
+        for name, code in [*codes.items(), (ONE_BLAS, REPO)]:
+            got = _run(code, "--worker", "latency", index, one_blas=name == ONE_BLAS)
             runs[name].append(got)
             print(f"round {r + 1} {name}: p50 {got['p50_seconds'] * 1000:.1f} ms = {got['p50_over_forward']:.2f}x forward "
                   f"({got['forward_seconds_median'] * 1000:.1f} ms), p95 {got['p95_over_forward']:.2f}x, "
@@ -290,6 +404,7 @@ def main(argv=None) -> int:
     out["latency"] = {name: [{k: v for k, v in g.items() if k != "answers"} for g in got] for name, got in runs.items()}
     out["answers, before vs after"] = _same(runs["before"][0]["answers"], runs["after"][0]["answers"])
     out["answers, after vs after (repeatable)"] = _same(runs["after"][0]["answers"], runs["after"][-1]["answers"])
+    out[f"answers, after vs {ONE_BLAS}"] = _same(runs["after"][0]["answers"], runs[ONE_BLAS][0]["answers"])
     out["figures"] = {name: _run(code, "--worker", "figures", index, str(sample)) for name, code in codes.items()}
     out["figures identical"] = out["figures"]["before"] == out["figures"]["after"]
     out["load_average_end"] = os.getloadavg()
