@@ -239,6 +239,13 @@ def test_ranking_scores_hold_the_prefix_or_the_whole_row(tmp_path):
         n1 = len(set(index.labels[np.isfinite(got[1])].tolist()))
         more = ranking_scores(index, qq, "exact", rows=20, objects=n1 + 1)
         np.testing.assert_array_equal(more[1], whole[1])
+    # below PREFIX_MIN_REFERENCES references: every score
+    (tmp_path / "small").mkdir()
+    small = _prefix_index(tmp_path / "small", x[:search_module.PREFIX_MIN_REFERENCES - 1], labels[:search_module.PREFIX_MIN_REFERENCES - 1])
+    q = np.asarray(x[[1, 2]], np.float32)
+    got = ranking_scores(small, q, "exact", rows=20, objects=6)
+    assert np.isfinite(got).all()
+    np.testing.assert_array_equal(got, score_matrix(small, q))
     # float32 descriptors (no faiss view): every score
     (tmp_path / "f32").mkdir()
     index32 = _prefix_index(tmp_path / "f32", np.asarray(x, np.float32), labels)
@@ -258,6 +265,8 @@ def test_pipeline_answers_from_the_ranking_scores_as_from_the_whole_row(saved, m
     q = np.asarray(index.descriptors[rng.choice(len(index), 4, replace=False)], np.float32)
     q = np.stack([q, q + 0.2 * rng.standard_normal(q.shape).astype(np.float32)], axis=1)  # 2 regions
     queries = [QueryImage(f"q{i}", None) for i in range(len(q))]
+    # the approximate search: its own scores, -inf but for its candidates
+    np.testing.assert_array_equal(ranking_scores(index, q, "ann", rows=8, objects=9), score_matrix(index, q, "ann"))
     for one_per_object in (False, True):
         settings = QuerySettings(k=8, search="exact", verify=False, per_instance=one_per_object)
         pipe = QueryPipeline(index, settings)
