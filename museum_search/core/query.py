@@ -56,7 +56,7 @@ from .images import decode_image, load_image
 from .ranking import lead_within, order, per_instance
 from .rerank import RerankOptions, build_pipeline
 from .rerank.spatial import Matches, SpatialParams, params_of_index
-from .search import score_matrix
+from .search import Result, ranking_scores, score_matrix
 from .store import Index
 from .verdict import Evidence as VerdictEvidence
 from .verdict import Verdict
@@ -164,26 +164,6 @@ def descriptor_query(descriptor: np.ndarray, name: str) -> QueryImage:
     """A query given by its (D,) descriptor, computed elsewhere and L2-normalized (see
     :func:`.importing.check_descriptors`): it has no photo, so it is neither described nor verified."""
     return QueryImage(name, None, np.asarray(descriptor, np.float32).reshape(-1))
-
-
-@dataclass
-class Result:
-    """One reference in an answer: its rank, the evidence and the score it was ranked by."""
-
-    rank: int  # 1-based
-    row: int  # row of the reference in the index
-    score: float  # what the ranking sorts by (cosine, re-ranked, plus the verification bonus)
-    cosine: float  # best-region cosine of the global descriptors
-    inliers: int | None  # homography inliers, None when not verified
-    path: str  # relative to the collection root
-    abspath: str
-    instance: str
-    metadata: dict[str, str] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"rank": self.rank, "score": round(float(self.score), 6), "cosine": round(float(self.cosine), 6),
-                "inliers": self.inliers, "path": self.abspath, "instance": self.instance,
-                "metadata": self.metadata}
 
 
 @dataclass
@@ -320,7 +300,12 @@ class QueryPipeline:
                         for q in queries]
         desc = self.embed(queries) if descriptors is None else np.asarray(descriptors, np.float32)
         t1 = time.perf_counter()
-        cos = score_matrix(self.index, desc, self.search_mode)
+        s = self.settings
+        if self._rerank or exclude is not None or full_ranking:
+            cos = score_matrix(self.index, desc, self.search_mode)
+        else:  # the answer needs only the top of each ranking (search.ranking_scores: the same answer)
+            cos = ranking_scores(self.index, desc, self.search_mode, objects=s.k + 1,
+                                 rows=max(s.k, s.verify_top if s.verify else 0))
         scores = cos
         if self._rerank:
             scores = self._rerank.apply(self.index, cos, desc, query_images=[q.image for q in queries],
