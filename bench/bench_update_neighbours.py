@@ -43,6 +43,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
+from bench_knn import exact_rows  # the lists by the definition: an independent computation
 from bench_scale import prepare
 
 from museum_search.core import ann
@@ -87,22 +88,6 @@ def updated_matrix(work: Path, name: str, base: np.ndarray, extra: np.ndarray, r
     out.flush()
     del out
     return np.load(f, mmap_mode="r"), m
-
-
-def exact_rows(d: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
-    """The exact lists of ``rows`` by the definition (float64 dot products rounded to float32, -D,
-    self excluded, ties by lower row), every row scored: an independent computation."""
-    out = np.empty((len(rows), k), dtype=np.int64)
-    for a in range(0, len(rows), 500):
-        rr = rows[a:a + 500]
-        x = np.asarray(d[rr], dtype=np.float64)
-        s = np.empty((len(rr), len(d)), dtype=np.float32)
-        for c in range(0, len(d), 50_000):
-            s[:, c:c + 50_000] = (x @ np.asarray(d[c:c + 50_000], dtype=np.float64).T).astype(np.float32)
-        s = neg_distance(s)
-        s[np.arange(len(rr)), rr] = -np.inf
-        out[a:a + 500] = order(s, k)
-    return out
 
 
 def merged_exactly(d: np.ndarray, got: np.ndarray, old: np.ndarray, m: np.ndarray, k: int) -> dict:
