@@ -2,19 +2,21 @@
 
 Writes bench/results/verify_speed.json. In one run on this machine:
 
-- the paintings index (../shared/data/paintings/references) is built twice, by the code before
-  (``--before``: a git worktree of the commit to compare with, e.g. ``git worktree add /tmp/wt-before
-  HEAD~3``) and by this checkout; their calibrated verdicts (rule and model) are compared;
-- the same index (this checkout's) is then queried by both codes in fresh processes, alternately
-  (before, after, after with OpenBLAS on one thread (:data:`ONE_BLAS`), before, ...: ``--rounds``),
-  each process answering every query of the
-  three paintings query sets: per query the seconds of the whole photo query (decode, describe,
-  search, verify, verdict) and of the bare forward pass of the same regions; p50/p95 of the query
-  as ratios to the median forward pass, and the split of the query's time;
+- the paintings index (../shared/data/paintings/references) and the sample's (resources/sample) are
+  built twice, by the code before (``--before``: a git worktree of the commit to compare with, e.g.
+  ``git worktree add /tmp/wt-before HEAD~3``) and by this checkout, each calibrated by its own code
+  (a query side of SIFT is part of what an index is calibrated with); their calibrated verdicts are
+  compared;
+- each code then answers on its own paintings index, in fresh processes, alternately (before,
+  after, after with OpenBLAS on one thread (:data:`ONE_BLAS`), before, ...: ``--rounds``), each
+  process answering every query of the three paintings query sets: per query the seconds of the
+  whole photo query (decode, describe, search, verify, verdict) and of the bare forward pass of the
+  same regions; p50/p95 of the query as ratios to the median forward pass, and the split of the
+  query's time;
 - every answer's evidence (top object, verdict, inliers, rival, confidence, the inliers of every
-  verified reference) from both codes, compared query by query; MP@1 and MAP of the three query
-  sets and the verdict's figures (``run_evaluation``), on the paintings and on the bundled sample
-  collection (resources/sample, its own index).
+  verified reference) from both codes, compared query by query (the queries whose top object or
+  verdict differ are listed); MP@1 and MAP of the three query sets and the verdict's figures
+  (``run_evaluation``), on the paintings and on the sample, each code on its own indexes.
 
     .venv/bin/python bench/bench_verify_speed.py --before /tmp/wt-before [--work DIR] [--rounds 2]
     .venv/bin/python bench/bench_verify_speed.py --alternatives --work DIR
@@ -313,12 +315,19 @@ def _run(code: Path, *args: str, one_blas: bool = False) -> dict:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
+def _figures_only(figures: dict) -> dict:
+    """The figures of :func:`figures` without the sums of confidences (which any change of inliers moves)."""
+    return {k: {f: v for f, v in row.items() if f != "confidence_sum"} for k, row in figures.items()}
+
+
 def _same(a: dict, b: dict) -> dict:
     keys = sorted(a)
     differ = [k for k in keys if a[k] != b.get(k)]
     fields = ("instance", "in_collection", "inliers", "rival", "confidence", "verified")
     return {"queries": len(keys), "identical": len(keys) - len(differ),
             "differ_by_field": {f: sum(a[k][f] != b[k][f] for k in keys) for f in fields},
+            "top object or verdict": {k: {"before": a[k], "after": b[k]} for k in differ
+                                      if (a[k]["instance"], a[k]["in_collection"]) != (b[k]["instance"], b[k]["in_collection"])},
             "differing": {k: {"before": a[k], "after": b[k]} for k in differ[:10]}}
 
 
@@ -384,22 +393,25 @@ def main(argv=None) -> int:
     codes = {"before": Path(args.before).resolve(), "after": REPO}
     out: dict = {"machine": "2-core CPU, shared; one run", "before": str(codes["before"]), "load_average_start": os.getloadavg()}
     builds = {}
-    for name, code in codes.items():
-        folder = work / f"paintings-{name}"
-        builds[name] = (_run(code, "--worker", "build", "paintings", str(folder)) if not (folder / "manifest.json").exists()
-                        else {"seconds": None, "verdict": json.loads((folder / "manifest.json").read_text()).get("verdict")})
-        print(f"paintings index built by {name}: {builds[name]['seconds']} s", flush=True)
-    sample = work / "sample-after"
-    if not (sample / "manifest.json").exists():
-        _run(REPO, "--worker", "build", "sample", str(sample))
-    out["calibrated verdict identical"] = builds["before"]["verdict"] == builds["after"]["verdict"]
-    out["build seconds"] = {k: v["seconds"] for k, v in builds.items()}
-    out["verdict"] = builds["after"]["verdict"]
-    index = str(work / "paintings-after")
+    for name, code in codes.items():  # each code builds (and calibrates) its own indexes
+        for kind in ("paintings", "sample"):
+            folder = work / f"{kind}-{name}"
+            got = (_run(code, "--worker", "build", kind, str(folder)) if not (folder / "manifest.json").exists()
+                   else {"seconds": None})
+            manifest = json.loads((folder / "manifest.json").read_text())
+            got.update(verdict=manifest.get("verdict"), local_features=manifest.get("local_features"))
+            builds[(name, kind)] = got
+            print(f"{kind} index built by {name}: {got['seconds']} s, local features {got['local_features']}", flush=True)
+    out["calibrated verdict identical"] = builds[("before", "paintings")]["verdict"] == builds[("after", "paintings")]["verdict"]
+    out["build seconds"] = {name: builds[(name, "paintings")]["seconds"] for name in codes}
+    out["local features"] = {name: builds[(name, "paintings")]["local_features"] for name in codes}
+    out["verdict"] = {name: builds[(name, "paintings")]["verdict"] for name in codes}
+    index = {name: str(work / f"paintings-{name}") for name in codes}
     runs: dict[str, list] = {"before": [], "after": [], ONE_BLAS: []}
     for r in range(args.rounds):
         for name, code in [*codes.items(), (ONE_BLAS, REPO)]:
-            got = _run(code, "--worker", "latency", index, one_blas=name == ONE_BLAS)
+            got = _run(code, "--worker", "latency", index["before" if name == "before" else "after"],
+                       one_blas=name == ONE_BLAS)
             runs[name].append(got)
             print(f"round {r + 1} {name}: p50 {got['p50_seconds'] * 1000:.1f} ms = {got['p50_over_forward']:.2f}x forward "
                   f"({got['forward_seconds_median'] * 1000:.1f} ms), p95 {got['p95_over_forward']:.2f}x, "
@@ -409,10 +421,14 @@ def main(argv=None) -> int:
     out["answers, before vs after"] = _same(runs["before"][0]["answers"], runs["after"][0]["answers"])
     out["answers, after vs after (repeatable)"] = _same(runs["after"][0]["answers"], runs["after"][-1]["answers"])
     out[f"answers, after vs {ONE_BLAS}"] = _same(runs["after"][0]["answers"], runs[ONE_BLAS][0]["answers"])
-    out["figures"] = {name: _run(code, "--worker", "figures", index, str(sample)) for name, code in codes.items()}
+    out["figures"] = {name: _run(code, "--worker", "figures", index[name], str(work / f"sample-{name}"))
+                      for name, code in codes.items()}
     out["figures identical"] = out["figures"]["before"] == out["figures"]["after"]
+    out["MP@1, MAP and verdict figures identical"] = _figures_only(out["figures"]["before"]) == _figures_only(
+        out["figures"]["after"])
     out["load_average_end"] = os.getloadavg()
-    print(json.dumps({k: out[k] for k in ("calibrated verdict identical", "figures identical")}), flush=True)
+    print(json.dumps({k: out[k] for k in ("calibrated verdict identical", "figures identical",
+                                          "MP@1, MAP and verdict figures identical")}), flush=True)
     print(json.dumps(out["answers, before vs after"]["differ_by_field"]), flush=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")

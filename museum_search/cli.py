@@ -248,8 +248,10 @@ def cmd_info(args: argparse.Namespace) -> int:
     elif index.local is None:
         print("verification: no local features stored (rebuild the index to verify answers)")
     else:
+        ls = index.local.settings
+        side = ls.get("query_side", ls["max_side"])
         print(f"verification: local features of {len(index.local)} references "
-              f"({index.local.settings['feature'].upper()}, {index.local.settings['max_side']} px)")
+              f"({ls['feature'].upper()}, {ls['max_side']} px; a query photo's at {side} px)")
     v = Verdict.of_index(index)
     print(f"verdict: {v.summary()}")
     warning = v.warning()

@@ -163,11 +163,16 @@ def test_sample_verdict_meets_the_open_set_targets(sample_index, sample_collecti
     including the weakly textured colour field (q16, about 15 inliers).
 
     One known photo is rejected: q04, whose right answer has a cosine of 0.67, a negative margin and
-    24 inliers. The calibration's real views show what that is worth on this collection: a photo of
-    a painting, its object left out, matches another painting in the same frame with 40 inliers, no
-    rival and a higher cosine and margin; a verdict that accepted q04 would accept that unknown view
-    too (every weight of the model has a fixed sign, so evidence that is weaker in every feature
-    cannot be more convincing)."""
+    24-29 inliers. Why is in the calibration's views, one of two ways:
+
+    * an unknown view stronger in every feature (with the photo's SIFT at 640 px: a photo of a
+      painting, its object left out, matches another painting in the same frame with 40 inliers, no
+      rival and a higher cosine and margin); a verdict that accepted q04 would accept that unknown
+      view too (every weight of the model has a fixed sign, so evidence that is weaker in every
+      feature cannot be more convincing);
+    * or a cosine and a margin below those of every known view (at 320 px, the default since issue
+      24: q04's 0.667 and -0.019 against at least 0.678 and 0.006): nothing the calibration saw of
+      a known object looks like it."""
     from museum_search.core.evaluation.querysets import load_queryset
     from museum_search.core.evaluation.runner import run_evaluation
     from museum_search.core.verdict import Evidence, Verdict
@@ -183,10 +188,13 @@ def test_sample_verdict_meets_the_open_set_targets(sample_index, sample_collecti
     for r in rep.records:
         if not r.open_set and not r.in_collection:  # a known photo rejected: an unknown view as strong
             e = r.evidence
-            stronger = [u for u in map(Evidence.from_dict, v.evidence) if not u.known
+            views = list(map(Evidence.from_dict, v.evidence))
+            stronger = [u for u in views if not u.known
                         and u.cosine >= e.cosine and u.margin >= e.margin
                         and u.distinct_inliers >= e.distinct_inliers and u.rival <= e.rival]
-            assert stronger, (r.query, e)
+            known = [u for u in views if u.known]
+            unlike_any_known = e.cosine < min(u.cosine for u in known) and e.margin < min(u.margin for u in known)
+            assert stronger or unlike_any_known, (r.query, e)
 
 
 def test_object_inliers_lift_whole_objects_and_leave_lookalikes_to_the_cosine():

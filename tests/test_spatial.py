@@ -402,3 +402,54 @@ def test_query_features_at_a_smaller_side_are_placed_in_the_verify_frame(images)
     ref = spatial.extract_features(images["base"], p)
     size = spatial._resized_size(images["base"], 640)
     assert spatial.verify_features(small, ref, p, size) > 30
+
+
+def test_new_sift_indexes_store_the_query_side_and_older_ones_keep_max_side():
+    """The side a photo's SIFT features are computed at is part of what an index is calibrated with:
+    new indexes record it, an index without it (built before it existed) queries at ``max_side``."""
+    p = spatial.params_for("sift")
+    assert p.query_side == spatial.QUERY_SIDE["sift"] < p.max_side
+    settings = spatial.settings_of(p)
+    assert settings["query_side"] == spatial.QUERY_SIDE["sift"]
+    assert spatial.params_of_settings(settings).query_side == spatial.QUERY_SIDE["sift"]
+    old = {k: v for k, v in settings.items() if k != "query_side"}
+    assert spatial.params_of_settings(old).query_side is None
+    assert "query_side" not in spatial.settings_of(spatial.params_of_settings(old))  # an update keeps it so
+    # the stored reference features are the same features whatever the query side
+    assert spatial.same_features(settings, old) and spatial.same_features(old, settings)
+    assert not spatial.same_features(settings, {**old, "max_side": 480})
+    assert not spatial.same_features(settings, None) and spatial.same_features(None, None)
+    # XFeat computes the photo's features at max_side: it records no query side
+    assert spatial.params_for("xfeat").query_side is None
+
+
+def test_the_query_pipeline_and_the_calibration_use_the_index_s_query_side(sample_index):
+    from museum_search.core.query import QueryPipeline
+
+    stored = sample_index.local.settings
+    assert stored["query_side"] == spatial.QUERY_SIDE["sift"]
+    pipe = QueryPipeline(sample_index)
+    assert pipe.verification.params.query_side == stored["query_side"]
+    # the stored reference features are used, not computed again for the query side's settings
+    before = pipe.verification.verifier.stats["computed"]
+    pipe.verification.verifier.reference_features(sample_index, 0)
+    assert pipe.verification.verifier.stats["computed"] == before
+
+
+
+def test_the_calibration_queries_its_views_at_the_index_s_query_side(sample_index, monkeypatch):
+    import museum_search.core.verification as verification
+    from museum_search.core.calibration import calibrate
+    from museum_search.core.progress import drive
+
+    sides = []
+    real = verification.query_features
+
+    def spy(image, params=None):
+        sides.append(params.query_side)
+        return real(image, params)
+
+    monkeypatch.setattr(verification, "query_features", spy)
+    verdict = drive(calibrate(sample_index, views=4))
+    assert verdict.min_inliers >= 1
+    assert sides and set(sides) == {spatial.QUERY_SIDE["sift"]}

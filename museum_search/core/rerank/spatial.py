@@ -87,6 +87,14 @@ FEATURES = ("sift", "orb", "xfeat")
 MATCHERS = ("sift", "xfeat", "auto")
 #: Inliers at which the verification bonus is full, per feature (XFeat finds 2-5 times more matches).
 INLIER_CAP = {"sift": 50, "orb": 50, "xfeat": 150}
+#: The longest side (px) at which new indexes compute a query photo's SIFT features
+#: (``SpatialParams.query_side``, stored in the index's ``local_features`` settings and so used by its
+#: calibration too): SIFT's cost is in its pixels, and OpenCV's SIFT works on the photo doubled in
+#: size. Measured on the paintings (bench/bench_verify_speed.py, bench/bench_verdict.py), each index
+#: calibrated at its side: 320 px keeps MP@1, the calibrated verdict's figures and the exact copies
+#: of 640 px, at 302 keypoints per photo against 710 and half the query's time.
+#: Indexes without the setting (built before it) keep ``max_side``, which their verdict was calibrated with.
+QUERY_SIDE = {"sift": 320}
 _ESTIMATORS = {"ransac": "RANSAC", "usac": "USAC_DEFAULT", "magsac": "USAC_MAGSAC"}  # cv2 names
 MIN_MATCHES = 4  # a homography needs 4 point pairs
 CACHE_FORMAT = 1
@@ -340,8 +348,11 @@ def _match_sift_int8(fa: Features, refs: Sequence[Features], ratio: float
     scale = np.int32(-(1 << (bits + 1)))
 
     out: list[tuple[np.ndarray, np.ndarray]] = [_EMPTY] * len(refs)
-    for group, b, ck in blocks:
-        y = session.run(None, {"b": b, "a": a_shifted})[0][:, :m]
+
+    def finish(block: tuple[list[int], np.ndarray, np.ndarray]) -> None:
+        group, b, ck = block
+        # the padding columns too: contiguous rows make these passes twice as fast as a [:, :m] view
+        y = session.run(None, {"b": b, "a": a_shifted})[0]
         start = 0
         for j in group:
             pb = refs[j][0]
@@ -349,14 +360,42 @@ def _match_sift_int8(fa: Features, refs: Sequence[Features], ratio: float
             seg *= scale
             seg += ck[start:start + len(pb)]
             start += len(pb)
-            first = seg.min(axis=0)
+            first = seg.min(axis=0)[:m]
             ib = (first & low).astype(np.int64)
             seg[ib, cols] = np.iinfo(np.int32).max
-            second = seg.min(axis=0)
+            second = seg.min(axis=0)[:m]
             d1 = np.sqrt(np.maximum((first >> bits).astype(np.float32) + aa, 0.0))
             d2 = np.sqrt(np.maximum((second >> bits).astype(np.float32) + aa, 0.0))
             out[j] = _ratio_pairs(cols, ib, d1, d2, ratio, pa, pb)
+
+    pool = _match_pool() if len(blocks) > 1 else None
+    if pool is None:
+        for block in blocks:
+            finish(block)
+    else:  # each block writes its own references' matches: the same result in any order
+        list(pool.map(finish, blocks))  # raises what a block raised
     return out
+
+
+_POOL: dict[str, Any] = {}
+
+
+def _match_pool():
+    """The threads the blocks of a shortlist's 8-bit matching are shared among (None on one core).
+
+    After its product (1.8 ms for a paintings shortlist of 20), a block's keys, minima and ratio
+    test are NumPy passes over its (references' keypoints × photo's keypoints) int32 products
+    (9.7 ms), which release the GIL: the photo query's verification runs them on every core."""
+    workers = min(4, os.cpu_count() or 1)
+    if workers < 2:
+        return None
+    with _LOCK:
+        pool = _POOL.get("pool")
+        if pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            pool = _POOL["pool"] = ThreadPoolExecutor(workers, thread_name_prefix="sift-matching")
+        return pool
 
 
 def _match_sift(fa: Features, refs: Sequence[Features], ratio: float) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -690,7 +729,7 @@ class Verifier:
         when their settings are these; otherwise computed and cached.
         """
         stored = getattr(index, "local", None)
-        if stored is not None and stored.settings == settings_of(self.params):
+        if stored is not None and same_features(stored.settings, settings_of(self.params)):
             self.stats["memory_hits"] += 1
             return stored.get(row)
         key = self._key(index, row)
@@ -817,12 +856,24 @@ class Verifier:
 
 def settings_of(params: SpatialParams) -> dict[str, Any]:
     """What the stored local features were computed with (an index's manifest records it); XFeat's
-    also name the model (:func:`.xfeat.model_id`)."""
+    also name the model (:func:`.xfeat.model_id`). With the side a query photo's features are
+    computed at (``query_side``) when it is not ``max_side``: not a property of the stored features
+    (:func:`same_features` leaves it out), but of the verification the index was calibrated with."""
     out: dict[str, Any] = {"feature": params.effective_feature, "max_side": int(params.max_side),
                            "max_keypoints": int(params.max_keypoints)}
     if out["feature"] == "xfeat":
         out["model"] = xfeat.model_id(params.max_keypoints)
+    elif params.query_side is not None and params.query_side < params.max_side:
+        out["query_side"] = int(params.query_side)
     return out
+
+
+def same_features(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
+    """Whether local-feature ``settings`` a and b describe the same reference features (the query
+    side aside)."""
+    if a is None or b is None:
+        return a is b
+    return {k: v for k, v in a.items() if k != "query_side"} == {k: v for k, v in b.items() if k != "query_side"}
 
 
 def descriptor_layout(params: SpatialParams) -> tuple[int, Any]:
@@ -871,7 +922,7 @@ def params_for(matcher: str, top_n: int = 20) -> SpatialParams:
     """The verification settings of a matcher (``"sift"`` or ``"xfeat"``; ``"orb"`` too)."""
     if matcher not in FEATURES:
         raise MuseumSearchError(f"unknown matcher {matcher!r}; choose one of {', '.join(MATCHERS)}")
-    return SpatialParams(top_n=top_n, feature=matcher)
+    return SpatialParams(top_n=top_n, feature=matcher, query_side=QUERY_SIDE.get(matcher))
 
 
 def params_of_index(index, top_n: int = 20) -> SpatialParams:
@@ -886,8 +937,9 @@ def params_of_settings(settings: dict[str, Any] | None, top_n: int = 20) -> Spat
     if not settings:
         return SpatialParams(top_n=top_n)
     try:
+        side = settings.get("query_side")
         return SpatialParams(top_n=top_n, feature=str(settings["feature"]), max_side=int(settings["max_side"]),
-                             max_keypoints=int(settings["max_keypoints"]))
+                             max_keypoints=int(settings["max_keypoints"]), query_side=None if side is None else int(side))
     except (KeyError, TypeError, ValueError, MuseumSearchError) as exc:
         log.warning("the local features of this index have settings this version does not know (%s): "
                     "verifying with SIFT, computed as needed", exc)
