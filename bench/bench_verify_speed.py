@@ -23,8 +23,8 @@ Writes bench/results/verify_speed.json. In one run on this machine:
     .venv/bin/python bench/bench_verify_speed.py --profile --work DIR
 
 ``--work``: where the indexes are built (kept; a second run reuses them). ``--alternatives``: on
-those indexes, what a smaller query image for SIFT or a shorter shortlist would change (MP@1, the
-verdict's figures, the answers, the time of describing and verifying), written to
+those indexes (this checkout's), what another query image size for SIFT or a shorter shortlist
+would change (MP@1, the verdict's figures, the answers, the time of describing and verifying), written to
 bench/results/verify_speed_alternatives.json. ``--profile``: where this checkout's query spends its
 time, part by part (:func:`profile`), and with OpenBLAS on one thread, added to the results as
 "profile".
@@ -236,12 +236,14 @@ def _verdict_counts(evidence) -> dict:
             "confidence_sum": round(float(sum(e.confidence or 0.0 for e in evidence)), 6)}
 
 
-ALTERNATIVES = ((None, 20), (480, 20), (400, 20), (320, 20), (None, 10), (None, 5))  # (query side, verify top)
+#: (query side, verify top); None: the index's own query side (its manifest's; 640 px for an index
+#: built before indexes recorded one). The verdict stays the one the index was calibrated with.
+ALTERNATIVES = ((None, 20), (640, 20), (480, 20), (400, 20), (None, 10), (None, 5))
 
 
 def alternatives(paintings_dir: str, sample_dir: str) -> dict:
-    """What a smaller query image for SIFT (``SpatialParams.query_side``) or a shorter shortlist
-    (``verify_top``) would change: per setting, MP@1 and the verdict's figures of each query set,
+    """What another query image size for SIFT (``SpatialParams.query_side``; the index keeps the
+    verdict calibrated at its own) or a shorter shortlist (``verify_top``) would change: per setting, MP@1 and the verdict's figures of each query set,
     the queries whose answer (top object, verdict, inliers, rival, confidence) differs from the
     default's, and the median seconds of the verification step (qsd1_w1) as a ratio to the default's."""
     from dataclasses import replace
@@ -260,9 +262,11 @@ def alternatives(paintings_dir: str, sample_dir: str) -> dict:
     out: dict = {}
     answers: dict = {}
     for side, top in ALTERNATIVES:
-        query.params_of_index = lambda index, top_n=20, side=side: replace(of_index(index, top_n), query_side=side)
+        query.params_of_index = (of_index if side is None else
+                                 lambda index, top_n=20, side=side: replace(of_index(index, top_n), query_side=side))
         settings = QuerySettings(verify_top=top)
-        name = f"query side {side or 'max_side (640)'}, verify top {top}"
+        own = of_index(indexes[paintings_dir]).query_side or of_index(indexes[paintings_dir]).max_side
+        name = f"query side {side or f'of the index ({own})'}, verify top {top}"
         row: dict = {}
         got: dict = {}
         for label, (index_dir, folder) in sets.items():
