@@ -53,6 +53,7 @@ def test_the_export_carries_everything_needed(exported, sample_index, sample_col
     assert len(rows) == 21
     assert all(r["k_q"] == "2" and r["k_g"] == "3" and r["beta"] == "0.400000" and r["iterations"] == "3"
                and r["verify_top"] == "10" and r["index_id"] == run["index"]["id"]
+               and r["ann_id"] == run["index"]["ann_id"] == export.NO_ANN
                and r["verdict"] == "at least 11 matching points" for r in rows)
     by_query = {q["query"]: q for q in doc["queries"]}
     for r in rows:
@@ -211,7 +212,7 @@ def approximate_run(tmp_path, monkeypatch):
     auto_says("ann")
     base = ["evaluate", str(index_dir), "--descriptors", str(tmp_path / "q.npy"), "--ground-truth",
             str(tmp_path / "gt.csv"), "--no-verify"]
-    assert main([*base, "--json", str(tmp_path / "run.json")]) == 0
+    assert main([*base, "--json", str(tmp_path / "run.json"), "--csv", str(tmp_path / "run.csv")]) == 0
     assert main([*base, "--search", "exact", "--json", str(tmp_path / "exact.json")]) == 0
     return index_dir, tmp_path, auto_says
 
@@ -239,6 +240,8 @@ def test_a_run_runs_again_with_the_search_auto_chose(approximate_run, capsys):
     run = doc["run"]
     assert run["settings"]["search"] == "auto" and run["resolved"]["search"] == "ann"
     assert run["index"]["ann_id"] not in (None, export.NO_ANN) and run["index"]["ann"]["nprobe"] >= 1
+    with open(tmp / "run.csv", newline="", encoding="utf-8") as f:  # the CSV names the approximate index too
+        assert {r["ann_id"] for r in csv.DictReader(f)} == {run["index"]["ann_id"]}
     capsys.readouterr()
     auto_says("exact")  # another machine, or another measurement: auto would choose otherwise now
     assert main(["evaluate", "--settings", str(tmp / "run.json"), "--json", str(tmp / "again.json")]) == 0

@@ -72,7 +72,7 @@ REPRODUCED = (*SUMMARY_KEYS, "p@10", "gap", "gap_known", "queries", "open_set_qu
 REPRODUCED_PER_QUERY = ("p@1", "p@5", "ap", "mnro", "nmrr", "rr", "in_collection", "reason", "inliers",
                         "confidence")
 #: The CSV's columns of the run (after :data:`.reports.CSV_QUERY_COLUMNS`), the same on every line.
-CSV_RUN_COLUMNS = ("run", "index_id", "index_path", "query_set", "layout", "regex", "rerank", "k_q", "k_g",
+CSV_RUN_COLUMNS = ("run", "index_id", "ann_id", "index_path", "query_set", "layout", "regex", "rerank", "k_q", "k_g",
                    "beta", "iterations", "icfrr_mode", "qe_n", "qe_alpha", "verify", "verify_top", "search",
                    "regions", "per_instance", "rivals_anywhere", "verdict", "batch_size", "engine")
 #: What the JSON says about ``top``/``top1_rank_score`` (the score is not a cosine).
@@ -415,7 +415,7 @@ def csv_run_values(spec: RunSpec) -> dict[str, Any]:
     s, o = spec.settings, spec.settings.options
     r = spec.resolved
     verdict = s.verdict.rule(s.verify) if s.verdict is not None else "the index's"
-    values = [spec.name, spec.index_id, spec.index_path, spec.query_set.descriptors or spec.query_set.path,
+    values = [spec.name, spec.index_id, spec.ann_id or "", spec.index_path, spec.query_set.descriptors or spec.query_set.path,
               spec.query_set.layout, spec.query_set.regex, "+".join(s.rerank) or "none",
               r.get("k_q", o.k_q), r.get("k_g", o.k_g), o.beta, o.iterations, o.icfrr_mode, o.qe_n, o.qe_alpha,
               s.verify, s.verify_top, r.get("search", s.search), s.regions, s.per_instance, s.rivals_anywhere,
