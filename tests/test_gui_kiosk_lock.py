@@ -414,6 +414,7 @@ def now():
         "mode": d.mode if d is not None else None,
         "pin_prompt": d is not None and d.findChild(QWidget, "pinPrompt").isVisible(),
         "pin_message": d.pin_prompt.message.text() if d is not None else "",
+        "pin_dots": d.pin_prompt.dots.text() if d is not None else "",
         "visible_windows": [w.windowTitle() for w in app.topLevelWidgets() if w.isVisible()],
         "active": active.windowTitle() if active is not None else None,
     }
@@ -685,7 +686,7 @@ def test_x_pin_prompt_wrong_pin_keeps_the_kiosk(x_app):
     app.key("alt+Tab")
     _assert_kiosk_holds(app)
     _xdotool(app.env, "type", "--delay", "80", PIN[:3])
-    time.sleep(0.5)
+    s = app.wait(lambda s: len(s["pin_dots"].replace(" ", "")) == 3, what="three digits typed")  # shown as dots
     assert app.ask(f"shot {SCREENSHOT}")["saved"]
     app.key(PIN[3], "Return")
     s = app.wait(lambda s: not s["kiosk"] and s["main_visible"], what="the main window back")
