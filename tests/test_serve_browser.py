@@ -347,15 +347,15 @@ def test_french_phone_gets_french(phone, sample_collection):
     page = p.page
     page.wait_for_function("() => document.documentElement.lang === 'fr'")
     assert p.text("#take") == "Prendre une photo"
-    assert p.text("h1") == "Quelle est cette œuvre ?"
-    assert p.text("#collection-size") == "12 œuvres"
+    assert p.text("h1") == "Quel est cet objet ?"
+    assert p.text("#collection-size") == "12 objets"
     p.send(sample_collection / "queries" / KNOWN[0])
     assert p.wait_answer() == "answer"
     assert "lang=fr" in p.identify[-1]
     assert p.text("#answer-title") == TITLES_FR[KNOWN[1]]  # the title@fr column
     assert p.text("#answer-description") == DESCRIPTION_FR[KNOWN[1]]
     assert p.text("#answer-artist") == KNOWN[3]  # no artist@fr: the default column
-    assert p.text("#answer-confidence") == "Nous sommes sûrs que c’est celle-ci"
+    assert p.text("#answer-confidence") == "Nous sommes sûrs que c’est celui-ci"
     p.send(sample_collection / "queries" / UNKNOWN)
     page.wait_for_selector("#not-found", state="visible")
     assert "Cela ne semble pas faire partie de cette collection" in p.text("#not-found")
@@ -371,7 +371,7 @@ def test_german_phone_gets_german_words_and_the_default_columns(phone, sample_co
     assert p.wait_answer() == "answer"
     assert "lang=" not in p.identify[-1]
     assert p.text("#answer-title") == KNOWN[2]
-    assert p.text("#answer-confidence") == "Wir sind sicher: Es ist dieses Werk"
+    assert p.text("#answer-confidence") == "Wir sind sicher: Es ist dieses Objekt"
 
 
 def test_live_viewfinder_only_where_a_camera_is_allowed(phone):
