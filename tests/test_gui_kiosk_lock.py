@@ -686,7 +686,7 @@ def test_x_pin_prompt_wrong_pin_keeps_the_kiosk(x_app):
     app.key("alt+Tab")
     _assert_kiosk_holds(app)
     _xdotool(app.env, "type", "--delay", "80", PIN[:3])
-    s = app.wait(lambda s: len(s["pin_dots"].replace(" ", "")) == 3, what="three digits typed")  # shown as dots
+    app.wait(lambda s: len(s["pin_dots"].replace(" ", "")) == 3, what="three digits typed")  # shown as dots
     assert app.ask(f"shot {SCREENSHOT}")["saved"]
     app.key(PIN[3], "Return")
     s = app.wait(lambda s: not s["kiosk"] and s["main_visible"], what="the main window back")
