@@ -13,6 +13,8 @@ Writes bench/results/verdict.json (or --out). Every figure comes from one run on
   rejected, known rejected, accuracy, for the model, SIFT alone and no verification; the known
   queries whose best photo has no more than 5 SIFT inliers (the dark works), and how many of
   them the verdict recognises.
+- **shortlist** (``--only shortlist``, on the two leave-out indexes): MP@1, MAP and the verdict's
+  figures when the query pipeline verifies the best 20 (the default), 15 or 10 references.
 - **exact copies**: every reference photo of the sample, of a one-photo-per-object COIL index (the
   0-degree view of objects 5, 10, ..., 100) and of the paintings, queried as itself.
 - **GAP** (the Met dataset's Global Average Precision, and over known queries) on the COIL and
@@ -131,17 +133,37 @@ def _run(index, qs_list, settings):
     return evidence, records, mp1
 
 
-def coil(work: Path, matcher: str) -> dict:
+#: COIL-100's objects left out of the leave-out index (:func:`coil`).
+COIL_LEFT_OUT = set(range(5, 101, 5))
+
+
+def _coil_leave_out(work: Path, matcher: str):
+    """(index, query set) of the COIL-100 leave-out protocol (the module doc)."""
     root = DATA / "coil100"
     names = sorted(p.name for p in root.glob("*.jpg"))
     obj = re.compile(r"obj(\d+)__")
-    left = {n for n in range(5, 101, 5)}
-    refs = [root / n for n in names if int(ANGLE.search(n).group(1)) % 20 == 0 and int(obj.match(n).group(1)) not in left]
+    refs = [root / n for n in names
+            if int(ANGLE.search(n).group(1)) % 20 == 0 and int(obj.match(n).group(1)) not in COIL_LEFT_OUT]
     queries = [n for n in names if int(ANGLE.search(n).group(1)) in (10, 130, 250)]
     folder = _links(work / "coil-80", refs)
     index = _build(folder, work / f"coil-80-{matcher}.idx", BackboneConfig(size=224),
                    LabellingSpec("regex", regex=COIL100_REGEX), matcher)
-    qs = load_queryset(root, layout="regex", regex=COIL100_REGEX, files=queries)
+    return index, load_queryset(root, layout="regex", regex=COIL100_REGEX, files=queries)
+
+
+def _paintings_leave_out(work: Path, matcher: str):
+    """(index, left-out reference positions, the three query sets) of the paintings' leave-out protocol."""
+    refs = sorted((DATA / "paintings" / "references").glob("*.jpg"))
+    rng = np.random.default_rng(20261122)
+    left = set(rng.choice(len(refs), size=int(len(refs) * 0.2), replace=False).tolist())
+    folder = _links(work / "paintings-80", [f for i, f in enumerate(refs) if i not in left])
+    index = _build(folder, work / f"paintings-80-{matcher}.idx", BackboneConfig(), None, matcher)
+    return index, left, [load_queryset(DATA / "paintings" / "queries" / q) for q in QUERY_SETS]
+
+
+def coil(work: Path, matcher: str) -> dict:
+    left = COIL_LEFT_OUT
+    index, qs = _coil_leave_out(work, matcher)
     ev_v, rec, mp_v = _run(index, [qs], None)
     ev_c, _, mp_c = _run(index, [qs], QuerySettings(verify=False))
     print(f"COIL-100 leave-out ({matcher}): {len(index)} references, {len(ev_v)} queries, MP@1 {mp_v:.3f}", flush=True)
@@ -151,7 +173,6 @@ def coil(work: Path, matcher: str) -> dict:
 
 
 def paintings(work: Path, matcher: str) -> dict:
-    refs = sorted((DATA / "paintings" / "references").glob("*.jpg"))
     full = _build(DATA / "paintings" / "references", work / f"paintings-{matcher}.idx", BackboneConfig(), None, matcher)
     out: dict = {"dev": {}}
     for qs in QUERY_SETS:
@@ -160,11 +181,7 @@ def paintings(work: Path, matcher: str) -> dict:
     out["dev"]["mp@1 over the three sets"] = float(np.mean([out["dev"][q]["mp@1"] for q in QUERY_SETS]))
     print(f"paintings dev ({matcher}): MP@1 {out['dev']['mp@1 over the three sets']:.3f} "
           + "  ".join(f"{q} known rejected {out['dev'][q]['known_rejected']:.3f}" for q in QUERY_SETS), flush=True)
-    rng = np.random.default_rng(20261122)
-    left = set(rng.choice(len(refs), size=int(len(refs) * 0.2), replace=False).tolist())
-    folder = _links(work / "paintings-80", [f for i, f in enumerate(refs) if i not in left])
-    index = _build(folder, work / f"paintings-80-{matcher}.idx", BackboneConfig(), None, matcher)
-    qsets = [load_queryset(DATA / "paintings" / "queries" / q) for q in QUERY_SETS]
+    index, left, qsets = _paintings_leave_out(work, matcher)
     ev_v, rec, mp_v = _run(index, qsets, None)
     ev_c, _, mp_c = _run(index, qsets, QuerySettings(verify=False))
     print(f"paintings leave-out ({matcher}): {len(index)} references, {len(ev_v)} queries", flush=True)
@@ -216,6 +233,35 @@ def copies(work: Path, matcher: str) -> dict:
     return out
 
 
+#: Shortlist lengths measured by :func:`shortlist` (the query pipeline verifies 20).
+SHORTLISTS = (20, 15, 10)
+
+
+def shortlist(work: Path, matcher: str) -> dict:
+    """How short the verified shortlist can be (issue 24): on the COIL-100 and paintings leave-out
+    indexes (calibrated with the default, 20), per length of :data:`SHORTLISTS`: MP@1, MAP of each
+    query set and the calibrated verdict's figures."""
+    coil_index, coil_queries = _coil_leave_out(work, matcher)
+    paintings_index, _, paintings_queries = _paintings_leave_out(work, matcher)
+    out: dict = {}
+    for name, index, qsets in (("coil", coil_index, [coil_queries]), ("paintings", paintings_index, paintings_queries)):
+        v = Verdict.of_index(index)
+        out[name] = {}
+        for top in SHORTLISTS:
+            evidence, records, maps = [], [], []
+            for qs in qsets:
+                rep = run_evaluation(index, qs, QuerySettings(verify_top=top))
+                evidence += rep.evidence
+                records += rep.records
+                maps.append(rep.summary["map"])
+            mp1 = float(np.mean([r.correct for r in records if not r.open_set]))
+            f = open_set_figures(evidence, v)
+            out[name][f"verify top {top}"] = {"mp@1": mp1, "map_per_query_set": maps, **f}
+            print(f"shortlist {top} on {name}: MP@1 {mp1:.3f} MAP {[round(m, 4) for m in maps]} known rejected "
+                  f"{f['known_rejected']:.3f} unknown rejected {f['unknown_rejected']:.3f}", flush=True)
+    return out
+
+
 def latency(work: Path, matcher: str, n: int = 40) -> dict:
     """Seconds per query of the default pipeline on the paintings (the dev queries), p50 and p95,
     as ratios to the forward pass (describing the photo's regions), and the split by step."""
@@ -256,7 +302,8 @@ def main() -> int:
     results["machine"] = "2-core CPU, shared; one run"
     for part in args.only.split(","):
         t = time.perf_counter()
-        results.setdefault(args.matcher, {})[part] = {"coil": coil, "paintings": paintings, "copies": copies, "latency": latency}[part](
+        results.setdefault(args.matcher, {})[part] = {"coil": coil, "paintings": paintings, "copies": copies,
+                                                       "shortlist": shortlist, "latency": latency}[part](
             work, args.matcher)
         results[args.matcher][part]["seconds"] = round(time.perf_counter() - t, 1)
         args.out.write_text(json.dumps(results, indent=1, default=float) + "\n")
