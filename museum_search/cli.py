@@ -248,10 +248,11 @@ def cmd_info(args: argparse.Namespace) -> int:
     elif index.local is None:
         print("verification: no local features stored (rebuild the index to verify answers)")
     else:
-        ls = index.local.settings
-        side = ls.get("query_side", ls["max_side"])
+        from .core.rerank.spatial import params_of_settings
+
+        p = params_of_settings(index.local.settings)
         print(f"verification: local features of {len(index.local)} references "
-              f"({ls['feature'].upper()}, {ls['max_side']} px; a query photo's at {side} px)")
+              f"({p.effective_feature.upper()}, {p.max_side} px; a query photo's at {p.photo_side} px)")
     v = Verdict.of_index(index)
     print(f"verdict: {v.summary()}")
     warning = v.warning()

@@ -414,6 +414,7 @@ def test_new_sift_indexes_store_the_query_side_and_older_ones_keep_max_side():
     assert spatial.params_of_settings(settings).query_side == spatial.QUERY_SIDE["sift"]
     old = {k: v for k, v in settings.items() if k != "query_side"}
     assert spatial.params_of_settings(old).query_side is None
+    assert (p.photo_side, spatial.params_of_settings(old).photo_side) == (spatial.QUERY_SIDE["sift"], p.max_side)
     assert "query_side" not in spatial.settings_of(spatial.params_of_settings(old))  # an update keeps it so
     # the stored reference features are the same features whatever the query side
     assert spatial.same_features(settings, old) and spatial.same_features(old, settings)

@@ -100,10 +100,11 @@ def top(index: Index, query_descriptors: np.ndarray, k: int, mode: str = "exact"
         out_scores = np.full((nq, k), -np.inf, dtype=np.float32)
         short = [i for i, (rows, _) in enumerate(prefix) if len(rows) < k]
         full = score_matrix(index, q[short] if regions else q[short, 0], "exact") if short else None
+        whole = {i: j for j, i in enumerate(short)}  # query -> its row of ``full``
         for i, (rows, scores) in enumerate(prefix):
-            if i in short:
+            if i in whole:
                 assert full is not None
-                s = full[short.index(i)]
+                s = full[whole[i]]
                 best = order(s, k)
                 out_rows[i, :len(best)], out_scores[i, :len(best)] = best, s[best]
             else:

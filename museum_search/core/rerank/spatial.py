@@ -142,6 +142,14 @@ class SpatialParams:
             raise MuseumSearchError(f"the ratio test threshold must be in (0, 1], not {self.ratio}")
 
     @property
+    def photo_side(self) -> int:
+        """The longest side (px) a query photo's features are computed at (:func:`query_features`):
+        ``query_side``, at most ``max_side``; XFeat's always at ``max_side``."""
+        if self.effective_feature == "xfeat":
+            return self.max_side
+        return min(self.query_side or self.max_side, self.max_side)
+
+    @property
     def effective_feature(self) -> str:
         """The feature actually used: ORB when SIFT is asked for but this OpenCV lacks it."""
         if self.feature == "xfeat":
@@ -217,10 +225,10 @@ def query_features(image: np.ndarray, params: SpatialParams | None = None) -> Fe
     smaller image: SIFT's cost is in its pixels), the positions carried into the frame of the photo
     resized to ``params.max_side``, where the homography's threshold and the viewers measure them."""
     params = params or SpatialParams()
-    side = min(params.query_side or params.max_side, params.max_side)
+    side = params.photo_side
     h, w = np.shape(image)[:2]
     frame = _resized_size(image, params.max_side)
-    if side >= params.max_side or max(h, w) <= side or params.effective_feature == "xfeat":
+    if side >= params.max_side or max(h, w) <= side:
         return extract_features(image, params)
     pts, desc = extract_features(image, replace(params, max_side=side))
     small = _resized_size(image, side)
