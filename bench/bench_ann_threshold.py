@@ -1,5 +1,5 @@
 """From how many references is approximate search worth it? Exact brute force against the faiss
-IVF-PQ index of :mod:`museum_search.core.ann` (with exact re-scoring of its shortlist), on
+IVF-PQ index of :mod:`museum_search.core.index._ann` (with exact re-scoring of its shortlist), on
 memory-mapped float16 descriptors, at several collection sizes.
 
 Synthetic but clustered 1280-d descriptors, written as a float16 .npy and memory-mapped: objects
@@ -42,7 +42,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from museum_search.core import ann
+from museum_search.core.index import _ann as ann
 from museum_search.core.progress import drive
 from museum_search.core.ranking import order
 

@@ -43,8 +43,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from museum_search.core import images
-from museum_search.core.extract import default_workers
 from museum_search.core.images import DECODE_BUDGET_ENV, decode_cost, is_image_file, load_image
+from museum_search.core.inference._extract import default_workers
 
 MIB = 1 << 20
 DEFAULT_IMAGES = REPO.parent / "shared" / "data" / "paintings" / "references"
@@ -57,7 +57,7 @@ CHILD_PRELUDE = """
 import json, resource, sys, time
 import numpy as np
 from museum_search.core import images
-from museum_search.core.extract import extract
+from museum_search.core.inference._extract import extract
 from museum_search.core.progress import drive as run
 def _status_mb(key):
     with open("/proc/self/status") as f:

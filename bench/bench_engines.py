@@ -30,13 +30,13 @@ REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 DATA = REPO.parent / "shared" / "data"
 
-from museum_search.core import engines
-from museum_search.core.backbones import BackboneConfig
-from museum_search.core.engines import build_extractor
+from museum_search.core.answer._pipeline import QueryPipeline, load_query
 from museum_search.core.images import load_image
-from museum_search.core.indexing import build_index
+from museum_search.core.inference import _engines as engines
+from museum_search.core.inference._backbones import BackboneConfig
+from museum_search.core.inference._engines import build_extractor
+from museum_search.core.jobs._indexing import build_index
 from museum_search.core.progress import drive
-from museum_search.core.query import QueryPipeline, load_query
 
 BACKBONES = ("mobilenet_v2", "efficientnet_lite0", "efficientnet_lite1", "efficientnet_lite2")
 HEADS = ("gem", "gap", "mac", "logits", "rmac")
@@ -61,7 +61,7 @@ def agreement(refs: list[Path], only: set[str] | None = None) -> dict:
 
 def bundled(refs: list[Path], folder: Path) -> dict:
     """The frozen build's exports (float16 weights, xz; packaging/export_models.py) against torch."""
-    from museum_search.core.backbones import REGISTRY, meta_for
+    from museum_search.core.inference._backbones import REGISTRY, meta_for
 
     images = [load_image(p, max_side=512) for p in refs]
     out = {}
@@ -98,7 +98,7 @@ def indexing(folder: Path, tmp: Path) -> dict:
 
 
 def latency(index_path: Path, queries: list[Path]) -> dict:
-    from museum_search.core.store import Index
+    from museum_search.core.index._store import Index
 
     index = Index.load(index_path)
     out = {}

@@ -53,8 +53,9 @@ def main() -> int:
     from PySide6.QtCore import QEventLoop
     from PySide6.QtWidgets import QApplication
 
-    from museum_search.core import backbones, engines
-    from museum_search.core.indexing import build_index
+    from museum_search.core.inference import _backbones as backbones
+    from museum_search.core.inference import _engines as engines
+    from museum_search.core.jobs._indexing import build_index
     from museum_search.core.progress import drive as run
     from museum_search.gui import workers
     from museum_search.gui.main_window import MainWindow
@@ -150,7 +151,7 @@ def main() -> int:
 
     cancels: dict = {}
     if new:
-        from museum_search.core.evaluation.runner import DESCRIBING, SEARCHING, VERIFYING
+        from museum_search.core.evaluation._runner import DESCRIBING, SEARCHING, VERIFYING
 
         cancels["describing the query photos"] = cancel_in(
             "cancel describing", tab.run_evaluation, lambda: stage() == DESCRIBING and len(tab.plots.buffer) >= 1)

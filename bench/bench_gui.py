@@ -63,11 +63,11 @@ def main() -> None:
 
     from PySide6.QtWidgets import QApplication
 
+    from museum_search.core.answer._search import results_for, score_matrix
     from museum_search.core.capture import FileSequenceCamera
-    from museum_search.core.extract import describe_query_image
     from museum_search.core.images import load_image
+    from museum_search.core.inference._extract import describe_query_image
     from museum_search.core.ranking import order
-    from museum_search.core.search import results_for, score_matrix
     from museum_search.gui import workers
     from museum_search.gui.main_window import MainWindow
 
@@ -140,7 +140,7 @@ def main() -> None:
         capture_times.append(time.perf_counter() - t0)
     ext = st._extractor if getattr(st, "_extractor", None) is not None else None
     if ext is None:
-        from museum_search.core.engines import extractor_for_meta
+        from museum_search.core.inference._engines import extractor_for_meta
 
         ext = extractor_for_meta(index.meta)
     frame = load_image(cam_frames[0])

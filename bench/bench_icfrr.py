@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the de
 
 from oracles import gallery_ranks, icfrr_loop, prepare_graph
 
-from museum_search.core.rerank.icfrr import ICFRRParams, graph_from_neighbours, icfrr
+from museum_search.core.answer._icfrr import ICFRRParams, graph_from_neighbours, icfrr
 
 PUBLIC_CODE_MS_PER_QUERY_G2000 = 41.0
 TARGET_MS_PER_QUERY_G2000 = 1.0

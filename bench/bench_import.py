@@ -54,9 +54,9 @@ def prepare(work: Path, n: int, dim: int) -> None:
 
 
 def export_sample(work: Path) -> tuple[Path, Path]:
-    from museum_search.core.indexing import build_index
+    from museum_search.core.index._store import LabellingSpec
+    from museum_search.core.jobs._indexing import build_index
     from museum_search.core.progress import drive as run
-    from museum_search.core.store import LabellingSpec
 
     index = run(build_index(SAMPLE / "collection", None, verification=False,
                             labelling=LabellingSpec("catalogue", str(SAMPLE / "catalogue.csv")))).index

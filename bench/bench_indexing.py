@@ -22,15 +22,15 @@ from pathlib import Path
 
 import numpy as np
 
-from museum_search.core.backbones import DEFAULT_SIZE, BackboneConfig
-from museum_search.core.catalogue import Item
-from museum_search.core.engines import build_extractor
-from museum_search.core.extract import extract, query_crops
+from museum_search.core.answer._search import results_for, score_matrix
 from museum_search.core.images import is_image_file, load_image
+from museum_search.core.index._catalogue import Item
+from museum_search.core.index._store import Index
+from museum_search.core.inference._backbones import DEFAULT_SIZE, BackboneConfig
+from museum_search.core.inference._engines import build_extractor
+from museum_search.core.inference._extract import extract, query_crops
 from museum_search.core.progress import drive as run
 from museum_search.core.ranking import order
-from museum_search.core.search import results_for, score_matrix
-from museum_search.core.store import Index
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_IMAGES = HERE.parent.parent / "shared" / "data" / "paintings" / "references"

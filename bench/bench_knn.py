@@ -59,7 +59,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from bench_scale import VIEWS, prepare
 
-from museum_search.core import ann
+from museum_search.core.index import _ann as ann
 from museum_search.core.progress import drive
 from museum_search.core.ranking import neg_distance, order
 
@@ -147,7 +147,7 @@ def timed_stages(gen, marks: dict[str, float], n: int):
 
 
 def old_module():
-    """``museum_search.core.ann`` as of :data:`OLD_COMMIT` (the IVF-region lists)."""
+    """``museum_search.core.index._ann`` as of :data:`OLD_COMMIT` (the IVF-region lists)."""
     src = subprocess.run(["git", "-C", str(HERE.parent), "show", f"{OLD_COMMIT}:museum_search/core/ann.py"],
                          check=True, capture_output=True, text=True).stdout
     f = Path(tempfile.mkdtemp()) / "ann_old.py"
@@ -182,7 +182,7 @@ def hnsw_lists(d: np.ndarray) -> tuple[np.ndarray, float, float]:
 
 
 def synthetic(work: Path, n: int) -> dict:
-    from museum_search.core.knn import KnnParams
+    from museum_search.core.index._knn import KnnParams
 
     res: dict = {"n": n, "k": K, "sample_rows": SAMPLE, "knn_params": {**vars(KnnParams()), "cells": KnnParams().cells(n)}}
     old = old_module()
@@ -238,14 +238,14 @@ def synthetic(work: Path, n: int) -> dict:
 def real() -> dict:
     import re
 
-    from museum_search.core.backbones import BackboneConfig
-    from museum_search.core.evaluation.querysets import load_queryset
-    from museum_search.core.evaluation.runner import run_evaluation
-    from museum_search.core.indexing import build_index
-    from museum_search.core.knn import KnnParams
-    from museum_search.core.labels import COIL100_REGEX
-    from museum_search.core.query import QuerySettings
-    from museum_search.core.store import K_MAX, Index, LabellingSpec
+    from museum_search.core.answer._pipeline import QuerySettings
+    from museum_search.core.evaluation._querysets import load_queryset
+    from museum_search.core.evaluation._runner import run_evaluation
+    from museum_search.core.index._knn import KnnParams
+    from museum_search.core.index._labels import COIL100_REGEX
+    from museum_search.core.index._store import K_MAX, Index, LabellingSpec
+    from museum_search.core.inference._backbones import BackboneConfig
+    from museum_search.core.jobs._indexing import build_index
 
     data = Path(os.environ.get("MUSEUM_SEARCH_DATA", "/work/shared/data"))
     tmp = Path(tempfile.mkdtemp(prefix="bench_knn_real_"))
@@ -303,7 +303,7 @@ def real() -> dict:
 
 
 def million(work: Path, n: int, added: int = 1000, append_only: bool = False, lists_only: bool = False) -> dict:
-    from museum_search.core.importing import import_index
+    from museum_search.core.jobs._importing import import_index
 
     work.mkdir(parents=True, exist_ok=True)
     t = time.perf_counter()
@@ -362,7 +362,7 @@ def million(work: Path, n: int, added: int = 1000, append_only: bool = False, li
     res["build"] = {"seconds": round(total, 2), "stages_s": by_stage,
                     "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
                     "load_average_1min": load.stop()}
-    from museum_search.core.store import Index
+    from museum_search.core.index._store import Index
 
     built_ann = Index.load(out).ann
     res["build"]["ann"] = None if built_ann is None else built_ann.params.to_dict()
@@ -372,7 +372,7 @@ def million(work: Path, n: int, added: int = 1000, append_only: bool = False, li
 
 
 def _append(res: dict, out: Path, everything: np.ndarray, n: int, added: int) -> dict:
-    from museum_search.core.store import Index
+    from museum_search.core.index._store import Index
 
     index = Index.load(out)
     old_lists = np.asarray(index.neighbours)

@@ -31,11 +31,11 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 
-from museum_search.core.backbones import BackboneConfig
 from museum_search.core.errors import IndexFormatError
-from museum_search.core.indexing import build_index
+from museum_search.core.index._store import Index, LabellingSpec
+from museum_search.core.inference._backbones import BackboneConfig
+from museum_search.core.jobs._indexing import build_index
 from museum_search.core.progress import drive as run
-from museum_search.core.store import Index, LabellingSpec
 
 SAMPLE = REPO / "resources" / "sample"
 

@@ -55,17 +55,17 @@ sys.path.insert(0, str(REPO))
 
 import cv2
 
-from museum_search.core.engines import build_extractor
-from museum_search.core.evaluation.querysets import load_queryset
-from museum_search.core.indexing import build_index
-from museum_search.core.labels import COIL100_REGEX
+from museum_search.core.answer._pipeline import QueryPipeline, QuerySettings, load_query
+from museum_search.core.answer._verdict import DISTINCT, Verdict
+from museum_search.core.evaluation._querysets import load_queryset
+from museum_search.core.index._labels import COIL100_REGEX
+from museum_search.core.index._store import LabellingSpec
+from museum_search.core.inference._engines import build_extractor
+from museum_search.core.jobs._indexing import build_index
 from museum_search.core.progress import drive
-from museum_search.core.query import QueryPipeline, QuerySettings, load_query
 from museum_search.core.ranking import order
-from museum_search.core.rerank import spatial
-from museum_search.core.store import LabellingSpec
-from museum_search.core.verdict import DISTINCT, Verdict
-from museum_search.core.verification import object_inliers
+from museum_search.core.verification import _spatial as spatial
+from museum_search.core.verification._shortlist import object_inliers
 
 MATCHERS = ("sift", "xfeat")
 GATES = (5, 10, 15, 20, 30, 40, 60)

@@ -26,7 +26,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from museum_search.core.evaluation import metrics as m
+from museum_search.core.evaluation import _metrics as m
 
 RESULTS = Path(__file__).resolve().parent / "results" / "metrics.json"
 

@@ -35,12 +35,12 @@ REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 DATA = Path(os.environ.get("MUSEUM_SEARCH_SHARED_DATA", REPO.parent / "shared" / "data"))
 
-from museum_search.core.backbones import BackboneConfig
-from museum_search.core.distributed import describe_on_ray
-from museum_search.core.engines import build_extractor
-from museum_search.core.extract import extract
+from museum_search.core.inference._backbones import BackboneConfig
+from museum_search.core.inference._engines import build_extractor
+from museum_search.core.inference._extract import extract
+from museum_search.core.jobs._distributed import describe_on_ray
 from museum_search.core.progress import drive
-from museum_search.core.rerank.spatial import SpatialParams, compute_local_features
+from museum_search.core.verification._spatial import SpatialParams, compute_local_features
 
 
 def timed(gen):

@@ -26,15 +26,15 @@ from pathlib import Path
 
 import numpy as np
 
-from museum_search.core.backbones import BackboneConfig
-from museum_search.core.evaluation.querysets import load_queryset
-from museum_search.core.evaluation.runner import run_evaluation
-from museum_search.core.indexing import build_index
-from museum_search.core.labels import COIL100_REGEX
+from museum_search.core.answer._pipeline import QueryPipeline, QuerySettings, load_query
+from museum_search.core.answer._verdict import Verdict, open_set_figures
+from museum_search.core.evaluation._querysets import load_queryset
+from museum_search.core.evaluation._runner import run_evaluation
+from museum_search.core.index._labels import COIL100_REGEX
+from museum_search.core.index._store import Index, LabellingSpec
+from museum_search.core.inference._backbones import BackboneConfig
+from museum_search.core.jobs._indexing import build_index
 from museum_search.core.progress import drive
-from museum_search.core.query import QueryPipeline, QuerySettings, load_query
-from museum_search.core.store import Index, LabellingSpec
-from museum_search.core.verdict import Verdict, open_set_figures
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent

@@ -131,7 +131,7 @@ def prepare(work: Path, n: int, queries: int, seed: int = 0, kind: str = "themes
 
 BUILD = r"""
 import json, resource, sys, time
-from museum_search.core.importing import import_index
+from museum_search.core.jobs._importing import import_index
 t0 = time.perf_counter(); stages = {}; last = None
 gen = import_index(sys.argv[1], sys.argv[2], sys.argv[3], float16=True, ann="yes")
 try:
@@ -152,9 +152,9 @@ QUERY = r"""
 import json, sys, time
 started = float(sys.argv[4])
 import numpy as np
-from museum_search.core.store import Index
-from museum_search.core.query import QueryPipeline, QuerySettings, descriptor_query
-from museum_search.core.rerank import RerankOptions
+from museum_search.core.index._store import Index
+from museum_search.core.answer._pipeline import QueryPipeline, QuerySettings, descriptor_query
+from museum_search.core.answer._rerank import RerankOptions
 
 def rss():
     out = {}
@@ -211,7 +211,8 @@ SEARCH = r"""
 import json, sys, time
 from types import SimpleNamespace
 import numpy as np
-from museum_search.core import ann, search
+from museum_search.core.index import _ann as ann
+from museum_search.core.answer import _search as search
 from museum_search.core.progress import drive
 from museum_search.core.ranking import order
 

@@ -83,10 +83,10 @@ def _ms(v) -> float | None:
 
 def build(work: Path) -> Path:
     """The paintings' index in ``work`` (built once, reused)."""
-    from museum_search.core.backbones import BackboneConfig
-    from museum_search.core.indexing import build_index
+    from museum_search.core.index._store import LabellingSpec
+    from museum_search.core.inference._backbones import BackboneConfig
+    from museum_search.core.jobs._indexing import build_index
     from museum_search.core.progress import drive
-    from museum_search.core.store import LabellingSpec
 
     out = work / "paintings.idx"
     if not (out / "manifest.json").exists():
@@ -142,8 +142,8 @@ class InProcess:
     server's workers do), answering photos from their bytes (``query_from_bytes``, as the server)."""
 
     def __init__(self, index_path: Path, threads: int):
-        from museum_search.core.query import QueryPipeline
-        from museum_search.core.store import Index
+        from museum_search.core.answer._pipeline import QueryPipeline
+        from museum_search.core.index._store import Index
 
         index = Index.load(index_path)
         first = QueryPipeline(index)
@@ -154,7 +154,7 @@ class InProcess:
     def serial(self, shots, with_outline: bool = True) -> tuple[dict, dict]:
         """One pipeline, one photo after the other; and the outline the server adds to an answer
         (``QueryPipeline.top_matches``), timed apart."""
-        from museum_search.core.query import query_from_bytes
+        from museum_search.core.answer._pipeline import query_from_bytes
 
         pipe = self.pipes[0]
         expected, lat, outline = {}, [], []
@@ -188,7 +188,7 @@ class InProcess:
 
     def threaded(self, shots, expected: dict) -> dict:
         """N threads, each with its own pipeline, taking photos from one queue."""
-        from museum_search.core.query import query_from_bytes
+        from museum_search.core.answer._pipeline import query_from_bytes
 
         work: queue.SimpleQueue = queue.SimpleQueue()
         for sh in shots:

@@ -114,7 +114,7 @@ def main() -> None:
     from PySide6.QtCore import QEventLoop, QTimer, qInstallMessageHandler
     from PySide6.QtWidgets import QApplication
 
-    from museum_search.core.rerank import RerankOptions
+    from museum_search.core.answer._rerank import RerankOptions
     from museum_search.gui import workers
     from museum_search.gui.main_window import MainWindow
     from museum_search.gui.widgets.thumbnails import ThumbnailCache

@@ -36,16 +36,16 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from museum_search.core.backbones import BackboneMeta
-from museum_search.core.catalogue import Item
+from museum_search.core.index._catalogue import Item
+from museum_search.core.index._store import Index
+from museum_search.core.inference._backbones import BackboneMeta
 from museum_search.core.ranking import order
-from museum_search.core.rerank.spatial import (
+from museum_search.core.verification._spatial import (
     SpatialParams,
     Verifier,
     blend,
     extract_features,
 )
-from museum_search.core.store import Index
 
 
 def verified(rr: Verifier, scores: np.ndarray, index, images) -> np.ndarray:

@@ -24,13 +24,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from museum_search.core.backbones import BackboneConfig
-from museum_search.core.calibration import calibrate
-from museum_search.core.engines import extractor_for_meta
-from museum_search.core.extract import extract
-from museum_search.core.indexing import build_index, update_index
+from museum_search.core.index._store import Index
+from museum_search.core.inference._backbones import BackboneConfig
+from museum_search.core.inference._engines import extractor_for_meta
+from museum_search.core.inference._extract import extract
+from museum_search.core.jobs._calibration import calibrate
+from museum_search.core.jobs._indexing import build_index, update_index
 from museum_search.core.progress import drive
-from museum_search.core.store import Index
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE.parent.parent / "shared" / "data"

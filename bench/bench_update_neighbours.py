@@ -5,7 +5,7 @@ Synthetic clustered 1280-d float16 descriptors (``bench_scale.prepare``: objects
 grouped in themes), memory-mapped from a .npy. For each size, the first N rows are the index and
 the 100 rows after them (10 objects the index does not have) the photos added. Scenarios: add 1,
 add 100, remove 1 (a random reference). Each reference keeps its 32 nearest neighbours
-(:data:`museum_search.core.store.K_MAX`).
+(:data:`museum_search.core.index._store.K_MAX`).
 
 * **exact** (below ``ann.AUTO_MIN_REFERENCES``, 20,000 by default): ``update_neighbour_lists``
   against ``neighbour_lists`` of the updated descriptors; identical = equal arrays.
@@ -46,10 +46,10 @@ sys.path.insert(0, str(HERE.parent))
 from bench_knn import exact_rows  # the lists by the definition: an independent computation
 from bench_scale import prepare
 
-from museum_search.core import ann
+from museum_search.core.index import _ann as ann
+from museum_search.core.index._store import K_MAX
 from museum_search.core.progress import drive
 from museum_search.core.ranking import neg_distance, order
-from museum_search.core.store import K_MAX
 
 EXTRA = 100
 

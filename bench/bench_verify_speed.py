@@ -62,10 +62,10 @@ def _paintings_queries() -> list[Path]:
 
 
 def build(kind: str, out: Path) -> dict:
-    from museum_search.core.backbones import BackboneConfig
-    from museum_search.core.indexing import build_index
+    from museum_search.core.index._store import LabellingSpec
+    from museum_search.core.inference._backbones import BackboneConfig
+    from museum_search.core.jobs._indexing import build_index
     from museum_search.core.progress import drive
-    from museum_search.core.store import LabellingSpec
 
     t = time.perf_counter()
     if kind == "paintings":
@@ -87,8 +87,8 @@ def evidence_of(answer) -> dict:
 
 def latency(index_dir: str) -> dict:
     """Every paintings query answered once warm: seconds of the query and of its forward pass."""
-    from museum_search.core.query import QueryPipeline, load_query
-    from museum_search.core.store import Index
+    from museum_search.core.answer._pipeline import QueryPipeline, load_query
+    from museum_search.core.index._store import Index
 
     index = Index.load(index_dir)
     pipe = QueryPipeline(index)
@@ -130,11 +130,11 @@ def profile(index_dir: str) -> dict:
 
     import cv2
 
-    import museum_search.core.verification as verification
-    from museum_search.core.query import QueryImage, QueryPipeline, load_query
+    import museum_search.core.verification._shortlist as verification
+    from museum_search.core.answer._pipeline import QueryImage, QueryPipeline, load_query
+    from museum_search.core.index._store import Index
     from museum_search.core.ranking import order
-    from museum_search.core.rerank import spatial
-    from museum_search.core.store import Index
+    from museum_search.core.verification import _spatial as spatial
 
     index = Index.load(index_dir)
     pipe = QueryPipeline(index)
@@ -208,9 +208,9 @@ def profile(index_dir: str) -> dict:
 
 def figures(paintings_dir: str, sample_dir: str) -> dict:
     """MP@1, MAP and the verdict's figures of the paintings' three query sets and of the sample."""
-    from museum_search.core.evaluation.querysets import load_queryset
-    from museum_search.core.evaluation.runner import run_evaluation
-    from museum_search.core.store import Index
+    from museum_search.core.evaluation._querysets import load_queryset
+    from museum_search.core.evaluation._runner import run_evaluation
+    from museum_search.core.index._store import Index
 
     out: dict = {}
     index = Index.load(paintings_dir)
@@ -248,11 +248,11 @@ def alternatives(paintings_dir: str, sample_dir: str) -> dict:
     default's, and the median seconds of the verification step (qsd1_w1) as a ratio to the default's."""
     from dataclasses import replace
 
-    import museum_search.core.query as query
-    from museum_search.core.evaluation.querysets import load_queryset
-    from museum_search.core.evaluation.runner import run_evaluation
-    from museum_search.core.query import QueryPipeline, QuerySettings, load_query
-    from museum_search.core.store import Index
+    import museum_search.core.answer._pipeline as query
+    from museum_search.core.answer._pipeline import QueryPipeline, QuerySettings, load_query
+    from museum_search.core.evaluation._querysets import load_queryset
+    from museum_search.core.evaluation._runner import run_evaluation
+    from museum_search.core.index._store import Index
 
     sets = {f"paintings/{qs}": (paintings_dir, DATA / "paintings" / "queries" / qs) for qs in QUERY_SETS}
     sets["sample"] = (sample_dir, SAMPLE / "queries")

@@ -29,7 +29,7 @@ What it does
    - ``xfeat_mnn82``: mutual matches with cosine > 0.82 only (XFeat's default), on the subset below;
    - ``xfeat_mnn_int8``: reference descriptors stored as int8 (round(127 d)), on the subset below;
    - ``xfeat_lg``: XFeat-ONNX + LighterGlue-ONNX, on the subset below (~0.1-0.7 s a pair on 2 cores);
-   - ``sift``: the project's SIFT features (``museum_search.core.rerank.spatial.extract_features``:
+   - ``sift``: the project's SIFT features (``museum_search.core.verification._spatial.extract_features``:
      1000 keypoints, 640 px) + Lowe ratio 0.8 (one match per reference keypoint) + MAGSAC;
    - ``project``: the project's own verification, ``spatial.verify_features`` with default
      ``SpatialParams`` (SIFT, ratio 0.8, USAC, 5 px, degeneracy and coverage checks);
@@ -98,7 +98,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 try:  # the project's SIFT verification (read-only use)
-    from museum_search.core.rerank import spatial as SP
+    from museum_search.core.verification import _spatial as SP
 except Exception as exc:  # pragma: no cover - the bench still runs its own SIFT without it
     SP = None
     print(f"museum_search spatial module unavailable ({exc!r}); using cv2 SIFT only", file=sys.stderr)

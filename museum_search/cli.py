@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import __version__
+from museum_search import __version__
 
 PROG = "museum-search"
 
@@ -74,9 +74,9 @@ def _print_skips(skipped: Sequence[tuple[str, str]], ignored: Sequence[tuple[str
 
 
 def cmd_index(args: argparse.Namespace) -> int:
-    from .core.backbones import BackboneConfig
-    from .core.indexing import build_job
-    from .core.store import LabellingSpec
+    from museum_search.core.index import LabellingSpec
+    from museum_search.core.inference import BackboneConfig
+    from museum_search.core.jobs import build_job
 
     config = BackboneConfig(args.backbone, args.head, args.size, tuple(args.scales), args.gem_p, args.weights)
     spec = LabellingSpec(args.labels, args.catalogue, args.regex)
@@ -90,8 +90,8 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from .core.errors import MuseumSearchError
-    from .core.importing import append_to_index, import_index
+    from museum_search.core.errors import MuseumSearchError
+    from museum_search.core.jobs import append_to_index, import_index
 
     if args.append:
         if args.float16:
@@ -108,7 +108,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_update(args: argparse.Namespace) -> int:
-    from .core.indexing import update_job
+    from museum_search.core.jobs import update_job
 
     report = _drive(update_job(args.index, weights=args.weights, batch_size=args.batch_size,
                                checksum=args.checksum, ann=args.ann), "updating")
@@ -122,7 +122,7 @@ def cmd_update(args: argparse.Namespace) -> int:
 
 
 def cmd_upgrade(args: argparse.Namespace) -> int:
-    from .core.indexing import upgrade_index
+    from museum_search.core.jobs import upgrade_index
 
     index = _drive(upgrade_index(args.index, ann=args.ann, neighbours=args.neighbours), "converting")
     print(f"index {args.index} converted to the current format: {index.describe()}")
@@ -132,9 +132,7 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
 def query_settings(args: argparse.Namespace, index=None):
     """The query pipeline's settings from the command line (``query`` and ``evaluate``); with
     ``index``, ``--min-inliers`` and ``--threshold`` replace its verdict's model for this run."""
-    from .core.query import QuerySettings
-    from .core.rerank import RerankOptions
-    from .core.verdict import Verdict
+    from museum_search.core.answer import QuerySettings, RerankOptions, Verdict
 
     opts = RerankOptions(
         k_q=args.kq, k_g=args.kg, beta=args.beta, iterations=args.iterations, icfrr_mode=args.icfrr_mode,
@@ -160,7 +158,7 @@ def _verdict_override(args: argparse.Namespace, verdict):
 
 def _descriptor_pipeline(args: argparse.Namespace, index):
     """The pipeline of ``--descriptors`` queries, with the notice that they are not verified."""
-    from .core.query import DESCRIPTORS_NOT_VERIFIED, QueryPipeline
+    from museum_search.core.answer import DESCRIPTORS_NOT_VERIFIED, QueryPipeline
 
     if not args.no_verify:
         print(f"notice: {DESCRIPTORS_NOT_VERIFIED}", file=sys.stderr)
@@ -168,8 +166,8 @@ def _descriptor_pipeline(args: argparse.Namespace, index):
 
 
 def cmd_query(args: argparse.Namespace) -> int:
-    from .core.errors import MuseumSearchError
-    from .core.store import Index
+    from museum_search.core.errors import MuseumSearchError
+    from museum_search.core.index import Index
 
     if bool(args.images) == bool(args.descriptors):
         raise MuseumSearchError("give query photos or --descriptors Q.npy (one of the two)")
@@ -186,8 +184,8 @@ def cmd_query(args: argparse.Namespace) -> int:
 
 
 def _photo_answers(args: argparse.Namespace, index):
-    from .core.errors import ImageError, MuseumSearchError
-    from .core.query import QueryPipeline, load_query
+    from museum_search.core.answer import QueryPipeline, load_query
+    from museum_search.core.errors import ImageError, MuseumSearchError
 
     pipe = QueryPipeline(index, query_settings(args, index), weights=args.weights)
     failures = 0
@@ -204,7 +202,7 @@ def _photo_answers(args: argparse.Namespace, index):
 
 
 def _descriptor_answers(args: argparse.Namespace, index):
-    from .core.importing import descriptor_queries
+    from museum_search.core.jobs import descriptor_queries
 
     queries = descriptor_queries(args.descriptors, index)
     pipe = _descriptor_pipeline(args, index)
@@ -223,7 +221,7 @@ def _print_answer(answer) -> None:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from .core.store import Index
+    from museum_search.core.index import Index
 
     index = Index.load(args.index, verify="full" if args.check else True)
     print(index.describe())
@@ -233,7 +231,7 @@ def cmd_info(args: argparse.Namespace) -> int:
           f"{index.neighbours_stored}")
     if index.ann is not None:
         print(f"approximate search: {index.ann.describe() if hasattr(index.ann, 'describe') else index.ann.params}")
-        from .core.ann import resolve_mode
+        from museum_search.core.index import resolve_mode
 
         tuning = index.ann.params.tuning
         print("  measured (at build time, again after each update): "
@@ -241,14 +239,14 @@ def cmd_info(args: argparse.Namespace) -> int:
         print(f"  --search auto: {resolve_mode('auto', len(index), index.ann)}")
     else:
         print("approximate search: none (every search is exact)")
-    from .core.verdict import Verdict
+    from museum_search.core.answer import Verdict
 
     if index.meta.imported:
         print("verification: none (imported descriptors: queries are descriptors, --descriptors)")
     elif index.local is None:
         print("verification: no local features stored (rebuild the index to verify answers)")
     else:
-        from .core.rerank.spatial import params_of_settings
+        from museum_search.core.verification import params_of_settings
 
         p = params_of_settings(index.local.settings)
         print(f"verification: local features of {len(index.local)} references "
@@ -262,13 +260,13 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_backbones(args: argparse.Namespace) -> int:
-    from .core import engines
-    from .core.backbones import REGISTRY
+    from museum_search.core import inference
+    from museum_search.core.inference import REGISTRY
 
     for name, spec in REGISTRY.items():
         print(f"{name:<20} {spec.description}")
-    print(f"inference engine: {engines.current()} (onnxruntime {'installed' if engines.onnx_available() else 'not installed'}, "
-          f"torch {'installed' if engines.torch_available() else 'not installed'}; --engine or MUSEUM_SEARCH_ENGINE)")
+    print(f"inference engine: {inference.current_engine()} (onnxruntime {'installed' if inference.onnx_available() else 'not installed'}, "
+          f"torch {'installed' if inference.torch_available() else 'not installed'}; --engine or MUSEUM_SEARCH_ENGINE)")
     return 0
 
 
@@ -284,10 +282,10 @@ def _evaluation_inputs(args: argparse.Namespace):
     and settings, checked to be the run's)."""
     from dataclasses import replace
 
-    from .core.errors import MuseumSearchError
-    from .core.evaluation import export
-    from .core.query import QueryPipeline
-    from .core.store import Index
+    from museum_search.core import evaluation
+    from museum_search.core.answer import QueryPipeline
+    from museum_search.core.errors import MuseumSearchError
+    from museum_search.core.index import Index
 
     rerun = None
     if args.settings:
@@ -296,7 +294,7 @@ def _evaluation_inputs(args: argparse.Namespace):
         if given:
             raise MuseumSearchError(f"--settings takes every setting of the run from {args.settings}; leave out "
                                     + ", ".join("--" + n.replace("_", "-") for n in given))
-        spec, old = rerun = export.read_run(args.settings)
+        spec, old = rerun = evaluation.read_run(args.settings)
         where = args.index or spec.index_path
         if where is None or not Path(where).exists():
             raise MuseumSearchError(f"the run's index is not at {where} any more; give its folder: "
@@ -314,13 +312,13 @@ def _evaluation_inputs(args: argparse.Namespace):
         if bool(args.queries) == bool(args.descriptors) or bool(args.descriptors) != bool(args.ground_truth):
             raise MuseumSearchError("give a query folder, or --descriptors Q.npy with --ground-truth GT.csv")
         index = Index.load(args.index)
-        source = (export.QuerySetSource(str(Path(args.ground_truth).resolve()), "descriptors",
+        source = (evaluation.QuerySetSource(str(Path(args.ground_truth).resolve()), "descriptors",
                                         descriptors=str(Path(args.descriptors).resolve())) if args.descriptors
-                  else export.QuerySetSource(str(Path(args.queries).resolve()), args.layout, args.regex))
+                  else evaluation.QuerySetSource(str(Path(args.queries).resolve()), args.layout, args.regex))
         settings, batch_size, weights = query_settings(args, index), args.batch_size, args.weights
     if source.descriptors:
-        from .core.importing import descriptor_queryset
-        from .core.query import DESCRIPTORS_NOT_VERIFIED
+        from museum_search.core.answer import DESCRIPTORS_NOT_VERIFIED
+        from museum_search.core.jobs import descriptor_queryset
 
         queryset = descriptor_queryset(source.descriptors, source.path, index)
         if settings.verify:
@@ -338,46 +336,46 @@ def _evaluation_inputs(args: argparse.Namespace):
 def _use_engine(engine: str | None, given: str | None) -> None:
     """Run a re-run on the run's inference engine unless ``--engine`` says otherwise (the engines give
     the same descriptors to a cosine of 0.9999, not bit for bit)."""
-    from .core import engines
+    from museum_search.core import inference
 
-    if given or not engine or engine == engines.current():
+    if given or not engine or engine == inference.current_engine():
         return
-    available = engines.onnx_available() if engine == "onnx" else engines.torch_available()
+    available = inference.onnx_available() if engine == "onnx" else inference.torch_available()
     if available:
-        engines.set_engine(engine)
+        inference.set_engine(engine)
     else:
         print(f"notice: the run used the {engine} engine, which is not installed here; using "
-              f"{engines.current()} (the numbers may differ in the last digits)", file=sys.stderr)
+              f"{inference.current_engine()} (the numbers may differ in the last digits)", file=sys.stderr)
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from datetime import datetime
 
-    from .core.errors import MuseumSearchError
-    from .core.evaluation import export, reports
-    from .core.evaluation.runner import evaluate
+    from museum_search.core import evaluation
+    from museum_search.core.errors import MuseumSearchError
+    from museum_search.core.evaluation import evaluate
 
     if args.settings and args.json and Path(args.json).resolve() == Path(args.settings).resolve():
         raise MuseumSearchError(f"--json {args.json} would overwrite the run being run again; write to another file")
     index, queryset, source, pipe, batch_size, weights, rerun = _evaluation_inputs(args)
     report = _drive(evaluate(index, queryset, pipeline=pipe, batch_size=batch_size), "evaluating")
     _print_skips(report.skipped)
-    name = reports.run_name(pipe.settings, source.name, datetime.now())
-    spec = export.run_spec(report, index, source, queryset, name=name, batch_size=batch_size, weights=weights)
-    doc = export.run_document(report, index, spec, rankings=args.rankings, seed=args.seed)
+    name = evaluation.run_name(pipe.settings, source.name, datetime.now())
+    spec = evaluation.run_spec(report, index, source, queryset, name=name, batch_size=batch_size, weights=weights)
+    doc = evaluation.run_document(report, index, spec, rankings=args.rankings, seed=args.seed)
     if args.baseline:
-        doc["summary"]["baseline"] = reports.compare_with_baseline(doc, args.baseline, seed=args.seed)
+        doc["summary"]["baseline"] = evaluation.compare_with_baseline(doc, args.baseline, seed=args.seed)
     _print_summary(doc["summary"])
     if args.json:
-        reports.atomic_write(args.json, json.dumps(doc, ensure_ascii=False, indent=1))
+        evaluation.atomic_write(args.json, json.dumps(doc, ensure_ascii=False, indent=1))
     if args.csv:
-        export.write_run_csv(args.csv, report, index, spec)
+        evaluation.write_run_csv(args.csv, report, index, spec)
     if args.trec:
-        reports.write_trec(report, index, args.trec)
+        evaluation.write_trec(report, index, args.trec)
     if args.calibrate_verdict is not None:
         _recalibrate(index, report, args.calibrate_verdict, verified=pipe.settings.verify)
     if rerun is not None:
-        diffs = export.same_numbers(rerun[1], doc)
+        diffs = evaluation.same_numbers(rerun[1], doc)
         if diffs:
             raise MuseumSearchError(f"the numbers differ from {args.settings} in {len(diffs)} place(s): "
                                     + "; ".join(diffs[:5]) + ("; …" if len(diffs) > 5 else ""))
@@ -407,7 +405,7 @@ def _print_summary(s: dict[str, Any]) -> None:
     print(f"evaluated {s['queries']} queries; {s['open_set_queries']} open-set queries excluded; "
           f"{s.get('unknown_instance_queries', 0)} naming only instances not in the index excluded; "
           f"{s['skipped_queries']} unreadable")
-    from .core.evaluation.reports import unknown_instances_warning
+    from museum_search.core.evaluation import unknown_instances_warning
 
     warning = unknown_instances_warning(s)
     if warning:
@@ -441,7 +439,7 @@ def _differ(n: int) -> str:
 
 def _print_comparison(base: dict[str, Any]) -> None:
     """``evaluate --baseline``'s lines, e.g. "MP@1 0.567 vs 0.967: worse, p = 0.0005 (12 queries differ)"."""
-    from .core.evaluation.stats import format_p
+    from museum_search.core.evaluation import format_p
 
     alternative = base["mp@1"].get("alternative", "one-tailed")
     print(f"against baseline {base['baseline']} ({base['paired_queries']} paired queries; {alternative} paired "
@@ -459,23 +457,23 @@ def _print_comparison(base: dict[str, Any]) -> None:
 
 
 def cmd_gui(args: argparse.Namespace) -> int:
-    from .gui.app import main as gui_main
+    from museum_search.gui.app import main as gui_main
 
     argv = [] if args.index is None else [str(args.index)]
     return gui_main(argv)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .gui.app import main as gui_main
+    from museum_search.gui.app import main as gui_main
 
     return gui_main(["--demo", str(args.index)] + (["--camera", str(args.camera)] if args.camera is not None else []))
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from .core.errors import MuseumSearchError
+    from museum_search.core.errors import MuseumSearchError
 
     try:
-        from .serve import create_app, server
+        from museum_search.serve import create_app, server
     except ImportError as exc:
         raise MuseumSearchError(f"serve needs fastapi, uvicorn, segno and python-multipart ({exc}); "
                                 "pip install museum-search again to get them") from None
@@ -543,7 +541,7 @@ def _add_rerank_options(p: argparse.ArgumentParser) -> None:
 
 
 def _add_derived_options(p: argparse.ArgumentParser, neighbours: bool = True) -> None:
-    from .core.store import K_MAX
+    from museum_search.core.index import K_MAX
 
     p.add_argument("--ann", choices=("auto", "yes", "no"), default="auto",
                    help="build an approximate-search index (faiss): auto (default) for large indexes, yes, no")
@@ -560,8 +558,8 @@ def _add_engine_option(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .core.backbones import DEFAULT_BACKBONE, DEFAULT_HEAD, DEFAULT_SIZE, HEADS, REGISTRY
-    from .core.labels import RULES
+    from museum_search.core.index import RULES
+    from museum_search.core.inference import DEFAULT_BACKBONE, DEFAULT_HEAD, DEFAULT_SIZE, HEADS, REGISTRY
 
     p = argparse.ArgumentParser(prog=PROG, description="Instance search in museum and heritage collections.")
     p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
@@ -740,8 +738,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _interrupted_text() -> str:
     """What Ctrl-C did: nothing, or (if it came after an index's commit) the index was saved."""
     committed = []
-    if "museum_search.core.store" in sys.modules:  # nothing was written if core never loaded
-        from .core.store import committed_in_this_process
+    if "museum_search.core.index._store" in sys.modules:  # nothing was written if core never loaded
+        from museum_search.core.index import committed_in_this_process
 
         committed = committed_in_this_process()
     if committed:
@@ -756,13 +754,13 @@ def _main(argv: Sequence[str] | None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format=f"{PROG}: %(message)s")
-    from .core.errors import MuseumSearchError
+    from museum_search.core.errors import MuseumSearchError
 
     try:
         if getattr(args, "engine", None):
-            from .core import engines
+            from museum_search.core import inference
 
-            engines.set_engine(args.engine)
+            inference.set_engine(args.engine)
         return int(args.func(args) or 0)
     except MuseumSearchError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)

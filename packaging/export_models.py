@@ -2,7 +2,7 @@
 
     python packaging/export_models.py OUT_DIR [--force] [--float32] [--no-xz]
 
-Writes ``<key>.onnx`` + ``<key>.json`` (see ``museum_search.core.engines``) for each offline backbone with the
+Writes ``<key>.onnx`` + ``<key>.json`` (see ``museum_search.core.inference._engines``) for each offline backbone with the
 default head and size (``BackboneConfig(name=...)``), and for ``mobilenet_v2`` with the ``logits`` head, with the
 weights stored as float16 (``engines.half_weights``: half the size, computed in float32; ``--float32`` keeps them
 float32), compressed with xz (``<key>.onnx.xz``, about 20 % smaller; ``--no-xz`` writes plain ``.onnx``). An export already in OUT_DIR that is intact (``engines.read_export``) and stored the same way is kept
@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from museum_search.core import engines
-from museum_search.core.backbones import REGISTRY, BackboneConfig, meta_for
+from museum_search.core.inference import _engines as engines
+from museum_search.core.inference._backbones import REGISTRY, BackboneConfig, meta_for
 
 OFFLINE_BACKBONES = ("mobilenet_v2", "efficientnet_lite0", "efficientnet_lite1", "efficientnet_lite2")
 
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     out: Path = args.out_dir
     missing = [n for n in OFFLINE_BACKBONES if n not in REGISTRY]
     if missing:
-        parser.error(f"not in museum_search.core.backbones.REGISTRY: {', '.join(missing)}")
+        parser.error(f"not in museum_search.core.inference._backbones.REGISTRY: {', '.join(missing)}")
     weights = "float32" if args.float32 else "float16"
     for config in configs():
         meta = meta_for(REGISTRY[config.name], config)

@@ -42,9 +42,9 @@ def sample_collection() -> Path:
 @pytest.fixture(scope="session")
 def sample_index(tmp_path_factory, sample_collection):
     """An index of the sample collection built once per test session with the default backbone."""
-    from museum_search.core.indexing import build_index
+    from museum_search.core.index._store import LabellingSpec
+    from museum_search.core.jobs._indexing import build_index
     from museum_search.core.progress import drive as run
-    from museum_search.core.store import LabellingSpec
 
     out = tmp_path_factory.mktemp("sample-index") / "index"
     report = run(build_index(sample_collection / "collection", out,
@@ -58,9 +58,9 @@ def single_photo_index(tmp_path_factory, sample_collection):
     a quick build): a collection ICFRR cannot help."""
     import shutil
 
-    from museum_search.core.indexing import build_index
+    from museum_search.core.index._store import LabellingSpec
+    from museum_search.core.jobs._indexing import build_index
     from museum_search.core.progress import drive as run
-    from museum_search.core.store import LabellingSpec
 
     coll = tmp_path_factory.mktemp("one-photo") / "collection"
     coll.mkdir()

@@ -19,15 +19,15 @@ from typing import Literal
 import numpy as np
 import scipy.sparse as sp
 
+from museum_search.core.answer._icfrr import ICFRRGraph, ICFRRParams, ICFRRResult
 from museum_search.core.ranking import neg_distance, order
-from museum_search.core.rerank.icfrr import ICFRRGraph, ICFRRParams, ICFRRResult
 
 _CHUNK_ELEMENTS = 1 << 22  # rows x columns of a chunk of gallery-rank rows (~160 MB)
 
 
 def icfrr_dense(query_scores: np.ndarray, ranks: np.ndarray, params: ICFRRParams, **kw) -> ICFRRResult:
     """:func:`icfrr.icfrr` on dense gallery ranks (their graph for ``params.k_g``)."""
-    from museum_search.core.rerank.icfrr import icfrr
+    from museum_search.core.answer._icfrr import icfrr
 
     return icfrr(query_scores, prepare_graph(ranks, params.k_g), params, **kw)
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from oracles import gallery_ranks
 
-from museum_search.core import ann
 from museum_search.core.errors import IndexFormatError, MuseumSearchError
-from museum_search.core.knn import KnnParams, knn_candidates
+from museum_search.core.index import _ann as ann
+from museum_search.core.index._knn import KnnParams, knn_candidates
 from museum_search.core.progress import Progress, drive
 from museum_search.core.ranking import order
 

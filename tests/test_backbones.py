@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 import torch
 
-from museum_search.core import pooling
-from museum_search.core.backbones import REGISTRY, BackboneConfig, BackboneMeta
-from museum_search.core.engines import build_extractor
 from museum_search.core.errors import MuseumSearchError, WeightsUnavailableError
-from museum_search.core.extract import extract
+from museum_search.core.inference import _pooling as pooling
+from museum_search.core.inference._backbones import REGISTRY, BackboneConfig, BackboneMeta
+from museum_search.core.inference._engines import build_extractor
+from museum_search.core.inference._extract import extract
 
 
 def test_pooling_functions_by_hand():

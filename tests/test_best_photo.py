@@ -8,7 +8,7 @@ import csv
 import numpy as np
 import pytest
 
-from museum_search.core.query import QueryPipeline, QuerySettings, load_query
+from museum_search.core.answer._pipeline import QueryPipeline, QuerySettings, load_query
 from museum_search.core.ranking import lead_within, order
 
 

@@ -8,8 +8,8 @@ import sqlite3
 import numpy as np
 import pytest
 
-from museum_search.core.catalogue import Item, ItemStore, fts_query, write_store
 from museum_search.core.errors import IndexFormatError
+from museum_search.core.index._catalogue import Item, ItemStore, fts_query, write_store
 
 
 def _items(n: int = 300) -> list[Item]:

@@ -48,8 +48,8 @@ def test_query_json(cli_index, sample_collection):
     hits = sum(d["results"][0]["instance"] == truth[d["query"].split("/")[-1]].strip() for d in doc)
     assert hits >= 2
     # the CLI gives exactly what the core pipeline computes
-    from museum_search.core.query import QueryPipeline, load_query
-    from museum_search.core.store import Index
+    from museum_search.core.answer._pipeline import QueryPipeline, load_query
+    from museum_search.core.index._store import Index
 
     answer = QueryPipeline(Index.load(cli_index)).answer([load_query(queries / known[0])])[0]
     assert doc[0]["in_collection"] == answer.in_collection and doc[0]["reason"] == answer.reason

@@ -8,16 +8,16 @@ import re
 
 import pytest
 
-from museum_search.core.backbones import BackboneConfig
-from museum_search.core.evaluation.querysets import load_queryset
-from museum_search.core.evaluation.runner import run_evaluation
-from museum_search.core.indexing import build_index
-from museum_search.core.labels import COIL100_REGEX
+from museum_search.core.answer._icfrr import suggest_params
+from museum_search.core.answer._pipeline import QuerySettings
+from museum_search.core.answer._rerank import RerankOptions
+from museum_search.core.evaluation._querysets import load_queryset
+from museum_search.core.evaluation._runner import run_evaluation
+from museum_search.core.index._labels import COIL100_REGEX
+from museum_search.core.index._store import LabellingSpec
+from museum_search.core.inference._backbones import BackboneConfig
+from museum_search.core.jobs._indexing import build_index
 from museum_search.core.progress import drive as run
-from museum_search.core.query import QuerySettings
-from museum_search.core.rerank import RerankOptions
-from museum_search.core.rerank.icfrr import suggest_params
-from museum_search.core.store import LabellingSpec
 
 pytestmark = [pytest.mark.data, pytest.mark.slow]
 ANGLE = re.compile(r"__(\d+)\.")

@@ -13,12 +13,12 @@ import json
 import numpy as np
 import pytest
 
-from museum_search.core.backbones import BackboneConfig
-from museum_search.core.evaluation.querysets import load_queryset
-from museum_search.core.evaluation.runner import run_evaluation
-from museum_search.core.indexing import build_index
+from museum_search.core.answer._pipeline import QuerySettings
+from museum_search.core.evaluation._querysets import load_queryset
+from museum_search.core.evaluation._runner import run_evaluation
+from museum_search.core.inference._backbones import BackboneConfig
+from museum_search.core.jobs._indexing import build_index
 from museum_search.core.progress import drive as run
-from museum_search.core.query import QuerySettings
 
 pytestmark = [pytest.mark.data, pytest.mark.slow]
 QUERY_SETS = ("qsd1_w1", "qsd1_w3", "qsd2_w3")
@@ -76,7 +76,7 @@ def test_leave_out_protocol_rejects_unknown_paintings(shared_data, tmp_path_fact
     """20 % of the paintings left out of the index: their queries must be rejected (≥ 90 %) while
     known paintings are accepted (≤ 3 % wrongly rejected), within one query; calibration used no
     labelled query."""
-    from museum_search.core.verdict import Verdict, open_set_figures
+    from museum_search.core.answer._verdict import Verdict, open_set_figures
 
     refs = sorted((shared_data / "paintings" / "references").glob("*.jpg"))
     rng = np.random.default_rng(20261122)

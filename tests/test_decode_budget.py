@@ -28,7 +28,6 @@ from PIL import Image
 
 from museum_search.core import images
 from museum_search.core.errors import ImageError
-from museum_search.core.extract import extract
 from museum_search.core.images import (
     DECODE_BUDGET_BYTES,
     DECODE_BUDGET_ENV,
@@ -39,6 +38,7 @@ from museum_search.core.images import (
     load_image,
     set_decode_budget,
 )
+from museum_search.core.inference._extract import extract
 from museum_search.core.progress import drive as run
 
 MIB = 1 << 20
@@ -192,10 +192,10 @@ def test_png_bomb_is_skipped_by_indexing_in_bounded_memory(png_bomb, tmp_path):
     for p in photos:
         (folder / p.name).write_bytes(p.read_bytes())
     out = run_child(f"""
-        from museum_search.core.engines import build_extractor
+        from museum_search.core.inference._engines import build_extractor
         from museum_search.core.images import load_image
         from museum_search.core.progress import drive as run
-        from museum_search.core.indexing import build_index
+        from museum_search.core.jobs._indexing import build_index
         extractor = build_extractor()
         extractor.embed_images([load_image({str(folder / photos[0].name)!r}, max_side=extractor.max_side)])  # engine warmed up
         start = start_mb()
@@ -242,7 +242,7 @@ def test_parallel_bombs_wait_for_each_other_and_are_all_decoded(tmp_path):
     assert 300 * MIB < each < 600 * MIB < 2 * each
     out = run_child(STUB_EXTRACTOR + textwrap.dedent(f"""
         from museum_search.core import images
-        from museum_search.core.extract import extract
+        from museum_search.core.inference._extract import extract
         from museum_search.core.progress import drive as run
         before = start_mb()
         res = run(extract({[str(p) for p in paths]!r}, Stub(), batch_size=1, workers=3))

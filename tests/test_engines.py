@@ -11,10 +11,10 @@ import textwrap
 import numpy as np
 import pytest
 
-from museum_search.core import engines
-from museum_search.core.backbones import BackboneConfig, Extractor
-from museum_search.core.engines import OnnxExtractor, build_extractor
 from museum_search.core.images import load_image
+from museum_search.core.inference import _engines as engines
+from museum_search.core.inference._backbones import BackboneConfig, Extractor
+from museum_search.core.inference._engines import OnnxExtractor, build_extractor
 
 
 @pytest.fixture(scope="module")
@@ -150,9 +150,9 @@ def test_engine_choice(monkeypatch):
 
 
 def test_index_built_with_one_engine_is_queried_with_the_other(collection, tmp_path):
-    from museum_search.core.indexing import build_index
+    from museum_search.core.answer._pipeline import QueryPipeline, QuerySettings, load_query
+    from museum_search.core.jobs._indexing import build_index
     from museum_search.core.progress import drive as run
-    from museum_search.core.query import QueryPipeline, QuerySettings, load_query
 
     index = run(build_index(collection, tmp_path / "index", verification=False)).index  # the default: onnx
     query = load_query(sorted(collection.glob("*.jpg"))[0])
@@ -176,8 +176,8 @@ def test_queries_need_no_torch_once_exported(sample_index, sample_collection):
                 if name.split(".")[0] in ("torch", "torchvision", "efficientnet_lite_pytorch"):
                     raise ImportError("no torch in this build: " + name)
         sys.meta_path.insert(0, NoTorch())
-        from museum_search.core.store import Index
-        from museum_search.core.query import QueryPipeline, load_query
+        from museum_search.core.index._store import Index
+        from museum_search.core.answer._pipeline import QueryPipeline, load_query
         pipe = QueryPipeline(Index.load({str(sample_index.path)!r}))
         (a,) = pipe.answer([load_query({str(query)!r})])
         print(type(pipe.extractor).__name__, a.top.instance, a.in_collection, "torch" in sys.modules)

@@ -9,9 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from museum_search.core.evaluation import runner
-from museum_search.core.evaluation.querysets import load_queryset
-from museum_search.core.evaluation.runner import (
+from museum_search.core.answer._pipeline import QueryPipeline, QuerySettings
+from museum_search.core.answer._rerank import RerankOptions, icfrr_advice
+from museum_search.core.evaluation import _runner as runner
+from museum_search.core.evaluation._querysets import load_queryset
+from museum_search.core.evaluation._runner import (
     DESCRIBING,
     EVALUATING,
     LOADING,
@@ -22,11 +24,9 @@ from museum_search.core.evaluation.runner import (
     evaluate,
     run_evaluation,
 )
-from museum_search.core.evaluation.sweep import sweep, sweep_advice
+from museum_search.core.evaluation._sweep import sweep, sweep_advice
+from museum_search.core.index._store import Index
 from museum_search.core.progress import EtaEstimator, Progress, wait, with_eta
-from museum_search.core.query import QueryPipeline, QuerySettings
-from museum_search.core.rerank import RerankOptions, icfrr_advice
-from museum_search.core.store import Index
 
 SAMPLE = Path(__file__).resolve().parents[1] / "resources" / "sample"
 

@@ -21,11 +21,12 @@ import numpy as np
 import pytest
 
 from museum_search.cli import _print_summary, main
-from museum_search.core.evaluation import metrics, reports
-from museum_search.core.evaluation.querysets import load_queryset
-from museum_search.core.evaluation.runner import gap_figures, run_evaluation
-from museum_search.core.store import Index
-from museum_search.core.verdict import Verdict
+from museum_search.core.answer._verdict import Verdict
+from museum_search.core.evaluation import _metrics as metrics
+from museum_search.core.evaluation import _reports as reports
+from museum_search.core.evaluation._querysets import load_queryset
+from museum_search.core.evaluation._runner import gap_figures, run_evaluation
+from museum_search.core.index._store import Index
 
 
 def gap_loop(confidence, correct, known, known_only=False) -> float:
@@ -83,7 +84,7 @@ def test_gap_of_a_run_equals_the_metric_and_an_independent_implementation(sample
 
 
 def test_gap_figures_conventions():
-    from museum_search.core.verdict import Evidence
+    from museum_search.core.answer._verdict import Evidence
 
     def ev(conf, known, correct):
         return Evidence(0.9, None, known, correct, confidence=conf)

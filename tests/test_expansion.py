@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from museum_search.core.rerank.expansion import AQEReranker, DBAReranker, alpha_qe, dba
+from museum_search.core.answer._expansion import AQEReranker, DBAReranker, alpha_qe, dba
 
 # Unit vectors in the plane.
 G2 = np.array([[1.0, 0.0], [0.6, 0.8], [0.0, 1.0], [-1.0, 0.0]], dtype=np.float32)

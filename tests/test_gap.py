@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pytest
 
-from museum_search.core.evaluation.metrics import gap_known, global_average_precision
+from museum_search.core.evaluation._metrics import gap_known, global_average_precision
 
 # ----------------------------------------------------------------------------------------------
 # Independent reference implementations (plain Python, no numpy in the computation)

@@ -142,7 +142,7 @@ def _shown_rows(browser) -> set[int]:
 
 
 def test_build_progress_browser_filter_thumbnails(tab, qtbot, small_collection, tmp_path):
-    from museum_search.core.store import Index
+    from museum_search.core.index._store import Index
     from museum_search.gui.widgets.thumbnails import THUMB_ROLE, ThumbnailCache
 
     tab.set_collection(small_collection)
@@ -208,10 +208,10 @@ def test_build_progress_browser_filter_thumbnails(tab, qtbot, small_collection, 
 
 
 def test_cancel_keeps_previous_index(tab, qtbot, small_collection, tmp_path):
-    from museum_search.core.backbones import BackboneConfig
-    from museum_search.core.indexing import build_index
+    from museum_search.core.index._store import Index, LabellingSpec
+    from museum_search.core.inference._backbones import BackboneConfig
+    from museum_search.core.jobs._indexing import build_index
     from museum_search.core.progress import drive as run
-    from museum_search.core.store import Index, LabellingSpec
 
     out = tmp_path / "index"
     run(build_index(small_collection, out, BackboneConfig(size=SIZE),
@@ -265,8 +265,8 @@ def test_cancel_keeps_previous_index(tab, qtbot, small_collection, tmp_path):
 def test_missing_weights_shows_error_dialog(tab, qtbot, small_collection, tmp_path, monkeypatch, capfd):
     import torch
 
-    from museum_search.core import backbones
     from museum_search.core.errors import WeightsUnavailableError
+    from museum_search.core.inference import _backbones as backbones
 
     real = backbones.resolve_weights
     spec = backbones.REGISTRY["resnet152"]
@@ -300,9 +300,9 @@ def test_missing_weights_shows_error_dialog(tab, qtbot, small_collection, tmp_pa
 
 
 def test_browser_loads_only_visible_items_and_marks_broken_files(qtbot, tmp_path, monkeypatch):
-    from museum_search.core.backbones import BackboneMeta
-    from museum_search.core.catalogue import Item
-    from museum_search.core.store import Index
+    from museum_search.core.index._catalogue import Item
+    from museum_search.core.index._store import Index
+    from museum_search.core.inference._backbones import BackboneMeta
     from museum_search.gui.widgets.thumbnails import (
         THUMB_ROLE,
         ThumbnailBrowser,
@@ -385,10 +385,10 @@ def _museum(tmp_path: Path, name: str, n: int = 3) -> Path:
 
 
 def _core_index(collection: Path, out: Path):
-    from museum_search.core.backbones import BackboneConfig
-    from museum_search.core.indexing import build_index
+    from museum_search.core.index._store import LabellingSpec
+    from museum_search.core.inference._backbones import BackboneConfig
+    from museum_search.core.jobs._indexing import build_index
     from museum_search.core.progress import drive as run
-    from museum_search.core.store import LabellingSpec
 
     run(build_index(collection, out, BackboneConfig(size=TINY),
                     LabellingSpec("catalogue", str(collection.parent / "catalogue.csv"))))
@@ -416,7 +416,7 @@ def test_new_collection_gets_its_own_folder_not_the_open_index(tab, qtbot, tmp_p
     """The bug: with the index of A open, choosing B and building replaced A's index."""
     from PySide6.QtWidgets import QFileDialog
 
-    from museum_search.core.store import Index, default_index_folder
+    from museum_search.core.index._store import Index, default_index_folder
 
     a, b = _museum(tmp_path, "museum-a"), _museum(tmp_path, "museum-b", 4)
     a_index = _core_index(a, tmp_path / "a-index")
@@ -452,7 +452,7 @@ def test_new_collection_gets_its_own_folder_not_the_open_index(tab, qtbot, tmp_p
 
 
 def test_building_into_another_collections_index_asks_first(tab, qtbot, tmp_path):
-    from museum_search.core.store import Index, default_index_folder
+    from museum_search.core.index._store import Index, default_index_folder
 
     a, b = _museum(tmp_path, "museum-a"), _museum(tmp_path, "museum-b")
     a_index = _core_index(a, tmp_path / "a-index")
@@ -601,7 +601,7 @@ def test_index_chooser_creates_a_new_folder_after_asking(tab, qtbot, tmp_path):
 def test_double_click_on_a_thumbnail_opens_the_large_view(tab, qtbot, tmp_path):
     from PySide6.QtCore import Qt
 
-    from museum_search.core.store import Index
+    from museum_search.core.index._store import Index
 
     a = _museum(tmp_path, "museum-a")
     index = Index.load(_core_index(a, tmp_path / "a-index"))
@@ -641,7 +641,7 @@ def test_double_click_on_a_thumbnail_opens_the_large_view(tab, qtbot, tmp_path):
 
 LOCK_HOLDER = """
 import sys
-from museum_search.core.store import writer_lock
+from museum_search.core.index._store import writer_lock
 with writer_lock(sys.argv[1]):
     print("locked", flush=True)
     sys.stdin.read()  # until the test closes our stdin
@@ -653,7 +653,7 @@ def test_index_being_written_by_another_process_is_reported(tab, qtbot, tmp_path
     import subprocess
     import sys
 
-    from museum_search.core.store import Index, default_index_folder
+    from museum_search.core.index._store import Index, default_index_folder
 
     b = _museum(tmp_path, "museum-b")
     out = _core_index(b, default_index_folder(b))
@@ -693,7 +693,7 @@ def test_sample_index_of_an_old_format_is_rebuilt_in_place(tab, qtbot, tmp_path,
     import json
 
     from museum_search.core import paths
-    from museum_search.core.store import Index
+    from museum_search.core.index._store import Index
     from museum_search.gui import collection_tab
 
     sample = _museum(tmp_path, "installed-sample").parent
@@ -744,7 +744,7 @@ def test_sample_index_of_an_old_format_is_rebuilt_in_place(tab, qtbot, tmp_path,
 def test_progress_of_a_stage_outside_a_plan_says_the_time_left_is_the_steps(tab):
     """A record that no job plan numbered (``Progress.steps == 0``, e.g. a job run without
     core.progress.with_plan) names its stage and says in the tooltip that the time left is the step's."""
-    from museum_search.core.indexing import BUILD_STAGES
+    from museum_search.core.jobs._indexing import BUILD_STAGES
     from museum_search.core.progress import Progress
 
     tab._job, tab._job_kind = object(), "build"  # as while a build runs
@@ -794,7 +794,7 @@ def window_tab(qtbot):
 def _simulated_build(root: Path, n: int = 287, views: int = 50):
     """The records a build of ``n`` photos yields (core.indexing's stage names), with the photos'
     long paths, at steady rates: describing 0.04 s a photo, local features 0.16, calibration 1 s a view."""
-    from museum_search.core import ann
+    from museum_search.core.index import _ann as ann
     from museum_search.core.progress import Progress
 
     yield Progress(0, 0, stage="listing and labelling the images", expected={"calibrating": views})
@@ -810,7 +810,7 @@ def test_build_progress_line_fits_at_1024x700_with_the_whole_builds_time_left(wi
     """Issue 23, item 1: the line was cut in the middle, hiding the count and the time left, and the
     time left was the step's. Now every line fits the label, with the step, the count and the whole
     build's time left (core.progress.JobEta over core.indexing.build_plan); the file is in the tooltip."""
-    from museum_search.core.indexing import build_plan
+    from museum_search.core.jobs._indexing import build_plan
     from museum_search.core.progress import with_plan
     from museum_search.gui.collection_tab import format_duration
 
@@ -920,9 +920,9 @@ def test_skipped_files_are_listed_once_and_the_update_counts_what_it_removed(win
 
 def test_thumbnails_show_the_artist_a_filter_matched(qtbot, tmp_path):
     """Issue 23, item 10: a filter on "hugo" kept works whose thumbnails showed no "Hugo"."""
-    from museum_search.core.backbones import BackboneMeta
-    from museum_search.core.catalogue import Item
-    from museum_search.core.store import Index
+    from museum_search.core.index._catalogue import Item
+    from museum_search.core.index._store import Index
+    from museum_search.core.inference._backbones import BackboneMeta
     from museum_search.gui.widgets.thumbnails import LINES_ROLE, ThumbnailBrowser
 
     artists = ["Hugo Demarco", "Victor Perez-Porros", "Ana Hugoson", "Joan Miró", ""]

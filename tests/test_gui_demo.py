@@ -15,9 +15,9 @@ import pytest
 from PySide6.QtCore import QPoint, QSettings, Qt
 from PySide6.QtWidgets import QLabel
 
+from museum_search.core.answer._pipeline import QueryPipeline, QuerySettings, query_from_array
 from museum_search.core.capture import FileSequenceCamera, OpenCVCamera, list_cameras
 from museum_search.core.images import load_image
-from museum_search.core.query import QueryPipeline, QuerySettings, query_from_array
 from museum_search.gui import demo_window, workers
 from museum_search.gui.demo_window import (
     ASK_STAFF,
@@ -175,8 +175,8 @@ def test_the_log_has_the_confidence_and_a_weak_verdict(qtbot, make_demo, data, c
     """Staff read the number and a weak calibration in the log; visitors read plain words."""
     from dataclasses import replace
 
-    from museum_search.core.store import Index
-    from museum_search.core.verdict import Verdict
+    from museum_search.core.answer._verdict import Verdict
+    from museum_search.core.index._store import Index
 
     caplog.set_level(logging.INFO, logger="museum_search.gui.demo_window")
     index = Index.load(data.index.path)  # its own object: the session's index stays as it is

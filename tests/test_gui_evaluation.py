@@ -18,10 +18,12 @@ from PySide6.QtGui import QColor, QPainter, QPixmap
 from PySide6.QtWidgets import QMessageBox, QScrollArea
 
 from museum_search.cli import main
-from museum_search.core.evaluation.export import index_id, run_spec, same_numbers
-from museum_search.core.evaluation.querysets import load_queryset
-from museum_search.core.evaluation.reports import COMPARED
-from museum_search.core.evaluation.runner import (
+from museum_search.core.answer._rerank import RerankOptions, icfrr_advice
+from museum_search.core.answer._verdict import Verdict, operating_points, recalibrated
+from museum_search.core.evaluation._export import index_id, run_spec, same_numbers
+from museum_search.core.evaluation._querysets import load_queryset
+from museum_search.core.evaluation._reports import COMPARED
+from museum_search.core.evaluation._runner import (
     DESCRIBING,
     LOADING,
     NEIGHBOURS,
@@ -29,10 +31,8 @@ from museum_search.core.evaluation.runner import (
     precision_recall_curve,
     run_evaluation,
 )
-from museum_search.core.evaluation.stats import format_p, paired_bootstrap_test, paired_randomization_test, stars
-from museum_search.core.rerank import RerankOptions, icfrr_advice
-from museum_search.core.store import Index, writer_lock
-from museum_search.core.verdict import Verdict, operating_points, recalibrated
+from museum_search.core.evaluation._stats import format_p, paired_bootstrap_test, paired_randomization_test, stars
+from museum_search.core.index._store import Index, writer_lock
 from museum_search.gui import workers
 from museum_search.gui.evaluation_tab import EvaluationTab
 from museum_search.gui.state import AppState, Settings
@@ -480,7 +480,7 @@ def test_verdict_figures_operating_points_and_recalibration(qtbot, tab, data, tm
 
 def test_live_plots_redraw_on_the_timer_not_per_record(qtbot):
     """The progress callback only appends; the curves change when the 10 Hz timer refreshes them."""
-    from museum_search.core.evaluation.runner import EvalStep, QueryRecord
+    from museum_search.core.evaluation._runner import EvalStep, QueryRecord
     from museum_search.gui.widgets.plots import EvaluationPlots
 
     plots = EvaluationPlots()
@@ -705,8 +705,8 @@ def _check_compare_page(qtbot, tab, size) -> None:
 def test_cancel_does_not_wait_for_the_call_under_way(qtbot, tab, data, block, phase):
     """Cancel stops the job while a long call (loading the network, describing photos, answering
     one) is still running: the job yields every 0.1 s while it waits."""
-    from museum_search.core.evaluation import runner
-    from museum_search.core.query import QueryPipeline
+    from museum_search.core.answer._pipeline import QueryPipeline
+    from museum_search.core.evaluation import _runner as runner
 
     owner, name, stage = {
         "loading": (runner, "extractor_for_meta", LOADING),
@@ -798,7 +798,7 @@ def test_run_and_cancel_stay_put_and_the_settings_keep_their_rows(qtbot, data, t
     """At 1024×700 and 1280×820, Run and Cancel are where they were before, during and after a run, and the
     settings' view keeps its height, also after a run with the ICFRR warning (issue 23: they moved
     about 100 px, so a Cancel click missed, and the settings shrank to 1–2 rows)."""
-    from museum_search.core.query import QueryPipeline
+    from museum_search.core.answer._pipeline import QueryPipeline
     from museum_search.gui.main_window import MainWindow
 
     state = AppState(Settings(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)))

@@ -301,7 +301,7 @@ def _quit_box() -> QMessageBox | None:
 
 
 def test_quit_during_a_build_asks_and_cancels_when_confirmed(qtbot, window, collection, tmp_path, monkeypatch):
-    from museum_search.core import extract
+    from museum_search.core.inference import _extract as extract
 
     real = extract._prepare
 
@@ -344,7 +344,7 @@ def test_quit_during_a_build_asks_and_cancels_when_confirmed(qtbot, window, coll
 
 
 def test_quit_during_an_evaluation_asks_and_cancels_when_confirmed(qtbot, window, sample_index, block):
-    from museum_search.core.query import QueryPipeline
+    from museum_search.core.answer._pipeline import QueryPipeline
 
     window.state.set_index(sample_index)
     tab = window.evaluation_tab
@@ -390,7 +390,7 @@ from PySide6.QtWidgets import QApplication, QWidget
 
 app = QApplication([sys.argv[0]])
 from museum_search.core.capture import FileSequenceCamera
-from museum_search.core.store import Index
+from museum_search.core.index._store import Index
 from museum_search.gui.main_window import MainWindow
 from museum_search.gui.state import AppState, Settings
 

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from PySide6.QtCore import QSettings, Qt
 
-from museum_search.core.backbones import imported_meta
-from museum_search.core.catalogue import Item, ItemStore
-from museum_search.core.store import Index, LabellingSpec
+from museum_search.core.index._catalogue import Item, ItemStore
+from museum_search.core.index._store import Index, LabellingSpec
+from museum_search.core.inference._backbones import imported_meta
 from museum_search.gui import workers
 from museum_search.gui.state import AppState, Settings
 from museum_search.gui.widgets.thumbnails import ROW_ROLE, ThumbnailCache
@@ -233,7 +233,7 @@ def test_thumbnail_that_arrives_repaints_its_row_through_the_filter(qtbot, tmp_p
 
 def _ann_index(tmp_path: Path, n: int = 3000) -> Index:
     """A saved index with neighbour lists and an approximate-search index (built by core)."""
-    from museum_search.core import indexing as index_mod
+    from museum_search.core.jobs import _indexing as index_mod
     from museum_search.core.progress import drive as run
 
     root = tmp_path / "photos-root"
@@ -245,7 +245,7 @@ def _ann_index(tmp_path: Path, n: int = 3000) -> Index:
 
 
 def test_collection_summary_says_what_the_index_stores(qtbot, collection_tab, tmp_path):
-    from museum_search.core.ann import AUTO_MIN_REFERENCES
+    from museum_search.core.index._ann import AUTO_MIN_REFERENCES
 
     plain = Index(tmp_path, imported_meta(DIM), _items(100), _descriptors(100), LabellingSpec("imported"))
     collection_tab.state.set_index(plain)
@@ -266,8 +266,8 @@ def test_collection_summary_says_what_the_index_stores(qtbot, collection_tab, tm
 def test_search_mode_choice_follows_the_index(qtbot, state, tmp_path):
     """Approximate is offered only for an index with an approximate-search index; the choice is the
     pipeline's ``QuerySettings.search`` in the Search and the Evaluation tabs."""
-    from museum_search.core.ann import resolve_mode
-    from museum_search.core.query import QueryPipeline
+    from museum_search.core.answer._pipeline import QueryPipeline
+    from museum_search.core.index._ann import resolve_mode
     from museum_search.gui.evaluation_tab import EvaluationTab
     from museum_search.gui.search_tab import SearchTab
     from museum_search.gui.widgets.search_mode import SearchModeCombo
@@ -318,7 +318,7 @@ def test_search_mode_choice_follows_the_index(qtbot, state, tmp_path):
 def test_search_tab_answers_the_same_with_approximate_search(qtbot, state, sample_index):
     """On the sample (a shortlist longer than the collection), approximate search gives the exact
     answer; the status line says how it was searched."""
-    from museum_search.core.ann import AnnIndex
+    from museum_search.core.index._ann import AnnIndex
     from museum_search.core.progress import drive
     from museum_search.gui.search_tab import SearchTab
     from museum_search.gui.widgets.search_mode import SearchModeCombo

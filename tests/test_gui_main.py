@@ -58,7 +58,7 @@ def test_settings_dialog_saves_camera_and_exit_keys(window):
 
 
 def test_settings_dialog_chooses_the_inference_engine(window, sample_index, monkeypatch):
-    from museum_search.core import engines
+    from museum_search.core.inference import _engines as engines
 
     monkeypatch.setattr(engines, "_engine", None)
     window.state.set_index(sample_index)

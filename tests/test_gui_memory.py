@@ -16,10 +16,10 @@ from PySide6.QtCore import QEvent, QSettings
 from PySide6.QtWidgets import QApplication
 
 from museum_search.core import memory
-from museum_search.core.backbones import BackboneMeta, DescriptorExtractor
-from museum_search.core.catalogue import Item
 from museum_search.core.images import load_image
-from museum_search.core.store import Index
+from museum_search.core.index._catalogue import Item
+from museum_search.core.index._store import Index
+from museum_search.core.inference._backbones import BackboneMeta, DescriptorExtractor
 from museum_search.gui import workers
 from museum_search.gui.state import AppState, Settings
 
@@ -100,7 +100,7 @@ def test_search_tab_keeps_one_result_dialog(qtbot, tmp_path, sample):
 
 
 def test_evaluation_tab_keeps_the_newest_runs_whole(qtbot, tmp_path, sample, monkeypatch):
-    from museum_search.core.evaluation import runner
+    from museum_search.core.evaluation import _runner as runner
     from museum_search.gui.evaluation_tab import EvaluationTab
 
     index, queries, ext = sample

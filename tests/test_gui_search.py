@@ -14,8 +14,8 @@ import pytest
 from PySide6.QtCore import QMimeData, QSettings, Qt
 from PySide6.QtWidgets import QComboBox
 
+from museum_search.core.answer._pipeline import QueryPipeline, QuerySettings, load_query, query_from_array
 from museum_search.core.capture import FileSequenceCamera, OpenCVCamera, list_cameras
-from museum_search.core.query import QueryPipeline, QuerySettings, load_query, query_from_array
 from museum_search.gui import workers
 from museum_search.gui.search_tab import NO_INDEX, ResultDialog, SearchTab
 from museum_search.gui.state import AppState, Settings
@@ -345,7 +345,7 @@ def test_evidence_outline_is_what_matched_and_stays_in_the_photo(qtbot, data):
     inlier hull, and nothing yellow is painted off the images."""
     import cv2
 
-    from museum_search.core.verification import matched_area
+    from museum_search.core.verification._shortlist import matched_area
     from museum_search.gui.widgets.evidence_view import OUTLINE_COLOUR
 
     pipeline = QueryPipeline(data.index, QuerySettings())

@@ -40,9 +40,9 @@ def test_main_window_module_imports_nothing_heavy():
 
 
 def test_lazy_window_shows_first_then_tabs_index_and_network(qtbot, tmp_path, sample_index, block, monkeypatch):
-    from museum_search.core import engines
-    from museum_search.core.rerank import spatial
-    from museum_search.core.store import Index
+    from museum_search.core.index._store import Index
+    from museum_search.core.inference import _engines as engines
+    from museum_search.core.verification import _spatial as spatial
 
     read = block(Index, "load")
     net = block(engines, "extractor_for_meta")

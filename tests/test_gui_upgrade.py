@@ -15,10 +15,10 @@ from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QPushButton
 from test_index_format import _write_v2
 
-from museum_search.core.backbones import imported_meta
-from museum_search.core.catalogue import Item
+from museum_search.core.index._catalogue import Item
+from museum_search.core.index._store import MANIFEST, Index, LabellingSpec, _manifest_digest
+from museum_search.core.inference._backbones import imported_meta
 from museum_search.core.progress import Progress
-from museum_search.core.store import MANIFEST, Index, LabellingSpec, _manifest_digest
 from museum_search.gui import workers
 from museum_search.gui.state import AppState, Settings
 
@@ -109,7 +109,7 @@ def test_old_index_is_converted_after_asking_and_opened(qtbot, window, tmp_path)
 
 
 def test_cancelled_conversion_leaves_the_old_index(qtbot, window, tmp_path, monkeypatch):
-    from museum_search.core import indexing as index_mod
+    from museum_search.core.jobs import _indexing as index_mod
 
     old = tmp_path / "old-index"
     _write_v2(old, _index(tmp_path))

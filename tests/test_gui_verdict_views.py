@@ -13,8 +13,8 @@ import pytest
 from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QLabel
 
-from museum_search.core.store import Index
-from museum_search.core.verdict import Verdict
+from museum_search.core.answer._verdict import Verdict
+from museum_search.core.index._store import Index
 from museum_search.gui import workers
 from museum_search.gui.demo_window import CONFIDENCE_WORDS, confidence_words
 

@@ -21,14 +21,14 @@ import numpy as np
 import pytest
 
 from museum_search.cli import main as cli_main
-from museum_search.core.backbones import BackboneConfig
 from museum_search.core.errors import ImageError, LabelError
 from museum_search.core.images import decode_cost, image_size, load_image
-from museum_search.core.importing import DescriptorError, open_descriptors
-from museum_search.core.indexing import build_index
-from museum_search.core.labels import label_collection, read_csv_table
+from museum_search.core.index._labels import label_collection, read_csv_table
+from museum_search.core.index._store import MANIFEST, Index, LabellingSpec
+from museum_search.core.inference._backbones import BackboneConfig
+from museum_search.core.jobs._importing import DescriptorError, open_descriptors
+from museum_search.core.jobs._indexing import build_index
 from museum_search.core.progress import DecodePool, drive
-from museum_search.core.store import MANIFEST, Index, LabellingSpec
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs and Unix sockets are POSIX only")
 
@@ -205,7 +205,7 @@ def test_index_and_query_commands_finish_on_a_fifo(collection, make_fifo, tmp_pa
 
 _STUCK_SCRIPT = textwrap.dedent("""
     import sys, threading
-    import museum_search.core.extract as extract
+    import museum_search.core.inference._extract as extract
     from museum_search.cli import main
 
     real = extract._prepare

@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 
 from museum_search.cli import main as cli_main
-from museum_search.core.backbones import BackboneConfig
-from museum_search.core.catalogue import ItemStore
 from museum_search.core.errors import IndexFormatError, OutputFolderError
-from museum_search.core.indexing import build_index, update_index
+from museum_search.core.index._catalogue import ItemStore
+from museum_search.core.index._store import JOURNAL, LOCK, MANIFEST, Index, LabellingSpec, _manifest_digest
+from museum_search.core.inference._backbones import BackboneConfig
+from museum_search.core.jobs._indexing import build_index, update_index
 from museum_search.core.progress import drive as run
-from museum_search.core.store import JOURNAL, LOCK, MANIFEST, Index, LabellingSpec, _manifest_digest
 
 SMALL = BackboneConfig(size=64)
 REPO = Path(__file__).resolve().parents[1]
@@ -240,7 +240,7 @@ def test_leftovers_with_a_file_of_the_user_are_still_refused(collection, tmp_pat
 WRITER = """
 import sys, time
 import numpy as np
-from museum_search.core.store import Index
+from museum_search.core.index._store import Index
 idx = Index.load(sys.argv[1], mmap=False)
 print("ready", flush=True)
 for i in range(int(sys.argv[2])):
@@ -288,7 +288,7 @@ def _damage_catalogue(out: Path) -> Path:
 def test_damaged_catalogue_is_named_not_a_traceback(built, capsys, monkeypatch):
     """As on a 480 MB catalogue, where the damage lies between the sampled blocks: opening checks
     only samples, and the SQLite error that follows is checked against the full checksum."""
-    import museum_search.core.store as index_mod
+    import museum_search.core.index._store as index_mod
 
     collection, out = built
     f = _damage_catalogue(out)
@@ -340,7 +340,7 @@ def test_random_bytes_named_npy_are_not_called_a_pickle(built):
 
 
 def test_rebuild_advice_of_an_imported_index_names_import(tmp_path):
-    from museum_search.core.importing import import_index
+    from museum_search.core.jobs._importing import import_index
 
     desc = np.random.default_rng(0).standard_normal((6, 8)).astype(np.float32)
     np.save(tmp_path / "d.npy", desc)

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 from oracles import gallery_ranks, icfrr_dense, icfrr_loop, prepare_graph, rank_dtype
 
+from museum_search.core.answer import _icfrr as icfrr_mod
+from museum_search.core.answer._icfrr import ICFRRParams, ICFRRReranker, icfrr, suggest_params
 from museum_search.core.ranking import neg_distance, order
-from museum_search.core.rerank import icfrr as icfrr_mod
-from museum_search.core.rerank.icfrr import ICFRRParams, ICFRRReranker, icfrr, suggest_params
 
 INF8 = 255  # uint8 stand-in for r[i, i] = inf
 

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from oracles import gallery_ranks, icfrr_dense, icfrr_loop, prepare_graph
 
+from museum_search.core.answer import _icfrr as icfrr_mod
+from museum_search.core.answer._icfrr import ICFRRParams, ICFRRReranker, graph_from_neighbours, icfrr
+from museum_search.core.answer._rerank import RerankOptions, build_pipeline, icfrr_graph, icfrr_k_g
 from museum_search.core.ranking import neg_distance, order
-from museum_search.core.rerank import RerankOptions, build_pipeline, icfrr_graph, icfrr_k_g
-from museum_search.core.rerank import icfrr as icfrr_mod
-from museum_search.core.rerank.icfrr import ICFRRParams, ICFRRReranker, graph_from_neighbours, icfrr
 
 
 def unit(x):
@@ -354,7 +354,7 @@ def test_icfrr_graph_cache_and_tiny_galleries(case):
 
 class _Pipe:
     def __init__(self, rerank, options):
-        from museum_search.core.query import QuerySettings
+        from museum_search.core.answer._pipeline import QuerySettings
 
         self.settings = QuerySettings(rerank=rerank, options=options)
 
@@ -369,7 +369,7 @@ def _drain(gen):
 
 
 def test_the_evaluation_waits_for_the_neighbour_lists(case):
-    from museum_search.core.evaluation import runner
+    from museum_search.core.evaluation import _runner as runner
 
     desc, _, _, nb = case
     index = FakeIndex(desc, np.arange(90) // 8, nb[:, :3])  # 8 per object: K_g = 4 suggested
@@ -399,7 +399,7 @@ def test_the_evaluation_waits_for_the_neighbour_lists(case):
 
 
 def test_a_sweep_of_k_asks_for_its_largest_k(case, monkeypatch):
-    from museum_search.core.evaluation import sweep as sweep_mod
+    from museum_search.core.evaluation import _sweep as sweep_mod
 
     desc, _, _, nb = case
     index = FakeIndex(desc, np.arange(90) // 6, nb)

@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 
 from museum_search.cli import main
+from museum_search.core.answer._pipeline import QueryPipeline, QuerySettings, descriptor_query, load_query
+from museum_search.core.answer._verdict import Verdict
 from museum_search.core.errors import MuseumSearchError
-from museum_search.core.evaluation.querysets import load_queryset
-from museum_search.core.evaluation.runner import run_evaluation
-from museum_search.core.importing import check_descriptors, descriptor_queries, descriptor_queryset, import_index
-from museum_search.core.indexing import update_index
+from museum_search.core.evaluation._querysets import load_queryset
+from museum_search.core.evaluation._runner import run_evaluation
+from museum_search.core.index._store import LOCK, MANIFEST, Index
+from museum_search.core.jobs._importing import check_descriptors, descriptor_queries, descriptor_queryset, import_index
+from museum_search.core.jobs._indexing import update_index
 from museum_search.core.progress import drive
-from museum_search.core.query import QueryPipeline, QuerySettings, descriptor_query, load_query
-from museum_search.core.store import LOCK, MANIFEST, Index
-from museum_search.core.verdict import Verdict
 
 # The settings under which a photo query is answered from one descriptor, as a descriptor query is:
 # the whole image, no verification.

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from museum_search.cli import main
-from museum_search.core import ann
-from museum_search.core.importing import import_index
+from museum_search.core.index import _ann as ann
+from museum_search.core.index._store import MANIFEST, Index
+from museum_search.core.jobs._importing import import_index
 from museum_search.core.progress import drive
-from museum_search.core.store import MANIFEST, Index
 
 DIM = 48
 

@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from museum_search.core.backbones import BackboneConfig
 from museum_search.core.errors import IndexFormatError, MuseumSearchError
-from museum_search.core.indexing import build_index, update_index
+from museum_search.core.index._store import JOURNAL, LOCK, MANIFEST, Index, LabellingSpec
+from museum_search.core.inference._backbones import BackboneConfig
+from museum_search.core.jobs._indexing import build_index, update_index
 from museum_search.core.progress import drive as run
-from museum_search.core.store import JOURNAL, LOCK, MANIFEST, Index, LabellingSpec
 
 SMALL = BackboneConfig(size=96)
 
@@ -63,7 +63,7 @@ def test_interrupted_save_keeps_old_index(collection, tmp_path, monkeypatch):
     before = sorted(p.name for p in out.iterdir())
     new = _build(collection, None, BackboneConfig(size=64)).index
 
-    import museum_search.core.store as index_mod
+    import museum_search.core.index._store as index_mod
 
     def crash(*a, **k):
         raise KeyboardInterrupt  # the process is stopped just before the commit point
@@ -84,7 +84,7 @@ def test_killed_process_mid_save_leaves_old_index(collection, tmp_path):
     old = _build(collection, out).index
     script = textwrap.dedent(f"""
         import time, numpy as np
-        import museum_search.core.store as m
+        import museum_search.core.index._store as m
         idx = m.Index.load({str(out)!r}, mmap=False)
         real = m._write_npy
         def slow(path, arr, dtype):
@@ -147,7 +147,7 @@ def test_damaged_index_is_refused(collection, tmp_path, damage):
     elif damage == "missing_items":
         (out / manifest["files"]["items"]).unlink()
     elif damage == "shape":  # a consistent manifest (checksum recomputed) that does not fit its data
-        from museum_search.core.store import _manifest_digest
+        from museum_search.core.index._store import _manifest_digest
 
         manifest["count"] = manifest["count"] + 1
         manifest["manifest_sha256"] = _manifest_digest(manifest)
@@ -238,7 +238,7 @@ def test_empty_collection_is_a_clear_error(tmp_path):
 
 
 def test_query_with_other_settings_is_refused(collection):
-    from museum_search.core.engines import build_extractor
+    from museum_search.core.inference._engines import build_extractor
 
     idx = _build(collection, None).index
     with pytest.raises(MuseumSearchError, match="do not match"):

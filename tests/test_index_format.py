@@ -14,15 +14,15 @@ import numpy as np
 import pytest
 from oracles import gallery_ranks
 
-import museum_search.core.store as index_mod
+import museum_search.core.index._store as index_mod
 from museum_search.cli import main as cli_main
-from museum_search.core.backbones import imported_meta
-from museum_search.core.catalogue import Item, ItemStore
+from museum_search.core.answer._search import score_matrix
 from museum_search.core.errors import IndexFormatError, MuseumSearchError
-from museum_search.core.indexing import derive, upgrade_index
+from museum_search.core.index._catalogue import Item, ItemStore
+from museum_search.core.index._store import MANIFEST, Index, LabellingSpec, _manifest_digest
+from museum_search.core.inference._backbones import imported_meta
+from museum_search.core.jobs._indexing import derive, upgrade_index
 from museum_search.core.progress import drive as run
-from museum_search.core.search import score_matrix
-from museum_search.core.store import MANIFEST, Index, LabellingSpec, _manifest_digest
 
 
 def _clustered(n_objects: int, views: int, dim: int = 64, noise: float = 0.25, seed: int = 0) -> np.ndarray:
@@ -147,7 +147,7 @@ def test_interrupted_upgrade_leaves_the_old_index(tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(index_mod, "write_store", fail, raising=False)
-    import museum_search.core.catalogue as cat
+    import museum_search.core.index._catalogue as cat
 
     monkeypatch.setattr(cat, "write_store", fail)
     with pytest.raises(MuseumSearchError, match="disk is full"):
@@ -184,7 +184,7 @@ def test_large_files_are_checked_by_size_and_samples_and_fully_on_request(tmp_pa
 
 
 def test_float16_scores_never_convert_the_whole_matrix(tmp_path, monkeypatch):
-    import museum_search.core.ann as ann
+    import museum_search.core.index._ann as ann
 
     monkeypatch.setattr(ann, "_chunk_rows", lambda dim, itemsize=4, budget=0: 1000)  # 1 MB blocks here
     idx = _index(tmp_path, n_objects=5000, views=4, dim=256, dtype="float16")  # 20,000 x 256
@@ -224,7 +224,7 @@ def test_approximate_index_is_saved_with_its_generation_and_searched(tmp_path):
 
 
 def test_search_mode_ann_on_an_index_without_one_says_what_to_do(tmp_path):
-    from museum_search.core.query import QueryPipeline, QuerySettings
+    from museum_search.core.answer._pipeline import QueryPipeline, QuerySettings
 
     idx = _index(tmp_path)
     with pytest.raises(MuseumSearchError, match="approximate"):
@@ -233,8 +233,8 @@ def test_search_mode_ann_on_an_index_without_one_says_what_to_do(tmp_path):
 
 
 def test_query_expansion_on_a_gallery_too_large_for_memory_is_refused(tmp_path, monkeypatch):
-    import museum_search.core.rerank as rerank
-    from museum_search.core.query import QueryPipeline, QuerySettings, descriptor_query
+    import museum_search.core.answer._rerank as rerank
+    from museum_search.core.answer._pipeline import QueryPipeline, QuerySettings, descriptor_query
 
     idx = _index(tmp_path)
     q = [descriptor_query(np.asarray(idx.descriptors[0]), "row 0")]

@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 
 from museum_search.cli import main as cli_main
-from museum_search.core.backbones import BackboneConfig
 from museum_search.core.errors import IndexFormatError, IndexLockedError, MuseumSearchError, OutputFolderError
-from museum_search.core.indexing import build_index, update_index
+from museum_search.core.index._store import LOCK, MANIFEST, Index, LabellingSpec, _manifest_digest, default_index_folder
+from museum_search.core.inference._backbones import BackboneConfig
+from museum_search.core.jobs._indexing import build_index, update_index
 from museum_search.core.progress import drive as run
-from museum_search.core.store import LOCK, MANIFEST, Index, LabellingSpec, _manifest_digest, default_index_folder
 
 SMALL = BackboneConfig(size=64)
 REPO = Path(__file__).resolve().parents[1]
@@ -146,7 +146,7 @@ def test_second_writer_fails_at_once_and_the_first_completes(collection, tmp_pat
     old = np.asarray(Index.load(out).descriptors).copy()
     script = textwrap.dedent(f"""
         import os, sys, time
-        import museum_search.core.store as m
+        import museum_search.core.index._store as m
         from museum_search.core.progress import drive as run
         real_fsync = os.fsync
         def slow_fsync(fd):  # a slow disk: the first writer takes a long time to save
@@ -236,7 +236,7 @@ def test_disk_full_on_a_real_small_file_system(collection, tmp_path):
 
 
 def test_disk_full_injected_mid_write(collection, tmp_path, monkeypatch):
-    import museum_search.core.store as index_mod
+    import museum_search.core.index._store as index_mod
 
     out = tmp_path / "idx"
     _build(collection, out)
@@ -308,7 +308,7 @@ def test_hand_edited_backbone_settings_are_refused(collection, tmp_path, edit):
 
 
 def test_settings_mismatch_names_the_differing_settings(collection, tmp_path):
-    from museum_search.core.engines import build_extractor
+    from museum_search.core.inference._engines import build_extractor
 
     idx = _build(collection, None).index
     other = build_extractor(BackboneConfig(size=64, head="mac"), engine="torch").meta

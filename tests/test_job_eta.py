@@ -126,8 +126,8 @@ def test_with_plan_fills_the_records_and_returns_the_result():
 
 
 def test_build_and_update_plans_come_from_the_stages_core_runs():
-    from museum_search.core import ann
-    from museum_search.core.indexing import BUILD_STAGES, STAGE_COSTS, build_plan, calibration_views
+    from museum_search.core.index import _ann as ann
+    from museum_search.core.jobs._indexing import BUILD_STAGES, STAGE_COSTS, build_plan, calibration_views
 
     plan = build_plan(matcher="sift")
     assert tuple(s.stage for s in plan if s.size(42) > 0) == BUILD_STAGES
@@ -145,7 +145,7 @@ def test_build_and_update_plans_come_from_the_stages_core_runs():
     assert calibration_views([0] * 5) == 0  # one object cannot be calibrated
     assert [s.stage for s in build_plan(matcher="auto")].count("calibrating") == 2
     # on a Ray cluster the first stage is the cluster's, which also computes the local features
-    from museum_search.core.distributed import STAGE
+    from museum_search.core.jobs._distributed import STAGE
 
     ray = build_plan(matcher="sift", ray=True)
     assert ray[0].stage == STAGE and "local features" not in [s.stage for s in ray]
@@ -157,9 +157,9 @@ def test_a_real_build_job_says_its_step_and_whole_time_left(tmp_path, sample_col
     steps that run and the whole build's time left on its records."""
     import shutil
 
-    from museum_search.core.backbones import BackboneConfig
-    from museum_search.core.indexing import build_job
-    from museum_search.core.store import LabellingSpec
+    from museum_search.core.index._store import LabellingSpec
+    from museum_search.core.inference._backbones import BackboneConfig
+    from museum_search.core.jobs._indexing import build_job
 
     coll = tmp_path / "coll"
     coll.mkdir()

@@ -10,8 +10,8 @@ import pytest
 from test_ann import clustered, dense_lists
 from test_update_neighbours import apply, planted
 
-from museum_search.core import ann
-from museum_search.core.knn import KnnParams, knn_candidates
+from museum_search.core.index import _ann as ann
+from museum_search.core.index._knn import KnnParams, knn_candidates
 from museum_search.core.progress import drive
 from museum_search.core.ranking import neg_distance, order
 
@@ -91,7 +91,7 @@ def test_other_views_of_random_object_centres_are_found():
 
 
 def test_cells_are_balanced_on_data_grouped_in_themes():
-    from museum_search.core import knn
+    from museum_search.core.index import _knn as knn
 
     d = clustered(1000, 10, 64, seed=5, per_group=100)  # 10,000 rows in 10 tight themes
     params = KnnParams()

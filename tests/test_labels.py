@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from museum_search.core.errors import LabelError, MuseumSearchError
-from museum_search.core.labels import (
+from museum_search.core.index._labels import (
     BROKEN_LINK_REASON,
     COIL100_REGEX,
     LOOPING_LINK_REASON,
@@ -454,10 +454,10 @@ def test_unreadable_subfolder_is_reported(tmp_path):
 
 def test_build_and_update_survive_bad_names_and_links(tmp_path, sample_collection):
     """End to end: the index is written (its JSON is UTF-8) and updated; bad files are reported."""
-    from museum_search.core.backbones import BackboneConfig
-    from museum_search.core.indexing import build_index, update_index
+    from museum_search.core.index._store import Index, LabellingSpec
+    from museum_search.core.inference._backbones import BackboneConfig
+    from museum_search.core.jobs._indexing import build_index, update_index
     from museum_search.core.progress import drive as run
-    from museum_search.core.store import Index, LabellingSpec
 
     coll = tmp_path / "coll"
     for f in sorted((sample_collection / "collection").glob("*.jpg"))[:4]:

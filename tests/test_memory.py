@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from museum_search.core import memory
-from museum_search.core.backbones import BackboneMeta
-from museum_search.core.catalogue import Item
-from museum_search.core.evaluation.reports import report_dict, write_csv
-from museum_search.core.evaluation.runner import EvalReport, QueryRecord
-from museum_search.core.store import Index
+from museum_search.core.evaluation._reports import report_dict, write_csv
+from museum_search.core.evaluation._runner import EvalReport, QueryRecord
+from museum_search.core.index._catalogue import Item
+from museum_search.core.index._store import Index
+from museum_search.core.inference._backbones import BackboneMeta
 
 SAMPLE = Path(__file__).resolve().parents[1] / "resources" / "sample"
 N_REFS = 300  # references of the synthetic index (rankings longer than the ranks kept)

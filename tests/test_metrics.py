@@ -14,7 +14,7 @@ import warnings
 import numpy as np
 import pytest
 
-from museum_search.core.evaluation import metrics as m
+from museum_search.core.evaluation import _metrics as m
 from museum_search.core.ranking import order
 
 # ----------------------------------------------------------------------------------------------

@@ -282,7 +282,7 @@ def test_spec_bundles_resources_and_onnx_exports(spec_run, onnx_dir):
 
 def test_spec_exports_are_in_the_folder_engines_search(monkeypatch, tmp_path):
     """In a frozen build, <_MEIPASS>/resources/onnx (the spec's "resources/onnx") is searched for exports."""
-    from museum_search.core import engines
+    from museum_search.core.inference import _engines as engines
 
     (tmp_path / "resources" / "onnx").mkdir(parents=True)
     monkeypatch.setattr(sys, "_MEIPASS", str(tmp_path), raising=False)
@@ -291,7 +291,7 @@ def test_spec_exports_are_in_the_folder_engines_search(monkeypatch, tmp_path):
 
 
 def test_spec_offline_backbones_match_the_registry(spec_run):
-    from museum_search.core.backbones import REGISTRY
+    from museum_search.core.inference._backbones import REGISTRY
 
     spec = importlib.util.spec_from_file_location("export_models", PACKAGING / "export_models.py")
     export_models = importlib.util.module_from_spec(spec)
@@ -363,14 +363,14 @@ def test_spec_excludes_nothing_the_app_imports(spec_run):
     excludes = set(analysis.kwargs["excludes"])
     code = textwrap.dedent("""
         import json, sys
-        import museum_search.cli, museum_search.core.indexing, museum_search.core.query, museum_search.core.knn
-        import museum_search.core.evaluation.runner, museum_search.core.evaluation.sweep
-        import museum_search.core.evaluation.reports, museum_search.core.evaluation.stats
+        import museum_search.cli, museum_search.core.jobs._indexing, museum_search.core.answer._pipeline, museum_search.core.index._knn
+        import museum_search.core.evaluation._runner, museum_search.core.evaluation._sweep
+        import museum_search.core.evaluation._reports, museum_search.core.evaluation._stats
         import museum_search.gui.app, museum_search.gui.main_window, museum_search.gui.collection_tab
         import museum_search.gui.search_tab, museum_search.gui.evaluation_tab, museum_search.gui.demo_window
-        from museum_search.core import ann
+        from museum_search.core.index import _ann as ann
         ann._faiss()
-        from museum_search.core.verdict import Evidence, fit_model, unknown_threshold, VERIFIED_FEATURES
+        from museum_search.core.answer._verdict import Evidence, fit_model, unknown_threshold, VERIFIED_FEATURES
         evidence = [Evidence(0.6 + 0.03 * i, 3 * i, known=i % 3 > 0, correct=i % 3 > 0, rival=i % 4, margin=0.01 * i)
                     for i in range(12)]
         assert fit_model(evidence, VERIFIED_FEATURES, unknown_threshold()) is not None  # a calibration's fit

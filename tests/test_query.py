@@ -6,15 +6,15 @@ import shutil
 import numpy as np
 import pytest
 
-from museum_search.core.backbones import BackboneConfig
-from museum_search.core.evaluation.querysets import load_queryset
-from museum_search.core.evaluation.runner import run_evaluation
+from museum_search.core.answer._pipeline import QueryPipeline, QuerySettings, load_query, query_from_array
+from museum_search.core.evaluation._querysets import load_queryset
+from museum_search.core.evaluation._runner import run_evaluation
 from museum_search.core.images import load_image
-from museum_search.core.indexing import build_index, update_index
+from museum_search.core.index._store import Index, LabellingSpec
+from museum_search.core.inference._backbones import BackboneConfig
+from museum_search.core.jobs._indexing import build_index, update_index
 from museum_search.core.progress import drive as run
-from museum_search.core.query import QueryPipeline, QuerySettings, load_query, query_from_array
 from museum_search.core.ranking import order, per_instance
-from museum_search.core.store import Index, LabellingSpec
 
 
 def test_one_ranking_ties_by_row():
@@ -173,9 +173,9 @@ def test_sample_verdict_meets_the_open_set_targets(sample_index, sample_collecti
     * or a cosine and a margin below those of every known view (at 320 px, the default since issue
       24: q04's 0.667 and -0.019 against at least 0.678 and 0.006): nothing the calibration saw of
       a known object looks like it."""
-    from museum_search.core.evaluation.querysets import load_queryset
-    from museum_search.core.evaluation.runner import run_evaluation
-    from museum_search.core.verdict import Evidence, Verdict
+    from museum_search.core.answer._verdict import Evidence, Verdict
+    from museum_search.core.evaluation._querysets import load_queryset
+    from museum_search.core.evaluation._runner import run_evaluation
 
     rep = run_evaluation(sample_index, load_queryset(sample_collection / "queries"))
     f = rep.summary["verdict"]
@@ -198,7 +198,7 @@ def test_sample_verdict_meets_the_open_set_targets(sample_index, sample_collecti
 
 
 def test_object_inliers_lift_whole_objects_and_leave_lookalikes_to_the_cosine():
-    from museum_search.core.verification import object_inliers
+    from museum_search.core.verification._shortlist import object_inliers
 
     inl = np.array([63, 65, 48, 41, 5, 20, 3, 0])
     lab = np.array(["32", "32", "29", "29", "29", "7", "8", "7"])
@@ -211,7 +211,7 @@ def test_the_photo_features_are_computed_once(sample_index, known_query, monkeyp
     """One photo asked twice (calibration asks each view as a known and as an unknown object) has
     its local features computed once; the features computed on the thread are those verification
     would compute, and the answer is the same."""
-    import museum_search.core.verification as verification
+    import museum_search.core.verification._shortlist as verification
 
     calls = []
     real = verification.query_features
@@ -233,7 +233,7 @@ def test_matches_of_the_shortlist_are_those_verification_found(sample_index, kno
     """Drawing (or judging the rival of) a reference just verified takes its matches and homography
     from verification, not found again; they are exactly those found from scratch, and a reference
     outside the shortlist, or another photo's features, are matched anew."""
-    from museum_search.core.rerank import spatial
+    from museum_search.core.verification import _spatial as spatial
 
     path, _ = known_query
     pipe = QueryPipeline(sample_index)

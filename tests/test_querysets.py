@@ -10,8 +10,8 @@ import pytest
 from PIL import Image
 
 from museum_search.core.errors import LabelError
-from museum_search.core.evaluation.querysets import LAYOUTS, Query, QuerySet, load_queryset
-from museum_search.core.labels import COIL100_REGEX, WALL_REASON, label_collection, read_csv_table
+from museum_search.core.evaluation._querysets import LAYOUTS, Query, QuerySet, load_queryset
+from museum_search.core.index._labels import COIL100_REGEX, WALL_REASON, label_collection, read_csv_table
 
 _buf = io.BytesIO()
 Image.new("RGB", (8, 8), (40, 80, 120)).save(_buf, "JPEG")
@@ -319,7 +319,7 @@ def test_paintings_ground_truth_with_multiline_notes(shared_data, tmp_path):
 
 
 def test_query_files_with_bad_names_and_broken_links_are_ignored(tmp_path):
-    from museum_search.core.labels import (
+    from museum_search.core.index._labels import (
         BROKEN_LINK_REASON,
         LOOPING_LINK_REASON,
         NON_UTF8_FILE_REASON,

@@ -15,13 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from museum_search.core.backbones import BackboneConfig
-from museum_search.core.distributed import RAY_MISSING, STAGE, describe_on_ray
-from museum_search.core.engines import build_extractor
 from museum_search.core.errors import MuseumSearchError
-from museum_search.core.extract import extract
+from museum_search.core.inference._backbones import BackboneConfig
+from museum_search.core.inference._engines import build_extractor
+from museum_search.core.inference._extract import extract
+from museum_search.core.jobs._distributed import RAY_MISSING, STAGE, describe_on_ray
 from museum_search.core.progress import drive
-from museum_search.core.rerank.spatial import SpatialParams, compute_local_features
+from museum_search.core.verification._spatial import SpatialParams, compute_local_features
 
 pytestmark = pytest.mark.slow
 
@@ -207,7 +207,7 @@ def test_cli_index_on_ray_is_the_plain_index(cluster, sample_collection, tmp_pat
     """`museum-search index … --ray` writes the index a plain `index` writes: same items, descriptors,
     local features and verdict, in one generation."""
     from museum_search.cli import main
-    from museum_search.core.store import Index
+    from museum_search.core.index._store import Index
 
     coll = sample_collection / "collection"
     assert main(["index", str(coll), "-o", str(tmp_path / "plain")]) == 0

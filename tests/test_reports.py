@@ -7,21 +7,21 @@ import numpy as np
 import pytest
 
 from museum_search.cli import _differ, _print_summary
-from museum_search.core.evaluation import reports
-from museum_search.core.evaluation.querysets import load_queryset
-from museum_search.core.evaluation.runner import (
+from museum_search.core.answer._pipeline import QuerySettings
+from museum_search.core.answer._rerank import RerankOptions
+from museum_search.core.evaluation import _reports as reports
+from museum_search.core.evaluation._querysets import load_queryset
+from museum_search.core.evaluation._runner import (
     EvalStep,
     evaluate,
     precision_recall_curve,
     run_evaluation,
 )
-from museum_search.core.evaluation.stats import (
+from museum_search.core.evaluation._stats import (
     format_p,
     paired_bootstrap_test,
     paired_randomization_test,
 )
-from museum_search.core.query import QuerySettings
-from museum_search.core.rerank import RerankOptions
 
 
 @pytest.fixture(scope="module")

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
+from museum_search.core.answer._rerank import RerankOptions, build_pipeline, icfrr_advice, parse_names
 from museum_search.core.errors import MuseumSearchError
-from museum_search.core.rerank import RerankOptions, build_pipeline, icfrr_advice, parse_names
 
 
 def test_parse_names():

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from museum_search.cli import main
-from museum_search.core import rerank
-from museum_search.core.evaluation import export
-from museum_search.core.query import QueryPipeline, QuerySettings, descriptor_query
-from museum_search.core.rerank import RerankOptions
-from museum_search.core.verdict import Verdict
+from museum_search.core.answer import _rerank as rerank
+from museum_search.core.answer._pipeline import QueryPipeline, QuerySettings, descriptor_query
+from museum_search.core.answer._rerank import RerankOptions
+from museum_search.core.answer._verdict import Verdict
+from museum_search.core.evaluation import _export as export
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +144,7 @@ def test_icfrr_advice_is_logged_once_per_process(single_photo_index, monkeypatch
     monkeypatch.setattr(rerank, "_ADVISED", set())
     settings = QuerySettings(rerank="icfrr", verify=False)
     query = descriptor_query(np.asarray(single_photo_index.descriptors[0], np.float32), "row 0")
-    with caplog.at_level(logging.WARNING, logger="museum_search.core.rerank"):
+    with caplog.at_level(logging.WARNING, logger="museum_search.core.answer._rerank"):
         for _ in range(3):  # three runs, each with its own pipeline
             QueryPipeline.for_descriptors(single_photo_index, settings).answer([query])
     said = [r for r in caplog.records if "ICFRR cannot help" in r.getMessage()]
@@ -186,9 +186,9 @@ def approximate_run(tmp_path, monkeypatch):
     measured faster: resolve_mode is made to say so)."""
     import csv as csv_module
 
-    from museum_search.core import query as query_module
-    from museum_search.core.ann import resolve_mode
-    from museum_search.core.importing import import_index
+    from museum_search.core.answer import _pipeline as query_module
+    from museum_search.core.index._ann import resolve_mode
+    from museum_search.core.jobs._importing import import_index
     from museum_search.core.progress import drive
 
     x = _objects(150, 48, seed=1)
@@ -221,9 +221,9 @@ def _rebuild_ann(index_dir, **changes):
     """Build the index's approximate index again with ``changes`` to its parameters, untuned."""
     from dataclasses import replace as replaced
 
-    from museum_search.core.ann import AnnIndex
+    from museum_search.core.index._ann import AnnIndex
+    from museum_search.core.index._store import Index
     from museum_search.core.progress import drive
-    from museum_search.core.store import Index
 
     index = Index.load(index_dir)
     index.ann = drive(AnnIndex.build(np.asarray(index.descriptors), replaced(index.ann.params, tuning=None, **changes),

@@ -4,11 +4,11 @@ per-instance aggregation, re-ranking after a change, merged top-k blocks."""
 import numpy as np
 import pytest
 
-from museum_search.core.backbones import BackboneMeta
-from museum_search.core.catalogue import Item
+from museum_search.core.answer._search import results_for, score_matrix
+from museum_search.core.index._catalogue import Item
+from museum_search.core.index._store import Index
+from museum_search.core.inference._backbones import BackboneMeta
 from museum_search.core.ranking import grouped_order, merge_top, order, per_instance, reorder
-from museum_search.core.search import results_for, score_matrix
-from museum_search.core.store import Index
 
 
 def _index(desc, labels):
@@ -110,7 +110,8 @@ def test_one_result_class_in_core():
     the same order, and the same JSON."""
     from dataclasses import fields
 
-    from museum_search.core import query, search
+    from museum_search.core.answer import _pipeline as query
+    from museum_search.core.answer import _search as search
 
     assert [f.name for f in fields(search.Result)] == [f.name for f in fields(query.Result)]
     args = (1, 2, 0.5, 0.4, 12, "a.jpg", "/c/a.jpg", "x", {"title": "t"})

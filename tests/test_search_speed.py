@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 
 from museum_search.cli import main as cli_main
-from museum_search.core import ann
-from museum_search.core import search as search_module
-from museum_search.core.backbones import imported_meta
-from museum_search.core.catalogue import Item
+from museum_search.core.answer import _search as search_module
+from museum_search.core.answer._search import ranking_scores, score_matrix, top
+from museum_search.core.index import _ann as ann
+from museum_search.core.index._catalogue import Item
+from museum_search.core.index._store import MANIFEST, Index, LabellingSpec
+from museum_search.core.inference._backbones import imported_meta
 from museum_search.core.progress import drive
 from museum_search.core.ranking import order, per_instance
-from museum_search.core.search import ranking_scores, score_matrix, top
-from museum_search.core.store import MANIFEST, Index, LabellingSpec
 
 
 def objects(n_objects: int, views: int, dim: int, seed: int = 0, spread: float = 0.6) -> np.ndarray:
@@ -256,8 +256,8 @@ def test_ranking_scores_hold_the_prefix_or_the_whole_row(tmp_path):
 def test_pipeline_answers_from_the_ranking_scores_as_from_the_whole_row(saved, monkeypatch):
     """With :func:`ranking_scores` in place of :func:`score_matrix` (no re-ranker, nothing left out),
     the pipeline's answers are the same: results, scores, cosines, margin, confidence."""
-    from museum_search.core import query as query_module
-    from museum_search.core.query import QueryImage, QueryPipeline, QuerySettings
+    from museum_search.core.answer import _pipeline as query_module
+    from museum_search.core.answer._pipeline import QueryImage, QueryPipeline, QuerySettings
 
     index = Index.load(saved)
     assert ann._flat_view(index.descriptors) is not None
@@ -334,7 +334,7 @@ def test_pipeline_answer_with_the_approximate_search_ranks_the_candidates_as_the
     """The query pipeline ranks only the references the approximate search scored (not the N-long
     row): its results are those of ranking the whole row of scores it returns, per photo or per
     object, and with references left out."""
-    from museum_search.core.query import QueryImage, QueryPipeline, QuerySettings
+    from museum_search.core.answer._pipeline import QueryImage, QueryPipeline, QuerySettings
     from museum_search.core.ranking import per_instance
 
     index = Index.load(saved)

@@ -24,7 +24,7 @@ import pytest
 warnings.filterwarnings("ignore", message=".*httpx.*", category=DeprecationWarning)
 from fastapi.testclient import TestClient  # noqa: E402
 
-from museum_search.core.query import QueryPipeline, load_query  # noqa: E402
+from museum_search.core.answer._pipeline import QueryPipeline, load_query  # noqa: E402
 from museum_search.serve import create_app  # noqa: E402
 from museum_search.serve import server as serve_server  # noqa: E402
 from museum_search.serve.app import CSP, language_preferences, localize  # noqa: E402
@@ -289,9 +289,9 @@ def test_language_preferences_and_localize():
 
 
 def test_lang_picks_per_language_columns(tmp_path, collection, sample_collection):
-    from museum_search.core.indexing import build_index
+    from museum_search.core.index._store import LabellingSpec
+    from museum_search.core.jobs._indexing import build_index
     from museum_search.core.progress import drive as run
-    from museum_search.core.store import LabellingSpec
 
     lines = (collection / "catalogue.csv").read_text(encoding="utf-8").splitlines()
     rows = [lines[0] + ",title@fr"] + [line + ",Titre " + line.split(",")[1] for line in lines[1:]]
@@ -423,7 +423,7 @@ def test_cli_serve_refuses_an_existing_label(tmp_path, sample_index, capsys):
 @pytest.mark.data
 @pytest.mark.slow
 def test_paintings_answers_are_those_of_query_json(shared_data, tmp_path_factory):
-    from museum_search.core.indexing import build_index
+    from museum_search.core.jobs._indexing import build_index
     from museum_search.core.progress import drive as run
 
     path = tmp_path_factory.mktemp("paintings-serve") / "index"

@@ -84,9 +84,9 @@ def chromium() -> str:
 @pytest.fixture(scope="module")
 def served_index(tmp_path_factory, sample_collection) -> Path:
     """An index of the sample collection with a catalogue in English and French."""
-    from museum_search.core.indexing import build_index
+    from museum_search.core.index._store import LabellingSpec
+    from museum_search.core.jobs._indexing import build_index
     from museum_search.core.progress import drive
-    from museum_search.core.store import LabellingSpec
 
     root = tmp_path_factory.mktemp("serve-browser")
     coll = root / "collection"
@@ -410,9 +410,9 @@ PAINTINGS_FR = {"bbdd_00170": "Tête de jeune fille", "bbdd_00192": "Port de Bar
 @pytest.fixture(scope="module")
 def paintings_server(shared_data, tmp_path_factory):
     """The real server on 22 paintings of ../shared/data/paintings, with a title@fr column."""
-    from museum_search.core.indexing import build_index
+    from museum_search.core.index._store import LabellingSpec
+    from museum_search.core.jobs._indexing import build_index
     from museum_search.core.progress import drive
-    from museum_search.core.store import LabellingSpec
 
     data = shared_data / "paintings"
     with open(data / "catalogue.csv", encoding="utf-8", newline="") as f:

@@ -10,19 +10,19 @@ import cv2
 import numpy as np
 import pytest
 
-from museum_search.core.backbones import BackboneMeta
-from museum_search.core.catalogue import Item
 from museum_search.core.errors import MuseumSearchError
 from museum_search.core.images import load_image
-from museum_search.core.rerank import spatial
-from museum_search.core.rerank.spatial import (
+from museum_search.core.index._catalogue import Item
+from museum_search.core.index._store import Index
+from museum_search.core.inference._backbones import BackboneMeta
+from museum_search.core.verification import _spatial as spatial
+from museum_search.core.verification._spatial import (
     SpatialParams,
     Verifier,
     blend,
     homography_is_plausible,
     verify_pair,
 )
-from museum_search.core.store import Index
 
 # ---- synthetic images ------------------------------------------------------------------------
 
@@ -334,7 +334,7 @@ def test_real_verification_picks_the_true_painting(shared_data):
 
 
 def test_outline_overlap():
-    from museum_search.core.rerank.spatial import outline_overlap
+    from museum_search.core.verification._spatial import outline_overlap
 
     square = np.array([[0, 0], [10, 0], [10, 10], [0, 10]], np.float32)
     assert outline_overlap(square, square) == pytest.approx(1.0)
@@ -425,7 +425,7 @@ def test_new_sift_indexes_store_the_query_side_and_older_ones_keep_max_side():
 
 
 def test_the_query_pipeline_and_the_calibration_use_the_index_s_query_side(sample_index):
-    from museum_search.core.query import QueryPipeline
+    from museum_search.core.answer._pipeline import QueryPipeline
 
     stored = sample_index.local.settings
     assert stored["query_side"] == spatial.QUERY_SIDE["sift"]
@@ -439,8 +439,8 @@ def test_the_query_pipeline_and_the_calibration_use_the_index_s_query_side(sampl
 
 
 def test_the_calibration_queries_its_views_at_the_index_s_query_side(sample_index, monkeypatch):
-    import museum_search.core.verification as verification
-    from museum_search.core.calibration import calibrate
+    import museum_search.core.verification._shortlist as verification
+    from museum_search.core.jobs._calibration import calibrate
     from museum_search.core.progress import drive
 
     sides = []

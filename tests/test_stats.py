@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from museum_search.core.evaluation import metrics as m
-from museum_search.core.evaluation.stats import (
+from museum_search.core.evaluation import _metrics as m
+from museum_search.core.evaluation._stats import (
     SIGNIFICANCE_LEVELS,
     bootstrap_ci,
     bootstrap_cis,

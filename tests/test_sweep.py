@@ -8,10 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from museum_search.core.answer._pipeline import QuerySettings
+from museum_search.core.answer._rerank import RerankOptions
 from museum_search.core.errors import MuseumSearchError
-from museum_search.core.evaluation.querysets import load_queryset
-from museum_search.core.evaluation.runner import DESCRIBING, EVALUATING, LOADING, NEIGHBOURS, evaluate
-from museum_search.core.evaluation.sweep import (
+from museum_search.core.evaluation._querysets import load_queryset
+from museum_search.core.evaluation._runner import DESCRIBING, EVALUATING, LOADING, NEIGHBOURS, evaluate
+from museum_search.core.evaluation._sweep import (
     SweepPoint,
     SweepStep,
     options_at,
@@ -20,8 +22,6 @@ from museum_search.core.evaluation.sweep import (
 )
 from museum_search.core.progress import Progress
 from museum_search.core.progress import drive as run
-from museum_search.core.query import QuerySettings
-from museum_search.core.rerank import RerankOptions
 
 SAMPLE = Path(__file__).resolve().parents[1] / "resources" / "sample"
 
@@ -82,7 +82,7 @@ def test_sweep_rejects_bad_requests_before_any_work():
 
 @pytest.mark.data
 def test_sweep_equals_evaluate_at_each_value(eval_data):
-    from museum_search.core.engines import extractor_for_meta
+    from museum_search.core.inference._engines import extractor_for_meta
 
     index, qdir = eval_data
     qs = load_queryset(qdir)
@@ -124,7 +124,7 @@ def test_sweep_equals_evaluate_at_each_value(eval_data):
 
 @pytest.mark.data
 def test_closing_a_sweep_stops_it(eval_data):
-    from museum_search.core.engines import extractor_for_meta
+    from museum_search.core.inference._engines import extractor_for_meta
 
     index, qdir = eval_data
     qs = load_queryset(qdir)

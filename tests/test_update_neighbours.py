@@ -14,15 +14,15 @@ import numpy as np
 import pytest
 from test_ann import clustered, dense_lists
 
-from museum_search.core import ann
-from museum_search.core import indexing as index_mod
-from museum_search.core import store as store_mod
-from museum_search.core.backbones import BackboneConfig
 from museum_search.core.errors import MuseumSearchError
-from museum_search.core.indexing import build_index, update_index
+from museum_search.core.index import _ann as ann
+from museum_search.core.index import _store as store_mod
+from museum_search.core.index._store import MANIFEST, Index, LabellingSpec
+from museum_search.core.inference._backbones import BackboneConfig
+from museum_search.core.jobs import _indexing as index_mod
+from museum_search.core.jobs._indexing import build_index, update_index
 from museum_search.core.progress import Progress, drive
 from museum_search.core.progress import drive as run
-from museum_search.core.store import MANIFEST, Index, LabellingSpec
 
 
 def planted(seed: int, objects: int = 60, views: int = 8, dim: int = 48, dtype=np.float16) -> np.ndarray:

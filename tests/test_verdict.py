@@ -3,10 +3,7 @@
 import numpy as np
 import pytest
 
-from museum_search.core.calibration import synthetic_view
-from museum_search.core.images import load_image
-from museum_search.core.rerank.spatial import SpatialParams, verify_pair
-from museum_search.core.verdict import (
+from museum_search.core.answer._verdict import (
     DISTINCT,
     MIN_CALIBRATED,
     Evidence,
@@ -16,6 +13,9 @@ from museum_search.core.verdict import (
     operating_points,
     recalibrated,
 )
+from museum_search.core.images import load_image
+from museum_search.core.jobs._calibration import synthetic_view
+from museum_search.core.verification._spatial import SpatialParams, verify_pair
 
 
 def decide(v: Verdict, cosine: float, inliers: int | None, rival: int = 0) -> tuple[bool, str]:
@@ -98,8 +98,7 @@ def test_synthetic_view_is_a_verifiable_photo_of_the_reference(sample_collection
 
 from dataclasses import replace as _replace  # noqa: E402
 
-from museum_search.core.calibration import calibration_plan  # noqa: E402
-from museum_search.core.verdict import (  # noqa: E402
+from museum_search.core.answer._verdict import (  # noqa: E402
     EXACT_COPY,
     REAL_VIEWS,
     TARGET_FALSE_ACCEPT,
@@ -108,6 +107,7 @@ from museum_search.core.verdict import (  # noqa: E402
     fit_verdict,
     unknown_threshold,
 )
+from museum_search.core.jobs._calibration import calibration_plan  # noqa: E402
 
 
 def _views(rng, n_known=120, n_unknown=120):
@@ -223,7 +223,7 @@ def test_labelled_queries_refit_the_same_model():
 
 def test_a_frame_match_is_called_not_distinct():
     """Points that do not count (another object has about as many: a shared frame) are named as such."""
-    from museum_search.core.verdict import Model
+    from museum_search.core.answer._verdict import Model
 
     m = Model(VERIFIED_FEATURES, (0.8, 0.05, 2.0, 1.0), (1.0, 1.0, 1.0, 1.0), (0.1, 0.1, 3.0, -0.5), 0.0, 0.5)
     v = Verdict(model_verified=m)
@@ -247,7 +247,7 @@ def test_a_damaged_stored_verdict_is_a_message():
 import json  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from museum_search.core import verdict as _v  # noqa: E402
+from museum_search.core.answer import _verdict as _v  # noqa: E402
 
 _EVIDENCE = Path(__file__).parent / "data" / "calibration_evidence.json"
 
@@ -317,7 +317,7 @@ def test_calibration_is_unchanged_from_scipys_fit_on_real_evidence():
     """fit_model with the numpy fit against the fit it replaces (scipy's L-BFGS-B, default tolerances, which stops
     within 1e-3 of the optimum): the same weights to 1e-3, the threshold set by the same view (to 1e-4), and
     every view of the calibration accepted or rejected alike."""
-    from museum_search.core.verdict import Model, unknown_threshold
+    from museum_search.core.answer._verdict import Model, unknown_threshold
 
     rule = unknown_threshold()
     for name, evidence, names in _cases():

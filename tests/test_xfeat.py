@@ -15,11 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from museum_search.core import engines
 from museum_search.core.errors import MuseumSearchError
-from museum_search.core.features import LocalFeatures
 from museum_search.core.images import load_image
-from museum_search.core.rerank import spatial, xfeat
+from museum_search.core.index._features import LocalFeatures
+from museum_search.core.inference import _engines as engines
+from museum_search.core.verification import _spatial as spatial
+from museum_search.core.verification import _xfeat as xfeat
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -162,10 +163,10 @@ def test_cli_index_with_xfeat_but_no_way_to_run_it_is_one_line(tmp_path, collect
 
 
 def test_index_built_with_xfeat_stores_and_verifies_with_them(xfeat_ready, tmp_path, collection):
-    from museum_search.core.indexing import build_index, update_index
+    from museum_search.core.answer._pipeline import QueryPipeline, load_query
+    from museum_search.core.index._store import Index, LabellingSpec
+    from museum_search.core.jobs._indexing import build_index, update_index
     from museum_search.core.progress import drive as run
-    from museum_search.core.query import QueryPipeline, load_query
-    from museum_search.core.store import Index, LabellingSpec
 
     out = tmp_path / "idx"
     run(build_index(collection, out, labelling=LabellingSpec("catalogue", str(collection / "catalogue.csv")),
@@ -244,12 +245,12 @@ def test_auto_keeps_the_matcher_whose_calibration_is_better(xfeat_ready, shared_
     """``--matcher auto`` calibrates the verdict with SIFT's and with XFeat's features on the same views
     and keeps the features and verdict of the better operating point (SIFT unless XFeat wins by the
     margin)."""
-    from museum_search.core import indexing as index_mod
-    from museum_search.core.indexing import build_index
-    from museum_search.core.labels import COIL100_REGEX
+    from museum_search.core.answer._verdict import Verdict
+    from museum_search.core.index._labels import COIL100_REGEX
+    from museum_search.core.index._store import LabellingSpec
+    from museum_search.core.jobs import _indexing as index_mod
+    from museum_search.core.jobs._indexing import build_index
     from museum_search.core.progress import drive as run
-    from museum_search.core.store import LabellingSpec
-    from museum_search.core.verdict import Verdict
 
     folder = tmp_path / "coil"
     folder.mkdir()

@@ -50,9 +50,9 @@ def main() -> int:
     from PySide6.QtWidgets import QApplication
 
     from museum_search.core import paths
-    from museum_search.core.indexing import build_index
+    from museum_search.core.index._store import LabellingSpec
+    from museum_search.core.jobs._indexing import build_index
     from museum_search.core.progress import drive
-    from museum_search.core.store import LabellingSpec
 
     app = QApplication(sys.argv[:1])
     index = args.work / "paintings-index"

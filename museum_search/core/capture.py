@@ -29,8 +29,8 @@ from typing import Protocol, runtime_checkable
 import cv2
 import numpy as np
 
-from .errors import ImageError, MuseumSearchError
-from .images import load_image
+from museum_search.core.errors import ImageError, MuseumSearchError
+from museum_search.core.images import load_image
 
 log = logging.getLogger(__name__)
 

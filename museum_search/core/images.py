@@ -44,7 +44,7 @@ from typing import BinaryIO, Callable, Iterator
 import cv2
 import numpy as np
 
-from .errors import ImageError
+from museum_search.core.errors import ImageError
 
 try:  # libjpeg-turbo with strict error handling; without it, OpenCV decodes JPEGs (see _decode_jpeg)
     import simplejpeg as _simplejpeg

@@ -36,7 +36,7 @@ RANKS_KEPT = 200
 
 def compact_report(report: Any, keep_ranks: int | None = None) -> int:
     """Keep the first ``keep_ranks`` (default :data:`RANKS_KEPT`) entries of each record's
-    ``ranking`` and ``scores`` (an :class:`~museum_search.core.evaluation.runner.EvalReport`);
+    ``ranking`` and ``scores`` (an :class:`~museum_search.core.evaluation._runner.EvalReport`);
     the bytes freed. Idempotent."""
     keep_ranks = RANKS_KEPT if keep_ranks is None else keep_ranks
     if keep_ranks < 1:

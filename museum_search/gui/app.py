@@ -23,7 +23,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--version", action="store_true")
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     if args.version:
-        from .. import __version__
+        from museum_search import __version__
 
         print(f"museum-search {__version__}")
         return 0
@@ -33,7 +33,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.index is None:
             parser.error("--demo needs an INDEX")
         return _run_demo(app, args)
-    from .main_window import MainWindow
+    from museum_search.gui.main_window import MainWindow
 
     window = MainWindow(lazy=True)
     window.show()
@@ -55,18 +55,18 @@ def _application():
     from PySide6.QtCore import Qt
     from PySide6.QtWidgets import QApplication
 
-    from ..core import engines
+    from museum_search.core import inference
 
     QApplication.setHighDpiScaleFactorRoundingPolicy(Qt.HighDpiScaleFactorRoundingPolicy.PassThrough)
     app = QApplication.instance() or QApplication([sys.argv[0]])
     app.setApplicationName("museum-search")
     app.setOrganizationName("museum-search")
-    from .main_window import app_icon
+    from museum_search.gui.main_window import app_icon
 
     app.setWindowIcon(app_icon())
-    from .state import Settings
+    from museum_search.gui.state import Settings
 
-    if engines.chosen() is None:  # not chosen on the command line: the stored setting
+    if inference.chosen_engine() is None:  # not chosen on the command line: the stored setting
         Settings().apply_engine()
     return app
 
@@ -75,10 +75,10 @@ def _run_demo(app, args) -> int:
     """The kiosk on ``args.index`` (full screen) until it is left."""
     from PySide6.QtWidgets import QWidget
 
-    from . import upgrade
-    from .demo_window import DemoWindow
-    from .main_window import app_icon
-    from .state import Settings
+    from museum_search.gui import upgrade
+    from museum_search.gui.demo_window import DemoWindow
+    from museum_search.gui.main_window import app_icon
+    from museum_search.gui.state import Settings
 
     settings = Settings()
     settings.apply_matcher()

@@ -57,29 +57,39 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..core import paths
-from ..core.backbones import DEFAULT_BACKBONE, DEFAULT_HEAD, DEFAULT_SIZE, HEADS, REGISTRY, BackboneConfig
-from ..core.errors import MuseumSearchError, OutputFolderError
-from ..core.images import load_image
-from ..core.indexing import BuildReport, build_job, update_job
-from ..core.labels import RULES, describe, find_catalogue, label_collection
-from ..core.progress import Progress
-from ..core.store import (
+from museum_search.core import paths
+from museum_search.core.answer import Verdict
+from museum_search.core.errors import MuseumSearchError, OutputFolderError
+from museum_search.core.images import load_image
+from museum_search.core.index import (
     MANIFEST,
+    RULES,
     Index,
     LabellingSpec,
-    _indexed_collection,
     check_output_folder,
     default_index_folder,
+    describe,
+    find_catalogue,
+    indexed_collection,
     is_index_folder,
+    label_collection,
 )
-from ..core.verdict import Verdict
-from . import upgrade, workers
-from .state import AppState
-from .widgets.camera_view import ImageView
-from .widgets.progress_panel import FittingLine, ProgressPanel
-from .widgets.result_grid import catalogue_form
-from .widgets.thumbnails import ThumbnailBrowser, ThumbnailCache
+from museum_search.core.inference import (
+    DEFAULT_BACKBONE,
+    DEFAULT_HEAD,
+    DEFAULT_SIZE,
+    HEADS,
+    REGISTRY,
+    BackboneConfig,
+)
+from museum_search.core.jobs import BuildReport, build_job, update_job
+from museum_search.core.progress import Progress
+from museum_search.gui import upgrade, workers
+from museum_search.gui.state import AppState
+from museum_search.gui.widgets.camera_view import ImageView
+from museum_search.gui.widgets.progress_panel import FittingLine, ProgressPanel
+from museum_search.gui.widgets.result_grid import catalogue_form
+from museum_search.gui.widgets.thumbnails import ThumbnailBrowser, ThumbnailCache
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +130,7 @@ def index_collection(folder: str | Path) -> Path | None:
     that folder is gone, the root ``Index.load`` finds (an index moved along with its collection).
     """
     folder = Path(folder)
-    root = _indexed_collection(folder)
+    root = indexed_collection(folder)
     if root is not None and root.is_dir():
         return root
     try:
@@ -375,7 +385,7 @@ def index_summary(index: Index) -> str:
     """What the Collection tab says about an open index: its size and descriptor, how many
     neighbours of each reference are stored (ICFRR reads its gallery ranks from them) and whether it
     has an approximate-search index (and so how a query is searched)."""
-    from .widgets.search_mode import resolved_mode
+    from museum_search.gui.widgets.search_mode import resolved_mode
 
     stored = index.neighbours_stored
     neighbours = (f"{stored} nearest neighbours stored per reference (ICFRR with K_g up to {stored})" if stored

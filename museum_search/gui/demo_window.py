@@ -6,7 +6,7 @@ when the visitor touches (clicks) the screen or presses Space/Enter. The answer 
 with the reference photo of the matched object and its catalogue entry (title, artist, year,
 description, and how sure the answer is in plain words: :func:`confidence_words`; the confidence as
 a number and the verdict's reason go to the log), or a friendly "not in this collection" card exactly when the query
-pipeline's answer says so (:attr:`museum_search.core.query.Answer.in_collection`: verified and
+pipeline's answer says so (:attr:`museum_search.core.answer._pipeline.Answer.in_collection`: verified and
 calibrated per index, the same answer as the Search tab and ``museum-search query``). The card
 goes away after ``result_seconds`` or on a touch.
 
@@ -97,14 +97,14 @@ from PySide6.QtWidgets import (
 )
 from shiboken6 import isValid
 
-from ..core.capture import STEADY_THRESHOLD, CameraSource, OpenCVCamera, is_steady, log_camera_problem
-from ..core.errors import ImageError
-from ..core.images import load_image
-from ..core.query import Answer, QueryPipeline, QuerySettings, Result, query_from_array
-from . import workers
-from .state import Settings
-from .widgets.camera_view import CameraView, ImageView
-from .widgets.qr_code import QrPanel
+from museum_search.core.answer import Answer, QueryPipeline, QuerySettings, Result, query_from_array
+from museum_search.core.capture import STEADY_THRESHOLD, CameraSource, OpenCVCamera, is_steady, log_camera_problem
+from museum_search.core.errors import ImageError
+from museum_search.core.images import load_image
+from museum_search.gui import workers
+from museum_search.gui.state import Settings
+from museum_search.gui.widgets.camera_view import CameraView, ImageView
+from museum_search.gui.widgets.qr_code import QrPanel
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The Evaluation tab: run a labelled query set against an index, watch the metrics, compare runs.
 
-A view over core: the controls make a :class:`~museum_search.core.query.QuerySettings` (re-rankers
+A view over core: the controls make a :class:`~museum_search.core.answer._pipeline.QuerySettings` (re-rankers
 and their parameters, geometric verification, query regions), ``runner.evaluate`` answers every
 query with the query pipeline (the answers and the "in this collection" verdict a visitor gets),
 and the tab shows what comes back.
@@ -55,42 +55,52 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..core.errors import MuseumSearchError
-from ..core.evaluation.export import QuerySetSource, RunSpec, run_spec, write_run_csv, write_run_json
-from ..core.evaluation.querysets import LAYOUTS, QuerySet, load_queryset
-from ..core.evaluation.reports import (
+from museum_search.core.answer import QuerySettings, Verdict, icfrr_advice, operating_points
+from museum_search.core.errors import MuseumSearchError
+from museum_search.core.evaluation import (
+    DESCRIBING,
+    LAYOUTS,
+    PARAMETER_NAMES,
+    EvalReport,
+    EvalStep,
+    PairedTestResult,
+    QuerySet,
+    QuerySetSource,
+    RunSpec,
+    SweepPoint,
+    SweepStep,
     confidence_intervals,
+    load_queryset,
     paired_tests,
+    parse_values,
     run_name,
+    run_spec,
+    sweep_advice,
     unknown_instances_warning,
     values_by_query,
+    write_run_csv,
+    write_run_json,
 )
-from ..core.evaluation.runner import DESCRIBING, EvalReport, EvalStep
-from ..core.evaluation.stats import PairedTestResult
-from ..core.evaluation.sweep import PARAMETER_NAMES, SweepPoint, SweepStep, parse_values, sweep_advice
-from ..core.memory import compact_reports
-from ..core.progress import Progress, wait
-from ..core.query import QuerySettings
-from ..core.rerank import icfrr_advice
-from ..core.store import Index
-from ..core.verdict import Verdict, operating_points
-from . import upgrade, workers
-from .collection_tab import format_duration
-from .state import AppState
-from .widgets.comparison_table import ComparisonPage
-from .widgets.comparison_table import pct as _pct
-from .widgets.layout import FitScroll, vertical_scroll, with_legend
-from .widgets.layout import row as _row
-from .widgets.layout import split as _split
-from .widgets.plots import EvaluationPlots, Overlay, RunningBuffer, run_colour
-from .widgets.progress_panel import ProgressPanel
-from .widgets.query_page import QueryPage
-from .widgets.query_table import fmt as _fmt
-from .widgets.queryset_box import QuerySetBox
-from .widgets.rerank_controls import RerankControls
-from .widgets.run_list import RunList
-from .widgets.sweep_page import SweepPage, warning_label
-from .widgets.verdict_page import VerdictPage
+from museum_search.core.index import Index
+from museum_search.core.memory import compact_reports
+from museum_search.core.progress import Progress, wait
+from museum_search.gui import upgrade, workers
+from museum_search.gui.collection_tab import format_duration
+from museum_search.gui.state import AppState
+from museum_search.gui.widgets.comparison_table import ComparisonPage
+from museum_search.gui.widgets.comparison_table import pct as _pct
+from museum_search.gui.widgets.layout import FitScroll, vertical_scroll, with_legend
+from museum_search.gui.widgets.layout import row as _row
+from museum_search.gui.widgets.layout import split as _split
+from museum_search.gui.widgets.plots import EvaluationPlots, Overlay, RunningBuffer, run_colour
+from museum_search.gui.widgets.progress_panel import ProgressPanel
+from museum_search.gui.widgets.query_page import QueryPage
+from museum_search.gui.widgets.query_table import fmt as _fmt
+from museum_search.gui.widgets.queryset_box import QuerySetBox
+from museum_search.gui.widgets.rerank_controls import RerankControls
+from museum_search.gui.widgets.run_list import RunList
+from museum_search.gui.widgets.sweep_page import SweepPage, warning_label
+from museum_search.gui.widgets.verdict_page import VerdictPage
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +169,7 @@ SUMMARIZING = "computing the confidence intervals"
 def _evaluation_job(index: Index, queryset: QuerySet, settings: QuerySettings,
                     batch_size: int = BATCH_SIZE) -> Generator[Any, None, _EvalResult]:
     """Background job: evaluate with the query pipeline, then intervals and PR."""
-    from ..core.evaluation.runner import evaluate, precision_recall_curve
+    from museum_search.core.evaluation import evaluate, precision_recall_curve
 
     report = yield from evaluate(index, queryset, settings, batch_size=batch_size)
     t0 = time.perf_counter()
@@ -170,7 +180,7 @@ def _evaluation_job(index: Index, queryset: QuerySet, settings: QuerySettings,
 
 def _sweep_job(index: Index, queryset: QuerySet, parameter: str, values: list[float],
                settings: QuerySettings, batch_size: int = BATCH_SIZE) -> Generator[Any, None, list[SweepPoint]]:
-    from ..core.evaluation.sweep import sweep
+    from museum_search.core.evaluation import sweep
 
     return (yield from sweep(index, queryset, parameter, values, settings.options, batch_size=batch_size,
                              settings=settings))

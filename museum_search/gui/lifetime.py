@@ -17,7 +17,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from ..core.memory import trim_heap_soon
+from museum_search.core.memory import trim_heap_soon
 
 
 def disconnect_all(signals: QObject) -> int:

@@ -45,9 +45,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from .. import __version__
-from ..core.paths import resource
-from .state import AppState, phone_link_problem
+from museum_search import __version__
+from museum_search.core.paths import resource
+from museum_search.gui.state import AppState, phone_link_problem
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +60,10 @@ DEFAULT_SIZE = (1280, 820)
 #: (pyqtgraph, the evaluation runner). The Evaluation tab, whose plots take 0.3-0.8 s to build on the GUI
 #: thread, is built when it is first chosen, so that no start pays for it.
 HEAVY_MODULES = (
-    ("superqt", "museum_search.core.indexing", "museum_search.core.query", "museum_search.core.rerank.icfrr",
+    ("superqt", "museum_search.core.jobs._indexing", "museum_search.core.answer._pipeline", "museum_search.core.answer._icfrr",
      "museum_search.gui.workers", "museum_search.gui.upgrade", "museum_search.gui.collection_tab",
      "museum_search.gui.search_tab"),
-    ("museum_search.core.evaluation.runner", "museum_search.core.evaluation.sweep", "pyqtgraph",
+    ("museum_search.core.evaluation._runner", "museum_search.core.evaluation._sweep", "pyqtgraph",
      "museum_search.gui.evaluation_tab"),
 )
 #: (attribute, module, class, tab title) of the three tabs, in their order.
@@ -75,7 +75,7 @@ TABS = (
 
 
 def show_error(parent: QWidget | None, title: str, exc: BaseException | str) -> None:
-    from .workers import show_error as show
+    from museum_search.gui.workers import show_error as show
 
     show(parent, title, exc)
 
@@ -109,7 +109,7 @@ class SettingsDialog(QDialog):
         form.addRow(buttons)
 
     def _add_kiosk_rows(self, form: QFormLayout) -> None:
-        from .demo_window import DEFAULT_EXIT_KEYS, EXIT_KEYS_SETTING
+        from museum_search.gui.demo_window import DEFAULT_EXIT_KEYS, EXIT_KEYS_SETTING
 
         state = self.state
         # Demo mode (the kiosk): how staff leave it; the label under the fields says what visitors
@@ -174,22 +174,22 @@ class SettingsDialog(QDialog):
 
     def _add_engine_rows(self, form: QFormLayout) -> None:
         """The inference engine and the matcher of new indexes."""
-        from ..core import engines
+        from museum_search.core import inference
 
         state = self.state
         self.engine = QComboBox()
-        self.engine.addItem(f"Automatic ({engines.default()})", "auto")
-        self.engine.addItem("ONNX Runtime" + ("" if engines.onnx_available() else " (not installed)"), "onnx")
-        self.engine.addItem("PyTorch" + ("" if engines.torch_available() else " (not installed)"), "torch")
+        self.engine.addItem(f"Automatic ({inference.default_engine()})", "auto")
+        self.engine.addItem("ONNX Runtime" + ("" if inference.onnx_available() else " (not installed)"), "onnx")
+        self.engine.addItem("PyTorch" + ("" if inference.torch_available() else " (not installed)"), "torch")
         self.engine.setCurrentIndex(max(0, self.engine.findData(state.settings.engine)))
         self.engine.setToolTip("What runs the network. ONNX Runtime is about 4x faster on a CPU; both give the "
                                "same descriptors, so an index built with one is searched with the other.")
         form.addRow("Inference engine:", self.engine)
-        from ..core.rerank import xfeat
+        from museum_search.core.verification import xfeat_available
 
         self.matcher = QComboBox()
         self.matcher.addItem("SIFT", "sift")
-        self.matcher.addItem("XFeat (learned)" + ("" if xfeat.available() else " (not installed)"), "xfeat")
+        self.matcher.addItem("XFeat (learned)" + ("" if xfeat_available() else " (not installed)"), "xfeat")
         self.matcher.addItem("Automatic (both calibrated, the better kept; slower builds)", "auto")
         self.matcher.setCurrentIndex(max(0, self.matcher.findData(state.settings.matcher)))
         self.matcher.setToolTip("The local features that verify answers, stored with each new index (an update "
@@ -206,7 +206,7 @@ class SettingsDialog(QDialog):
         return self.state.settings.demo_pin_set and not self.clear_pin.isChecked()
 
     def _update_kiosk_help(self, *_args) -> None:
-        from .demo_window import lock_summary
+        from museum_search.gui.demo_window import lock_summary
 
         keys = self.exit_keys.keySequence().toString(QKeySequence.SequenceFormat.NativeText)
         self.kiosk_help.setText(lock_summary(keys, self._pin_after()))
@@ -224,7 +224,7 @@ class SettingsDialog(QDialog):
             return
         self.state.settings.camera = self.camera.value()
         self.state.settings.demo_qr_url = self.qr_url.text()
-        from .demo_window import EXIT_KEYS_SETTING
+        from museum_search.gui.demo_window import EXIT_KEYS_SETTING
 
         self.state.settings.set_value(EXIT_KEYS_SETTING, self.exit_keys.keySequence().toString())
         if pin:
@@ -339,23 +339,23 @@ class NetworkLoader(QObject):
     def load(self, index) -> None:
         if index is None or index.meta.imported:  # imported descriptors: no network to load
             return
-        from ..core import engines
-        from . import workers
+        from museum_search.core import inference
+        from museum_search.gui import workers
 
-        key = (index.meta, engines.current())
+        key = (index.meta, inference.current_engine())
         if key == self._key:
             return
         self._key, self.loading, self.ready, self.error = key, True, False, None
         meta = index.meta
         self.changed.emit(f"Loading the network ({meta.name})…")
-        self._job = workers.start(lambda: engines.extractor_for_meta(meta),
+        self._job = workers.start(lambda: inference.extractor_for_meta(meta),
                                   on_result=lambda _ext, key=key: self._loaded(key, None),
                                   on_error=lambda exc, key=key: self._loaded(key, exc))
 
     def _loaded(self, key: tuple, exc: BaseException | None) -> None:
         if key != self._key:
             return  # another index (or engine) since: its own load reports
-        from .workers import error_message
+        from museum_search.gui.workers import error_message
 
         self.loading, self.ready = False, exc is None
         self.error = None if exc is None else error_message(exc)
@@ -578,7 +578,7 @@ class MainWindow(QMainWindow):
     def open_index(self, path: str | Path) -> bool:
         """Open the index at ``path`` (True when it is open now). An index of an older format is
         offered for conversion, and opened once converted (:func:`.upgrade.open_index`)."""
-        from . import upgrade
+        from museum_search.gui import upgrade
 
         self._opening = None  # an index still being read in the background is not wanted any more
         return upgrade.open_index(self, path, self.state.set_index)
@@ -587,8 +587,8 @@ class MainWindow(QMainWindow):
         """Read the index at ``path`` on a worker and open it when read (the window stays usable
         meanwhile). If it cannot be read, :meth:`open_index` opens it here: the same error dialog,
         or the offer to convert an index of an older format."""
-        from ..core.store import Index
-        from . import workers
+        from museum_search.core.index import Index
+        from museum_search.gui import workers
 
         path = Path(path)
         self._opening = path
@@ -628,7 +628,7 @@ class MainWindow(QMainWindow):
             show_error(self, "Demo mode", "Open or build an index first.")
             return
         try:
-            from .demo_window import DemoWindow
+            from museum_search.gui.demo_window import DemoWindow
         except ImportError:
             show_error(self, "Demo mode", "Demo mode is not available in this build.")
             return

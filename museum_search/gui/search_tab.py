@@ -1,6 +1,6 @@
 """The Search tab: a query photo (file, drag-and-drop, clipboard or webcam) → the top-k references.
 
-A view over the core query pipeline (:mod:`museum_search.core.query`): the controls make a
+A view over the core query pipeline (:mod:`museum_search.core.answer._pipeline`): the controls make a
 :class:`QuerySettings`, a worker calls :meth:`QueryPipeline.answer`, and the tab shows the
 :class:`Answer` as it comes (results, "in the collection" verdict and its reason). A file query goes
 through :func:`load_query`, exactly as ``museum-search query`` does, so both give the same answer.
@@ -42,27 +42,26 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..core.capture import CameraSource, OpenCVCamera, list_cameras
-from ..core.errors import ImageError
-from ..core.images import SUPPORTED_EXTENSIONS, is_image_file, load_image
-from ..core.query import (
+from museum_search.core.answer import (
     Answer,
     QueryImage,
     QueryPipeline,
     QuerySettings,
     Result,
+    icfrr_advice,
     load_query,
     query_from_array,
     query_from_bytes,
 )
-from ..core.rerank import icfrr as _icfrr  # noqa: F401 - imports scipy.sparse at start-up, not on the GUI thread later
-from ..core.rerank import icfrr_advice
-from . import workers
-from .state import AppState
-from .widgets.camera_view import CameraView, ImageView
-from .widgets.evidence_view import EvidenceView, where_text
-from .widgets.rerank_controls import RerankControls
-from .widgets.result_grid import ResultGrid, catalogue_form, evidence_text, result_title
+from museum_search.core.capture import CameraSource, OpenCVCamera, list_cameras
+from museum_search.core.errors import ImageError
+from museum_search.core.images import SUPPORTED_EXTENSIONS, is_image_file, load_image
+from museum_search.gui import workers
+from museum_search.gui.state import AppState
+from museum_search.gui.widgets.camera_view import CameraView, ImageView
+from museum_search.gui.widgets.evidence_view import EvidenceView, where_text
+from museum_search.gui.widgets.rerank_controls import RerankControls
+from museum_search.gui.widgets.result_grid import ResultGrid, catalogue_form, evidence_text, result_title
 
 log = logging.getLogger(__name__)
 
@@ -643,7 +642,7 @@ class SearchTab(QWidget):
         if index is None:
             return
         try:
-            from ..core.rerank.icfrr import suggest_params
+            from museum_search.core.answer import suggest_params
 
             p = suggest_params(index.labels)
         except (ImportError, ValueError) as exc:

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 from PySide6.QtCore import QObject, QSettings, Signal
 
-from ..core.store import Index
+from museum_search.core.index import Index
 
 log = logging.getLogger(__name__)
 
@@ -106,14 +106,14 @@ class Settings:
 
     def apply_engine(self) -> None:
         """Make the stored engine the process's (core.engines)."""
-        from ..core import engines
+        from museum_search.core import inference
 
-        engines.set_engine(None if self.engine == "auto" else self.engine)
+        inference.set_engine(None if self.engine == "auto" else self.engine)
 
     @property
     def matcher(self) -> str:
-        """The verification matcher of new indexes: "sift", "xfeat" or "auto" (core.rerank.spatial.MATCHERS)."""
-        from ..core.rerank.spatial import MATCHERS, default_matcher
+        """The verification matcher of new indexes: "sift", "xfeat" or "auto" (core.rerank.verification.MATCHERS)."""
+        from museum_search.core.verification import MATCHERS, default_matcher
 
         v = str(self._get("index/matcher", "", str))
         return v if v in MATCHERS else default_matcher()
@@ -124,9 +124,9 @@ class Settings:
 
     def apply_matcher(self) -> None:
         """Make the stored matcher the one this process builds new indexes with (core.rerank.spatial)."""
-        from ..core.rerank import spatial
+        from museum_search.core import verification
 
-        spatial.set_matcher(self.matcher)
+        verification.set_matcher(self.matcher)
 
     # the kiosk's staff PIN (demo mode)
     @property

@@ -19,10 +19,10 @@ from typing import ClassVar
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QMessageBox, QProgressDialog, QWidget
 
-from ..core.errors import IndexFormatError, MuseumSearchError
-from ..core.indexing import upgrade_index
-from ..core.store import UPGRADABLE, Index, index_version
-from . import workers
+from museum_search.core.errors import IndexFormatError, MuseumSearchError
+from museum_search.core.index import UPGRADABLE, Index, index_version
+from museum_search.core.jobs import upgrade_index
+from museum_search.gui import workers
 
 log = logging.getLogger(__name__)
 

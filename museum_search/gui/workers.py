@@ -23,9 +23,9 @@ from PySide6.QtCore import QObject, QThreadPool, Signal
 from PySide6.QtWidgets import QMessageBox, QWidget
 from superqt.utils import FunctionWorker, GeneratorWorker
 
-from ..core.errors import MuseumSearchError
-from ..core.progress import EtaEstimator, with_eta
-from .lifetime import release_when_idle
+from museum_search.core.errors import MuseumSearchError
+from museum_search.core.progress import EtaEstimator, with_eta
+from museum_search.gui.lifetime import release_when_idle
 
 log = logging.getLogger(__name__)
 

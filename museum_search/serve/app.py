@@ -29,13 +29,13 @@ from starlette.requests import ClientDisconnect
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .. import __version__
-from ..core.errors import ImageError, MuseumSearchError
-from ..core.images import load_image
-from ..core.query import QueryPipeline, QuerySettings, query_from_bytes
-from ..core.store import Index
-from .upload import ApiError, Upload, read_photo
-from .workers import Busy, WorkerPool
+from museum_search import __version__
+from museum_search.core.answer import QueryPipeline, QuerySettings, query_from_bytes
+from museum_search.core.errors import ImageError, MuseumSearchError
+from museum_search.core.images import load_image
+from museum_search.core.index import Index
+from museum_search.serve.upload import ApiError, Upload, read_photo
+from museum_search.serve.workers import Busy, WorkerPool
 
 log = logging.getLogger(__name__)
 

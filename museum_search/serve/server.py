@@ -13,7 +13,7 @@ from typing import Any
 import segno
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from ..core.errors import MuseumSearchError
+from museum_search.core.errors import MuseumSearchError
 
 #: seconds a client has to send a request's headers (uvicorn has no such limit: slowloris)
 HEADER_TIMEOUT = 10.0

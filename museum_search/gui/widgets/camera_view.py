@@ -23,9 +23,9 @@ from PySide6.QtCore import QRectF, QSize, Qt, QThread, Signal
 from PySide6.QtGui import QColor, QImage, QPainter, QPalette
 from PySide6.QtWidgets import QSizePolicy, QVBoxLayout, QWidget
 
-from ...core.capture import CameraSource
-from ..workers import error_message
-from .thumbnails import numpy_to_qimage
+from museum_search.core.capture import CameraSource
+from museum_search.gui.widgets.thumbnails import numpy_to_qimage
+from museum_search.gui.workers import error_message
 
 log = logging.getLogger(__name__)
 

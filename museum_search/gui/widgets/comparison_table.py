@@ -21,11 +21,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ...core.evaluation.reports import COMPARED
-from ...core.evaluation.stats import PairedTestResult, format_p, stars
-from .layout import row
-from .query_table import fmt
-from .run_list import colour_icon, name_lines
+from museum_search.core.evaluation import COMPARED, PairedTestResult, format_p, stars
+from museum_search.gui.widgets.layout import row
+from museum_search.gui.widgets.query_table import fmt
+from museum_search.gui.widgets.run_list import colour_icon, name_lines
 
 #: The verdict's figures (keys of ``summary["verdict"]``) in the comparison table.
 VERDICT_FIGURES = {"unknown_rejected": "Unknown\nrejected", "known_rejected": "Known\nrejected",
@@ -146,7 +145,7 @@ class ComparisonPage(QWidget):
     def fill(self, runs: Sequence, base, tests: Callable[[Any, Any], dict[str, PairedTestResult | None]]
              ) -> list[dict[str, Any]]:
         """One row per run of ``runs`` (``EvalRun``), tested against ``base`` with ``tests(run, base)``
-        (:func:`museum_search.core.evaluation.reports.paired_tests`); returns the rows' figures."""
+        (:func:`museum_search.core.evaluation._reports.paired_tests`); returns the rows' figures."""
         self.table.setRowCount(len(runs))
         rows = [self._fill_row(r, run, base, tests) for r, run in enumerate(runs)]
         self._fit_name_column()

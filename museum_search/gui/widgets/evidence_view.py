@@ -2,9 +2,9 @@
 side, the outline of what matched in each (a closed polygon) and the inlier matches as lines between
 the two images, with a caption ("57 matching points" or "no geometric match").
 
-The evidence (:class:`museum_search.core.rerank.spatial.Matches`) comes from
+The evidence (:class:`museum_search.core.verification._spatial.Matches`) comes from
 ``QueryPipeline.matches``, computed on a worker; what its inliers cover, and where they lie in it,
-from :func:`museum_search.core.verification.matched_area`: on the reference, the convex hull of its
+from :func:`museum_search.core.verification._shortlist.matched_area`: on the reference, the convex hull of its
 inliers; in the photo, that hull carried by the inliers' homography and clipped to the photo. (The
 reference's whole outline, ``Matches.outline``, is not drawn: a reference photo shows the wall around
 a framed picture, and its corners fall far outside the query.) Coordinates are in the frames of the
@@ -23,9 +23,8 @@ from PySide6.QtCore import QPointF, QRectF, QSize, Qt
 from PySide6.QtGui import QColor, QImage, QPainter, QPalette, QPen, QPolygonF
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
-from ...core.rerank.spatial import Matches
-from ...core.verification import MatchedArea, matched_area
-from .thumbnails import numpy_to_qimage
+from museum_search.core.verification import MatchedArea, Matches, matched_area
+from museum_search.gui.widgets.thumbnails import numpy_to_qimage
 
 #: At most this many match lines are drawn (evenly chosen among the inliers).
 MAX_LINES = 100

@@ -21,10 +21,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ...core.query import Result
-from .query_table import SORT_ROLE, QueryTableModel, fmt
-from .result_grid import ResultGrid
-from .thumbnails import ThumbnailCache
+from museum_search.core.answer import Result
+from museum_search.gui.widgets.query_table import SORT_ROLE, QueryTableModel, fmt
+from museum_search.gui.widgets.result_grid import ResultGrid
+from museum_search.gui.widgets.thumbnails import ThumbnailCache
 
 QUERY_THUMB = 180
 RESULT_THUMB = 104

@@ -10,8 +10,8 @@ from typing import Any
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
 from PySide6.QtGui import QColor
 
-from ...core.evaluation.runner import QueryRecord
-from ...core.store import Index
+from museum_search.core.evaluation import QueryRecord
+from museum_search.core.index import Index
 
 SORT_ROLE = Qt.ItemDataRole.UserRole + 2  # what the table sorts by (numbers, lower-case text)
 

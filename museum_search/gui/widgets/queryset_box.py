@@ -7,7 +7,7 @@ from __future__ import annotations
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QCheckBox, QComboBox, QGridLayout, QGroupBox, QLabel, QLineEdit, QPushButton, QWidget
 
-from ...core.evaluation.querysets import LAYOUTS
+from museum_search.core.evaluation import LAYOUTS
 
 LAYOUT_LABELS = {
     "auto": "Auto-detect",

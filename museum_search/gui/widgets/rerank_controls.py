@@ -1,7 +1,7 @@
 """The query pipeline's re-ranking and verification controls, shared by the Search and the
 Evaluation tab: one set of limits for every parameter.
 
-:class:`RerankControls` makes :class:`~museum_search.core.rerank.RerankOptions`, the re-rankers'
+:class:`RerankControls` makes :class:`~museum_search.core.answer._rerank.RerankOptions`, the re-rankers'
 names (``QuerySettings.rerank``), the verification switch and its shortlist, and holds the
 :class:`.search_mode.SearchModeCombo`. Two arrangements of the same controls:
 
@@ -30,10 +30,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ...core.query import QuerySettings
-from ...core.rerank import RerankOptions
-from .layout import row
-from .search_mode import SearchModeCombo, wrapped_tip
+from museum_search.core.answer import QuerySettings, RerankOptions
+from museum_search.gui.widgets.layout import row
+from museum_search.gui.widgets.search_mode import SearchModeCombo, wrapped_tip
 
 #: The limits of the parameters, in both tabs.
 K_MAX = 10_000

@@ -30,8 +30,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ...core.query import Result
-from .thumbnails import ThumbnailCache
+from museum_search.core.answer import Result
+from museum_search.gui.widgets.thumbnails import ThumbnailCache
 
 CORRECT_COLOUR = "#2e9d4c"
 INCORRECT_COLOUR = "#d0342c"
@@ -191,7 +191,7 @@ class ResultCard(QFrame):
 
 
 class ResultGrid(QWidget):
-    """Cards of results (:class:`museum_search.core.query.Result`; a bare ranking's have a NaN
+    """Cards of results (:class:`museum_search.core.answer._pipeline.Result`; a bare ranking's have a NaN
     cosine), as many per row as fit."""
 
     activated = Signal(object)  # Result, on double-click or Enter

@@ -16,7 +16,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from .layout import row
+from museum_search.gui.widgets.layout import row
 
 KEY_ROLE = Qt.ItemDataRole.UserRole
 

@@ -35,7 +35,7 @@ def wrapped_tip(*paragraphs: str) -> str:
 
 def _auto_min() -> int | None:
     try:
-        from ...core.ann import AUTO_MIN_REFERENCES
+        from museum_search.core.index import AUTO_MIN_REFERENCES
     except ImportError:  # faiss or the module missing: no approximate search at all
         return None
     return int(AUTO_MIN_REFERENCES)
@@ -46,7 +46,7 @@ def resolved_mode(index) -> str:
     if index is None:
         return "exact"
     try:
-        from ...core.ann import resolve_mode
+        from museum_search.core.index import resolve_mode
 
         return resolve_mode("auto", len(index), getattr(index, "ann", None))
     except Exception:

@@ -17,10 +17,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from .comparison_table import GAP_TIP
-from .layout import row, split
-from .plots import SweepPlot
-from .query_table import fmt
+from museum_search.gui.widgets.comparison_table import GAP_TIP
+from museum_search.gui.widgets.layout import row, split
+from museum_search.gui.widgets.plots import SweepPlot
+from museum_search.gui.widgets.query_table import fmt
 
 WARNING_STYLE = ("QLabel { color: #8a5300; background: #fff4e0; border: 1px solid #e0b060; border-radius: 3px; "
                  "padding: 4px; }")

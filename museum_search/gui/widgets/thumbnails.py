@@ -14,7 +14,7 @@ requests that pile up while scrolling fast are dropped (they are asked for again
 Memory is bounded by an LRU on bytes. A file that cannot be decoded gets a drawn "broken image"
 placeholder and is never retried (see :meth:`ThumbnailCache.failure` for the reason).
 
-:class:`ThumbnailBrowser` shows an :class:`~museum_search.core.store.Index` as a filterable icon
+:class:`ThumbnailBrowser` shows an :class:`~museum_search.core.index._store.Index` as a filterable icon
 grid (:class:`CollectionModel` + :class:`CollectionFilterModel`). A ``QListView`` asks for
 ``DecorationRole`` only for the items it paints, so only visible thumbnails are ever loaded. Both
 models are lazy (an index of a million references is opened without walking its items: a row is
@@ -75,8 +75,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ...core.errors import ImageError
-from ...core.images import load_image
+from museum_search.core.errors import ImageError
+from museum_search.core.images import load_image
 
 log = logging.getLogger(__name__)
 
@@ -413,10 +413,10 @@ def _artist(metadata: dict[str, str]) -> str:
 
 
 class CollectionModel(QAbstractListModel):
-    """The references of an :class:`~museum_search.core.store.Index`, one row each.
+    """The references of an :class:`~museum_search.core.index._store.Index`, one row each.
 
     Lazy: nothing is walked when an index is set (a saved index of a million references is an
-    SQLite catalogue, :class:`~museum_search.core.catalogue.ItemStore`); a row's item is read when
+    SQLite catalogue, :class:`~museum_search.core.index._catalogue.ItemStore`); a row's item is read when
     the view asks for it (the store caches the rows just shown).
 
     DisplayRole: instance (then the title and the artist, each on a line of its own); DecorationRole:
@@ -458,7 +458,7 @@ class CollectionModel(QAbstractListModel):
         self.endResetModel()
 
     def item(self, row: int):
-        """The :class:`~museum_search.core.store.Item` of ``row``."""
+        """The :class:`~museum_search.core.index._store.Item` of ``row``."""
         return self._index.items[row]
 
     def path(self, row: int) -> str:

@@ -18,9 +18,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from .comparison_table import pct
-from .layout import vertical_scroll, with_legend
-from .plots import VerdictPlot
+from museum_search.gui.widgets.comparison_table import pct
+from museum_search.gui.widgets.layout import vertical_scroll, with_legend
+from museum_search.gui.widgets.plots import VerdictPlot
 
 NO_RUN = "Run an evaluation to see the verdict's figures."
 CANNOT_RECALIBRATE = ("Re-calibrating needs queries of objects in the collection and of objects that are not "

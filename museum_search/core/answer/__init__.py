@@ -1,0 +1,61 @@
+"""The answer to a query: the query pipeline (describe, search, re-rank, verify), the re-rankers
+(ICFRR, αQE, DBA), and the verdict (calibrated; confidence and wording) every view shows.
+
+This is the package's face: code outside the package imports these names only (an import-linter
+contract says so); the modules behind it are private."""
+
+from museum_search.core.answer._icfrr import (
+    suggest_params,
+)
+from museum_search.core.answer._pipeline import (
+    DESCRIPTORS_NOT_VERIFIED,
+    Answer,
+    QueryImage,
+    QueryPipeline,
+    QuerySettings,
+    Result,
+    descriptor_query,
+    load_query,
+    query_from_array,
+    query_from_bytes,
+)
+from museum_search.core.answer._rerank import (
+    RerankOptions,
+    icfrr_advice,
+    icfrr_k_g,
+)
+from museum_search.core.answer._verdict import (
+    NOISE_INLIERS,
+    REAL_VIEWS,
+    Evidence,
+    Verdict,
+    fit_verdict,
+    open_set_figures,
+    operating_points,
+    recalibrated,
+)
+
+__all__ = [
+    "Answer",
+    "DESCRIPTORS_NOT_VERIFIED",
+    "Evidence",
+    "NOISE_INLIERS",
+    "QueryImage",
+    "QueryPipeline",
+    "QuerySettings",
+    "REAL_VIEWS",
+    "RerankOptions",
+    "Result",
+    "Verdict",
+    "descriptor_query",
+    "fit_verdict",
+    "icfrr_advice",
+    "icfrr_k_g",
+    "load_query",
+    "open_set_figures",
+    "operating_points",
+    "query_from_array",
+    "query_from_bytes",
+    "recalibrated",
+    "suggest_params",
+]

@@ -1,0 +1,397 @@
+"""The query pipeline: the one path from a photo to an answer.
+
+    decode → describe (regions) → global scores → re-rankers → verification → ranking → verdict
+
+The CLI ``query``, the Search tab, the kiosk, ``evaluate``, the Evaluation tab and the ICFRR sweep
+all call :class:`QueryPipeline`; none keeps a copy, so a photo gets the same answer wherever it is
+asked about.
+
+* **decode**: a file is decoded at most :data:`VERIFY_SIDE` px on its longest side
+  (:func:`load_query`); a camera frame or a pasted image is shrunk the same way
+  (:func:`query_from_array`). That image is what verification and the views see.
+* **describe**: the image is shrunk to the backbone's input size, then cut into its regions
+  (``extract.QUERY_REGIONS``: the whole photo and its left/right/top/bottom 60 %) and each region
+  is described; a reference's *cosine* is its best dot product over the regions. A query given as
+  a descriptor (:func:`descriptor_query`, computed elsewhere: ``query --descriptors``) skips this
+  step, and verification, which needs a photo (:meth:`QueryPipeline.for_descriptors`).
+* **global scores**: the best-region cosine of every reference (``settings.search`` "exact"), or of
+  the candidates the index's approximate search proposes, scored exactly, the others -inf ("ann",
+  which ``auto`` chooses for a large index that has an approximate index: :func:`.ann.resolve_mode`).
+* **re-rankers**: ICFRR, αQE or DBA (``settings.rerank``) change the global scores.
+* **verification** (on by default): the best ``verify_top`` references by global score are matched
+  with the photo (the index's matcher, SIFT or XFeat, and a RANSAC homography, :mod:`.rerank.spatial`),
+  using the reference features stored with the index. The photo's own local features are computed
+  once (:meth:`.verification.Verification.features`), on a thread while the network describes the
+  photo; matching is exact, in 8-bit integers (:func:`.rerank.spatial._match_sift`). An object with a photo of at least the verdict's ``min_inliers`` gets the
+  bonus ``min(inliers, 50) / 50`` on each of its shortlisted photos (:func:`.verification.object_inliers`: objects
+  verified alike share one level); fewer inliers are noise and change nothing.
+* **ranking**: :func:`.ranking.order` and :func:`.ranking.per_instance` (by score, ties by row);
+  then, within each object, its verified photos by their matching points, most first, in the places
+  the object holds (:func:`.ranking.lead_within`): the order of the objects is the score's, and the
+  photo shown first (the only one with ``per_instance``) is the one with the most matching points.
+* **verdict**: from the top result's evidence (:class:`.verdict.Verdict`, a model calibrated per
+  index): its cosine, its margin over the best other object, the inliers of its object's best photo
+  and the most inliers any other object got on the same part of the photo; it gives the answer's
+  confidence and the reason in words.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Any, Sequence
+
+import cv2
+import numpy as np
+
+from museum_search.core.answer._rerank import RerankOptions, build_pipeline
+from museum_search.core.answer._search import Result, ranking_scores, score_matrix
+from museum_search.core.answer._verdict import Evidence as VerdictEvidence
+from museum_search.core.answer._verdict import Verdict
+from museum_search.core.errors import ImageError, MuseumSearchError
+from museum_search.core.images import decode_image, load_image
+from museum_search.core.index import Features, Index, resolve_mode
+from museum_search.core.inference import DescriptorExtractor, NoNetwork, extractor_for_meta, query_crops
+from museum_search.core.ranking import lead_within, order, per_instance
+from museum_search.core.verification import Matches, SpatialParams, Verification, cosine_margin, params_of_index
+
+log = logging.getLogger(__name__)
+
+#: Longest side of the decoded query photo: what verification and the views use.
+VERIFY_SIDE = SpatialParams().max_side
+#: Why the answers to queries given as descriptors are not verified.
+DESCRIPTORS_NOT_VERIFIED = ("queries given as descriptors have no photo to match: verification is skipped "
+                            "and the verdict uses the cosine (not verified)")
+
+
+@dataclass(frozen=True)
+class QuerySettings:
+    """What a user can change about how a photo is answered. Frozen and hashable: a pipeline is
+    built from one and never changed (:func:`dataclasses.replace` makes another)."""
+
+    k: int = 5  # results shown
+    per_instance: bool = False  # one result per object
+    regions: bool = True  # describe the photo's regions (False: the whole image, the papers' protocol)
+    #: global re-rankers applied in order: icfrr, aqe, dba. A comma-separated string or any sequence
+    #: is accepted and normalised once to a tuple of lower-case names.
+    rerank: tuple[str, ...] = ()
+    options: RerankOptions = field(default_factory=RerankOptions)
+    verify: bool = True  # geometric verification of the shortlist
+    verify_top: int = 20  # how many references are verified
+    verdict: Verdict | None = None  # None: the index's own calibration
+    search: str = "auto"  # exact, ann (approximate, large indexes) or auto (by size: .ann.resolve_mode)
+    #: count a strong rival wherever it matches in the photo (calibration: a synthetic view shows
+    #: one object, so any strong rival matches what objects share); False: only where the answer does not
+    rivals_anywhere: bool = False
+
+    def __post_init__(self) -> None:
+        spec = self.rerank
+        names = [s.strip().lower() for s in (spec.split(",") if isinstance(spec, str) else spec or ())]
+        names = [n for n in names if n and n != "none"]
+        if "spatial" in names:  # the old re-ranker name of verification, which is now its own step
+            names.remove("spatial")
+            if not self.verify:
+                raise MuseumSearchError("'spatial' asks for verification, which is turned off (--no-verify)")
+        object.__setattr__(self, "rerank", tuple(names))
+
+    def label(self) -> str:
+        """:meth:`describe` with the re-rankers' parameters, e.g.
+        ``icfrr, verified (top 20) (K 2/2, β 0.50, 5 it)`` (a run's name)."""
+        o, names = self.options, self.rerank
+        params = []
+        if "icfrr" in names:
+            params.append(f"K {o.k_q or 'auto'}/{o.k_g or 'auto'}, β {o.beta:.2f}, {o.iterations} it"
+                          + ("" if o.icfrr_mode == "paper" else ", reference"))
+        if "aqe" in names or "dba" in names:
+            params.append(f"n {o.qe_n}, α {o.qe_alpha:g}")
+        text = self.describe() if self.rerank else f"no re-ranking, {self.describe()}"
+        return text + (f" ({'; '.join(params)})" if params else "")
+
+    def describe(self) -> str:
+        parts = ["+".join(self.rerank)] if self.rerank else []
+        parts.append(f"verified (top {self.verify_top})" if self.verify else "not verified")
+        if self.search == "ann":
+            parts.append("approximate search")
+        if not self.regions:
+            parts.append("whole image")
+        return ", ".join(parts)
+
+
+@dataclass
+class QueryImage:
+    """A query photo as decoded once: RGB uint8, at most :data:`VERIFY_SIDE` px; or a query given
+    by its descriptor (``image`` None, see :func:`descriptor_query`)."""
+
+    name: str
+    image: np.ndarray | None
+    descriptors: np.ndarray | None = None  # (D,) L2-normalized, for a query given as a descriptor
+
+
+def _shrink(image: np.ndarray, side: int) -> np.ndarray:
+    h, w = image.shape[:2]
+    s = side / max(h, w)
+    if s >= 1.0:
+        return image
+    return cv2.resize(image, (max(1, round(w * s)), max(1, round(h * s))), interpolation=cv2.INTER_AREA)
+
+
+def load_query(path) -> QueryImage:
+    """Decode a query photo file; raises :class:`ImageError` with the reason."""
+    return QueryImage(str(path), load_image(path, max_side=VERIFY_SIDE))
+
+
+def query_from_array(image: np.ndarray, name: str = "camera") -> QueryImage:
+    """A camera frame or a pasted image (RGB uint8) as a query."""
+    img = np.asarray(image)
+    if img.ndim != 3 or img.shape[2] != 3 or img.dtype != np.uint8 or img.size == 0:
+        raise ImageError(name, f"not an RGB photo (array of shape {img.shape}, {img.dtype})")
+    return QueryImage(name, np.ascontiguousarray(_shrink(img, VERIFY_SIDE)))
+
+
+def query_from_bytes(data: bytes, name: str = "<pasted>") -> QueryImage:
+    """Encoded image bytes (clipboard, drag-and-drop of data) as a query."""
+    return QueryImage(name, decode_image(data, name, max_side=VERIFY_SIDE))
+
+
+def descriptor_query(descriptor: np.ndarray, name: str) -> QueryImage:
+    """A query given by its (D,) descriptor, computed elsewhere and L2-normalized (see
+    :func:`.importing.check_descriptors`): it has no photo, so it is neither described nor verified."""
+    return QueryImage(name, None, np.asarray(descriptor, np.float32).reshape(-1))
+
+
+@dataclass
+class Answer:
+    """What the pipeline says about one photo."""
+
+    query: str
+    results: list[Result]
+    in_collection: bool
+    reason: str
+    scores: np.ndarray  # (G,) final score of every reference
+    cosine: np.ndarray  # (G,) cosine of every reference
+    verified_inliers: dict[int, int]  # row → inliers, for the verified shortlist
+    ranking: np.ndarray | None = None  # (G,) every row, best first (when asked for)
+    rival: int = 0  # most inliers of a verified reference of another object than the top result's
+    top_inliers: int | None = None  # the best inliers of a photo of the top result's object (None: not verified)
+    margin: float = float("nan")  # the top result's cosine minus the best cosine of another object
+    #: the verdict's confidence that the top result is right (:meth:`.verdict.Verdict.judge`); None
+    #: only when there is no result
+    confidence: float | None = None
+    #: the photo's local features when its shortlist was verified (so drawing the matches of a
+    #: reference does not extract them again: :meth:`QueryPipeline.matches`)
+    features: Features | None = field(default=None, repr=False)
+    #: the cosine the verdict judged: that of the top object's best-ranked photo (the photo shown
+    #: first is the object's verified photo with the most matching points, which may be another)
+    top_cosine: float = float("nan")
+
+    @property
+    def top(self) -> Result | None:
+        return self.results[0] if self.results else None
+
+    def evidence(self, known: bool, correct: bool) -> VerdictEvidence:
+        """The top result's evidence, for the verdict's figures (``known``/``correct``: the truth)."""
+        top = self.top
+        if top is None:
+            return VerdictEvidence(float("nan"), None, known, correct)
+        return VerdictEvidence(self.top_cosine, self.top_inliers, known, correct, self.rival, self.margin,
+                               self.confidence)
+
+    def verdict_text(self) -> str:
+        """The verdict's confidence and reason in words, as the views show them."""
+        return self.reason if self.confidence is None else f"confidence {self.confidence:.2f}; {self.reason}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"query": self.query, "in_collection": self.in_collection,
+                "confidence": None if self.confidence is None else round(float(self.confidence), 4),
+                "reason": self.reason, "inliers": self.top_inliers, "rival_inliers": self.rival if self.verified_inliers else None,
+                "results": [r.to_dict() for r in self.results]}
+
+
+class QueryPipeline:
+    """Answers photos about one index with one set of settings (see the module docstring)."""
+
+    verify_side = VERIFY_SIDE
+
+    def __init__(self, index: Index, settings: QuerySettings | None = None, *,
+                 extractor: DescriptorExtractor | None = None, weights: str | None = None):
+        self.index = index
+        self.settings = settings or QuerySettings()
+        self.extractor = extractor or extractor_for_meta(index.meta, weights)
+        index.check_compatible(self.extractor.meta)
+        self._rerank = build_pipeline(self.settings.rerank, self.settings.options)
+        self.verdict = self.settings.verdict or Verdict.of_index(index)
+        #: the verification of shortlists, with the index's own matcher and the verdict's gate
+        self.verification = Verification(index, params_of_index(index, self.settings.verify_top),
+                                         self.verdict.min_inliers, self.settings.rivals_anywhere)
+        #: "exact" or "ann": how the global scores are computed (``settings.search`` for this index)
+        self.search_mode = resolve_mode(self.settings.search, len(index), index.ann)
+        self.timings: dict[str, float] = {}
+        self._features_pool: ThreadPoolExecutor | None = None  # computes the photos' local features
+        self._codes: np.ndarray | None = None  # the references' instances as integers (_label_codes)
+
+    @classmethod
+    def for_descriptors(cls, index: Index, settings: QuerySettings | None = None) -> "QueryPipeline":
+        """The pipeline for queries given as descriptors (:func:`descriptor_query`), on any index of
+        their dimension: no network is loaded (a photo is refused) and verification is off, since
+        there is no photo to match (:data:`DESCRIPTORS_NOT_VERIFIED`); the re-rankers work as usual."""
+        settings = replace(settings or QuerySettings(), verify=False)
+        return cls(index, settings, extractor=NoNetwork(index.meta, "this job's queries are descriptors, not photos"))
+
+    def settings_text(self) -> str:
+        """:meth:`QuerySettings.describe`, saying when ``auto`` chose the approximate search."""
+        text = self.settings.describe()
+        if self.search_mode == "ann" and self.settings.search != "ann":
+            text += ", approximate search"
+        return text
+
+    def warm_up(self) -> None:
+        """Answer a synthetic photo once, so that the first visitor's query is not slower than the
+        others (lazy initialisation in the engine and OpenCV, the stored reference features read
+        from disk)."""
+        rng = np.random.default_rng(0)
+        img = cv2.GaussianBlur(rng.integers(0, 255, (480, 640, 3), dtype=np.uint8), (0, 0), 3)
+        self.answer([QueryImage("warm-up", img)])
+
+    # ---- describe ---------------------------------------------------------------------------
+    def inputs(self, query: QueryImage) -> list[np.ndarray]:
+        """The network inputs of a photo: its regions at the backbone's size."""
+        assert query.image is not None  # a photo query (a descriptor query is not described)
+        small = _shrink(query.image, self.extractor.max_side)
+        return [self.extractor.preprocess(c) for c in query_crops(small, self.settings.regions)]
+
+    def embed(self, queries: Sequence[QueryImage]) -> np.ndarray:
+        """(Q, R, D) region descriptors ((Q, 1, D) for whole-image queries). A query given as a
+        descriptor is not described: its descriptor stands for each of the R regions."""
+        photos = [q for q in queries if q.descriptors is None]
+        if photos:
+            inputs = [x for q in photos for x in self.inputs(q)]
+            described = self.extractor.embed(inputs).reshape(len(photos), len(inputs) // len(photos), -1)
+            if len(photos) == len(queries):
+                return described
+        out = np.empty((len(queries), described.shape[1] if photos else 1, self.index.meta.dim), np.float32)
+        rows = iter(described) if photos else iter(())
+        for i, q in enumerate(queries):
+            if q.descriptors is not None and q.descriptors.shape != (self.index.meta.dim,):
+                raise MuseumSearchError(f"query {q.name} is a {q.descriptors.size}-d descriptor, the index "
+                                        f"holds {self.index.meta.dim}-d descriptors")
+            out[i] = next(rows) if q.descriptors is None else q.descriptors
+        return out
+
+    # ---- answer -----------------------------------------------------------------------------
+    def answer(self, queries: Sequence[QueryImage], descriptors: np.ndarray | None = None, *,
+               full_ranking: bool = False, exclude: np.ndarray | None = None) -> list[Answer]:
+        """Answers for ``queries`` (described here unless ``descriptors`` are given).
+
+        ``exclude``: a boolean mask of references to leave out (calibration: "what if this object
+        were not in the collection").
+        """
+        t0 = time.perf_counter()
+        features: list[Future | None] = [None] * len(queries)
+        if descriptors is None and self.settings.verify and self.settings.verify_top > 0:
+            # the photos' local features are computed while the network describes them
+            features = [None if q.image is None else self._pool().submit(self.verification.features, q.image)
+                        for q in queries]
+        desc = self.embed(queries) if descriptors is None else np.asarray(descriptors, np.float32)
+        t1 = time.perf_counter()
+        s = self.settings
+        if self._rerank or exclude is not None or full_ranking:
+            cos = score_matrix(self.index, desc, self.search_mode)
+        else:  # the answer needs only the top of each ranking (search.ranking_scores: the same answer)
+            cos = ranking_scores(self.index, desc, self.search_mode, objects=s.k + 1,
+                                 rows=max(s.k, s.verify_top if s.verify else 0))
+        scores = cos
+        if self._rerank:
+            scores = self._rerank.apply(self.index, cos, desc, query_images=[q.image for q in queries],
+                                        query_paths=[q.name for q in queries])
+        scores = np.array(scores, dtype=np.float32)
+        if exclude is not None:
+            scores[:, np.asarray(exclude, bool)] = -np.inf
+        t2 = time.perf_counter()
+        answers = [self._finish(q, scores[i], cos[i], full_ranking, features[i]) for i, q in enumerate(queries)]
+        t3 = time.perf_counter()
+        self.timings = {"describe": t1 - t0, "search": t2 - t1, "verify": t3 - t2}
+        return answers
+
+    def _label_codes(self) -> np.ndarray:
+        """The instance of every reference as an integer (comparing them over a whole ranking is fast)."""
+        if self._codes is None:
+            self._codes = np.unique(self.index.labels, return_inverse=True)[1].reshape(-1)
+        return self._codes
+
+    def _pool(self) -> ThreadPoolExecutor:
+        if self._features_pool is None:
+            self._features_pool = ThreadPoolExecutor(1, thread_name_prefix="query-features")
+        return self._features_pool
+
+    def _finish(self, query: QueryImage, scores: np.ndarray, cos: np.ndarray, full_ranking: bool,
+                features: Future | None = None) -> Answer:
+        s = self.settings
+        verified: dict[int, int] = {}
+        qf = None
+        # the references scored: with the approximate search (or references left out), rank only
+        # those, not an N-long row (at 1M references: 0.3 ms to find them against 26 ms to rank all)
+        finite = np.flatnonzero(np.isfinite(scores))
+        live = finite if len(finite) < len(scores) // 2 else None
+        if s.verify and s.verify_top > 0 and query.image is not None:
+            scores, verified, qf = self.verification.shortlist(query.image, scores, s.verify_top,
+                                                               None if features is None else features.result(), live)
+        labels = self.index.labels
+        top = _rank(scores, labels, s.k, s.per_instance, live)
+        judged_row = int(top[0]) if len(top) else -1  # the verdict judges the top object's best-ranked photo
+        shortlist = np.fromiter(verified, np.intp, len(verified))
+        shortlist = shortlist[order(scores[shortlist])]
+        top = lead_within(top, labels, verified, shortlist)
+        results = []
+        for rank, row in enumerate(top, start=1):
+            row = int(row)
+            if not np.isfinite(scores[row]):
+                break
+            it = self.index.items[row]
+            results.append(Result(rank, row, float(scores[row]), float(cos[row]),
+                                  verified.get(row) if s.verify else None, it.path,
+                                  str(self.index.root / it.path), it.instance, dict(it.metadata)))
+        rival, top_inliers, top_cosine = 0, None, float("nan")
+        if results:
+            instance, top_cosine = results[0].instance, float(cos[judged_row])
+            if qf is not None and judged_row in verified:
+                # the object's evidence: the best verified photo of the top result's object
+                assert query.image is not None  # qf is only set for a photo (verified above)
+                top_inliers, rival = self.verification.top_evidence(query.image, qf, instance, verified)
+            margin = cosine_margin(labels, instance, top_cosine, cos, np.isfinite(scores))
+            judged = self.verdict.judge(VerdictEvidence(top_cosine, top_inliers, True, True, rival, margin))
+            known, reason, confidence = judged.known, judged.reason, judged.confidence
+        else:
+            known, reason, confidence, margin = False, "the collection is empty", None, float("nan")
+        full = lead_within(order(scores), self._label_codes(), verified) if full_ranking else None
+        return Answer(query.name, results, known, reason, scores, cos, verified, full, rival, top_inliers,
+                      margin, confidence, qf, top_cosine)
+
+    # ---- what a viewer draws ------------------------------------------------------------------
+    def matches(self, query: QueryImage, row: int, answer: Answer | None = None) -> Matches:
+        """The inlier matches and projected outline of reference ``row`` in the query photo (``answer``:
+        this photo's answer, whose local features are then reused)."""
+        assert query.image is not None  # a photo query: a descriptor query has no photo to draw on
+        return self.verification.matches(query.image, row, answer.features if answer is not None else None)
+
+    def top_matches(self, query: QueryImage, answer: Answer) -> Matches | None:
+        """The matches the verdict judged: those of the best verified photo of the top result's
+        object (:meth:`.verification.Verification.top_evidence`), when it is verified (at least the
+        verdict's ``min_inliers``); else None."""
+        top = answer.top
+        if top is None or answer.top_inliers is None or answer.top_inliers < self.verdict.min_inliers:
+            return None
+        labels = self.index.labels
+        _, row = max((n, r) for r, n in answer.verified_inliers.items() if labels[r] == top.instance)
+        return self.matches(query, row, answer)
+
+
+def _rank(scores: np.ndarray, labels: np.ndarray, k: int, one_per_instance: bool, live: np.ndarray | None
+          ) -> np.ndarray:
+    """The best ``k`` rows of ``scores`` (or of its objects), ties by row; ``live``: the only rows
+    with a finite score, ascending (the others rank last and are never shown), or None."""
+    if live is None:
+        return per_instance(scores, labels, k) if one_per_instance else order(scores, k)
+    sub = scores[live]  # live is ascending: ties by position are ties by row
+    return live[per_instance(sub, labels[live], k) if one_per_instance else order(sub, k)]

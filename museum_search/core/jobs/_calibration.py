@@ -1,0 +1,173 @@
+"""Calibration of an index's verdict (:mod:`.verdict`): views of its own references asked through the
+query pipeline, each as a known object and as an unknown one, the evidence fitted into the verdict's
+model. Two kinds of views: **real** ones (a photo of an object that has other photos, asked with
+itself left out) and **synthetic** ones (a reference photo cropped, in perspective, in other light,
+framed and hung on a wall: :func:`synthetic_view`). An update refits from the stored evidence
+(:func:`refit`), asking only the new photos' views.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Generator, Sequence
+
+import cv2
+import numpy as np
+
+from museum_search.core.answer import (
+    NOISE_INLIERS,
+    REAL_VIEWS,
+    Evidence,
+    QueryImage,
+    QueryPipeline,
+    QuerySettings,
+    Verdict,
+    fit_verdict,
+)
+from museum_search.core.images import load_image
+from museum_search.core.index import Index
+from museum_search.core.progress import Progress
+
+# ---- synthetic views ---------------------------------------------------------------------------
+
+
+def synthetic_view(image: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """A photo of ``image`` as a visitor might take it: cropped, in perspective, in other light,
+    blurred, with a frame and a wall around it (RGB uint8 in, RGB uint8 out)."""
+    h, w = image.shape[:2]
+    # crop: keep 70–100 % of each side
+    cw, ch = int(w * rng.uniform(0.7, 1.0)), int(h * rng.uniform(0.7, 1.0))
+    x0, y0 = int(rng.integers(0, w - cw + 1)), int(rng.integers(0, h - ch + 1))
+    img = image[y0:y0 + ch, x0:x0 + cw]
+    # a frame, then a wall
+    frame = int(max(2, 0.04 * max(cw, ch) * rng.uniform(0.3, 1.0)))
+    fcol = [int(v) for v in rng.integers(20, 200, 3)]
+    img = cv2.copyMakeBorder(img, frame, frame, frame, frame, cv2.BORDER_CONSTANT, value=fcol)
+    wall = [int(rng.uniform(0.05, 0.3) * s) for s in (img.shape[0], img.shape[0], img.shape[1], img.shape[1])]
+    wcol = [int(v) for v in rng.integers(120, 240, 3)]
+    top, bottom, left, right = wall
+    img = cv2.copyMakeBorder(img, top, bottom, left, right, cv2.BORDER_CONSTANT, value=wcol)
+    # perspective: move each corner by up to 8 % of the size
+    hh, ww = img.shape[:2]
+    src = np.array([[0, 0], [ww, 0], [ww, hh], [0, hh]], dtype=np.float32)
+    jitter = rng.uniform(-0.08, 0.08, (4, 2)) * np.array([ww, hh], dtype=np.float32)
+    dst = (src + jitter).astype(np.float32)
+    dst -= dst.min(axis=0)
+    out_w, out_h = int(dst[:, 0].max()) + 1, int(dst[:, 1].max()) + 1
+    H = cv2.getPerspectiveTransform(src, dst)
+    img = cv2.warpPerspective(img, H, (out_w, out_h), borderMode=cv2.BORDER_CONSTANT, borderValue=wcol)
+    # light: contrast and brightness, a little colour cast
+    gain = rng.uniform(0.7, 1.3) * rng.uniform(0.92, 1.08, 3)
+    bias = rng.uniform(-30, 30)
+    img = np.clip(img.astype(np.float32) * gain + bias, 0, 255).astype(np.uint8)
+    # blur (focus, shake)
+    sigma = rng.uniform(0.0, 1.5)
+    if sigma > 0.3:
+        img = cv2.GaussianBlur(img, (0, 0), sigma)
+    return np.ascontiguousarray(img)
+
+
+def calibrate(index: Index, extractor=None, views: int | None = None, seed: int = 0
+              ) -> Generator[Progress, None, Verdict]:
+    """Calibrate the verdict of ``index`` on real and synthetic views of its references (see the
+    module doc). ``views``: how many views (default: :func:`calibration_plan`).
+    Needs at least two objects in the collection (otherwise the default verdict is returned)."""
+    labels = index.labels
+    if len(set(labels.tolist())) < 2:
+        return Verdict(source="default (a collection of one object cannot be calibrated)")
+    evidence = yield from calibration_evidence(index, extractor, views, seed)
+    return fit_verdict(evidence, _source(evidence))
+
+
+def _source(evidence: Sequence[Evidence]) -> str:
+    real = sum(1 for e in evidence if e.known and e.kind == "real")
+    synthetic = sum(1 for e in evidence if e.known and e.kind == "synthetic")
+    parts = [f"{real} real views" if real else "", f"{synthetic} synthetic views" if synthetic else ""]
+    return " and ".join(p for p in parts if p) + " (each as a known and as an unknown object)"
+
+
+def calibration_plan(labels: np.ndarray, views: int | None = None, seed: int = 0,
+                     rows: Sequence[int] | None = None, rng: np.random.Generator | None = None
+                     ) -> list[tuple[int, str]]:
+    """The (row, kind) views calibration asks about, in order:
+
+    * ``views`` "synthetic" views of references drawn at random (default: one per reference, at
+      least 20, at most 50; the same draw as before real views existed, so a one-photo collection
+      is calibrated on the same views);
+    * up to :data:`REAL_VIEWS` "real" views: photos of objects that have other photos, spread over
+      the objects (one per object before a second).
+
+    ``rows``: only views of these references (an update's new photos): a real view where the
+    object has another photo, else a synthetic one. ``rng``: the stream the synthetic rows are drawn
+    from (default: a new one of ``seed``), which then goes on to make the synthetic views."""
+    labels = np.asarray(labels)
+    n = len(labels)
+    _, inverse, counts = np.unique(labels, return_inverse=True, return_counts=True)
+    multi = counts[inverse] >= 2
+    if rows is not None:
+        return [(int(r), "real" if multi[r] else "synthetic") for r in sorted(set(rows))]
+    views = views if views is not None else max(20, min(50, n))
+    rng = np.random.default_rng(seed) if rng is None else rng
+    plan = [(int(r), "synthetic") for r in rng.choice(n, size=views, replace=views > n)]
+    order = np.random.default_rng(seed + 1).permutation(np.flatnonzero(multi))
+    rank = np.empty(len(order), int)  # the k-th photo of its object in this order
+    seen: dict[int, int] = {}
+    for i, r in enumerate(order):
+        obj = int(inverse[r])
+        rank[i] = seen[obj] = seen.get(obj, -1) + 1
+    order = order[np.argsort(rank, kind="stable")]
+    return plan + [(int(r), "real") for r in order[:REAL_VIEWS]]
+
+
+def calibration_evidence(index: Index, extractor=None, views: int | None = None, seed: int = 0,
+                         rows: Sequence[int] | None = None
+                         ) -> Generator[Progress, None, list[Evidence]]:
+    """Known and unknown evidence of the views of :func:`calibration_plan` (see the module doc)."""
+    labels = index.labels
+    rng = np.random.default_rng(seed)  # one stream: the plan's draw of rows, then the synthetic views
+    plan = calibration_plan(labels, views, seed, rows, rng=rng)
+    pipe = QueryPipeline(index, QuerySettings(k=1, verdict=Verdict(min_inliers=NOISE_INLIERS), rivals_anywhere=True),
+                         extractor=extractor)
+    evidence: list[Evidence] = []
+    t0 = time.perf_counter()
+    for i, (row, kind) in enumerate(plan):
+        path = index.items[row].path
+        try:
+            ref = load_image(index.abspath(row), max_side=pipe.verify_side)
+        except Exception:
+            yield Progress(i + 1, len(plan), stage="calibrating", elapsed=time.perf_counter() - t0)
+            continue
+        image = synthetic_view(ref, rng) if kind == "synthetic" else ref
+        view = QueryImage(f"{kind} view of {path}", image)
+        same = labels == labels[row]
+        itself = np.zeros(len(labels), bool)
+        itself[row] = True
+        desc = pipe.embed([view])  # described once, asked twice
+        (a_in,) = pipe.answer([view], desc, exclude=itself if kind == "real" else None)
+        (a_out,) = pipe.answer([view], desc, exclude=same)
+        top_in = a_in.top
+        instance = str(labels[row])
+        evidence.append(replace(a_in.evidence(True, top_in is not None and top_in.instance == labels[row]),
+                                kind=kind, instance=instance, path=path))
+        evidence.append(replace(a_out.evidence(False, False), kind=kind, instance=instance, path=path))
+        yield Progress(i + 1, len(plan), current=view.name, stage="calibrating", elapsed=time.perf_counter() - t0)
+    return evidence
+
+
+def refit(index: Index, previous: Verdict, changed: set[str], new_rows: Sequence[int], extractor=None,
+          seed: int = 0) -> Generator[Progress, None, Verdict]:
+    """An updated index's verdict, refitted from ``previous``'s stored evidence, less the views of
+    objects in ``changed`` (photos added, changed or removed) and of photos no longer in the index,
+    plus the views of the photos in ``new_rows`` (see :func:`calibration_plan`). None of the other
+    views is asked again: a model of a few numbers fits in milliseconds."""
+    present = {it.path for it in index.items}
+    kept = [Evidence.from_dict(d) for d in previous.evidence]
+    kept = [e for e in kept if e.instance not in changed and e.path in present]
+    new: list[Evidence] = []
+    if len(new_rows):
+        new = yield from calibration_evidence(index, extractor, seed=seed, rows=new_rows)
+    evidence = kept + new
+    if not any(e.known for e in evidence) or not any(not e.known for e in evidence):
+        return (yield from calibrate(index, extractor, seed=seed))
+    return fit_verdict(evidence, _source(evidence) + "; refitted after an update")

@@ -1,0 +1,57 @@
+"""Verification of a query photo's shortlist: local features (SIFT, XFeat), matching, the
+geometric check (a homography), the evidence a verdict judges, and the matched region of a reference.
+
+This is the package's face: code outside the package imports these names only (an import-linter
+contract says so); the modules behind it are private."""
+
+from museum_search.core.verification._shortlist import (
+    DISTINCT,
+    MatchedArea,
+    Verification,
+    cosine_margin,
+    matched_area,
+)
+from museum_search.core.verification._spatial import (
+    MATCHERS,
+    Matches,
+    SpatialParams,
+    compute_local_features,
+    default_matcher,
+    descriptor_layout,
+    params_for,
+    params_of_index,
+    params_of_settings,
+    prepare,
+    resolve_matcher,
+    set_matcher,
+    settings_of,
+)
+from museum_search.core.verification._xfeat import (
+    XFeatUnavailable,
+)
+from museum_search.core.verification._xfeat import (
+    available as xfeat_available,
+)
+
+__all__ = [
+    "DISTINCT",
+    "MATCHERS",
+    "MatchedArea",
+    "Matches",
+    "SpatialParams",
+    "Verification",
+    "XFeatUnavailable",
+    "compute_local_features",
+    "cosine_margin",
+    "default_matcher",
+    "descriptor_layout",
+    "matched_area",
+    "params_for",
+    "params_of_index",
+    "params_of_settings",
+    "prepare",
+    "resolve_matcher",
+    "set_matcher",
+    "settings_of",
+    "xfeat_available",
+]

@@ -1,0 +1,230 @@
+"""Verification of a query photo's shortlist, and the evidence its verdict is judged on.
+
+The best ``verify_top`` references of the global scores are matched with the photo (local features
+and a homography, :mod:`.rerank.spatial`, with the index's own matcher). What verification decides:
+
+* **the order**: a reference's object counts by the best inliers of its photos, or of the objects
+  verification cannot tell from it (:func:`object_inliers`); verified objects are lifted above the
+  others (:func:`.rerank.spatial.blend`);
+* **the evidence of the top answer** (:meth:`Verification.top_evidence`): the inliers of its object's
+  best photo and the **rival** inliers, the most of a reference of another object on the same part
+  of the photo (:data:`.verdict.DISTINCT`); with the cosine **margin** (:func:`cosine_margin`) they
+  are what :class:`.verdict.Verdict` judges;
+* **the matches** a viewer draws (:meth:`Verification.matches`).
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+
+from museum_search.core.index import Features, Index
+from museum_search.core.ranking import order
+from museum_search.core.verification._spatial import (
+    Matches,
+    SpatialParams,
+    Verifier,
+    blend,
+    matches_of,
+    outline_overlap,
+    query_features,
+)
+
+#: A verified answer must be distinct: its inliers at least this many times those of the best
+#: reference of any *other* object in the verified shortlist that matches the same part of the photo
+#: (:meth:`Verification.rival`). Matches on what many objects share (the same frame moulding, the
+#: museum's label cards) reach several objects alike; a photo of the object itself matches that
+#: object far better than any other (Lowe's ratio test, per object).
+DISTINCT = 2.0
+
+
+def object_inliers(inliers: np.ndarray, labels: np.ndarray, gate: int) -> np.ndarray:
+    """The inliers each verified reference is ranked by: the best of its object, or of the objects
+    verification cannot tell from it (best inliers within :data:`.verdict.DISTINCT` of each other).
+
+    So verification lifts the objects it verifies, with every photo of them in the shortlist (a 3D
+    object's other views do not verify, they are the same object), and leaves the order among the
+    photos of objects it verifies alike (near-identical objects: two boxes of one brand in COIL-100)
+    to the global score. Photos of objects with no reference at ``gate`` keep their count."""
+    inliers = np.asarray(inliers)
+    ok = inliers >= gate
+    best: dict[str, int] = {}
+    for lab, n in zip(labels[ok], inliers[ok]):
+        best[lab] = max(best.get(lab, 0), int(n))
+    out = inliers.copy()
+    for i in range(len(out)):
+        mine = best.get(labels[i])
+        if mine is not None:  # every shortlisted photo of a verified object, verified itself or not
+            out[i] = max(b for b in best.values() if max(b, mine) < DISTINCT * min(b, mine))
+    return out
+
+
+def cosine_margin(labels: np.ndarray, instance: str, cosine: float, cos: np.ndarray, valid: np.ndarray) -> float:
+    """The top result's ``cosine`` minus the best cosine of a reference of another object than
+    ``instance`` among the ``valid`` (not left out, scored) references; the cosine itself when there
+    is none."""
+    cos = np.where(valid & np.isfinite(cos), cos, -np.inf)
+    for n in (64, len(cos)):  # the nearest few first; the whole gallery when they are all one object
+        near = order(cos, n)
+        near = near[np.isfinite(cos[near])]
+        other = near[labels[near] != instance]
+        if len(other):
+            return float(cosine - cos[other[0]])
+        if len(near) < n:
+            break
+    return float(cosine)
+
+
+class Verification:
+    """Verifies the shortlists of one index's queries (see the module docstring).
+
+    ``gate``: the inliers at which an object counts as verified (the verdict's ``min_inliers``);
+    ``rivals_anywhere``: count a strong rival wherever it matches in the photo (calibration: a
+    synthetic view shows one object, so any strong rival matches what objects share)."""
+
+    def __init__(self, index: Index, params: SpatialParams, gate: int, rivals_anywhere: bool = False):
+        self.index = index
+        self.verifier = Verifier(params)
+        self.gate = int(gate)
+        self.rivals_anywhere = rivals_anywhere
+        self._last: tuple[weakref.ref, Features] | None = None  # the last photo's features
+
+    @property
+    def params(self) -> SpatialParams:
+        return self.verifier.params
+
+    def features(self, image: np.ndarray) -> Features:
+        """The local features of the photo ``image`` (:func:`.rerank.spatial.query_features`),
+        computed once: the same array asked about again (calibration asks each view twice, as a
+        known and as an unknown object) gets the features already computed."""
+        last = self._last
+        if last is not None and last[0]() is image:
+            return last[1]
+        qf = query_features(image, self.params)
+        self._last = (weakref.ref(image), qf)
+        return qf
+
+    def shortlist(self, image: np.ndarray, scores: np.ndarray, top: int, qf: Features | None = None,
+                  live: np.ndarray | None = None) -> tuple[np.ndarray, dict[int, int], Features | None]:
+        """Verify the ``top`` best references of ``scores`` with the photo ``image`` (``qf``: its
+        features, when already computed; ``live``: the rows with a finite score, ascending, when
+        they are few — then only those are ranked): (the scores with the verified objects lifted,
+        row → inliers of each verified reference, the photo's local features; None when nothing
+        was verified)."""
+        short = order(scores, top) if live is None else live[order(scores[live], top)]
+        short = short[np.isfinite(scores[short])]
+        if not len(short):
+            return scores, {}, None
+        qf = self.features(image) if qf is None else qf
+        inl = self.verifier.verify_rows(qf, short, self.index)
+        verified = {int(r): int(n) for r, n in zip(short, inl)}
+        scores = scores.copy()
+        scores[short] = blend(scores[short], object_inliers(inl, self.index.labels[short], self.gate),
+                              self.params, self.gate)
+        return scores, verified, qf
+
+    def top_evidence(self, image: np.ndarray, qf: Features, instance: str, verified: dict[int, int]
+                     ) -> tuple[int, int]:
+        """(inliers, rival inliers) of the top result's object ``instance``: the inliers of its best
+        verified photo, and :meth:`rival`."""
+        items = self.index.items
+        inliers, row = max((n, r) for r, n in verified.items() if items[r].instance == instance)
+        return inliers, self.rival(image, qf, instance, row, inliers, verified)
+
+    def rival(self, image: np.ndarray, qf: Features, instance: str, row: int, inliers: int,
+              verified: dict[int, int]) -> int:
+        """The most inliers a reference of another object has *on the same part of the photo* as
+        the top result (see :data:`.verdict.DISTINCT`).
+
+        Matches on what objects share (a frame moulding) put both references on the same place in
+        the photo; a photo of two paintings side by side puts them apart, and both are right. So a
+        rival strong enough to matter is set aside only when it is verified itself (at least the
+        gate: a second object in the photo) and the outlines of the two references, projected into
+        the photo, overlap by less than half (intersection over union)."""
+        others = sorted(((n, r) for r, n in verified.items() if self.index.items[r].instance != instance),
+                        reverse=True)
+        weak = [n for n, _ in others if n * DISTINCT <= inliers]
+        strong = [(n, r) for n, r in others if n * DISTINCT > inliers]
+        if strong and (self.rivals_anywhere or inliers < self.gate):
+            return strong[0][0]
+        mine = None
+        for n, r in strong:
+            if n < self.gate:  # not an object of its own: what it shares with the top result matches
+                return n
+            mine = self.matches(image, row, qf).outline if mine is None else mine
+            theirs = self.matches(image, r, qf).outline
+            if mine is None or theirs is None or outline_overlap(mine, theirs) >= 0.5:
+                return n
+        return weak[0] if weak else 0
+
+    def matches(self, image: np.ndarray, row: int, qf: Features | None = None) -> Matches:
+        """The inlier matches and projected outline of reference ``row`` in the photo ``image``
+        (``qf``: the photo's local features, when already extracted)."""
+        params = self.params
+        ref = self.verifier.reference_features(self.index, int(row))
+        h, w = image.shape[:2]
+        s = min(1.0, params.max_side / max(h, w))
+        size_q = (max(1, round(w * s)), max(1, round(h * s)))
+        qf = self.features(image) if qf is None else qf
+        if ref is None:
+            empty = np.empty((0, 2), np.float32)
+            return Matches(0, empty, empty, None, size_q, (1.0, 1.0))
+        # a reference of the shortlist just verified (the top result, its rivals): what was found then
+        return matches_of(qf, ref[0], params, size_q, ref[1], self.verifier.found(qf, self.index, row))
+
+
+#: How near the photo's edge a point is "near the border": this share of the photo's longer side.
+BORDER = 0.05
+
+
+@dataclass(frozen=True)
+class MatchedArea:
+    """What a reference's inlier matches cover (:func:`matched_area`), in the frames of the
+    :class:`.rerank.spatial.Matches` it comes from."""
+
+    reference: np.ndarray  # (k, 2) the convex hull of the inliers on the reference
+    query: np.ndarray  # (m, 2) that hull carried into the photo by the inliers' homography, clipped to the photo
+    middle: int  # inliers in the middle of the area: its hull shrunk to half its size about its centre
+    near_border: int  # inliers within BORDER of the photo's longer side from the photo's edge
+
+
+def _inside_convex(points: np.ndarray, polygon: np.ndarray) -> np.ndarray:
+    """(n,) whether each point lies in the convex ``polygon`` (its vertices in order) or on its edge."""
+    v = polygon.reshape(-1, 2).astype(np.float64)
+    e = np.roll(v, -1, axis=0) - v
+    d = points.reshape(-1, 1, 2).astype(np.float64) - v[None]
+    cross = e[None, :, 0] * d[..., 1] - e[None, :, 1] * d[..., 0]
+    return np.all(cross >= -1e-6, axis=1) | np.all(cross <= 1e-6, axis=1)
+
+
+def matched_area(m: Matches) -> MatchedArea | None:
+    """The part of the reference the inliers of ``m`` cover, in both images, and where the inliers
+    lie in it; None without a homography (or with a degenerate one).
+
+    The reference's whole outline (``m.outline``) reaches beyond the photo when the reference shows
+    more than the photo does (a framed picture with the wall around it); the matched area is what
+    matched, and lies in the photo. Points in the area's middle, not only around its edges, are
+    what a match of a picture's content has; a match of what framed pictures share (a frame
+    moulding, a wall label) has them around the edges only, and so can a few clustered details."""
+    ref = np.asarray(m.reference_points, np.float32).reshape(-1, 2)
+    photo = np.asarray(m.query_points, np.float32).reshape(-1, 2)
+    if m.outline is None or len(ref) < 4:
+        return None
+    hull = cv2.convexHull(ref).reshape(-1, 2)
+    H, _ = cv2.findHomography(ref, photo, 0)  # least squares on the inliers alone
+    carried = photo if H is None else cv2.perspectiveTransform(hull.reshape(-1, 1, 2), H).reshape(-1, 2)
+    w, h = m.query_size
+    frame = np.array([[0, 0], [w, 0], [w, h], [0, h]], np.float32).reshape(-1, 1, 2)
+    _, clipped = cv2.intersectConvexConvex(cv2.convexHull(carried.astype(np.float32)), frame)
+    if clipped is None or len(clipped) < 3:
+        return None
+    moments = cv2.moments(hull)
+    centre = (np.array([moments["m10"], moments["m01"]]) / moments["m00"] if moments["m00"] > 0
+              else hull.mean(axis=0))
+    middle = int(np.count_nonzero(_inside_convex(ref, (hull - centre) * 0.5 + centre)))
+    b = BORDER * max(w, h)
+    near = (photo[:, 0] < b) | (photo[:, 1] < b) | (photo[:, 0] > w - b) | (photo[:, 1] > h - b)
+    return MatchedArea(hull, clipped.reshape(-1, 2).astype(np.float32), middle, int(np.count_nonzero(near)))
