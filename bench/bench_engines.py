@@ -69,7 +69,7 @@ def bundled(refs: list[Path], folder: Path) -> dict:
         meta = meta_for(REGISTRY[cfg.name], cfg)
         data = engines.read_export(folder, meta)
         if data is None:
-            raise SystemExit(f"no intact export of {meta.describe()} in {folder}: run packaging/export_models.py")
+            raise SystemExit(f"no intact export of {meta.summary()} in {folder}: run packaging/export_models.py")
         a = engines.OnnxExtractor(meta, data, folder).embed_images(images)
         b = build_extractor(cfg, engine="torch").embed_images(images)
         cos = np.sum(a * b, axis=1)

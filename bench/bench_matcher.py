@@ -240,7 +240,7 @@ def main() -> int:
     extractor = build_extractor(None)
     result: dict = {
         "settings": {"matchers": {m: {"params": repr(spatial.params_for(m))} for m in MATCHERS}, "gates": gates,
-                     "backbone": extractor.meta.describe(), "engine": extractor.engine,
+                     "backbone": extractor.meta.summary(), "engine": extractor.engine,
                      "query_settings": "QuerySettings() defaults (5 regions, top 20 verified), verdict rule gate "
                                        "as above"},
         "env": {"python": platform.python_version(), "opencv": cv2.__version__, "numpy": np.__version__,

@@ -71,7 +71,7 @@ def main(argv=None) -> int:
 
     ext = build_extractor(BackboneConfig())
     results["engine"] = ext.engine
-    results["backbone"] = ext.meta.describe()
+    results["backbone"] = ext.meta.summary()
 
     def plain():
         res = yield from extract(refs, ext)

@@ -129,7 +129,7 @@ def one_size(work: Path, n: int, mode: str, full_check: bool, rebuild: bool) -> 
     if mode == "ann":
         old_ann, t_ann = timed(ann.AnnIndex.build(base))
         res["base_ann_build_s"] = t_ann
-        res["ann"] = old_ann.describe()
+        res["ann"] = old_ann.summary()
     old, t_old = timed(ann.neighbour_lists(base, k, ann=old_ann))
     res["base_lists_s"] = t_old
     built = f", ann build {res['base_ann_build_s']:.1f} s" if old_ann else ""

@@ -83,7 +83,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     report = _drive(build_job(args.collection, args.output, config, spec, batch_size=args.batch_size,
                               dtype="float16" if args.float16 else "float32", ann=args.ann,
                               neighbours=args.neighbours, ray=args.ray, matcher=args.matcher), "indexing")
-    print(f"backbone: {report.index.meta.describe()}", file=sys.stderr)
+    print(f"backbone: {report.index.meta.summary()}", file=sys.stderr)
     _print_skips(report.skipped, report.labelling.ignored)
     print(f"index written to {args.output}: {report.summary()}")
     return 0
@@ -125,7 +125,7 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
     from museum_search.core.jobs import upgrade_index
 
     index = _drive(upgrade_index(args.index, ann=args.ann, neighbours=args.neighbours), "converting")
-    print(f"index {args.index} converted to the current format: {index.describe()}")
+    print(f"index {args.index} converted to the current format: {index.summary()}")
     return 0
 
 
@@ -224,18 +224,18 @@ def cmd_info(args: argparse.Namespace) -> int:
     from museum_search.core.index import Index
 
     index = Index.load(args.index, verify="full" if args.check else True)
-    print(index.describe())
+    print(index.summary())
     if args.check:
         print("every data file checked byte for byte: intact")
     print(f"labelling: {index.labelling.rule}; nearest neighbours stored per reference (ICFRR): "
           f"{index.neighbours_stored}")
     if index.ann is not None:
-        print(f"approximate search: {index.ann.describe() if hasattr(index.ann, 'describe') else index.ann.params}")
+        print(f"approximate search: {index.ann.summary() if hasattr(index.ann, 'describe') else index.ann.params}")
         from museum_search.core.index import resolve_mode
 
         tuning = index.ann.params.tuning
         print("  measured (at build time, again after each update): "
-              + (tuning.describe() if tuning is not None else "nothing (built before the measurement existed)"))
+              + (tuning.summary() if tuning is not None else "nothing (built before the measurement existed)"))
         print(f"  --search auto: {resolve_mode('auto', len(index), index.ann)}")
     else:
         print("approximate search: none (every search is exact)")
@@ -329,7 +329,7 @@ def _evaluation_inputs(args: argparse.Namespace):
         pipe = QueryPipeline(index, settings, weights=weights)
     if rerun is not None:
         rerun[0].check_queryset(queryset)
-    print(f"queries: {queryset.describe()}", file=sys.stderr)
+    print(f"queries: {queryset.summary()}", file=sys.stderr)
     return index, queryset, source, pipe, batch_size, weights, rerun
 
 

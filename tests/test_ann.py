@@ -384,7 +384,7 @@ def test_tuning_measures_held_out_queries(tmp_path):
     index = drive(ann.AnnIndex.build(d, params, tune=True))
     t = index.params.tuning
     assert t.held_out and t.references == len(d) and t.queries == 200 and t.meets_target
-    assert "200 held-out noisy references, leave-one-out, on 1,000 references" in t.describe()
+    assert "200 held-out noisy references, leave-one-out, on 1,000 references" in t.summary()
     # each step's recall is the leave-one-out one, computed again independently
     for nprobe, shortlist, recall in (t.steps[0], t.steps[-1]):
         assert abs(_measured(index, d, nprobe, shortlist) - recall) <= 0.01, (nprobe, shortlist, recall)
@@ -394,4 +394,4 @@ def test_tuning_measures_held_out_queries(tmp_path):
     # a manifest written before: no field, not held out, still loads
     old = {k: v for k, v in t.to_dict().items() if k not in ("held_out", "references")}
     back = ann.AnnTuning.from_dict(old)
-    assert not back.held_out and back.references == 0 and "noisy references)" in back.describe()
+    assert not back.held_out and back.references == 0 and "noisy references)" in back.summary()

@@ -75,7 +75,7 @@ def test_multiscale_differs_from_single_scale():
 def test_meta_roundtrip():
     meta = build_extractor(BackboneConfig(size=128, head="rmac"), engine="torch").meta
     assert BackboneMeta.from_dict(meta.to_dict()) == meta
-    assert "RMAC" in meta.describe()
+    assert "RMAC" in meta.summary()
 
 
 def test_torchvision_backbone_without_weights_is_a_clear_error(monkeypatch, tmp_path):

@@ -131,7 +131,7 @@ def test_evaluate_compare_and_export(qtbot, tab, data, tmp_path):
     assert tab.load_queryset_path(data.queries)
     qs = load_queryset(data.queries)
     assert tab.queryset_box.detected_label.text().startswith("Detected: ")
-    assert html.escape(qs.describe()) in tab.queryset_box.detected_label.text()
+    assert html.escape(qs.summary()) in tab.queryset_box.detected_label.text()
     n = len(qs.queries)
 
     # ---- first run: no re-ranking, verified (the defaults) -----------------------------------
@@ -140,7 +140,7 @@ def test_evaluate_compare_and_export(qtbot, tab, data, tmp_path):
     run1 = _evaluate(qtbot, tab)
     report = run1.report
     summary = report.summary
-    assert summary["verified"] and summary["query_regions"] and report.rerank == run1.settings.describe()
+    assert summary["verified"] and summary["query_regions"] and report.rerank == run1.settings.summary()
     assert tab.progress_panel.bar.maximum() == n and tab.progress_panel.bar.value() == n
     assert not tab.plots.timer.isActive()
     assert len(report.records) == n  # nothing skipped

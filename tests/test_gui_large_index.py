@@ -260,7 +260,7 @@ def test_collection_summary_says_what_the_index_stores(qtbot, collection_tab, tm
     assert "3,000 references of 600 instances" in text
     assert "8 nearest neighbours stored per reference" in text
     assert len(index) < AUTO_MIN_REFERENCES and "an approximate-search index (Automatic search is exact" in text
-    assert index.ann.describe() in collection_tab.detected_label.toolTip()
+    assert index.ann.summary() in collection_tab.detected_label.toolTip()
 
 
 def test_search_mode_choice_follows_the_index(qtbot, state, tmp_path):
@@ -294,10 +294,10 @@ def test_search_mode_choice_follows_the_index(qtbot, state, tmp_path):
 
             state.set_index(with_ann)
             assert combo.is_available("ann")
-            assert with_ann.ann.describe() in combo.itemData(ann_row, Qt.ItemDataRole.ToolTipRole)
+            assert with_ann.ann.summary() in combo.itemData(ann_row, Qt.ItemDataRole.ToolTipRole)
             # Automatic says what the build measured, and what it chose from it (core's resolve_mode)
             auto_tip = combo.itemData(combo.findData("auto"), Qt.ItemDataRole.ToolTipRole)
-            assert with_ann.ann.params.tuning is not None and with_ann.ann.params.tuning.describe() in auto_tip
+            assert with_ann.ann.params.tuning is not None and with_ann.ann.params.tuning.summary() in auto_tip
             chosen = {"ann": "approximate", "exact": "exact"}[resolve_mode("auto", len(with_ann), with_ann.ann)]
             assert f"For this index: {chosen}." in auto_tip
             combo.setCurrentIndex(ann_row)

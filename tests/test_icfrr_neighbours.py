@@ -16,7 +16,7 @@ from oracles import gallery_ranks, icfrr_dense, icfrr_loop, prepare_graph
 
 from museum_search.core.answer import _icfrr as icfrr_mod
 from museum_search.core.answer._icfrr import ICFRRParams, ICFRRReranker, graph_from_neighbours, icfrr
-from museum_search.core.answer._rerank import RerankOptions, build_pipeline, icfrr_graph, icfrr_k_g
+from museum_search.core.answer._rerank import RerankOptions, build_rerankers, icfrr_graph, icfrr_k_g
 from museum_search.core.ranking import neg_distance, order
 
 
@@ -308,12 +308,12 @@ def test_pipeline_icfrr_reads_neighbour_lists_not_descriptors(case):
     desc, scores, ranks, nb = case
     labels = np.arange(90) // 6  # 6 photos per object: K_q = K_g = 3 suggested
     index = FakeIndex(desc, labels, nb[:, :8])
-    pipe = build_pipeline("icfrr")
+    pipe = build_rerankers("icfrr")
     out = pipe.apply(index, scores, desc[:25])
     np.testing.assert_array_equal(out, icfrr_dense(scores, ranks, ICFRRParams(k_q=3, k_g=3)).scores)
     assert index.descriptor_reads == 0 and index.neighbour_calls == [3]
     pipe.apply(index, scores, desc[:25])
-    build_pipeline("icfrr").apply(index, scores, desc[:25])
+    build_rerankers("icfrr").apply(index, scores, desc[:25])
     assert index.neighbour_calls == [3]  # the graph is cached per index and K_g
     # partly scored queries through the pipeline
     part = shortlisted(scores, 15)
@@ -321,7 +321,7 @@ def test_pipeline_icfrr_reads_neighbour_lists_not_descriptors(case):
                                   icfrr_loop(part, ranks, ICFRRParams(k_q=3, k_g=3)).scores)
     # K_g beyond the stored lists: the index is asked for longer lists (and the error if not)
     with pytest.raises(ValueError, match="K_g = 9"):
-        build_pipeline("icfrr", RerankOptions(k_q=2, k_g=9)).apply(index, scores, desc[:25])
+        build_rerankers("icfrr", RerankOptions(k_q=2, k_g=9)).apply(index, scores, desc[:25])
     assert index.neighbour_calls == [3, 9]
     # the cache goes with the index
     ref = weakref.ref(index)
@@ -332,10 +332,10 @@ def test_pipeline_icfrr_reads_neighbour_lists_not_descriptors(case):
 def test_pipeline_reads_descriptors_once_for_expansion(case):
     desc, scores, ranks, nb = case
     index = FakeIndex(desc, np.arange(90) // 6, nb[:, :8])
-    build_pipeline("dba,icfrr", RerankOptions(k_q=2, k_g=2)).apply(index, scores, desc[:25])
+    build_rerankers("dba,icfrr", RerankOptions(k_q=2, k_g=2)).apply(index, scores, desc[:25])
     assert index.descriptor_reads == 1 and index.neighbour_calls == [2]
     index = FakeIndex(desc, np.arange(90) // 6, nb[:, :8])
-    build_pipeline("aqe,dba", RerankOptions()).apply(index, scores, desc[:25])
+    build_rerankers("aqe,dba", RerankOptions()).apply(index, scores, desc[:25])
     assert index.descriptor_reads == 1 and index.neighbour_calls == []
 
 
@@ -348,7 +348,7 @@ def test_icfrr_graph_cache_and_tiny_galleries(case):
     assert icfrr_graph(index, 3, 90) is g3 and icfrr_graph(index, 2, 90) is not g2
     one = FakeIndex(desc[:1], ["a"], np.empty((1, 0), np.int32))
     assert icfrr_graph(one, 5, 1).k_g == 0 and one.neighbour_calls == []
-    out = build_pipeline("icfrr", RerankOptions(k_q=2, k_g=2)).apply(one, np.array([[0.5]], np.float32), desc[:1])
+    out = build_rerankers("icfrr", RerankOptions(k_q=2, k_g=2)).apply(one, np.array([[0.5]], np.float32), desc[:1])
     np.testing.assert_array_equal(out, neg_distance(np.array([[0.5]], np.float32)))
 
 

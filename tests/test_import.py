@@ -66,7 +66,7 @@ def exported(tmp_path_factory, sample_index, sample_collection):
 def test_import_writes_an_index_of_the_descriptors(exported, sample_index, capsys):
     ix = Index.load(exported["index"])
     assert ix.meta.imported and ix.meta.name == "imported" and ix.meta.dim == sample_index.meta.dim
-    assert ix.meta.describe() == f"imported descriptors ({ix.meta.dim}-d)"
+    assert ix.meta.summary() == f"imported descriptors ({ix.meta.dim}-d)"
     assert [(it.path, it.instance) for it in ix.items] == [(it.path, it.instance) for it in sample_index.items]
     assert ix.items[0].metadata == {k: v for k, v in sample_index.items[0].metadata.items()
                                     if k in ("title", "artist") and v}

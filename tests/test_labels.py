@@ -21,8 +21,8 @@ from museum_search.core.index._labels import (
     RULES,
     WALL_REASON,
     Reference,
-    describe,
     label_collection,
+    labelling_summary,
 )
 
 _buf = io.BytesIO()
@@ -73,7 +73,7 @@ def test_clicide_on_disk_matches_paper_table(shared_data, tmp_path):
     assert lab.references == sorted(lab.references, key=lambda r: r.path)
     first = lab.references[0]
     assert first == Reference("10A-0.JPG", "10A", {})
-    assert describe(lab).startswith("CLICIDE layout: 3,245 references of 464 instances (207 wall images dropped")
+    assert labelling_summary(lab).startswith("CLICIDE layout: 3,245 references of 464 instances (207 wall images dropped")
 
 
 @pytest.mark.data
@@ -81,7 +81,7 @@ def test_clicide_names_without_images(shared_data):
     names = layout_names(shared_data, "clicide_reference_files.txt")
     lab = label_collection("/nonexistent/clicide", rule="clicide", files=names)
     assert (len(lab.references), lab.n_instances, len(lab.ignored)) == (3245, 464, 207)
-    assert describe(lab) == "CLICIDE layout: 3,245 references of 464 instances (207 wall images dropped)"
+    assert labelling_summary(lab) == "CLICIDE layout: 3,245 references of 464 instances (207 wall images dropped)"
     # the same names read as "none" keep walls and give one instance per file
     lab = label_collection("/nonexistent/clicide", rule="none", files=names)
     assert len(lab.references) == lab.n_instances == 3452
@@ -115,7 +115,7 @@ def test_garofou_on_disk_matches_paper_table(shared_data, tmp_path):
     assert all(r.path.startswith("TRAIN_I/") for r in lab.references)
     assert Reference("TRAIN_I/A_001_01.jpg", "A_001", {}) in lab.references
     assert per_instance_stats(lab) == (2, 1, 45)  # paper-004 table
-    assert describe(lab) == "GaRoFou layout: 1,068 references of 311 instances"
+    assert labelling_summary(lab) == "GaRoFou layout: 1,068 references of 311 instances"
 
     # pointing at TRAIN_I itself gives the same instances
     inner = label_collection(tmp_path / "TRAIN_I")
@@ -150,7 +150,7 @@ def test_paintings_catalogue_is_found_next_to_references(shared_data):
     assert by_path["bbdd_00002.jpg"].metadata == {}
     with_artist = sum(1 for r in lab.references if "artist" in r.metadata)
     assert with_artist == sum(1 for row in rows if row["artist"]) > 200
-    assert describe(lab) == "Catalogue: 287 references of 287 instances"
+    assert labelling_summary(lab) == "Catalogue: 287 references of 287 instances"
 
 
 @pytest.mark.data
@@ -185,7 +185,7 @@ def test_catalogue_on_disk_reports_unlisted_and_missing(tmp_path):
         "gone.jpg": "listed in catalog.csv but no such image in the collection",
         "stray.jpg": "not in catalog.csv",
     }
-    assert describe(lab).startswith("Catalogue: 3 references of 2 instances (")
+    assert labelling_summary(lab).startswith("Catalogue: 3 references of 2 instances (")
     # labelling a subset of the files does not report the others as missing
     lab = label_collection(tmp_path / "photos", files=["sub/c.png"])
     assert [r.instance for r in lab.references] == ["guernica"]
@@ -233,7 +233,7 @@ def test_folder_per_instance_on_disk(tmp_path):
         ("mona/1.jpg", "mona"),
         ("mona/2.jpeg", "mona"),
     ]
-    assert describe(lab) == "Folder-per-instance layout: 4 references of 2 instances"
+    assert labelling_summary(lab) == "Folder-per-instance layout: 4 references of 2 instances"
 
     write_images(tmp_path, ["loose.jpg"])  # a loose image: no longer a folder layout
     assert label_collection(tmp_path).rule == "none"
@@ -287,7 +287,7 @@ def test_none_rule_uses_stem():
     lab = label_collection("/x", files=["IMG_0001.jpg", "IMG_0002.jpg", "trip/IMG_0003.JPG"])
     assert lab.rule == "none"
     assert [r.instance for r in lab.references] == ["IMG_0001", "IMG_0002", "IMG_0003"]
-    assert describe(lab) == "Unlabelled collection: 3 references, each its own instance"
+    assert labelling_summary(lab) == "Unlabelled collection: 3 references, each its own instance"
 
 
 def test_empty_missing_and_unknown(tmp_path):
@@ -392,7 +392,7 @@ def test_non_utf8_file_names_are_ignored_with_a_reason(tmp_path):
     assert "rename the file" in NON_UTF8_FILE_REASON and "rename the folder" in NON_UTF8_FOLDER_REASON
     for path, _ in lab.ignored:
         path.encode("utf-8")  # printable: can be shown, logged and written to JSON
-    assert "2 ignored" not in describe(lab) and "not valid UTF-8" in describe(lab)
+    assert "2 ignored" not in labelling_summary(lab) and "not valid UTF-8" in labelling_summary(lab)
     assert [r.path for r in label_collection(tmp_path, rule="none").references] == [
         "guernica/1.jpg", "mona/1.jpg", "mona/2.jpg"]
 

@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from museum_search.core.errors import LabelError
-from museum_search.core.evaluation._querysets import LAYOUTS, Query, QuerySet, load_queryset
+from museum_search.core.evaluation._querysets import LAYOUTS, LabelledQuery, QuerySet, load_queryset
 from museum_search.core.index._labels import COIL100_REGEX, WALL_REASON, label_collection, read_csv_table
 
 _buf = io.BytesIO()
@@ -81,7 +81,7 @@ def test_qsd2_w3_has_nine_queries_with_two_paintings(shared_data):
     by_name = {Path(q.path).name: q for q in qs.queries}
     assert by_name["00029.jpg"].relevant == {"bbdd_00182", "bbdd_00252"}
     assert qs.n_open_set == 0
-    assert qs.describe() == "CSV ground truth: 30 queries over 37 instances (9 with several relevant instances)"
+    assert qs.summary() == "CSV ground truth: 30 queries over 37 instances (9 with several relevant instances)"
 
 
 def test_csv_open_set_grades_and_mismatches(tmp_path):
@@ -113,7 +113,7 @@ def test_csv_open_set_grades_and_mismatches(tmp_path):
         "extra.jpg": "not listed in ground_truth.csv",
         "gone.jpg": "listed in ground_truth.csv but no such image",
     }
-    assert "2 open-set" in qs.describe()
+    assert "2 open-set" in qs.summary()
 
 
 @pytest.mark.parametrize(
@@ -153,11 +153,11 @@ def test_garofou_queries_on_disk(shared_data, tmp_path):
         assert qs.n_open_set == 0 and qs.ignored == []
         assert all(os.path.isfile(q.path) for q in qs.queries)
     first = os.path.abspath(tmp_path / "TEST_I" / "A_001_00.jpg")
-    assert qs.queries[0] == Query(first, frozenset({"A_001"}), {"A_001": 1})
+    assert qs.queries[0] == LabelledQuery(first, frozenset({"A_001"}), {"A_001": 1})
     # every query object has references (paper: 184 queries over 166 instances, all evaluated)
     assert qs.instances <= set(refs.instances)
     assert qs.restricted_to(refs.instances).n_open_set == 0
-    assert qs.describe() == "GaRoFou layout: 184 queries over 166 instances"
+    assert qs.summary() == "GaRoFou layout: 184 queries over 166 instances"
 
 
 @pytest.mark.data
@@ -194,7 +194,7 @@ def test_clicide_queries_open_set_after_restriction(shared_data, tmp_path):
     assert {Path(q.path).name for q in restricted.queries if q.is_open_set} == {"99Z-0.JPG", "98Y-1.JPG"}
     assert restricted.n_instances == 4
     assert qs.n_open_set == 0  # the original is unchanged
-    assert "2 open-set" in restricted.describe()
+    assert "2 open-set" in restricted.summary()
 
 
 # --------------------------------------------------------------------------- folder, regex
@@ -207,7 +207,7 @@ def test_folder_layout_on_disk(tmp_path):
     assert [(Path(q.path).name, set(q.relevant)) for q in qs.queries] == [
         ("c.jpg", {"guernica"}), ("a.jpg", {"mona"}), ("b.jpg", {"mona"})
     ]
-    assert qs.describe() == "Folder-per-instance layout: 3 queries over 2 instances"
+    assert qs.summary() == "Folder-per-instance layout: 3 queries over 2 instances"
 
 
 @pytest.mark.data
@@ -250,9 +250,9 @@ def test_queryset_counts_and_restriction_keep_grades():
         "csv",
         "/q",
         [
-            Query("/q/1.jpg", frozenset({"a", "b"}), {"a": 3, "b": 1}),
-            Query("/q/2.jpg", frozenset({"c"}), {"c": 1}),
-            Query("/q/3.jpg", frozenset(), {}),
+            LabelledQuery("/q/1.jpg", frozenset({"a", "b"}), {"a": 3, "b": 1}),
+            LabelledQuery("/q/2.jpg", frozenset({"c"}), {"c": 1}),
+            LabelledQuery("/q/3.jpg", frozenset(), {}),
         ],
         [],
     )
@@ -366,10 +366,10 @@ def test_unknown_instances_are_not_open_set():
         "csv",
         "/q",
         [
-            Query("/q/1.jpg", frozenset({"mona", "guernica"}), {"mona": 1, "guernica": 1}),
-            Query("/q/2.jpg", frozenset({"monna"}), {"monna": 1}),  # a typo
-            Query("/q/3.jpg", frozenset(), {}),  # open set by design
-            Query("/q/4.jpg", frozenset({"scream", "guernica"}), {"scream": 1, "guernica": 1}),
+            LabelledQuery("/q/1.jpg", frozenset({"mona", "guernica"}), {"mona": 1, "guernica": 1}),
+            LabelledQuery("/q/2.jpg", frozenset({"monna"}), {"monna": 1}),  # a typo
+            LabelledQuery("/q/3.jpg", frozenset(), {}),  # open set by design
+            LabelledQuery("/q/4.jpg", frozenset({"scream", "guernica"}), {"scream": 1, "guernica": 1}),
         ],
         [],
     )

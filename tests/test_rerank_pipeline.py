@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from museum_search.core.answer._rerank import RerankOptions, build_pipeline, icfrr_advice, parse_names
+from museum_search.core.answer._rerank import RerankOptions, build_rerankers, icfrr_advice, parse_names
 from museum_search.core.errors import MuseumSearchError
 
 
@@ -27,7 +27,7 @@ def test_icfrr_advice_only_for_few_photos_per_object():
 def test_icfrr_after_another_reranker_uses_its_scores(sample_index):
     q = np.asarray(sample_index.descriptors[:2], dtype=np.float32)
     scores = q @ np.asarray(sample_index.descriptors, dtype=np.float32).T
-    out = build_pipeline("dba,icfrr", RerankOptions()).apply(sample_index, scores, q)
+    out = build_rerankers("dba,icfrr", RerankOptions()).apply(sample_index, scores, q)
     assert out.shape == scores.shape and np.all(np.isfinite(out))
     # a query that is a reference's own photo still gets its object first
     labels = sample_index.labels

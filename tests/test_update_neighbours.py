@@ -326,7 +326,7 @@ def test_an_update_measures_the_recall_again_on_the_updated_references(monkeypat
     # a large index (here: made to look large) is measured again with fewer queries, and says so
     monkeypatch.setattr(ann, "_UPDATE_PAIRS", 60 * len(after))
     fewer = drive(built.updated(after, np.arange(len(d)))).params.tuning
-    assert fewer.queries == 60 and "60 held-out noisy references" in fewer.describe()
+    assert fewer.queries == 60 and "60 held-out noisy references" in fewer.summary()
     # an index that was never tuned is not measured by an update either
     untuned = drive(ann.AnnIndex.build(d, params, tune=False))
     assert drive(untuned.updated(after, np.arange(len(d)))).params.tuning is None

@@ -68,11 +68,11 @@ from museum_search.core.index import (
     LabellingSpec,
     check_output_folder,
     default_index_folder,
-    describe,
     find_catalogue,
     indexed_collection,
     is_index_folder,
     label_collection,
+    labelling_summary,
 )
 from museum_search.core.inference import (
     DEFAULT_BACKBONE,
@@ -396,7 +396,7 @@ def index_summary(index: Index) -> str:
     else:
         ann = "no approximate-search index (exact search)"
     return (f"Index: {len(index):,} references of {len(index.instances):,} instances "
-            f"({index.meta.describe()}); {neighbours}; {ann}. Verdict: {Verdict.of_index(index).summary()}")
+            f"({index.meta.summary()}); {neighbours}; {ann}. Verdict: {Verdict.of_index(index).summary()}")
 
 
 def verdict_warning(index: Index | None) -> str | None:
@@ -409,8 +409,8 @@ def index_details(index: Index) -> str:
     """The summary's tooltip: the approximate index's parameters, where the index is."""
     lines = []
     if index.ann is not None:
-        describe = getattr(index.ann, "describe", None)
-        lines.append(f"Approximate search: {describe() if callable(describe) else index.ann}")
+        summary = getattr(index.ann, "summary", None)
+        lines.append(f"Approximate search: {summary() if callable(summary) else index.ann}")
     if index.path is not None:
         lines.append(f"Index folder: {index.path}")
     return "\n".join(lines)
@@ -1000,7 +1000,7 @@ class CollectionTab(QWidget):
     def _steady_status(self) -> None:
         """The status bar's steady line after a job: the open index (no longer "Building…")."""
         index = self.state.index
-        self.state.status.emit(f"Index: {index.describe()}" if index is not None else
+        self.state.status.emit(f"Index: {index.summary()}" if index is not None else
                                "No index open. Open an index or build one in the Collection tab.")
 
     def hideEvent(self, event) -> None:
@@ -1076,7 +1076,7 @@ class CollectionTab(QWidget):
             if token != self._label_token:
                 return
             prefix = "Detected" if auto else "Labels"
-            self.detected_label.setText(f"{prefix}: {describe(lab)}")
+            self.detected_label.setText(f"{prefix}: {labelling_summary(lab)}")
             self.detected_label.setStyleSheet("")
             self._ignored = list(lab.ignored)
             if not self.running:

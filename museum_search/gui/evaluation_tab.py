@@ -402,8 +402,8 @@ class EvaluationTab(QWidget):
         else:
             where = str(index.path) if index.path else str(index.root)
             self.index_label.setText(f"<b>{len(index):,}</b> references of <b>{len(index.instances):,}</b> "
-                                     f"instances — {html.escape(index.meta.describe())}")
-            self.index_label.setToolTip(f"{index.describe()}\n{where}")
+                                     f"instances — {html.escape(index.meta.summary())}")
+            self.index_label.setToolTip(f"{index.summary()}\n{where}")
         self._update_detected()
         self._update_icfrr_warnings()
         self._update_buttons()
@@ -460,7 +460,7 @@ class EvaluationTab(QWidget):
     def _update_detected(self) -> None:
         if self.queryset is None:
             return
-        text = f"Detected: {html.escape(self.queryset.describe())}"
+        text = f"Detected: {html.escape(self.queryset.summary())}"
         if self.index is not None:
             note = self.queryset.unknown_instances_note(self.index.instances)
             if note:

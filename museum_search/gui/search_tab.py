@@ -89,7 +89,7 @@ _MESSAGE_STYLE = {
 
 
 @dataclass
-class Query:
+class LoadedPhoto:
     id: int
     item: QueryImage  # the photo as the pipeline sees it (decoded once, at most 640 px)
     path: str | None = None
@@ -292,7 +292,7 @@ class SearchTab(QWidget):
         super().__init__(parent)
         self.state = state
         self.camera_factory = camera_factory or OpenCVCamera
-        self._query: Query | None = None
+        self._query: LoadedPhoto | None = None
         self._next_qid = 0
         self._extractor = None  # kept across pipelines of the same index
         self._pipelines: dict[tuple, QueryPipeline] = {}  # (index id, settings) → pipeline
@@ -460,7 +460,7 @@ class SearchTab(QWidget):
         return rerank
 
     # ---- public API ----------------------------------------------------------------------
-    def query(self) -> Query | None:
+    def query(self) -> LoadedPhoto | None:
         return self._query
 
     def answer(self) -> Answer | None:
@@ -505,7 +505,7 @@ class SearchTab(QWidget):
                               f"file ({', '.join(sorted(SUPPORTED_EXTENSIONS))}), first.", "error")
             return False
         self._next_qid += 1
-        self._query = Query(self._next_qid, item, path)
+        self._query = LoadedPhoto(self._next_qid, item, path)
         self.query_view.set_image(item.image)
         h, w = item.image.shape[:2]
         name = Path(item.name).name if path else item.name

@@ -208,4 +208,4 @@ class AppState(QObject):
             self.settings.add_recent_index(index.path)
         self.index_changed.emit(index)
         if index is not None:
-            self.status.emit(f"Index: {index.describe()}")
+            self.status.emit(f"Index: {index.summary()}")

@@ -46,10 +46,9 @@ from typing import Any, Sequence
 import cv2
 import numpy as np
 
-from museum_search.core.answer._rerank import RerankOptions, build_pipeline
+from museum_search.core.answer._rerank import RerankOptions, build_rerankers
 from museum_search.core.answer._search import Result, ranking_scores, score_matrix
-from museum_search.core.answer._verdict import Evidence as VerdictEvidence
-from museum_search.core.answer._verdict import Verdict
+from museum_search.core.answer._verdict import Evidence, Verdict
 from museum_search.core.errors import ImageError, MuseumSearchError
 from museum_search.core.images import decode_image, load_image
 from museum_search.core.index import Features, Index, resolve_mode
@@ -106,10 +105,10 @@ class QuerySettings:
                           + ("" if o.icfrr_mode == "paper" else ", reference"))
         if "aqe" in names or "dba" in names:
             params.append(f"n {o.qe_n}, α {o.qe_alpha:g}")
-        text = self.describe() if self.rerank else f"no re-ranking, {self.describe()}"
+        text = self.summary() if self.rerank else f"no re-ranking, {self.summary()}"
         return text + (f" ({'; '.join(params)})" if params else "")
 
-    def describe(self) -> str:
+    def summary(self) -> str:
         parts = ["+".join(self.rerank)] if self.rerank else []
         parts.append(f"verified (top {self.verify_top})" if self.verify else "not verified")
         if self.search == "ann":
@@ -190,12 +189,12 @@ class Answer:
     def top(self) -> Result | None:
         return self.results[0] if self.results else None
 
-    def evidence(self, known: bool, correct: bool) -> VerdictEvidence:
+    def evidence(self, known: bool, correct: bool) -> Evidence:
         """The top result's evidence, for the verdict's figures (``known``/``correct``: the truth)."""
         top = self.top
         if top is None:
-            return VerdictEvidence(float("nan"), None, known, correct)
-        return VerdictEvidence(self.top_cosine, self.top_inliers, known, correct, self.rival, self.margin,
+            return Evidence(float("nan"), None, known, correct)
+        return Evidence(self.top_cosine, self.top_inliers, known, correct, self.rival, self.margin,
                                self.confidence)
 
     def verdict_text(self) -> str:
@@ -220,7 +219,7 @@ class QueryPipeline:
         self.settings = settings or QuerySettings()
         self.extractor = extractor or extractor_for_meta(index.meta, weights)
         index.check_compatible(self.extractor.meta)
-        self._rerank = build_pipeline(self.settings.rerank, self.settings.options)
+        self._rerank = build_rerankers(self.settings.rerank, self.settings.options)
         self.verdict = self.settings.verdict or Verdict.of_index(index)
         #: the verification of shortlists, with the index's own matcher and the verdict's gate
         self.verification = Verification(index, params_of_index(index, self.settings.verify_top),
@@ -241,7 +240,7 @@ class QueryPipeline:
 
     def settings_text(self) -> str:
         """:meth:`QuerySettings.describe`, saying when ``auto`` chose the approximate search."""
-        text = self.settings.describe()
+        text = self.settings.summary()
         if self.search_mode == "ann" and self.settings.search != "ann":
             text += ", approximate search"
         return text
@@ -360,7 +359,7 @@ class QueryPipeline:
                 assert query.image is not None  # qf is only set for a photo (verified above)
                 top_inliers, rival = self.verification.top_evidence(query.image, qf, instance, verified)
             margin = cosine_margin(labels, instance, top_cosine, cos, np.isfinite(scores))
-            judged = self.verdict.judge(VerdictEvidence(top_cosine, top_inliers, True, True, rival, margin))
+            judged = self.verdict.judge(Evidence(top_cosine, top_inliers, True, True, rival, margin))
             known, reason, confidence = judged.known, judged.reason, judged.confidence
         else:
             known, reason, confidence, margin = False, "the collection is empty", None, float("nan")

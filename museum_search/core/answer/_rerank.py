@@ -45,7 +45,7 @@ class RerankOptions:
 
 
 @dataclass
-class Pipeline:
+class Rerankers:
     names: list[str]
     options: RerankOptions
     _stages: list[Any] = field(default_factory=list)
@@ -53,7 +53,7 @@ class Pipeline:
     def __bool__(self) -> bool:
         return bool(self.names)
 
-    def describe(self) -> str:
+    def summary(self) -> str:
         return "+".join(self.names) if self.names else "none"
 
     def apply(
@@ -172,8 +172,8 @@ def parse_names(spec: str | Sequence[str] | None) -> list[str]:
     return names
 
 
-def build_pipeline(spec: str | Sequence[str] | None, options: RerankOptions | None = None) -> Pipeline:
-    """Pipeline from a comma-separated list such as ``"dba,icfrr"``."""
+def build_rerankers(spec: str | Sequence[str] | None, options: RerankOptions | None = None) -> Rerankers:
+    """The re-rankers from a comma-separated list such as ``"dba,icfrr"``."""
     options = options or RerankOptions()
     names = parse_names(spec)
     stages: list[Any] = []
@@ -188,7 +188,7 @@ def build_pipeline(spec: str | Sequence[str] | None, options: RerankOptions | No
             stages.append(AQEReranker(n=options.qe_n, alpha=options.qe_alpha))
         elif n == "dba":
             stages.append(DBAReranker(n=options.qe_n, alpha=options.qe_alpha))
-    return Pipeline(names, options, stages)
+    return Rerankers(names, options, stages)
 
 
 def icfrr_advice(labels, options: RerankOptions | None = None) -> str | None:

@@ -16,7 +16,7 @@ from museum_search.core.evaluation._export import (
 )
 from museum_search.core.evaluation._querysets import (
     LAYOUTS,
-    Query,
+    LabelledQuery,
     QuerySet,
     load_queryset,
     read_ground_truth_rows,
@@ -62,7 +62,7 @@ __all__ = [
     "LAYOUTS",
     "PARAMETER_NAMES",
     "PairedTestResult",
-    "Query",
+    "LabelledQuery",
     "QueryRecord",
     "QuerySet",
     "QuerySetSource",

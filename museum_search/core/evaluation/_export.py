@@ -382,7 +382,7 @@ def run_spec(report: EvalReport, index: Index, source: QuerySetSource, queryset:
     if report.verdict is not None:
         settings = replace(settings, verdict=report.verdict)
     return RunSpec(name, None if index.path is None else str(Path(index.path).resolve()), index_id(index), len(index),
-                   len(index.instances), index.meta.describe(), source, len(queryset.queries), queryset_id(queryset),
+                   len(index.instances), index.meta.summary(), source, len(queryset.queries), queryset_id(queryset),
                    settings, resolved(report.settings or settings, index, report.search_mode), int(batch_size),
                    engines.current_engine(), weights, ann_id=ann_id(index), ann_params=_ann_params(index))
 

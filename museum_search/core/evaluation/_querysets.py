@@ -68,7 +68,7 @@ _GRADE = re.compile(r"^(\d+)(?:\.0*)?$")
 
 
 @dataclass(frozen=True)
-class Query:
+class LabelledQuery:
     path: str  # absolute path of the query image (``row N`` for a query given as a descriptor)
     relevant: frozenset[str]  # instance ids; empty = open-set query
     grades: dict[str, int] = field(default_factory=dict, hash=False)  # 1..3 per relevant instance
@@ -83,9 +83,9 @@ class Query:
 class QuerySet:
     layout: str
     root: str
-    queries: list[Query]
+    queries: list[LabelledQuery]
     ignored: list[tuple[str, str]]  # (path relative to root, reason)
-    #: queries given as descriptors: (N, D) L2-normalized rows, ``Query.row`` of each (else None)
+    #: queries given as descriptors: (N, D) L2-normalized rows, ``LabelledQuery.row`` of each (else None)
     descriptors: np.ndarray | None = field(default=None, repr=False)
 
     @property
@@ -139,7 +139,7 @@ class QuerySet:
         """
         keep = set(instances)
         queries = [
-            Query(
+            LabelledQuery(
                 q.path,
                 frozenset(q.relevant & keep),
                 {i: g for i, g in q.grades.items() if i in keep},
@@ -149,7 +149,7 @@ class QuerySet:
         ]
         return QuerySet(self.layout, self.root, queries, list(self.ignored), self.descriptors)
 
-    def describe(self) -> str:
+    def summary(self) -> str:
         """One line, e.g. ``ground_truth.csv: 30 queries over 33 instances (9 with several relevant instances)``."""
         n, k = len(self.queries), self.n_instances
         name = LAYOUT_NAMES.get(self.layout, self.layout)
@@ -364,14 +364,14 @@ def load_queryset(
     def absolute(rel: str) -> str:
         return os.path.abspath(root / rel)
 
-    queries: list[Query] = []
+    queries: list[LabelledQuery] = []
     if layout == "csv":
         assert csv_path is not None  # set above for the csv layout
         truth, more = _read_ground_truth(csv_path, rels, [p for p, _ in unusable])
         ignored.extend(more)
         for rel, grades in truth.items():
             relevant = {i: g for i, g in grades.items() if g > 0}
-            queries.append(Query(absolute(rel), frozenset(relevant), relevant))
+            queries.append(LabelledQuery(absolute(rel), frozenset(relevant), relevant))
     else:
         pattern = compile_regex(regex) if layout == "regex" else None
         for rel in rels:
@@ -380,7 +380,7 @@ def load_queryset(
                 assert reason is not None  # label_file gives a reason for every file it ignores
                 ignored.append((rel, reason))
             else:
-                queries.append(Query(absolute(rel), frozenset({instance}), {instance: 1}))
+                queries.append(LabelledQuery(absolute(rel), frozenset({instance}), {instance: 1}))
 
     if not queries:
         example = f" (e.g. {ignored[0][0]}: {ignored[0][1]})" if ignored else ""

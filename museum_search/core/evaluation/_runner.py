@@ -53,7 +53,7 @@ from museum_search.core.answer import (
 )
 from museum_search.core.errors import ImageError, MuseumSearchError
 from museum_search.core.evaluation._metrics import gap_known, global_average_precision, relevance_matrix, summarize
-from museum_search.core.evaluation._querysets import Query, QuerySet
+from museum_search.core.evaluation._querysets import LabelledQuery, QuerySet
 from museum_search.core.index import Index
 from museum_search.core.inference import DescriptorExtractor, extractor_for_meta
 from museum_search.core.progress import DecodePool, Progress, drive, wait
@@ -270,7 +270,7 @@ def evaluate(
     summary, per_query = summary_of(index, rels, nrels, len(skipped), gtm, unknowns)
     summary.update(pipeline_summary(pipe, [r.evidence for r in records]))
     # the query set as loaded: restricting it would describe unknown instances as open-set
-    return EvalReport(summary, records, skipped, index.describe(), queryset.describe(),
+    return EvalReport(summary, records, skipped, index.summary(), queryset.summary(),
                       pipe.settings_text(), per_query, pipe.verdict, pipe.settings, pipe.search_mode)
 
 
@@ -382,7 +382,7 @@ class Measured:
     evidence: Evidence  # the answer's evidence, knowing whether the query is known and the answer right
 
 
-def measure(answer: Answer, query: Query, labels: np.ndarray) -> Measured:
+def measure(answer: Answer, query: LabelledQuery, labels: np.ndarray) -> Measured:
     """``answer`` (given with its full ranking) against ``query``'s relevant instances, ``labels``
     the instance of every reference: the per-query measurement of the runner and the sweep. A
     query is known when it has a relevant reference in the collection, the answer right when its

@@ -632,7 +632,7 @@ class AnnTuning:
             raise IndexFormatError(
                 f"the approximate index's measured recall and speed are damaged ({exc}): rebuild the index") from exc
 
-    def describe(self) -> str:
+    def summary(self) -> str:
         how = "held-out noisy references, leave-one-out" if self.held_out else "noisy references"
         on = f", on {self.references:,} references" if self.references else ""
         return (f"recall@10 {self.recall_at_10:.3f} against exact search (target {self.target:.2f}, "
@@ -861,7 +861,7 @@ class AnnIndex:
         """References in the index (must equal the rows of the descriptors it serves)."""
         return int(self._index.ntotal)
 
-    def describe(self) -> str:
+    def summary(self) -> str:
         p = self.params
         t = p.tuning
         tuned = "" if t is None else f", recall@10 {t.recall_at_10:.3f} measured " + (
@@ -870,7 +870,7 @@ class AnnIndex:
                 f"{p.m} x {p.nbits}-bit codes, exact re-scoring of {p.shortlist} candidates{tuned}")
 
     def __repr__(self) -> str:
-        return f"AnnIndex({self.describe()})"
+        return f"AnnIndex({self.summary()})"
 
     # ---- building ------------------------------------------------------------------------
     @classmethod

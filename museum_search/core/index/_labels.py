@@ -649,7 +649,7 @@ def summarize_ignored(ignored: Iterable[tuple[str, str]]) -> str:
     return "; ".join(parts)
 
 
-def describe(labelling: Labelling) -> str:
+def labelling_summary(labelling: Labelling) -> str:
     """One line for the user, e.g. ``CLICIDE layout: 3,245 references of 464 instances (207 wall images dropped)``."""
     n, k = len(labelling.references), labelling.n_instances
     name = RULE_NAMES.get(labelling.rule, labelling.rule)

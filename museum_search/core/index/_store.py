@@ -193,9 +193,9 @@ class Index:
             self._catalogue = ItemStore.in_memory(self.items)
         return self._catalogue
 
-    def describe(self) -> str:
+    def summary(self) -> str:
         return (
-            f"{len(self)} references of {len(self.instances)} instances, {self.meta.describe()}, "
+            f"{len(self)} references of {len(self.instances)} instances, {self.meta.summary()}, "
             f"collection {self.root}"
         )
 

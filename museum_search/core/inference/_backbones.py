@@ -122,7 +122,7 @@ class BackboneMeta:
         """The descriptors were computed elsewhere and imported (no network to run here)."""
         return self.name == IMPORTED
 
-    def describe(self) -> str:
+    def summary(self) -> str:
         if self.imported:
             return f"imported descriptors ({self.dim}-d)"
         if self.head == "logits":

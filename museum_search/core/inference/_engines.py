@@ -393,7 +393,7 @@ def onnx_extractor(config: BackboneConfig, *, download: bool = True) -> Descript
         if data is None:
             if not torch_available():
                 raise MuseumSearchError(
-                    f"no ONNX export of {meta.describe()} here and torch is not installed to make one; "
+                    f"no ONNX export of {meta.summary()} here and torch is not installed to make one; "
                     "install museum-search with torch once, or copy the export into "
                     f"{export_dirs()[-1]}")
             try:

@@ -314,8 +314,8 @@ def describe_on_ray(
                 got = BackboneMeta.from_dict(out["meta"])
                 if got != meta:
                     raise MuseumSearchError(
-                        f"a Ray worker ({out['host']}) describes with {got.describe()} [{got.weights_id}], not "
-                        f"{meta.describe()} [{meta.weights_id}]: install the same museum-search and weights on "
+                        f"a Ray worker ({out['host']}) describes with {got.summary()} [{got.weights_id}], not "
+                        f"{meta.summary()} [{meta.weights_id}]: install the same museum-search and weights on "
                         "every worker")
                 out = {**out, "descriptors": np.array(out["descriptors"], np.float32),  # out of the object store
                        "ok": np.array(out["ok"], np.int64)}

@@ -42,7 +42,7 @@ import numpy as np
 
 from museum_search.core.answer import QueryImage, descriptor_query
 from museum_search.core.errors import LabelError, MuseumSearchError
-from museum_search.core.evaluation import Query, QuerySet, read_ground_truth_rows
+from museum_search.core.evaluation import LabelledQuery, QuerySet, read_ground_truth_rows
 from museum_search.core.images import NotRegularFileError, open_regular
 from museum_search.core.index import (
     CATALOGUE_FILE_COLUMNS,
@@ -225,7 +225,7 @@ def descriptor_queryset(path: str | os.PathLike, ground_truth: str | os.PathLike
     for i, name in enumerate(names):
         if name in truth:
             relevant = {k: g for k, g in truth[name].items() if g > 0}
-            queries.append(Query(name, frozenset(relevant), relevant, row=i))
+            queries.append(LabelledQuery(name, frozenset(relevant), relevant, row=i))
     if not queries:
         raise LabelError(f"{csv_path} names none of the {len(rows):,} rows of {Path(path).name}")
     return QuerySet("descriptors", str(csv_path.resolve().parent), queries, ignored, descriptors=rows)

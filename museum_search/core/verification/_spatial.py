@@ -503,18 +503,12 @@ def homography_is_plausible(H: np.ndarray, width: float, height: float, max_scal
     return bool(np.all(cross > 0) or np.all(cross < 0))
 
 
-def _inliers_of(src: np.ndarray, dst: np.ndarray, params: SpatialParams, size_b: tuple[float, float]) -> int:
-    """Inliers of the robust homography from the reference (b) to the query (a); 0 if degenerate.
-
-    The homography is fitted from b to a so that the degeneracy test can map b's outline (the
-    painting, which must be seen from in front) into the query.
-    """
-    return _homography(src, dst, params, size_b)[0]
-
-
 def _homography(src: np.ndarray, dst: np.ndarray, params: SpatialParams, size_b: tuple[float, float]
                 ) -> tuple[int, np.ndarray | None, np.ndarray | None]:
-    """(inliers, H from b to a, inlier mask) of the robust homography; (0, None, None) if degenerate."""
+    """(inliers, H from b to a, inlier mask) of the robust homography; (0, None, None) if degenerate.
+
+    The homography is fitted from the reference (b) to the query (a) so that the degeneracy test can
+    map b's outline (the painting, which must be seen from in front) into the query."""
     if len(src) < MIN_MATCHES:
         return 0, None, None
     method = getattr(cv2, _ESTIMATORS[params.estimator])
@@ -695,7 +689,7 @@ class Verifier:
         self.stats = {"computed": 0, "disk_hits": 0, "memory_hits": 0, "unreadable": 0}
         self._found: tuple[Features, Any, dict[int, Found]] | None = None  # of the last verify_rows
 
-    def describe(self) -> str:
+    def summary(self) -> str:
         p = self.params
         return (f"verification ({p.effective_feature.upper()}, top {p.top_n}, "
                 f"+{p.weight:g}·min(inliers,{p.inlier_cap})/{p.inlier_cap})")

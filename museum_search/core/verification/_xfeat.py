@@ -93,7 +93,7 @@ class XFeatMeta:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def describe(self) -> str:
+    def summary(self) -> str:
         return f"XFeat (at most {self.top_k} keypoints)"
 
 

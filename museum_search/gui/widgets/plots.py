@@ -289,10 +289,6 @@ class RunLegend(QWidget):
             self._grid.setColumnStretch(2 * c + 1, 1 if len(self._entries) > c else 0)
         self.setVisible(bool(self._metrics or self._entries))
 
-    def run_names_shown(self) -> bool:
-        """The runs are named (two or more drawn; one run is the one shown, named in the list)."""
-        return len(self._entries) > 1
-
 
 def _histogram(values: np.ndarray) -> np.ndarray:
     counts, _ = np.histogram(np.clip(values, 0.0, 1.0), bins=HIST_BINS)

@@ -116,7 +116,7 @@ class SearchModeCombo(QComboBox):
         if item is not None:
             item.setEnabled(reason is None)
         ann_tip = reason or ("Approximate: the approximate-search index proposes candidates, scored exactly "
-                             f"({index.ann.describe() if hasattr(index.ann, 'describe') else 'faiss'}). "
+                             f"({index.ann.summary() if hasattr(index.ann, 'describe') else 'faiss'}). "
                              "Much faster on a large collection; the top results may rarely differ from Exact.")
         self._tips = {"ann": ann_tip, "exact": EXACT_TIP}
         self.setItemData(ann, wrapped_tip(*ann_tip.split("\n\n")), Qt.ItemDataRole.ToolTipRole)
@@ -131,7 +131,7 @@ class SearchModeCombo(QComboBox):
             now = f" For this index: {'approximate' if resolved_mode(index) == 'ann' else 'exact'}."
             tuning = getattr(getattr(getattr(index, "ann", None), "params", None), "tuning", None)
             if tuning is not None:
-                now += f" Measured at build time: {tuning.describe()}."
+                now += f" Measured at build time: {tuning.summary()}."
         self._tips["auto"] = f"Automatic: {rule}.{now}"
         self.setItemData(self.findData("auto"), wrapped_tip(self._tips["auto"]), Qt.ItemDataRole.ToolTipRole)
         self._select(self._wanted)
