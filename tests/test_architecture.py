@@ -31,6 +31,32 @@ def test_core_imports_without_qt():
     assert r.stdout.startswith("ok")
 
 
+CORE = ROOT / "museum_search" / "core"
+
+
+def test_core_top_level_keeps_only_leaves():
+    """Core's folder shows the layers: at most 12 leaf modules at the top, the rest in packages."""
+    leaves = [p.stem for p in CORE.glob("*.py") if p.name != "__init__.py"]
+    assert len(leaves) <= 12, leaves
+    packages = sorted(p.name for p in CORE.iterdir() if (p / "__init__.py").is_file())
+    assert {"inference", "index", "verification", "answer", "jobs", "evaluation"} <= set(packages)
+
+
+def test_every_package_has_a_face():
+    """Each package of core has a face: ``__all__`` in its ``__init__``, naming only what it imports, and every
+    module behind it private (``_name``), as scikit-image does."""
+    import importlib
+
+    for init in CORE.glob("*/__init__.py"):
+        name = f"museum_search.core.{init.parent.name}"
+        face = importlib.import_module(name)
+        assert getattr(face, "__all__", None), f"{name} has no __all__"
+        missing = [n for n in face.__all__ if not hasattr(face, n)]
+        assert not missing, f"{name}.__all__ names what it does not have: {missing}"
+        public = [p.name for p in init.parent.glob("*.py") if p.name != "__init__.py" and not p.name.startswith("_")]
+        assert not public, f"{name}: modules behind the face must be private: {public}"
+
+
 def _tool(name: str) -> str:
     """The dev tool ``name`` beside this Python first (the project's .venv is not necessarily on PATH);
     in CI a missing tool fails (the dev extra installs it), elsewhere the test is skipped."""
@@ -53,7 +79,7 @@ def test_import_linter_contracts():
     never import each other), both above core."""
     r = _run(_tool("lint-imports"))
     assert r.returncode == 0, r.stdout + r.stderr
-    for contract in ("core is free of Qt", "core is layered", "the views sit on core"):
+    for contract in ("core is free of Qt", "core is layered", "the views sit on core", "every package is used through its face"):
         assert any(line.startswith(contract) and line.rstrip().endswith("KEPT") for line in r.stdout.splitlines()), \
             r.stdout
 

@@ -96,7 +96,7 @@ class QuerySettings:
         object.__setattr__(self, "rerank", tuple(names))
 
     def label(self) -> str:
-        """:meth:`describe` with the re-rankers' parameters, e.g.
+        """:meth:`summary` with the re-rankers' parameters, e.g.
         ``icfrr, verified (top 20) (K 2/2, β 0.50, 5 it)`` (a run's name)."""
         o, names = self.options, self.rerank
         params = []
@@ -239,7 +239,7 @@ class QueryPipeline:
         return cls(index, settings, extractor=NoNetwork(index.meta, "this job's queries are descriptors, not photos"))
 
     def settings_text(self) -> str:
-        """:meth:`QuerySettings.describe`, saying when ``auto`` chose the approximate search."""
+        """:meth:`QuerySettings.summary`, saying when ``auto`` chose the approximate search."""
         text = self.settings.summary()
         if self.search_mode == "ann" and self.settings.search != "ann":
             text += ", approximate search"
