@@ -1,5 +1,5 @@
 """From how many references is approximate search worth it? Exact brute force against the faiss
-IVF-PQ index of :mod:`museum_search.core.index._ann` (with exact re-scoring of its shortlist), on
+IVF-PQ index of :mod:`museum_search.core.index._approximate` (with exact re-scoring of its shortlist), on
 memory-mapped float16 descriptors, at several collection sizes.
 
 Synthetic but clustered 1280-d descriptors, written as a float16 .npy and memory-mapped: objects
@@ -10,15 +10,15 @@ are views of the same object and the rest close relatives, with scores near each
 case for an approximate index).
 
 For each size N (one run; the machine is shared, so the load average is recorded):
-* exact: ``ann.exact_scores`` of one query (float16 converted a chunk at a time), p50/p95 over
+* exact: ``_exact.exact_scores`` of one query (float16 converted a chunk at a time), p50/p95 over
   ``--latency-queries`` single queries after one warm-up;
 * ann: ``AnnIndex.build`` time (training on a sample, then adding), the serialized index size, and
   ``AnnIndex.search`` of one query (candidates, exact re-scoring, top 10), p50/p95;
 * recall@10 of the ann search against exact over ``--queries`` queries.
-Also, at ``--neighbours-n`` references: ``ann.neighbour_lists`` (k = 32) exactly and from the
+Also, at ``--neighbours-n`` references: ``_neighbours.neighbour_lists`` (k = 32) exactly and from the
 approximate index (time, and the overlap of the two).
 
-The rule for ``ann.AUTO_MIN_REFERENCES`` (printed at the end): the smallest measured N at which
+The rule for ``_modes.AUTO_MIN_REFERENCES`` (printed at the end): the smallest measured N at which
 exact search is at least ``--margin`` (3) times slower than ann search at the median, takes at
 least ``--noticeable-ms`` (100 ms, a wait a user notices) and ann keeps recall@10 >= 0.95.
 
@@ -42,7 +42,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from museum_search.core.index import _ann as ann
+from museum_search.core.index import _approximate, _exact, _modes, _neighbours
 from museum_search.core.progress import drive
 from museum_search.core.ranking import order
 
@@ -115,13 +115,13 @@ def bench_size(work: Path, n: int, dim: int, queries: int, latency_queries: int)
     d = write_synthetic(work / f"descriptors-{n}.npy", n, dim)
     t_write = time.perf_counter() - t0
     q = synthetic_queries(d, queries)
-    truth = order(ann.exact_scores(d, q), 10)
-    exact_lat = latencies(lambda x: order(ann.exact_scores(d, x), 10), q[:latency_queries])
+    truth = order(_exact.exact_scores(d, q), 10)
+    exact_lat = latencies(lambda x: order(_exact.exact_scores(d, x), 10), q[:latency_queries])
 
     stages: dict[str, float] = {}
     t0 = time.perf_counter()
     last = [t0, None]
-    gen = ann.AnnIndex.build(d)
+    gen = _approximate.AnnIndex.build(d)
     while True:
         try:
             p = next(gen)
@@ -154,8 +154,8 @@ def bench_size(work: Path, n: int, dim: int, queries: int, latency_queries: int)
         "recall_at_10": round(rec, 4),
         "shortlist_recall_at_10": round(shortlist_rec, 4),
         "build_s": round(t_build, 1),
-        "train_s": round(stages.get(ann.TRAIN_STAGE, 0.0), 1),
-        "add_s": round(stages.get(ann.ADD_STAGE, 0.0), 1),
+        "train_s": round(stages.get(_approximate.TRAIN_STAGE, 0.0), 1),
+        "add_s": round(stages.get(_approximate.ADD_STAGE, 0.0), 1),
         "ann_bytes": len(blob),
         "ann_bytes_per_reference": round(len(blob) / n, 1),
         "descriptor_bytes": int(d.nbytes),
@@ -163,7 +163,7 @@ def bench_size(work: Path, n: int, dim: int, queries: int, latency_queries: int)
     }
     path = work / f"ann-{n}.faiss"
     path.write_bytes(blob)
-    again = ann.AnnIndex.read(path, index.params)
+    again = _approximate.AnnIndex.read(path, index.params)
     row["read_back_identical"] = bool(np.array_equal(again.candidates(q[:20]), index.candidates(q[:20])))
     return row
 
@@ -171,13 +171,13 @@ def bench_size(work: Path, n: int, dim: int, queries: int, latency_queries: int)
 def bench_neighbours(work: Path, n: int, dim: int, k: int = 32) -> dict:
     d = write_synthetic(work / f"neighbours-{n}.npy", n, dim, seed=3)
     t0 = time.perf_counter()
-    exact = drive(ann.neighbour_lists(d, k))
+    exact = drive(_neighbours.neighbour_lists(d, k))
     t_exact = time.perf_counter() - t0
     t0 = time.perf_counter()
-    index = drive(ann.AnnIndex.build(d))
+    index = drive(_approximate.AnnIndex.build(d))
     t_build = time.perf_counter() - t0
     t0 = time.perf_counter()
-    approx = drive(ann.neighbour_lists(d, k, ann=index))
+    approx = drive(_neighbours.neighbour_lists(d, k, ann=index))
     t_approx = time.perf_counter() - t0
     overlap = float(np.mean([len(set(a) & set(e)) / k for a, e in zip(approx.tolist(), exact.tolist())]))
     return {"N": n, "k": k, "exact_s": round(t_exact, 1), "ann_build_s": round(t_build, 1),
@@ -237,7 +237,7 @@ def main() -> None:
         "rule": f"smallest N with exact p50 >= {args.margin} x ann p50, exact p50 >= {args.noticeable_ms} ms, "
                 "recall@10 >= 0.95",
         "threshold_measured": threshold,
-        "AUTO_MIN_REFERENCES": ann.AUTO_MIN_REFERENCES,
+        "AUTO_MIN_REFERENCES": _modes.AUTO_MIN_REFERENCES,
         "sizes": rows,
         "neighbour_lists": neighbours,
         "total_s": round(time.perf_counter() - t_all, 1),
@@ -255,7 +255,7 @@ def main() -> None:
     if neighbours:
         print(f"neighbour lists (k={neighbours['k']}) at N={neighbours['N']:,}: exact {neighbours['exact_s']} s, "
               f"ann {neighbours['ann_s']} s (+ build {neighbours['ann_build_s']} s), overlap {neighbours['overlap']}")
-    print(f"threshold by the rule: {threshold}; ann.AUTO_MIN_REFERENCES = {ann.AUTO_MIN_REFERENCES}")
+    print(f"threshold by the rule: {threshold}; _modes.AUTO_MIN_REFERENCES = {_modes.AUTO_MIN_REFERENCES}")
     print(f"load average at start {machine['load_average_at_start']}, at end {machine['load_average_at_end']}; "
           f"wrote {out}")
 

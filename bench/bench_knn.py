@@ -7,13 +7,13 @@ Parts (each one run writes its key of bench/results/knn.json, keeping the others
 * ``synthetic`` (``--n``, default 100,000; both kinds of ``bench_scale.prepare`` data: "themes",
   objects grouped in themes, and "objects", 10 views of each object around random centres): on the
   same memory-mapped float16 matrix, in one process, one after the other:
-  - **new**: ``ann.neighbour_lists(d, 32, ann=...)`` (the k-NN graph method of ``core/knn.py`` and
+  - **new**: ``_neighbours.neighbour_lists(d, 32, ann=...)`` (the k-NN graph method of ``core/knn.py`` and
     the exact re-scoring), with the time of each stage (cells, probes, scan, exact ranking);
   - **old**: the IVF-region lists of commit ``OLD_COMMIT`` (its ``AnnIndex.build`` +
     ``neighbour_lists``, loaded from git), and the largest / median cell;
   - **faiss HNSW alone**: ``IndexHNSWFlat`` (M = 32, efConstruction 40, inner product), every row
     searched for 33 with efSearch 64, itself dropped: build + search, no exact re-scoring;
-  - **exact**: ``ann.neighbour_lists(d, 32)`` (themes only: its time does not depend on the data).
+  - **exact**: ``_neighbours.neighbour_lists(d, 32)`` (themes only: its time does not depend on the data).
   Recall@32 against exact lists of a seeded sample of 1,000 rows (float64 dot products rounded to
   float32, ties by lower row: computed here, independently), and the share of each sampled row's 9
   other views found in its 32 ("other views recall").
@@ -59,7 +59,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from bench_scale import VIEWS, prepare
 
-from museum_search.core.index import _ann as ann
+from museum_search.core.index import _exact, _neighbours
 from museum_search.core.progress import drive
 from museum_search.core.ranking import neg_distance, order
 
@@ -147,7 +147,7 @@ def timed_stages(gen, marks: dict[str, float], n: int):
 
 
 def old_module():
-    """``museum_search.core.index._ann`` as of :data:`OLD_COMMIT` (the IVF-region lists)."""
+    """``museum_search.core.ann`` (now :mod:`museum_search.core.index._neighbours`) as of :data:`OLD_COMMIT` (the IVF-region lists)."""
     src = subprocess.run(["git", "-C", str(HERE.parent), "show", f"{OLD_COMMIT}:museum_search/core/ann.py"],
                          check=True, capture_output=True, text=True).stdout
     f = Path(tempfile.mkdtemp()) / "ann_old.py"
@@ -160,7 +160,7 @@ def old_module():
 
 
 def hnsw_lists(d: np.ndarray) -> tuple[np.ndarray, float, float]:
-    faiss = ann._faiss()
+    faiss = _exact._faiss()
     n, dim = d.shape
     index = faiss.IndexHNSWFlat(dim, 32, faiss.METRIC_INNER_PRODUCT)
     index.hnsw.efConstruction = 40
@@ -198,7 +198,7 @@ def synthetic(work: Path, n: int) -> dict:
         row: dict = {"exact_sample_s": round(time.perf_counter() - t, 2)}
         print(kind, "exact sample", row["exact_sample_s"], flush=True)
         # new: the k-NN graph method (fractions of its progress: cells 0.09, probes 0.18, scan 0.9)
-        lists, total, st = timed_stages(ann.neighbour_lists(d, K, ann=Sized(n)),
+        lists, total, st = timed_stages(_neighbours.neighbour_lists(d, K, ann=Sized(n)),
                                         {"cells": 0.09, "probes": 0.18, "scan": 0.9}, n)
         stages = {"cells_s": st.get("cells"), "probes_s": round(st["probes"] - st["cells"], 2),
                   "scan_s": round(st["scan"] - st["probes"], 2), "exact_ranking_s": round(total - st["scan"], 2)}
@@ -225,7 +225,7 @@ def synthetic(work: Path, n: int) -> dict:
         del lists
         if kind == "themes":  # exact brute force (the same arithmetic whatever the data)
             t = time.perf_counter()
-            lists = drive(ann.neighbour_lists(d, K))
+            lists = drive(_neighbours.neighbour_lists(d, K))
             row["exact"] = {"seconds": round(time.perf_counter() - t, 2), **recalls(lists, rows, exact)}
             print(kind, "exact", row["exact"], flush=True)
         res[kind] = row
@@ -269,7 +269,7 @@ def real() -> dict:
         for name, path, qsets in (("coil100", tmp / "coil", coil_qs), ("paintings", tmp / "paintings", paint_qs)):
             base = Index.load(path)
             n = len(base)
-            exact = drive(ann.neighbour_lists(base.descriptors, K_MAX))
+            exact = drive(_neighbours.neighbour_lists(base.descriptors, K_MAX))
             entry: dict = {"references": n, "k": K_MAX}
 
             def evaluate(lists, path=path, qsets=qsets):
@@ -284,7 +284,7 @@ def real() -> dict:
             ex_summary, ex_aps = evaluate(exact)
             entry["exact_lists"] = ex_summary
             for label, params in (("knn_default", KnnParams()), ("knn_2_probes", KnnParams(probes=2))):
-                lists = drive(ann.neighbour_lists(base.descriptors, K_MAX, ann=Sized(n), knn=params))
+                lists = drive(_neighbours.neighbour_lists(base.descriptors, K_MAX, ann=Sized(n), knn=params))
                 equal_rows = float(np.mean(np.all(lists == exact, axis=1)))
                 recall = float(np.mean([len(set(a) & set(e)) / K_MAX for a, e in zip(lists, exact)]))
                 summary, aps = evaluate(lists)
@@ -329,7 +329,7 @@ def million(work: Path, n: int, added: int = 1000, append_only: bool = False, li
     if lists_only:  # the neighbour lists alone, again (the build's figure is one stage among others)
         res = {**json.loads(RESULTS.read_text())["million"], **res}
         cpu = time.process_time()
-        _, total, st = timed_stages(ann.neighbour_lists(np.load(base_file, mmap_mode="r"), K, ann=Sized(n)),
+        _, total, st = timed_stages(_neighbours.neighbour_lists(np.load(base_file, mmap_mode="r"), K, ann=Sized(n)),
                                     {"cells": 0.09, "probes": 0.18, "scan": 0.9}, n)
         res["lists_alone"] = {"seconds": total, "cpu_s": round(time.process_time() - cpu, 1),
                               "stages": {"cells_s": st.get("cells"), "probes_s": round(st["probes"] - st["cells"], 2),
@@ -383,7 +383,7 @@ def _append(res: dict, out: Path, everything: np.ndarray, n: int, added: int) ->
     upd = drive(index.ann.updated(after, m))
     t_ann = time.perf_counter() - t
     t = time.perf_counter()
-    lists = drive(ann.update_neighbour_lists(old_lists, m, after, K, ann=upd, old_ann=index.ann))
+    lists = drive(_neighbours.update_neighbour_lists(old_lists, m, after, K, ann=upd, old_ann=index.ann))
     t_lists = time.perf_counter() - t
     append_load = load.stop()
     rng = np.random.default_rng(0)

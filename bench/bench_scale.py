@@ -33,7 +33,7 @@ in a child process on the memory-mapped float16 .npy:
   the machine's load and the caches' state fall on all alike),
   p50/p95 ms and recall@10 against museum-search's exact top 10:
   - ``exact``: ``search.top(index, q, 10, "exact")`` on the memory map (what the app's exact
-    search costs for a top 10): each query's exact prefix (``ann.exact_prefix``: faiss's scan of
+    search costs for a top 10): each query's exact prefix (``_exact.exact_prefix``: faiss's scan of
     the file's view for the top 1,024, the rows above the 1,024th score) ranked, every score only
     when the prefix is shorter than 10 (``exact_prefix_rows``: the prefixes' sizes, how many fell
     back); runs labelled ``-prefix`` (``--label prefix``); earlier runs timed ``exact_all_scores``
@@ -211,7 +211,7 @@ SEARCH = r"""
 import json, sys, time
 from types import SimpleNamespace
 import numpy as np
-from museum_search.core.index import _ann as ann
+from museum_search.core.index import _approximate, _exact, _modes
 from museum_search.core.answer import _search as search
 from museum_search.core.progress import drive
 from museum_search.core.ranking import order
@@ -236,16 +236,16 @@ qs = np.load(sys.argv[2])
 n = len(d)
 res = {"rss_mib": {"start": rss()}, "load_average": {"start": load()}}
 t = time.perf_counter()
-index = drive(ann.AnnIndex.build(d))
+index = drive(_approximate.AnnIndex.build(d))
 res["ann_build_s"] = round(time.perf_counter() - t, 2)
 res["ann_params"] = index.params.to_dict()
 res["rss_mib"]["after_build"] = rss()
 res["load_average"]["after_build"] = load()
 for i in range(min(5, len(qs))):  # museum-search's own queries, before faiss's copies exist
-    order(ann.exact_scores(d, qs[i:i + 1]), 10)
+    order(_exact.exact_scores(d, qs[i:i + 1]), 10)
     index.search(d, qs[i:i + 1], 10)
 res["rss_mib"]["ours_after_queries"] = rss()
-faiss = ann._faiss()
+faiss = _exact._faiss()
 flat = faiss.IndexScalarQuantizer(d.shape[1], faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT)
 refine_codes = faiss.IndexScalarQuantizer(d.shape[1], faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_L2)
 for a in range(0, n, 16384):
@@ -256,7 +256,7 @@ shortlist = index.params.shortlist
 refine = faiss.IndexRefine(index._index, refine_codes)
 refine.k_factor = shortlist / 10
 res["rss_mib"]["after_faiss_copies"] = rss()
-view = ann._flat_view(d)  # the faiss view of the file's own pages that exact search scans
+view = _exact._flat_view(d)  # the faiss view of the file's own pages that exact search scans
 
 class Refs:  # what search.top reads of an Index: the descriptors, their dimension and count
     def __init__(self, d):
@@ -268,7 +268,7 @@ refs = Refs(d)
 def ms_exact(q):  # the app's exact top 10: the exact prefix, ranked
     return search.top(refs, q, 10, "exact")[0][0]
 def ms_exact_all(q):  # every score (faiss's view with k = N), then the top 10
-    s = ann.exact_scores(d, q)
+    s = _exact.exact_scores(d, q)
     return order(s, 10)[0]
 def ms_ann(q):
     return index.search(d, q, 10)[0][0]
@@ -316,7 +316,7 @@ out["exact"]["top10_identical_to_faiss_fp16_flat"] = round(float(np.mean(
     [np.array_equal(a, b) for a, b in zip(tops["exact"], tops["faiss_fp16_flat"])])), 4)
 out["exact"]["top10_identical_to_exact_all_scores"] = round(float(np.mean(
     [np.array_equal(a, b) for a, b in zip(tops["exact"], tops["exact_all_scores"])])), 4)
-sizes = [len(ann.exact_prefix(d, qs[i:i + 1], search.PREFIX_ROWS)[0][0]) for i in range(len(qs))]
+sizes = [len(_exact.exact_prefix(d, qs[i:i + 1], search.PREFIX_ROWS)[0][0]) for i in range(len(qs))]
 res["exact_prefix_rows"] = {"m": search.PREFIX_ROWS, "min": int(min(sizes)), "p50": float(np.median(sizes)),
                             "max": int(max(sizes)), "queries_shorter_than_10": int(sum(x < 10 for x in sizes))}
 res["queries"] = len(qs)
@@ -331,7 +331,7 @@ res["ratio_ann_to_faiss_ivfpq_refine_p95"] = round(out["ann"]["p95_ms"] / out["f
 for stat in ("p25", "cpu_p50"):
     res[f"ratio_exact_to_faiss_fp16_flat_{stat}"] = round(out["exact"][f"{stat}_ms"] / out["faiss_fp16_flat"][f"{stat}_ms"], 2)
     res[f"ratio_ann_to_faiss_ivfpq_refine_{stat}"] = round(out["ann"][f"{stat}_ms"] / out["faiss_ivfpq_refine"][f"{stat}_ms"], 2)
-res["auto_mode"] = ann.resolve_mode("auto", n, index)
+res["auto_mode"] = _modes.resolve_mode("auto", n, index)
 res["auto_recall_at_10"] = out["ann"]["recall_at_10"] if res["auto_mode"] == "ann" else 1.0
 if "faiss_fp16_view_k10" in out:  # where exact's time goes: the memory map, or the k = N search
     res["ratio_exact_to_faiss_fp16_view_k10_p50"] = round(out["exact"]["p50_ms"] / out["faiss_fp16_view_k10"]["p50_ms"], 2)

@@ -7,9 +7,9 @@ the 100 rows after them (10 objects the index does not have) the photos added. S
 add 100, remove 1 (a random reference). Each reference keeps its 32 nearest neighbours
 (:data:`museum_search.core.index._store.K_MAX`).
 
-* **exact** (below ``ann.AUTO_MIN_REFERENCES``, 20,000 by default): ``update_neighbour_lists``
+* **exact** (below ``_modes.AUTO_MIN_REFERENCES``, 20,000 by default): ``update_neighbour_lists``
   against ``neighbour_lists`` of the updated descriptors; identical = equal arrays.
-* **ann** (from ``ann.AUTO_MIN_REFERENCES``, 100,000 by default, as ``update`` does with ``--ann auto``):
+* **ann** (from ``_modes.AUTO_MIN_REFERENCES``, 100,000 by default, as ``update`` does with ``--ann auto``):
   ``AnnIndex.updated`` + ``update_neighbour_lists``. From scratch = ``AnnIndex.build`` +
   ``neighbour_lists`` (the k-NN graph method) as measured on the index before the update (the same
   size give or take 100, not run again per scenario). Checked against exact lists computed here
@@ -46,7 +46,7 @@ sys.path.insert(0, str(HERE.parent))
 from bench_knn import exact_rows  # the lists by the definition: an independent computation
 from bench_scale import prepare
 
-from museum_search.core.index import _ann as ann
+from museum_search.core.index import _approximate, _neighbours
 from museum_search.core.index._store import K_MAX
 from museum_search.core.progress import drive
 from museum_search.core.ranking import neg_distance, order
@@ -127,10 +127,10 @@ def one_size(work: Path, n: int, mode: str, full_check: bool, rebuild: bool) -> 
     res: dict = {"references": n, "mode": mode, "k": k, "scenarios": {}}
     old_ann = None
     if mode == "ann":
-        old_ann, t_ann = timed(ann.AnnIndex.build(base))
+        old_ann, t_ann = timed(_approximate.AnnIndex.build(base))
         res["base_ann_build_s"] = t_ann
         res["ann"] = old_ann.summary()
-    old, t_old = timed(ann.neighbour_lists(base, k, ann=old_ann))
+    old, t_old = timed(_neighbours.neighbour_lists(base, k, ann=old_ann))
     res["base_lists_s"] = t_old
     built = f", ann build {res['base_ann_build_s']:.1f} s" if old_ann else ""
     print(f"{n:,} {mode}: base lists {t_old:.1f} s{built}", flush=True)
@@ -138,18 +138,18 @@ def one_size(work: Path, n: int, mode: str, full_check: bool, rebuild: bool) -> 
         after, m = updated_matrix(work, name, base, extra, removed, added)
         row: dict = {"added": len(added), "removed": len(removed)}
         if mode == "exact":
-            got, t_inc = timed(ann.update_neighbour_lists(old, m, after, k))
-            ref, t_full = timed(ann.neighbour_lists(after, k))
+            got, t_inc = timed(_neighbours.update_neighbour_lists(old, m, after, k))
+            ref, t_full = timed(_neighbours.neighbour_lists(after, k))
             row.update(incremental_s=t_inc, from_scratch_s=t_full, speedup=round(t_full / max(t_inc, 1e-9), 1),
                        identical=bool(np.array_equal(got, ref)))
         else:
             upd, t_upd = timed(old_ann.updated(after, m))
-            got, t_lists = timed(ann.update_neighbour_lists(old, m, after, k, ann=upd, old_ann=old_ann))
+            got, t_lists = timed(_neighbours.update_neighbour_lists(old, m, after, k, ann=upd, old_ann=old_ann))
             t_full = res["base_ann_build_s"] + res["base_lists_s"]
             row.update(ann_update_s=t_upd, lists_update_s=t_lists, incremental_s=round(t_upd + t_lists, 3),
                        from_scratch_s=round(t_full, 3), speedup=round(t_full / max(t_upd + t_lists, 1e-9), 1))
             if full_check:
-                ref, t_same = timed(ann.neighbour_lists(after, k, ann=upd))
+                ref, t_same = timed(_neighbours.neighbour_lists(after, k, ann=upd))
                 row.update(lists_from_scratch_same_ann_s=t_same, checked_rows="all",
                            identical=bool(np.array_equal(got, ref)))
             else:
@@ -159,8 +159,8 @@ def one_size(work: Path, n: int, mode: str, full_check: bool, rebuild: bool) -> 
                 row["recall_at_32_sample_after"] = round(float(np.mean(
                     [len(np.intersect1d(a, b)) / k for a, b in zip(got[sample], ref)])), 4)
             if rebuild:
-                fresh, t_build = timed(ann.AnnIndex.build(after))
-                scratch, t_fl = timed(ann.neighbour_lists(after, k, ann=fresh))
+                fresh, t_build = timed(_approximate.AnnIndex.build(after))
+                scratch, t_fl = timed(_neighbours.neighbour_lists(after, k, ann=fresh))
                 row.update(rebuild_s=round(t_build + t_fl, 3),
                            rows_equal_to_rebuild=round(float(np.mean(np.all(got == scratch, axis=1))), 4),
                            overlap_with_rebuild=round(float(np.mean(

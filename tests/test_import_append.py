@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from museum_search.cli import main
-from museum_search.core.index import _ann as ann
+from museum_search.core.index import _neighbours
 from museum_search.core.index._store import MANIFEST, Index
 from museum_search.core.jobs._importing import import_index
 from museum_search.core.progress import drive
@@ -64,7 +64,7 @@ def test_append_equals_an_import_of_everything(parts, approximate, capsys):
     # the stored lists: a build from scratch's, exactly (every new row, and the old rows they enter)
     k = index.neighbours.shape[1]  # as an update: at least the default 32
     assert k >= 8
-    exact = drive(ann.neighbour_lists(np.asarray(index.descriptors), k))
+    exact = drive(_neighbours.neighbour_lists(np.asarray(index.descriptors), k))
     if approximate == "no":
         np.testing.assert_array_equal(index.neighbours, exact)
     else:

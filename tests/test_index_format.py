@@ -184,9 +184,9 @@ def test_large_files_are_checked_by_size_and_samples_and_fully_on_request(tmp_pa
 
 
 def test_float16_scores_never_convert_the_whole_matrix(tmp_path, monkeypatch):
-    import museum_search.core.index._ann as ann
+    from museum_search.core.index import _exact
 
-    monkeypatch.setattr(ann, "_chunk_rows", lambda dim, itemsize=4, budget=0: 1000)  # 1 MB blocks here
+    monkeypatch.setattr(_exact, "_chunk_rows", lambda dim, itemsize=4, budget=0: 1000)  # 1 MB blocks here
     idx = _index(tmp_path, n_objects=5000, views=4, dim=256, dtype="float16")  # 20,000 x 256
     idx.save(tmp_path / "idx")
     back = Index.load(tmp_path / "idx")

@@ -10,7 +10,7 @@ import pytest
 from test_ann import clustered, dense_lists
 from test_update_neighbours import apply, planted
 
-from museum_search.core.index import _ann as ann
+from museum_search.core.index import _neighbours
 from museum_search.core.index._knn import KnnParams, knn_candidates
 from museum_search.core.progress import drive
 from museum_search.core.ranking import neg_distance, order
@@ -55,8 +55,8 @@ def test_lists_are_exact_wherever_the_candidates_hold_the_true_neighbours(seed):
     k = 20
     params = KnnParams(probes=3, seed=seed)  # few probes: some rows miss neighbours
     exact = dense_lists(d, k)
-    got = drive(ann.neighbour_lists(d, k, ann=Sized(d), knn=params))
-    _, idx = drive(knn_candidates(d, ann._kept(k, len(d) - 1), params))
+    got = drive(_neighbours.neighbour_lists(d, k, ann=Sized(d), knn=params))
+    _, idx = drive(knn_candidates(d, _neighbours._kept(k, len(d) - 1), params))
     held = np.array([set(e.tolist()) <= set(c.tolist()) for e, c in zip(exact, idx)])
     assert 0.2 < held.mean() < 1.0  # the test sees both kinds of rows
     np.testing.assert_array_equal(got[held], exact[held])
@@ -86,7 +86,7 @@ def test_other_views_of_random_object_centres_are_found():
     """Objects with random centres (no themes: the data where the old IVF regions found 75 %)."""
     views = 10
     d = objects(800, views, 96, seed=2)  # 8,000 rows
-    lists = drive(ann.neighbour_lists(d, 32, ann=Sized(d)))
+    lists = drive(_neighbours.neighbour_lists(d, 32, ann=Sized(d)))
     assert other_views_recall(lists, views) >= 0.98
 
 
@@ -104,11 +104,11 @@ def test_cells_are_balanced_on_data_grouped_in_themes():
 def test_tiny_and_small_cells_fall_back_to_exact():
     d = clustered(50, 10, 32, seed=8)
     # one probe: cells of at most 2 x 24 rows (the split), fewer than k = 60 others: done exactly
-    got = drive(ann.neighbour_lists(d, 60, ann=Sized(d), knn=KnnParams(probes=1)))
+    got = drive(_neighbours.neighbour_lists(d, 60, ann=Sized(d), knn=KnnParams(probes=1)))
     np.testing.assert_array_equal(got, dense_lists(d, 60))
     d = clustered(40, 5, 32, seed=9)
     d[50:90] = d[50]  # 40 identical references: kept candidates all tied, scanned again
-    got = drive(ann.neighbour_lists(d, 10, ann=Sized(d)))
+    got = drive(_neighbours.neighbour_lists(d, 10, ann=Sized(d)))
     np.testing.assert_array_equal(got[50:90], dense_lists(d, 10)[50:90])  # the 10 lowest rows of the 39 others
 
 
@@ -117,13 +117,13 @@ def test_approximate_update_merges_new_references_exactly(monkeypatch):
     kept row its old list merged with every new reference that belongs in it (exact ranking)."""
     d = planted(3, objects=200, views=10, dim=32)
     k = 12
-    old = drive(ann.neighbour_lists(d, k, ann=Sized(d), knn=KnnParams(probes=2)))  # inexact
+    old = drive(_neighbours.neighbour_lists(d, k, ann=Sized(d), knn=KnnParams(probes=2)))  # inexact
     assert not np.array_equal(old, dense_lists(d, k))
     rng = np.random.default_rng(0)
     removed = rng.choice(len(d), 15, replace=False)
     new = np.concatenate([np.asarray(d[[11, 300]]), clustered(10, 5, d.shape[1], seed=6)])
     after, m = apply(d, removed, new)
-    got = drive(ann.update_neighbour_lists(old, m, after, k, ann=Sized(after), old_ann=Sized(d)))
+    got = drive(_neighbours.update_neighbour_lists(old, m, after, k, ann=Sized(after), old_ann=Sized(d)))
     exact = dense_lists(after, k)
     kept_old = np.flatnonzero(m >= 0)
     new_rows = np.setdiff1d(np.arange(len(after)), m[kept_old])
@@ -142,26 +142,26 @@ def test_approximate_append_keeps_recall():
     views = 10
     d = objects(700, views, 64, seed=7)
     base, extra = d[:6_000], d[6_000:]
-    old = drive(ann.neighbour_lists(base, 32, ann=Sized(base)))
+    old = drive(_neighbours.neighbour_lists(base, 32, ann=Sized(base)))
     after, m = apply(base, [], extra)
-    got = drive(ann.update_neighbour_lists(old, m, after, 32, ann=Sized(after), old_ann=Sized(base)))
+    got = drive(_neighbours.update_neighbour_lists(old, m, after, 32, ann=Sized(after), old_ann=Sized(base)))
     assert other_views_recall(got, views) >= 0.98
     assert other_views_recall(got[6_000:], views, 6_000) == 1.0  # the new rows: exact
 
 
 def test_a_large_approximate_update_computes_the_lists_again(monkeypatch):
     d = clustered(100, 10, 32, seed=1)
-    old = drive(ann.neighbour_lists(d, 10, ann=Sized(d)))
-    monkeypatch.setattr(ann, "_APPROX_REDO_MAX", 5)
+    old = drive(_neighbours.neighbour_lists(d, 10, ann=Sized(d)))
+    monkeypatch.setattr(_neighbours, "_APPROX_REDO_MAX", 5)
     calls = []
-    real = ann.neighbour_lists
+    real = _neighbours.neighbour_lists
 
     def spy(*a, **kw):
         calls.append(kw.get("ann"))
         return real(*a, **kw)
 
-    monkeypatch.setattr(ann, "neighbour_lists", spy)
+    monkeypatch.setattr(_neighbours, "neighbour_lists", spy)
     after, m = apply(d, [], clustered(3, 3, 32, seed=2))
-    got = drive(ann.update_neighbour_lists(old, m, after, 10, ann=Sized(after), old_ann=Sized(d)))
+    got = drive(_neighbours.update_neighbour_lists(old, m, after, 10, ann=Sized(after), old_ann=Sized(d)))
     assert len(calls) == 1 and calls[0] is not None  # from scratch, with the k-NN graph method
     assert got.shape == (len(after), 10)

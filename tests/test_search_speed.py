@@ -16,7 +16,8 @@ import pytest
 from museum_search.cli import main as cli_main
 from museum_search.core.answer import _search as search_module
 from museum_search.core.answer._search import ranking_scores, score_matrix, top
-from museum_search.core.index import _ann as ann
+from museum_search.core.errors import IndexFormatError
+from museum_search.core.index import _approximate, _exact, _modes
 from museum_search.core.index._catalogue import Item
 from museum_search.core.index._store import MANIFEST, Index, LabellingSpec
 from museum_search.core.inference._backbones import imported_meta
@@ -52,10 +53,10 @@ def memmap(tmp_path: Path, x: np.ndarray, name: str = "d.npy") -> np.ndarray:
 def test_float16_conversion_is_exact_for_every_finite_half():
     halves = np.arange(1 << 16, dtype=np.uint16).view(np.float16)
     halves = halves[np.isfinite(halves)].reshape(-1, 8)  # subnormals, zeros, -0.0, 65504 included
-    got = ann._gather(halves, np.arange(len(halves)))
+    got = _exact._gather(halves, np.arange(len(halves)))
     assert got.dtype == np.float32
     np.testing.assert_array_equal(got.view(np.uint32), halves.astype(np.float32).view(np.uint32))
-    np.testing.assert_array_equal(ann._gather(halves, np.arange(len(halves)), np.float64),
+    np.testing.assert_array_equal(_exact._gather(halves, np.arange(len(halves)), np.float64),
                                   halves.astype(np.float64))
 
 
@@ -70,24 +71,24 @@ def test_exact_fp16_top_k_equals_float64_reference_with_ties_on_a_memory_map(tmp
     q[3] = rng.standard_normal(96)  # not normalized: any query works
     expected = reference_top(x, q, 25)
     for chunk in (None, 37, 4000):  # blocks of the default size, small ones crossing the duplicates, one
-        got = order(ann.exact_scores(d, q, chunk_rows=chunk), 25)
+        got = order(_exact.exact_scores(d, q, chunk_rows=chunk), 25)
         np.testing.assert_array_equal(got, expected)
     assert list(expected[0][:3]) == [5, 2048, 3999]  # the tie rule was exercised
     assert isinstance(d, np.memmap)
     # many queries (a matrix product per block) and a query large enough to need the other scaling
     many = np.concatenate([q, np.asarray(x[::500], np.float32)])
-    np.testing.assert_array_equal(order(ann.exact_scores(d, many), 10), reference_top(x, many, 10))
+    np.testing.assert_array_equal(order(_exact.exact_scores(d, many), 10), reference_top(x, many, 10))
     big = q[:1] * 1e5
-    np.testing.assert_array_equal(order(ann.exact_scores(d, big), 25), expected[:1])
+    np.testing.assert_array_equal(order(_exact.exact_scores(d, big), 25), expected[:1])
 
 
 def test_exact_fp16_scores_do_not_copy_the_memory_map(tmp_path):
     x = objects(2000, 10, 128)  # 20,000 x 128: a float32 copy would be 10 MB
     d = memmap(tmp_path, x)
     q = np.asarray(x[[1, 2]], np.float32)
-    ann.exact_scores(d, q)  # the thread buffers, once
+    _exact.exact_scores(d, q)  # the thread buffers, once
     tracemalloc.start()
-    s = ann.exact_scores(d, q)
+    s = _exact.exact_scores(d, q)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert peak < 0.2 * x.size * 4 + s.nbytes, peak
@@ -121,15 +122,15 @@ def _prefix_queries(x: np.ndarray, regions: int) -> np.ndarray:
 def test_exact_prefix_is_every_row_above_the_threshold_with_the_full_scores_bit_for_bit(tmp_path, kind):
     x = _prefix_data(kind)
     d = memmap(tmp_path, x)
-    assert ann._flat_view(d) is not None  # the prefix needs faiss's view of the file
+    assert _exact._flat_view(d) is not None  # the prefix needs faiss's view of the file
     sizes = []
     for regions in (1, 2):
         q = _prefix_queries(x, regions)
         for m in (50, 400, 1024):
-            got = ann.exact_prefix(d, q if regions > 1 else q[:, 0], m)
+            got = _exact.exact_prefix(d, q if regions > 1 else q[:, 0], m)
             assert got is not None and len(got) == len(q)
             for i in range(len(q)):
-                per_region = ann.exact_scores(d, q[i])  # (R, N): faiss's k = N scan, every score
+                per_region = _exact.exact_scores(d, q[i])  # (R, N): faiss's k = N scan, every score
                 full = per_region.max(axis=0)
                 t = max(np.sort(per_region[r])[::-1][m - 1] for r in range(regions))
                 expected = np.flatnonzero(full > t)
@@ -140,14 +141,14 @@ def test_exact_prefix_is_every_row_above_the_threshold_with_the_full_scores_bit_
                 sizes.append(len(rows))
     assert 0 in sizes and max(sizes) > 500  # ties at the threshold left out (row 1234's copies, m = 50)
     # the prefix is the first rows of the whole ranking, ties included: row 1234 and its 300 copies
-    rows, scores = ann.exact_prefix(d, np.asarray(x[1234:1235], np.float32), 1024)[0]
-    whole = order(ann.exact_scores(d, np.asarray(x[1234:1235], np.float32))[0])
+    rows, scores = _exact.exact_prefix(d, np.asarray(x[1234:1235], np.float32), 1024)[0]
+    whole = order(_exact.exact_scores(d, np.asarray(x[1234:1235], np.float32))[0])
     np.testing.assert_array_equal(rows[order(scores)], whole[:len(rows)])
     assert {1234, 25_000, 25_299} <= set(rows.tolist())
     # no prefix without faiss's view (float32, or not a memory map), nor for many query regions
-    assert ann.exact_prefix(np.asarray(x, np.float32), q[:, 0], 100) is None
-    assert ann.exact_prefix(np.asarray(x), q[:, 0], 100) is None
-    assert ann.exact_prefix(d, np.asarray(x[:9], np.float32), 100) is None
+    assert _exact.exact_prefix(np.asarray(x, np.float32), q[:, 0], 100) is None
+    assert _exact.exact_prefix(np.asarray(x), q[:, 0], 100) is None
+    assert _exact.exact_prefix(d, np.asarray(x[:9], np.float32), 100) is None
 
 
 def _prefix_index(tmp_path: Path, x: np.ndarray, labels: list[str] | None = None) -> Index:
@@ -197,7 +198,7 @@ def test_exact_top_ranks_the_prefix_as_the_whole_row(tmp_path, kind, monkeypatch
     (tmp_path / "tied").mkdir()
     index = _prefix_index(tmp_path / "tied", tied)
     q = np.asarray(tied[[3, 4321]], np.float32)
-    assert len(ann.exact_prefix(index.descriptors, q[:1], 1024)[0][0]) < 10
+    assert len(_exact.exact_prefix(index.descriptors, q[:1], 1024)[0][0]) < 10
     spy = _Spy(monkeypatch)
     rows, scores = top(index, q, 10)
     monkeypatch.undo()
@@ -260,7 +261,7 @@ def test_pipeline_answers_from_the_ranking_scores_as_from_the_whole_row(saved, m
     from museum_search.core.answer._pipeline import QueryImage, QueryPipeline, QuerySettings
 
     index = Index.load(saved)
-    assert ann._flat_view(index.descriptors) is not None
+    assert _exact._flat_view(index.descriptors) is not None
     rng = np.random.default_rng(8)
     q = np.asarray(index.descriptors[rng.choice(len(index), 4, replace=False)], np.float32)
     q = np.stack([q, q + 0.2 * rng.standard_normal(q.shape).astype(np.float32)], axis=1)  # 2 regions
@@ -298,7 +299,7 @@ def saved(tmp_path_factory) -> Path:
     x = objects(2000, 10, 64, seed=4)
     (tmp / "photos").mkdir()
     idx = Index(tmp / "photos", imported_meta(64), _items(len(x), 10), x, LabellingSpec("imported"))
-    idx.ann = drive(ann.AnnIndex.build(idx.descriptors))
+    idx.ann = drive(_approximate.AnnIndex.build(idx.descriptors))
     idx.save(tmp / "idx")
     return tmp / "idx"
 
@@ -364,13 +365,13 @@ def test_pipeline_answer_with_the_approximate_search_ranks_the_candidates_as_the
 
 def test_tuning_raises_the_settings_to_the_target_recall_and_is_saved(saved, tmp_path):
     x = objects(300, 10, 64, seed=7)  # 3,000 references
-    params = ann.choose_params(len(x), 64)
+    params = _approximate.choose_params(len(x), 64)
     params.nprobe, params.shortlist = 1, 10  # far too few: tuning must raise them
-    index = drive(ann.AnnIndex.build(memmap(tmp_path, x), params, tune=True))
+    index = drive(_approximate.AnnIndex.build(memmap(tmp_path, x), params, tune=True))
     t = index.params.tuning
     assert params.nprobe == 1 and params.tuning is None  # the caller's parameters are left alone
-    assert t is not None and t.recall_at_10 >= ann.TARGET_RECALL and t.steps[0][:2] == (1, 10)
-    assert t.steps[0][2] < ann.TARGET_RECALL and (index.params.nprobe, index.params.shortlist) != (1, 10)
+    assert t is not None and t.recall_at_10 >= _approximate.TARGET_RECALL and t.steps[0][:2] == (1, 10)
+    assert t.steps[0][2] < _approximate.TARGET_RECALL and (index.params.nprobe, index.params.shortlist) != (1, 10)
     assert (index.params.nprobe, index.params.shortlist, t.recall_at_10) in t.steps
     assert t.ann_ms > 0 and t.exact_ms > 0 and t.queries == 200
     # independently: recall@10 of new views of indexed objects against the float64 ranking
@@ -384,37 +385,37 @@ def test_tuning_raises_the_settings_to_the_target_recall_and_is_saved(saved, tmp
     # the default build tunes too, and the manifest keeps what it measured
     manifest = json.loads((saved / MANIFEST).read_text())
     stored = manifest["ann"]["tuning"]
-    assert stored["recall_at_10"] >= ann.TARGET_RECALL and stored["exact_ms"] > 0 and stored["ann_ms"] > 0
+    assert stored["recall_at_10"] >= _approximate.TARGET_RECALL and stored["exact_ms"] > 0 and stored["ann_ms"] > 0
     back = Index.load(saved)
-    assert back.ann.params.tuning == ann.AnnTuning.from_dict(stored)
+    assert back.ann.params.tuning == _approximate.AnnTuning.from_dict(stored)
     assert back.ann.params.nprobe == manifest["ann"]["nprobe"]
 
 
 def test_manifest_without_tuning_still_loads():
     old = {"nlist": 256, "m": 80, "nbits": 8, "nprobe": 8, "shortlist": 800, "train_size": 16384,
            "seed": 1234, "train_iterations": 10, "add_chunk": 16384}
-    p = ann.AnnParams.from_dict(old)
+    p = _approximate.AnnParams.from_dict(old)
     assert p.tuning is None and p.to_dict() == old
-    with pytest.raises(ann.IndexFormatError, match="measured"):
-        ann.AnnParams.from_dict({**old, "tuning": {"recall_at_10": "x"}})
+    with pytest.raises(IndexFormatError, match="measured"):
+        _approximate.AnnParams.from_dict({**old, "tuning": {"recall_at_10": "x"}})
 
 
 def test_auto_follows_the_measurement(saved):
     index = Index.load(saved).ann
     t = index.params.tuning
     small = 20_000  # below AUTO_MIN_REFERENCES: the old rule says exact
-    assert ann.resolve_mode("auto", small, True) == "exact"
+    assert _modes.resolve_mode("auto", small, True) == "exact"
     index.params.tuning = replace(t, ann_ms=1.0, exact_ms=5.0, recall_at_10=0.97)
-    assert ann.resolve_mode("auto", small, index) == "ann"
+    assert _modes.resolve_mode("auto", small, index) == "ann"
     index.params.tuning = replace(t, ann_ms=1.0, exact_ms=5.0, recall_at_10=0.90)  # misses the target
-    assert ann.resolve_mode("auto", small, index) == "exact"
+    assert _modes.resolve_mode("auto", small, index) == "exact"
     index.params.tuning = replace(t, ann_ms=6.0, exact_ms=5.0, recall_at_10=0.99)  # slower
-    assert ann.resolve_mode("auto", 10 * ann.AUTO_MIN_REFERENCES, index) == "exact"
+    assert _modes.resolve_mode("auto", 10 * _modes.AUTO_MIN_REFERENCES, index) == "exact"
     index.params.tuning = None  # an index built before the measurement: the old rule
-    assert ann.resolve_mode("auto", small, index) == "exact"
-    assert ann.resolve_mode("auto", ann.AUTO_MIN_REFERENCES, index) == "ann"
-    assert ann.resolve_mode("auto", small, None) == "exact"
-    assert ann.resolve_mode("ann", small, index) == "ann"
+    assert _modes.resolve_mode("auto", small, index) == "exact"
+    assert _modes.resolve_mode("auto", _modes.AUTO_MIN_REFERENCES, index) == "ann"
+    assert _modes.resolve_mode("auto", small, None) == "exact"
+    assert _modes.resolve_mode("ann", small, index) == "ann"
 
 
 def test_info_shows_the_measurement(saved, capsys):
@@ -429,12 +430,12 @@ def test_info_shows_the_measurement(saved, capsys):
 def test_faiss_scans_the_float16_file_in_place_and_agrees_with_the_conversion(tmp_path):
     x = objects(500, 10, 96)
     d = memmap(tmp_path, x)
-    view = ann._flat_view(d)
+    view = _exact._flat_view(d)
     assert view is not None and view.ntotal == len(x) and not view.codes.is_owned  # the file's pages
-    assert ann._flat_view(d[:100]) is None and ann._flat_view(np.asarray(d)) is None  # a slice, no map
+    assert _exact._flat_view(d[:100]) is None and _exact._flat_view(np.asarray(d)) is None  # a slice, no map
     q = np.random.default_rng(2).standard_normal((6, 96)).astype(np.float32)  # e.g. a photo's regions
-    faiss_scores = ann.exact_scores(d, q)
-    converted = ann.exact_scores(d, q, chunk_rows=128)  # the bit-arithmetic blocks
+    faiss_scores = _exact.exact_scores(d, q)
+    converted = _exact.exact_scores(d, q, chunk_rows=128)  # the bit-arithmetic blocks
     np.testing.assert_allclose(faiss_scores, converted, rtol=0, atol=2e-6)
     np.testing.assert_array_equal(order(faiss_scores, 30), reference_top(x, q, 30))
     assert np.array_equal(np.load(tmp_path / "d.npy"), x)  # the file is as it was (the header too)
@@ -447,9 +448,9 @@ def test_approximate_search_by_faiss_refine_equals_the_numpy_path_ties_by_row(tm
     x[dup] = x[7]
     x[many] = x[1200]
     d = memmap(tmp_path, x)
-    params = ann.choose_params(len(x), 64)
+    params = _approximate.choose_params(len(x), 64)
     params.nprobe, params.shortlist = 32, 200  # cells holding more than the shortlist
-    index = drive(ann.AnnIndex.build(d, params))
+    index = drive(_approximate.AnnIndex.build(d, params))
     rng = np.random.default_rng(6)
     q = np.asarray(x[[7, 1200, 42, 2500]], np.float32) + 0.02 * rng.standard_normal((4, 64)).astype(np.float32)
     refine = index._refine(d)
@@ -468,6 +469,6 @@ def test_approximate_search_by_faiss_refine_equals_the_numpy_path_ties_by_row(tm
 def test_a_view_that_reads_other_rows_is_refused(tmp_path):
     a = memmap(tmp_path, objects(50, 10, 32, seed=1), "a.npy")
     b = memmap(tmp_path, objects(50, 10, 32, seed=2), "b.npy")
-    view = ann._flat_view(a)
-    assert view is not None and ann._flat_view_agrees(view, a)
-    assert not ann._flat_view_agrees(view, b)  # faiss would read a's rows for b: not used
+    view = _exact._flat_view(a)
+    assert view is not None and _exact._flat_view_agrees(view, a)
+    assert not _exact._flat_view_agrees(view, b)  # faiss would read a's rows for b: not used

@@ -15,7 +15,7 @@ import pytest
 from test_ann import clustered, dense_lists
 
 from museum_search.core.errors import MuseumSearchError
-from museum_search.core.index import _ann as ann
+from museum_search.core.index import _approximate, _neighbours
 from museum_search.core.index import _store as store_mod
 from museum_search.core.index._store import MANIFEST, Index, LabellingSpec
 from museum_search.core.inference._backbones import BackboneConfig
@@ -79,103 +79,103 @@ def scenarios(d: np.ndarray, seed: int):
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_incremental_lists_equal_lists_from_scratch(dtype, seed, monkeypatch):
-    monkeypatch.setattr(ann, "_BLOCK_ROWS", 64)  # several row blocks and column chunks
-    monkeypatch.setattr(ann, "_RECOMPUTE_SHARE", 1.0)  # never fall back to the full computation
+    monkeypatch.setattr(_neighbours, "_BLOCK_ROWS", 64)  # several row blocks and column chunks
+    monkeypatch.setattr(_neighbours, "_RECOMPUTE_SHARE", 1.0)  # never fall back to the full computation
     d = planted(seed, dtype=dtype)
     for k in (5, 20):
-        old = drive(ann.neighbour_lists(d, k))
+        old = drive(_neighbours.neighbour_lists(d, k))
         for name, removed, new in scenarios(d, seed):
             after, m = apply(d, removed, new)
-            got = drive(ann.update_neighbour_lists(old, m, after, k))
-            expected = drive(ann.neighbour_lists(after, k))
+            got = drive(_neighbours.update_neighbour_lists(old, m, after, k))
+            expected = drive(_neighbours.neighbour_lists(after, k))
             assert got.dtype == np.int32 and got.shape == expected.shape, name
             np.testing.assert_array_equal(got, expected, err_msg=f"{name}, k={k}")
             np.testing.assert_array_equal(got, dense_lists(after, k), err_msg=f"{name}, k={k}")
 
 
 def test_ties_between_new_and_kept_references_follow_the_row_order(monkeypatch):
-    monkeypatch.setattr(ann, "_RECOMPUTE_SHARE", 1.0)
+    monkeypatch.setattr(_neighbours, "_RECOMPUTE_SHARE", 1.0)
     d = planted(3)
-    old = drive(ann.neighbour_lists(d, 4))
+    old = drive(_neighbours.neighbour_lists(d, 4))
     after, m = apply(d, [12], np.asarray(d[[11, 11]]))  # two more copies of 10 = 11 = 300
-    got = drive(ann.update_neighbour_lists(old, m, after, 4))
+    got = drive(_neighbours.update_neighbour_lists(old, m, after, 4))
     n = len(after)
     # the group: 10, 11, 299 (300 renumbered), n - 2, n - 1; each row lists the others by row
     assert list(got[10]) == [11, 299, n - 2, n - 1]
     assert list(got[299]) == [10, 11, n - 2, n - 1]
     assert list(got[n - 1]) == [10, 11, 299, n - 2]
-    np.testing.assert_array_equal(got, drive(ann.neighbour_lists(after, 4)))
+    np.testing.assert_array_equal(got, drive(_neighbours.neighbour_lists(after, 4)))
 
 
 def test_new_references_anywhere_and_longer_or_complete_old_lists(monkeypatch):
-    monkeypatch.setattr(ann, "_RECOMPUTE_SHARE", 1.0)
+    monkeypatch.setattr(_neighbours, "_RECOMPUTE_SHARE", 1.0)
     d = planted(4)
     new = np.concatenate([np.asarray(d[[11, 40]]), clustered(3, 2, d.shape[1], seed=44)])
     after, m = apply(d, [2, 40, 100], new, at_end=False)
-    old = drive(ann.neighbour_lists(d, 30))  # longer than asked: their first k are used
-    np.testing.assert_array_equal(drive(ann.update_neighbour_lists(old, m, after, 12)),
-                                  drive(ann.neighbour_lists(after, 12)))
+    old = drive(_neighbours.neighbour_lists(d, 30))  # longer than asked: their first k are used
+    np.testing.assert_array_equal(drive(_neighbours.update_neighbour_lists(old, m, after, 12)),
+                                  drive(_neighbours.neighbour_lists(after, 12)))
     # a tiny index: each list holds every other reference (fewer than k); new ones lengthen them
     small = d[:8]
-    old = drive(ann.neighbour_lists(small, 32))
+    old = drive(_neighbours.neighbour_lists(small, 32))
     assert old.shape == (8, 7)
     after, m = apply(small, [], new)
-    got = drive(ann.update_neighbour_lists(old, m, after, 32))
+    got = drive(_neighbours.update_neighbour_lists(old, m, after, 32))
     assert got.shape == (len(after), len(after) - 1)
     np.testing.assert_array_equal(got, dense_lists(after, len(after) - 1))
     after, m = apply(small, [3], new)  # and with a removal every row is computed again
-    np.testing.assert_array_equal(drive(ann.update_neighbour_lists(old, m, after, 32)),
+    np.testing.assert_array_equal(drive(_neighbours.update_neighbour_lists(old, m, after, 32)),
                                   dense_lists(after, len(after) - 1))
 
 
 def test_many_new_candidates_and_the_fallback_are_still_exact(monkeypatch):
     d = planted(5)
-    old = drive(ann.neighbour_lists(d, 6))
+    old = drive(_neighbours.neighbour_lists(d, 6))
     new = np.repeat(np.asarray(d[[40, 200]]), 5, axis=0)  # ten more copies: many candidates per row
     after, m = apply(d, [7, 8], new)
-    expected = drive(ann.neighbour_lists(after, 6))
-    monkeypatch.setattr(ann, "_RECOMPUTE_SHARE", 1.0)
-    monkeypatch.setattr(ann, "_MERGE_CAP", 3)  # those rows are computed again instead of merged
-    np.testing.assert_array_equal(drive(ann.update_neighbour_lists(old, m, after, 6)), expected)
-    monkeypatch.setattr(ann, "_MERGE_CAP", 256)
-    monkeypatch.setattr(ann, "_PAIRS_MAX", 20)  # too many pairs held: the busiest rows computed again
-    np.testing.assert_array_equal(drive(ann.update_neighbour_lists(old, m, after, 6)), expected)
-    monkeypatch.setattr(ann, "_PAIRS_MAX", 1 << 23)
-    monkeypatch.setattr(ann, "_RECOMPUTE_SHARE", 0.0)  # everything from scratch
-    np.testing.assert_array_equal(drive(ann.update_neighbour_lists(old, m, after, 6)), expected)
+    expected = drive(_neighbours.neighbour_lists(after, 6))
+    monkeypatch.setattr(_neighbours, "_RECOMPUTE_SHARE", 1.0)
+    monkeypatch.setattr(_neighbours, "_MERGE_CAP", 3)  # those rows are computed again instead of merged
+    np.testing.assert_array_equal(drive(_neighbours.update_neighbour_lists(old, m, after, 6)), expected)
+    monkeypatch.setattr(_neighbours, "_MERGE_CAP", 256)
+    monkeypatch.setattr(_neighbours, "_PAIRS_MAX", 20)  # too many pairs held: the busiest rows computed again
+    np.testing.assert_array_equal(drive(_neighbours.update_neighbour_lists(old, m, after, 6)), expected)
+    monkeypatch.setattr(_neighbours, "_PAIRS_MAX", 1 << 23)
+    monkeypatch.setattr(_neighbours, "_RECOMPUTE_SHARE", 0.0)  # everything from scratch
+    np.testing.assert_array_equal(drive(_neighbours.update_neighbour_lists(old, m, after, 6)), expected)
 
 
 def test_bad_arguments_are_refused():
     d = planted(6)
-    old = drive(ann.neighbour_lists(d, 5))
+    old = drive(_neighbours.neighbour_lists(d, 5))
     after, m = apply(d, [1], np.asarray(d[[2]]))
     with pytest.raises(ValueError, match="fewer than"):
-        drive(ann.update_neighbour_lists(old, m, after, 10))  # the old lists are too short
+        drive(_neighbours.update_neighbour_lists(old, m, after, 10))  # the old lists are too short
     with pytest.raises(ValueError, match="order"):
-        drive(ann.update_neighbour_lists(old, m[::-1].copy(), after, 5))
+        drive(_neighbours.update_neighbour_lists(old, m[::-1].copy(), after, 5))
     with pytest.raises(ValueError, match="one int per old reference"):
-        drive(ann.update_neighbour_lists(old, m[:-1], after, 5))
+        drive(_neighbours.update_neighbour_lists(old, m[:-1], after, 5))
     with pytest.raises(ValueError, match="both"):
-        drive(ann.update_neighbour_lists(old, m, after, 5, old_ann=object()))
-    assert drive(ann.update_neighbour_lists(old[:1, :0], np.array([0]), after[:1], 5)).shape == (1, 0)
+        drive(_neighbours.update_neighbour_lists(old, m, after, 5, old_ann=object()))
+    assert drive(_neighbours.update_neighbour_lists(old[:1, :0], np.array([0]), after[:1], 5)).shape == (1, 0)
 
 
 def test_progress_and_cancel(monkeypatch):
-    monkeypatch.setattr(ann, "_BLOCK_ROWS", 64)
+    monkeypatch.setattr(_neighbours, "_BLOCK_ROWS", 64)
     d = planted(7)
-    old = drive(ann.neighbour_lists(d, 5))
+    old = drive(_neighbours.neighbour_lists(d, 5))
     after, m = apply(d, [4], np.asarray(d[[9]]))
     records = []
-    gen = ann.update_neighbour_lists(old, m, after, 5)
+    gen = _neighbours.update_neighbour_lists(old, m, after, 5)
     for p in gen:
-        assert isinstance(p, Progress) and p.stage == ann.NEIGHBOURS_STAGE and p.total == len(after)
+        assert isinstance(p, Progress) and p.stage == _neighbours.NEIGHBOURS_STAGE and p.total == len(after)
         records.append(p.done)
         if len(records) == 3:
             gen.close()
             break
     with pytest.raises(StopIteration):
         next(gen)
-    records = [p.done for p in ann.update_neighbour_lists(old, m, after, 5)]
+    records = [p.done for p in _neighbours.update_neighbour_lists(old, m, after, 5)]
     assert records == sorted(records) and records[-1] == len(after)
 
 
@@ -200,7 +200,7 @@ def ann_case():
     d = clustered(300, 10, 96, seed=3)  # 96-d with 6 sub-quantizers: no zero padding
     d[10] = d[11]
     d[500] = d[11]
-    built = drive(ann.AnnIndex.build(d))
+    built = drive(_approximate.AnnIndex.build(d))
     return d, built
 
 
@@ -235,7 +235,7 @@ def test_the_approximate_index_is_updated_not_rebuilt(ann_case):
 
 def test_padded_approximate_index_is_updated_too():
     d = clustered(40, 5, 50, seed=2)  # 50-d, m = 3: zero padded to 51
-    built = drive(ann.AnnIndex.build(d))
+    built = drive(_approximate.AnnIndex.build(d))
     after, m = apply(d, [0, 7], np.asarray(d[[3]]))
     updated = drive(built.updated(after, m))
     assert type(updated._index).__name__ == "IndexPreTransform"
@@ -250,9 +250,9 @@ def test_a_memory_mapped_index_is_updated_and_saved_as_it_reads_back(ann_case, t
     d, built = ann_case
     f = tmp_path / "ann.faiss"
     f.write_bytes(built.to_bytes())
-    mapped = ann.AnnIndex.read(f, built.params)
+    mapped = _approximate.AnnIndex.read(f, built.params)
     assert mapped.to_bytes() == built.to_bytes()
-    again = ann.AnnIndex.from_bytes(mapped.to_bytes(), built.params)
+    again = _approximate.AnnIndex.from_bytes(mapped.to_bytes(), built.params)
     np.testing.assert_array_equal(again.search(d, d[:5], 3)[0], built.search(d, d[:5], 3)[0])
     after, m = apply(d, [0, 1], np.asarray(d[[2]]))
     a, b = drive(mapped.updated(after, m)), drive(built.updated(after, m))
@@ -263,16 +263,16 @@ def test_a_memory_mapped_index_is_updated_and_saved_as_it_reads_back(ann_case, t
 def test_approximate_lists_updated_with_the_updated_index(ann_case, k, monkeypatch):
     """With the approximate index (k-NN graph lists, see test_knn.py): the new rows and the rows that
     lost a neighbour get exact lists; a kept row keeps its list unless a new reference enters it."""
-    monkeypatch.setattr(ann, "_RECOMPUTE_SHARE", 1.0)
+    monkeypatch.setattr(_neighbours, "_RECOMPUTE_SHARE", 1.0)
     d, built = ann_case
-    old = drive(ann.neighbour_lists(d, k, ann=built))
+    old = drive(_neighbours.neighbour_lists(d, k, ann=built))
     rng = np.random.default_rng(k)
     for removed, new in (([], np.asarray(d[[11]])),
                          (rng.choice(len(d), 30, replace=False), np.asarray(d[[5, 6, 11]])),
                          (rng.choice(len(d), 10, replace=False), clustered(10, 3, d.shape[1], seed=k))):
         after, m = apply(d, removed, new)
         updated = drive(built.updated(after, m))
-        got = drive(ann.update_neighbour_lists(old, m, after, k, ann=updated, old_ann=built))
+        got = drive(_neighbours.update_neighbour_lists(old, m, after, k, ann=updated, old_ann=built))
         exact = dense_lists(after, k)
         kept_old = np.flatnonzero(m >= 0)
         new_rows = np.setdiff1d(np.arange(len(after)), m[kept_old])
@@ -283,7 +283,7 @@ def test_approximate_lists_updated_with_the_updated_index(ann_case, k, monkeypat
         entered = np.isin(got[m[kept_old[~lost]]], new_rows).any(axis=1)
         np.testing.assert_array_equal(got[m[kept_old[~lost]]][~entered], renumbered[~lost][~entered])
         with pytest.raises(MuseumSearchError, match="rebuild"):
-            drive(ann.update_neighbour_lists(old, m, after[:-1], k, ann=updated, old_ann=built))
+            drive(_neighbours.update_neighbour_lists(old, m, after[:-1], k, ann=updated, old_ann=built))
 
 
 def test_an_update_measures_the_recall_again_on_the_updated_references(monkeypatch):
@@ -291,9 +291,9 @@ def test_an_update_measures_the_recall_again_on_the_updated_references(monkeypat
     update that the old settings no longer serve (4,000 references crowded into one region, where
     the tuned shortlist is far too short), it is measured again, and the settings are raised."""
     d = clustered(100, 10, 64, seed=21)
-    params = ann.choose_params(len(d), 64)
+    params = _approximate.choose_params(len(d), 64)
     params.nprobe, params.shortlist = 1, 10
-    built = drive(ann.AnnIndex.build(d, params, tune=True))
+    built = drive(_approximate.AnnIndex.build(d, params, tune=True))
     before = built.params.tuning
     assert before.references == len(d) and before.meets_target
     settings = (built.params.nprobe, built.params.shortlist)
@@ -305,11 +305,11 @@ def test_an_update_measures_the_recall_again_on_the_updated_references(monkeypat
             stages.append(next(gen).stage)
     except StopIteration as stop:
         updated = stop.value
-    assert stages[0] == ann.ADD_STAGE and stages[-1] == ann.TUNE_STAGE
+    assert stages[0] == _approximate.ADD_STAGE and stages[-1] == _approximate.TUNE_STAGE
     t = updated.params.tuning
     assert t.references == len(after) and t.held_out and t.queries == 200
     # measured from the old settings: on the updated references they fell short, so were raised
-    assert t.steps[0][:2] == settings and t.steps[0][2] < ann.TARGET_RECALL
+    assert t.steps[0][:2] == settings and t.steps[0][2] < _approximate.TARGET_RECALL
     assert t.meets_target and (updated.params.nprobe, updated.params.shortlist) != settings
     assert (updated.params.nprobe, updated.params.shortlist, t.recall_at_10) in t.steps
     assert t.exact_ms == before.exact_ms  # not timed again (it does not depend on the settings)
@@ -324,11 +324,11 @@ def test_an_update_measures_the_recall_again_on_the_updated_references(monkeypat
     rows, _ = updated.search(after, q.astype(np.float32), 10)
     assert np.mean([len(set(a.tolist()) & set(b.tolist())) / 10 for a, b in zip(rows, truth)]) >= 0.9
     # a large index (here: made to look large) is measured again with fewer queries, and says so
-    monkeypatch.setattr(ann, "_UPDATE_PAIRS", 60 * len(after))
+    monkeypatch.setattr(_approximate, "_UPDATE_PAIRS", 60 * len(after))
     fewer = drive(built.updated(after, np.arange(len(d)))).params.tuning
     assert fewer.queries == 60 and "60 held-out noisy references" in fewer.summary()
     # an index that was never tuned is not measured by an update either
-    untuned = drive(ann.AnnIndex.build(d, params, tune=False))
+    untuned = drive(_approximate.AnnIndex.build(d, params, tune=False))
     assert drive(untuned.updated(after, np.arange(len(d)))).params.tuning is None
 
 
@@ -339,7 +339,7 @@ def test_cancelling_the_approximate_update_changes_nothing(ann_case, monkeypatch
     monkeypatch.setattr(built.params, "add_chunk", 5)
     gen = built.updated(after, m)
     for p in gen:
-        assert p.stage == ann.ADD_STAGE
+        assert p.stage == _approximate.ADD_STAGE
         if p.done > len(d) - 1:  # adding the new ones
             gen.close()
             break
@@ -396,7 +396,7 @@ def _by_path(index: Index) -> dict[str, list[bytes]]:
 def spy(monkeypatch):
     """Counts the from-scratch computations of the lists and of the approximate index."""
     calls = {"lists": 0, "build": 0}
-    real_lists, real_build = ann.neighbour_lists, ann.AnnIndex.build.__func__
+    real_lists, real_build = _neighbours.neighbour_lists, _approximate.AnnIndex.build.__func__
 
     def lists(*a, **k):
         calls["lists"] += 1
@@ -406,15 +406,15 @@ def spy(monkeypatch):
         calls["build"] += 1
         return real_build(cls, *a, **k)
 
-    monkeypatch.setattr(ann, "neighbour_lists", lists)
-    monkeypatch.setattr(ann.AnnIndex, "build", classmethod(build))
+    monkeypatch.setattr(_neighbours, "neighbour_lists", lists)
+    monkeypatch.setattr(_approximate.AnnIndex, "build", classmethod(build))
     return calls
 
 
 def test_update_keeps_and_updates_the_lists_like_a_fresh_build(sample_copy, tmp_path, monkeypatch, spy):
     monkeypatch.setattr(index_mod, "K_MAX", K)
     monkeypatch.setattr(store_mod, "K_MAX", K)
-    monkeypatch.setattr(ann, "_RECOMPUTE_SHARE", 1.0)  # 42 photos: most rows change; use the update anyway
+    monkeypatch.setattr(_neighbours, "_RECOMPUTE_SHARE", 1.0)  # 42 photos: most rows change; use the update anyway
     out = tmp_path / "idx"
     _build(sample_copy, out)
     old = Index.load(out)
@@ -427,7 +427,7 @@ def test_update_keeps_and_updates_the_lists_like_a_fresh_build(sample_copy, tmp_
     up = Index.load(out)
     assert up.neighbours_stored == K and up.ann is None
     # identical to the lists computed from scratch on the updated index
-    np.testing.assert_array_equal(np.asarray(up._neighbours), drive(ann.neighbour_lists(up.descriptors, K)))
+    np.testing.assert_array_equal(np.asarray(up._neighbours), drive(_neighbours.neighbour_lists(up.descriptors, K)))
     # and the same as a fresh build of the same folder (row order differs: compared by path)
     fresh = _build(sample_copy, None).index
     assert _by_path(up) == _by_path(fresh)
@@ -436,7 +436,7 @@ def test_update_keeps_and_updates_the_lists_like_a_fresh_build(sample_copy, tmp_
 def test_update_with_an_approximate_index_updates_it(sample_copy, tmp_path, monkeypatch, spy):
     monkeypatch.setattr(index_mod, "K_MAX", K)
     monkeypatch.setattr(store_mod, "K_MAX", K)
-    monkeypatch.setattr(ann, "_RECOMPUTE_SHARE", 1.0)
+    monkeypatch.setattr(_neighbours, "_RECOMPUTE_SHARE", 1.0)
     out = tmp_path / "idx"
     _build(sample_copy, out, ann_mode="yes")
     old = Index.load(out)
@@ -447,21 +447,21 @@ def test_update_with_an_approximate_index_updates_it(sample_copy, tmp_path, monk
     assert spy == {"lists": 0, "build": 0}
     up = Index.load(out)
     assert up.ann is not None and up.ann.ntotal == len(up)
-    np.testing.assert_array_equal(np.asarray(up._neighbours), drive(ann.neighbour_lists(up.descriptors, K, ann=up.ann)))
+    np.testing.assert_array_equal(np.asarray(up._neighbours), drive(_neighbours.neighbour_lists(up.descriptors, K, ann=up.ann)))
     # dropping the approximate index: the lists are computed again, exactly
     spy["lists"] = 0
     (sample_copy / "copy-of-9.jpg").unlink()
     run(update_index(Index.load(out), ann="no"))
     up = Index.load(out)
     assert up.ann is None and spy["lists"] == 1
-    np.testing.assert_array_equal(np.asarray(up._neighbours), drive(ann.neighbour_lists(up.descriptors, K)))
+    np.testing.assert_array_equal(np.asarray(up._neighbours), drive(_neighbours.neighbour_lists(up.descriptors, K)))
 
 
 def test_cancelled_update_of_the_lists_leaves_the_old_index(sample_copy, tmp_path, monkeypatch):
     monkeypatch.setattr(index_mod, "K_MAX", K)
     monkeypatch.setattr(store_mod, "K_MAX", K)
-    monkeypatch.setattr(ann, "_RECOMPUTE_SHARE", 1.0)
-    monkeypatch.setattr(ann, "_BLOCK_ROWS", 8)  # several progress records
+    monkeypatch.setattr(_neighbours, "_RECOMPUTE_SHARE", 1.0)
+    monkeypatch.setattr(_neighbours, "_BLOCK_ROWS", 8)  # several progress records
     out = tmp_path / "idx"
     _build(sample_copy, out)
     names = sorted(p.name for p in out.iterdir())
@@ -471,7 +471,7 @@ def test_cancelled_update_of_the_lists_leaves_the_old_index(sample_copy, tmp_pat
     gen = update_index(Index.load(out))
     seen = 0
     for p in gen:
-        if p.stage == ann.NEIGHBOURS_STAGE:
+        if p.stage == _neighbours.NEIGHBOURS_STAGE:
             seen += 1
             if seen == 3:
                 gen.close()  # cancel in the middle of the neighbour lists

@@ -5,20 +5,18 @@ and approximate search over the descriptors, and the neighbour lists.
 This is the package's face: code outside the package imports these names only (an import-linter
 contract says so); the modules behind it are private."""
 
-from museum_search.core.index._ann import (
+from museum_search.core.index._approximate import (
     ADD_STAGE,
-    AUTO_MIN_REFERENCES,
-    NEIGHBOURS_STAGE,
     TRAIN_STAGE,
     AnnIndex,
-    candidate_scores,
-    exact_prefix,
-    exact_scores,
-    resolve_mode,
-    update_neighbour_lists,
 )
 from museum_search.core.index._catalogue import (
     Item,
+)
+from museum_search.core.index._exact import (
+    candidate_scores,
+    exact_prefix,
+    exact_scores,
 )
 from museum_search.core.index._features import (
     Features,
@@ -46,6 +44,14 @@ from museum_search.core.index._labels import (
     scan_images,
     split_unusable,
     summarize_ignored,
+)
+from museum_search.core.index._modes import (
+    AUTO_MIN_REFERENCES,
+    resolve_mode,
+)
+from museum_search.core.index._neighbours import (
+    NEIGHBOURS_STAGE,
+    update_neighbour_lists,
 )
 from museum_search.core.index._store import (
     K_MAX,

@@ -1,5 +1,5 @@
 """The local features of an index's references as stored with it (flat arrays, no pickle): what
-verification matches a query photo against (:mod:`.rerank.spatial` computes and matches them)."""
+verification matches a query photo against (:mod:`museum_search.core.verification._spatial` computes and matches them)."""
 
 from __future__ import annotations
 

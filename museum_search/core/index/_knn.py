@@ -1,9 +1,9 @@
 """Candidates for each reference's nearest neighbours in a large index: balanced cells, each row
 compared with the members of its ``probes`` nearest cells by dense matrix products.
 
-The neighbour lists of an index too large for an O(N^2) pass (:func:`.ann.neighbour_lists` with an
+The neighbour lists of an index too large for an O(N^2) pass (:func:`._neighbours.neighbour_lists` with an
 approximate index) need, for every row, a candidate set that holds its true nearest neighbours;
-:mod:`.ann` then ranks the candidates exactly. This module finds them:
+:mod:`._neighbours` then ranks the candidates exactly. This module finds them:
 
 1. **Cells.** Spherical k-means (dot products with unit centroids) on a seeded sample of
    ``train_per_cell`` rows per cell; a cell that holds more than ``2 x train_per_cell`` sample rows
@@ -82,7 +82,7 @@ def _best(x: np.ndarray, cent: np.ndarray) -> np.ndarray:
 def _kmeans(x: np.ndarray, c: int, iterations: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """Spherical k-means of the float32 rows ``x`` into ``c`` unit centroids: (centroids, assignment).
     An empty cell takes a random row as its centroid."""
-    from scipy import sparse  # here: the app's window imports core (ann → knn) before it shows
+    from scipy import sparse  # here: the app's window imports core (neighbours → knn) before it shows
 
     c = max(1, min(c, len(x)))
     cent = _unit_rows(x[np.sort(rng.choice(len(x), c, replace=False))].copy())

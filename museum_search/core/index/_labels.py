@@ -421,111 +421,19 @@ def _label_catalogue(
 ) -> tuple[list[Reference], list[tuple[str, str]]]:
     """References listed in ``catalogue``; ``unusable``: files already ignored (not reported again)."""
     header, rows, lines = read_csv_table(catalogue)
-    file_col = find_column(header, CATALOGUE_FILE_COLUMNS)
-    inst_col = find_column(header, CATALOGUE_INSTANCE_COLUMNS)
-    if file_col is None or inst_col is None:
-        missing = "file column (file, path or filename)" if file_col is None else "'instance' column"
-        raise LabelError(
-            f"Catalogue {catalogue} has no {missing} (columns: {', '.join(header)}). "
-            "Use a header like file,instance,artist,title."
-        )
-    meta_cols = [h for h in header if h not in (file_col, inst_col)]
-
-    by_rel = set(rels)
-    by_name: dict[str, list[str]] = {}
-    for known in rels:
-        by_name.setdefault(PurePosixPath(known).name, []).append(known)
-    root_abs = os.path.abspath(root)
-    root_real = os.path.realpath(root)
-    cat_dir = os.path.abspath(catalogue.parent)
-    cat_real = os.path.realpath(catalogue.parent)
-
-    def within(path: str, base: str) -> str | None:
-        """``path`` (absolute) relative to ``base`` if it is inside it, else None."""
-        try:
-            rel = os.path.relpath(path, base)
-        except ValueError:  # another drive on Windows
-            return None
-        rel = normalize_relpath(rel)
-        return None if not rel or rel == ".." or rel.startswith("../") else rel
-
-    def spelled(entry: str) -> str:
-        """The entry as a normalized path (POSIX separators; absolute or ``../`` kept)."""
-        return posixpath.normpath(entry.replace("\\", "/"))
-
-    def is_absolute(entry: str) -> bool:
-        return os.path.isabs(entry) or entry.replace("\\", "/").startswith("/")
-
-    def places(entry: str) -> list[str]:
-        """Where on disk the entry may be: relative to the collection or to the catalogue's folder."""
-        if is_absolute(entry):
-            return [os.path.normpath(entry)]
-        e = os.path.normpath(spelled(entry))
-        return list(dict.fromkeys([os.path.join(root_abs, e), os.path.join(cat_dir, e), os.path.join(cat_real, e)]))
-
-    def candidates(entry: str) -> list[str]:
-        """Relative paths in the collection the entry may name (lexically, links not followed)."""
-        found = []
-        if not is_absolute(entry):
-            e = normalize_relpath(entry)
-            if e and e != ".." and not e.startswith("../"):
-                found.append(e)
-        for place in places(entry):
-            for base in (root_abs, root_real):
-                rel = within(os.path.normpath(place), base)
-                if rel is not None:
-                    found.append(rel)
-        return list(dict.fromkeys(found))
-
-    def resolve(entry: str) -> str | None:
-        e = normalize_relpath(entry)
-        if e in by_rel and not is_absolute(entry):  # the usual case, without os.path work
-            return e
-        for c in candidates(entry):
-            if c in by_rel:
-                return c
-        return None
-
-    def by_file_name(entry: str) -> str | None:
-        same_name = by_name.get(PurePosixPath(spelled(entry)).name, [])
-        return same_name[0] if len(same_name) == 1 else None
-
-    def on_disk(entry: str) -> bool | None:
-        """True: the entry names a file inside the collection; False: one outside it (a ``../``
-        or absolute path, or a path through a symbolic link leading out); None: no such file."""
-        inside = None
-        for place in places(entry):
-            if os.path.exists(place):
-                if within(os.path.realpath(place), root_real) is not None:
-                    return True
-                inside = False
-        return inside
-
+    file_col, inst_col, meta_cols = _catalogue_columns(catalogue, header)
+    places = _EntryPlaces(root, catalogue, rels)
     already = set(unusable)
     entries: dict[str, tuple[str, dict[str, str]]] = {}
     ignored: dict[str, str] = {}  # path → reason: each file listed once, with its first reason
-    outside = OUTSIDE_REASON.format(catalogue=catalogue.name)
     for line, row in zip(lines, rows):
         entry = row.get(file_col, "")
         if not entry:
             continue
-        rel = resolve(entry)
+        rel = places.resolve(entry)
         if rel is None:
-            if any(c in already for c in candidates(entry)):
-                continue  # an unusable file (e.g. a broken link), already reported with its reason
-            where = on_disk(entry)
-            if where is True:
-                continue  # in the collection but not among the files to label (a subset was asked for)
-            if where is False:
-                ignored.setdefault(printable_path(spelled(entry)), outside)
-                continue
-            rel = by_file_name(entry)  # e.g. a catalogue listing names only, or made on another computer
+            rel = _unmatched_entry(places, entry, already, catalogue, ignored)
             if rel is None:
-                if not candidates(entry):  # a ../ or absolute path that is not in the collection
-                    ignored.setdefault(printable_path(spelled(entry)), outside)
-                else:
-                    reason = f"listed in {catalogue.name} but no such image in the collection"
-                    ignored.setdefault(printable_path(normalize_relpath(entry)), reason)
                 continue
         instance = row.get(inst_col, "")
         metadata = {c: row[c] for c in meta_cols if row.get(c)}
@@ -535,7 +443,132 @@ def _label_catalogue(
                 f"({entries[rel][0]!r} and {instance!r}); keep one row per image."
             )
         entries[rel] = (instance, metadata)
+    refs = _catalogue_references(rels, entries, catalogue, ignored)
+    return refs, list(ignored.items())
 
+
+def _catalogue_columns(catalogue: Path, header: list[str]) -> tuple[str, str, list[str]]:
+    """The catalogue's file column, instance column and the other (metadata) columns; LabelError
+    when the file or instance column is missing."""
+    file_col = find_column(header, CATALOGUE_FILE_COLUMNS)
+    inst_col = find_column(header, CATALOGUE_INSTANCE_COLUMNS)
+    if file_col is None or inst_col is None:
+        missing = "file column (file, path or filename)" if file_col is None else "'instance' column"
+        raise LabelError(
+            f"Catalogue {catalogue} has no {missing} (columns: {', '.join(header)}). "
+            "Use a header like file,instance,artist,title."
+        )
+    return file_col, inst_col, [h for h in header if h not in (file_col, inst_col)]
+
+
+def _within(path: str, base: str) -> str | None:
+    """``path`` (absolute) relative to ``base`` if it is inside it, else None."""
+    try:
+        rel = os.path.relpath(path, base)
+    except ValueError:  # another drive on Windows
+        return None
+    rel = normalize_relpath(rel)
+    return None if not rel or rel == ".." or rel.startswith("../") else rel
+
+
+def _spelled(entry: str) -> str:
+    """A catalogue entry as a normalized path (POSIX separators; absolute or ``../`` kept)."""
+    return posixpath.normpath(entry.replace("\\", "/"))
+
+
+def _is_absolute(entry: str) -> bool:
+    return os.path.isabs(entry) or entry.replace("\\", "/").startswith("/")
+
+
+class _EntryPlaces:
+    """Which of the collection's files ``rels`` a catalogue entry names: relative to the collection or
+    to the catalogue's folder, or absolute (lexically; links are followed only by :meth:`on_disk`)."""
+
+    def __init__(self, root: Path, catalogue: Path, rels: list[str]):
+        self.by_rel = set(rels)
+        self.by_name: dict[str, list[str]] = {}
+        for known in rels:
+            self.by_name.setdefault(PurePosixPath(known).name, []).append(known)
+        self.root_abs = os.path.abspath(root)
+        self.root_real = os.path.realpath(root)
+        self.cat_dir = os.path.abspath(catalogue.parent)
+        self.cat_real = os.path.realpath(catalogue.parent)
+
+    def places(self, entry: str) -> list[str]:
+        """Where on disk the entry may be: relative to the collection or to the catalogue's folder."""
+        if _is_absolute(entry):
+            return [os.path.normpath(entry)]
+        e = os.path.normpath(_spelled(entry))
+        return list(dict.fromkeys([os.path.join(self.root_abs, e), os.path.join(self.cat_dir, e),
+                                   os.path.join(self.cat_real, e)]))
+
+    def candidates(self, entry: str) -> list[str]:
+        """Relative paths in the collection the entry may name (lexically, links not followed)."""
+        found = []
+        if not _is_absolute(entry):
+            e = normalize_relpath(entry)
+            if e and e != ".." and not e.startswith("../"):
+                found.append(e)
+        for place in self.places(entry):
+            for base in (self.root_abs, self.root_real):
+                rel = _within(os.path.normpath(place), base)
+                if rel is not None:
+                    found.append(rel)
+        return list(dict.fromkeys(found))
+
+    def resolve(self, entry: str) -> str | None:
+        e = normalize_relpath(entry)
+        if e in self.by_rel and not _is_absolute(entry):  # the usual case, without os.path work
+            return e
+        for c in self.candidates(entry):
+            if c in self.by_rel:
+                return c
+        return None
+
+    def by_file_name(self, entry: str) -> str | None:
+        same_name = self.by_name.get(PurePosixPath(_spelled(entry)).name, [])
+        return same_name[0] if len(same_name) == 1 else None
+
+    def on_disk(self, entry: str) -> bool | None:
+        """True: the entry names a file inside the collection; False: one outside it (a ``../``
+        or absolute path, or a path through a symbolic link leading out); None: no such file."""
+        inside = None
+        for place in self.places(entry):
+            if os.path.exists(place):
+                if _within(os.path.realpath(place), self.root_real) is not None:
+                    return True
+                inside = False
+        return inside
+
+
+def _unmatched_entry(places: _EntryPlaces, entry: str, already: set[str], catalogue: Path,
+                     ignored: dict[str, str]) -> str | None:
+    """The file of the collection that a catalogue entry naming none by its path stands for: the one
+    file of its file name (e.g. a catalogue listing names only, or made on another computer), else
+    None, the entry's reason added to ``ignored`` unless it needs none (an unusable file, already
+    reported; a file of the collection not among those to label)."""
+    if any(c in already for c in places.candidates(entry)):
+        return None  # an unusable file (e.g. a broken link), already reported with its reason
+    outside = OUTSIDE_REASON.format(catalogue=catalogue.name)
+    where = places.on_disk(entry)
+    if where is True:
+        return None  # in the collection but not among the files to label (a subset was asked for)
+    if where is False:
+        ignored.setdefault(printable_path(_spelled(entry)), outside)
+        return None
+    rel = places.by_file_name(entry)
+    if rel is None:
+        if not places.candidates(entry):  # a ../ or absolute path that is not in the collection
+            ignored.setdefault(printable_path(_spelled(entry)), outside)
+        else:
+            reason = f"listed in {catalogue.name} but no such image in the collection"
+            ignored.setdefault(printable_path(normalize_relpath(entry)), reason)
+    return rel
+
+
+def _catalogue_references(rels: list[str], entries: dict[str, tuple[str, dict[str, str]]], catalogue: Path,
+                          ignored: dict[str, str]) -> list[Reference]:
+    """The references of ``rels`` the catalogue gives an instance; the others added to ``ignored``."""
     refs = []
     for rel in rels:
         if rel not in entries:
@@ -545,7 +578,7 @@ def _label_catalogue(
         else:
             instance, metadata = entries[rel]
             refs.append(Reference(rel, instance, metadata))
-    return refs, list(ignored.items())
+    return refs
 
 
 # --------------------------------------------------------------------------- entry points

@@ -1,5 +1,5 @@
 """The index of a collection on disk (the data model and the format; the workflows that write one
-are :mod:`.indexing`): descriptors: descriptors, items and metadata, neighbour lists, ANN index.
+are :mod:`museum_search.core.jobs._indexing`): descriptors: descriptors, items and metadata, neighbour lists, ANN index.
 
 Format 3 (a folder, no pickle anywhere)::
 
@@ -9,10 +9,10 @@ Format 3 (a folder, no pickle anywhere)::
       descriptors-<gen>.npy         (N, dim) float32 (or float16 on request), L2-normalized rows;
                                     memory-mapped when loaded, never converted whole
       items-<gen>.sqlite            items, catalogue metadata and their full-text index
-                                    (:mod:`.catalogue`): opening an index parses no large file
+                                    (:mod:`museum_search.core.index._catalogue`): opening an index parses no large file
       neighbours-<gen>.npy          (N, K_max) int32: each reference's nearest other references, best
                                     first (what ICFRR reads its gallery ranks from, no N x N matrix)
-      ann-<gen>.faiss               optional approximate-search index (:mod:`.ann`), for large indexes
+      ann-<gen>.faiss               optional approximate-search index (:mod:`._approximate`), for large indexes
       local_*-<gen>.npy             optional reference local features (verification)
 
 Format 2 (items in JSON, an N x N gallery-rank matrix) is refused with the command that converts it
@@ -63,8 +63,9 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any, Generator, Literal, Sequence
+from typing import Any, Callable, Generator, Literal, Sequence
 
 import numpy as np
 
@@ -75,7 +76,7 @@ from museum_search.core.errors import (
     OutputFolderError,
 )
 from museum_search.core.images import open_regular
-from museum_search.core.index import _ann as ann_module
+from museum_search.core.index import _approximate, _exact, _neighbours
 from museum_search.core.index._catalogue import Item, ItemStore, write_store
 from museum_search.core.index._features import LOCAL_PARTS, LocalFeatures
 from museum_search.core.inference import IMPORTED, BackboneMeta
@@ -138,7 +139,7 @@ class Index:
             )
         self.root = Path(root)
         self.meta = meta
-        #: a list of :class:`Item`, or a :class:`.catalogue.ItemStore` (SQLite) for a loaded index
+        #: a list of :class:`Item`, or a :class:`museum_search.core.index._catalogue.ItemStore` (SQLite) for a loaded index
         self.items = items
         self.descriptors = descriptors
         self.labelling = labelling or LabellingSpec()
@@ -147,7 +148,7 @@ class Index:
         #: (N, K_max) nearest other references of each one, best first (None: not computed)
         self._neighbours: np.ndarray | None = None
         self.neighbours = neighbours  # checked against the items (the setter)
-        #: the approximate-search index (:class:`.ann.AnnIndex`) or None
+        #: the approximate-search index (:class:`._approximate.AnnIndex`) or None
         self.ann = ann
         self.path = Path(path) if path else None
         self._labels: np.ndarray | None = None
@@ -185,7 +186,7 @@ class Index:
         return self.root / self.items[i].path
 
     def catalogue(self):
-        """The items as a :class:`.catalogue.ItemStore`: the SQLite file of a saved index, or one
+        """The items as a :class:`museum_search.core.index._catalogue.ItemStore`: the SQLite file of a saved index, or one
         made in memory for an index not saved yet (browsing and full-text filtering are SQL)."""
         if isinstance(self.items, ItemStore):
             return self.items
@@ -222,7 +223,7 @@ class Index:
 
     def neighbour_lists(self, k: int) -> np.ndarray:
         """(N, >= min(k, N - 1)) int32: each reference's nearest other references, best first, with
-        the arithmetic and tie rule of :func:`.rerank.icfrr.gallery_ranks` (the reference at column
+        the arithmetic and tie rule of :func:`museum_search.core.answer._icfrr.gallery_ranks` (the reference at column
         ``p`` has gallery rank ``p + 1``).
 
         The stored lists when they are long enough; else, for an index of up to
@@ -248,7 +249,7 @@ class Index:
     def iter_neighbours(self, k: int = 0) -> Generator[Any, None, np.ndarray]:
         """Compute the neighbour lists (``k`` each, default :data:`K_MAX`) as a progress generator;
         with the approximate index when there is one (a large index), else exactly."""
-        return (yield from ann_module.neighbour_lists(self.descriptors, int(k or K_MAX), ann=self.ann))
+        return (yield from _neighbours.neighbour_lists(self.descriptors, int(k or K_MAX), ann=self.ann))
 
     # ---- persistence ---------------------------------------------------------------------
     def store_verdict(self, verdict) -> None:
@@ -283,14 +284,7 @@ class Index:
         _clean_journal(target)
         old_files = _manifest_files(target)
         gen = f"{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}"
-        files = {"descriptors": f"descriptors-{gen}.npy", "items": f"items-{gen}.sqlite"}
-        if self._neighbours is not None:
-            files["neighbours"] = f"neighbours-{gen}.npy"
-        if self.ann is not None:
-            files["ann"] = f"ann-{gen}.faiss"
-        if self.local is not None:
-            for part in LOCAL_PARTS:
-                files[f"local_{part}"] = f"local_{part}-{gen}.npy"
+        files = self._generation_files(gen)
         tmp_name = f"{MANIFEST}.{gen}.tmp"
         keep = set(files.values())
         old_files = [n for n in old_files if n not in keep]
@@ -300,60 +294,8 @@ class Index:
         _write_journal(target, [*files.values(), tmp_name, *old_files])
         created: list[Path] = []
         try:
-            digests, sizes, samples = {}, {}, {}
-
-            def record(key: str) -> None:
-                f = target / files[key]
-                _fsync_file(f)
-                digests[key], sizes[key] = file_sha256(f), f.stat().st_size
-                if sizes[key] > FULL_CHECK_BYTES:
-                    samples[key] = _sample_digest(f)
-
-            created.append(target / files["descriptors"])
-            _write_npy(target / files["descriptors"], self.descriptors, dtype)
-            record("descriptors")
-            created.append(target / files["items"])
-            write_store(target / files["items"], self.items)
-            record("items")
-            if self._neighbours is not None:
-                created.append(target / files["neighbours"])
-                _write_npy(target / files["neighbours"], self._neighbours, "int32")
-                record("neighbours")
-            if self.ann is not None:
-                created.append(target / files["ann"])
-                _write_bytes(target / files["ann"], self.ann.to_bytes())
-                record("ann")
-            if self.local is not None:
-                for part in LOCAL_PARTS:
-                    key = f"local_{part}"
-                    created.append(target / files[key])
-                    arr = np.asarray(getattr(self.local, part))
-                    _write_npy(target / files[key], arr, str(arr.dtype))
-                    record(key)
-            manifest: dict[str, Any] = {
-                "format": FORMAT,
-                "version": VERSION,
-                "created": self.created,
-                "updated": time.time(),
-                "count": len(self.items),
-                "dim": self.meta.dim,
-                "dtype": dtype,
-                "instances": len(self.instances),
-                "backbone": self.meta.to_dict(),
-                "collection": {
-                    "root": str(self.root.resolve()),
-                    "relative": os.path.relpath(self.root.resolve(), target.resolve()),
-                },
-                "labelling": asdict(self.labelling),
-                "files": files,
-                "sha256": digests,
-                "sizes": sizes,
-                "samples": samples,
-                "neighbours": self.neighbours_stored or None,
-                "ann": self.ann.params.to_dict() if self.ann is not None else None,
-                "local_features": self.local.settings if self.local is not None else None,
-                "verdict": self.verdict,
-            }
+            digests, sizes, samples = self._write_data_files(target, files, dtype, created)
+            manifest = self._manifest(target, files, dtype, digests, sizes, samples)
             manifest["manifest_sha256"] = _manifest_digest(manifest)
             created.append(target / tmp_name)
             _write_bytes(target / tmp_name, json.dumps(manifest, ensure_ascii=False, indent=2).encode("utf-8"))
@@ -361,18 +303,104 @@ class Index:
             for p in created:
                 p.unlink(missing_ok=True)
             (target / JOURNAL).unlink(missing_ok=True)
-            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise MuseumSearchError(
-                    f"the disk is full: the index could not be written to {target} ({exc.strerror}); "
-                    f"free some space (this index needs about {_size_text(self._nbytes(dtype))}) and "
-                    "try again; the previous index, if any, is unchanged"
-                ) from None
-            if isinstance(exc, (OSError, sqlite3.Error)):
-                raise MuseumSearchError(
-                    f"the index could not be written to {target} ({getattr(exc, 'strerror', None) or exc}); "
-                    "the previous index, if any, is unchanged"
-                ) from None
-            raise
+            failure = self._write_failure(exc, target, dtype)
+            if failure is None:
+                raise
+            raise failure from None
+        self._commit(target, tmp_name, created, old_files, keep, manifest)
+        if not isinstance(self.items, ItemStore):  # browse and filter the saved catalogue from now on
+            self.items = ItemStore(target / files["items"], sha256=digests["items"], hint=_rebuild_hint(target, manifest))
+
+    def _generation_files(self, gen: str) -> dict[str, str]:
+        """The data files of a new generation ``gen``, by kind (:data:`DATA_FILE` names)."""
+        files = {"descriptors": f"descriptors-{gen}.npy", "items": f"items-{gen}.sqlite"}
+        if self._neighbours is not None:
+            files["neighbours"] = f"neighbours-{gen}.npy"
+        if self.ann is not None:
+            files["ann"] = f"ann-{gen}.faiss"
+        if self.local is not None:
+            for part in LOCAL_PARTS:
+                files[f"local_{part}"] = f"local_{part}-{gen}.npy"
+        return files
+
+    def _write_data_files(self, target: Path, files: dict[str, str], dtype: str, created: list[Path]
+                          ) -> tuple[dict[str, str], dict[str, int], dict[str, str]]:
+        """Write the data files ``files`` into ``target``, each added to ``created`` before it is
+        written, then synced: (SHA-256 digests, sizes, sampled digests of those over
+        :data:`FULL_CHECK_BYTES`), by kind."""
+        digests: dict[str, str] = {}
+        sizes: dict[str, int] = {}
+        samples: dict[str, str] = {}
+
+        def write(key: str, how: Callable[[Path], object]) -> None:
+            f = target / files[key]
+            created.append(f)
+            how(f)
+            _fsync_file(f)
+            digests[key], sizes[key] = file_sha256(f), f.stat().st_size
+            if sizes[key] > FULL_CHECK_BYTES:
+                samples[key] = _sample_digest(f)
+
+        write("descriptors", lambda f: _write_npy(f, self.descriptors, dtype))
+        write("items", lambda f: write_store(f, self.items))
+        neighbours, ann, local = self._neighbours, self.ann, self.local
+        if neighbours is not None:
+            write("neighbours", lambda f: _write_npy(f, neighbours, "int32"))
+        if ann is not None:
+            write("ann", lambda f: _write_bytes(f, ann.to_bytes()))
+        if local is not None:
+            for part in LOCAL_PARTS:
+                write(f"local_{part}", partial(_write_npy_as_is, array=getattr(local, part)))
+        return digests, sizes, samples
+
+    def _manifest(self, target: Path, files: dict[str, str], dtype: str, digests: dict[str, str],
+                  sizes: dict[str, int], samples: dict[str, str]) -> dict[str, Any]:
+        """The manifest of a generation of this index written into ``target`` (without its own digest)."""
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "created": self.created,
+            "updated": time.time(),
+            "count": len(self.items),
+            "dim": self.meta.dim,
+            "dtype": dtype,
+            "instances": len(self.instances),
+            "backbone": self.meta.to_dict(),
+            "collection": {
+                "root": str(self.root.resolve()),
+                "relative": os.path.relpath(self.root.resolve(), target.resolve()),
+            },
+            "labelling": asdict(self.labelling),
+            "files": files,
+            "sha256": digests,
+            "sizes": sizes,
+            "samples": samples,
+            "neighbours": self.neighbours_stored or None,
+            "ann": self.ann.params.to_dict() if self.ann is not None else None,
+            "local_features": self.local.settings if self.local is not None else None,
+            "verdict": self.verdict,
+        }
+
+    def _write_failure(self, exc: BaseException, target: Path, dtype: str) -> MuseumSearchError | None:
+        """What to tell of ``exc``, raised while a generation was written into ``target`` (its files
+        removed): a full disk or another write error said plainly; None: ``exc`` itself."""
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return MuseumSearchError(
+                f"the disk is full: the index could not be written to {target} ({exc.strerror}); "
+                f"free some space (this index needs about {_size_text(self._nbytes(dtype))}) and "
+                "try again; the previous index, if any, is unchanged"
+            )
+        if isinstance(exc, (OSError, sqlite3.Error)):
+            return MuseumSearchError(
+                f"the index could not be written to {target} ({getattr(exc, 'strerror', None) or exc}); "
+                "the previous index, if any, is unchanged"
+            )
+        return None
+
+    def _commit(self, target: Path, tmp_name: str, created: list[Path], old_files: list[str], keep: set[str],
+                manifest: dict[str, Any]) -> None:
+        """Make the written generation (its manifest ``tmp_name``, the files ``created``) the index in
+        ``target``, then remove the previous generation's files ``old_files``."""
         # The commit: a point of no return. Signals wait until the manifest is replaced and the
         # folder synced; from then on nothing of the new generation is ever removed.
         try:
@@ -397,8 +425,6 @@ class Index:
             (target / JOURNAL).unlink(missing_ok=True)
         except KeyboardInterrupt:
             raise InterruptedAfterCommit(target) from None
-        if not isinstance(self.items, ItemStore):  # browse and filter the saved catalogue from now on
-            self.items = ItemStore(target / files["items"], sha256=digests["items"], hint=_rebuild_hint(target, manifest))
 
     def _nbytes(self, dtype: str) -> int:
         n = len(self.items) * self.meta.dim * np.dtype(dtype).itemsize + 300 * len(self.items)
@@ -438,65 +464,16 @@ class Index:
     @classmethod
     def from_manifest(cls, path: Path, manifest: dict, mmap: bool, verify: bool | str) -> "Index":
         hint = _rebuild_hint(path, manifest)
-        version = manifest.get("version")
-        mode: Literal["r"] | None = "r" if mmap else None
         try:
             meta = BackboneMeta.from_dict(manifest["backbone"])
-            files = manifest["files"]
-            digests = manifest.get("sha256", {})
+            data = _DataFiles(path, manifest, verify, hint, "r" if mmap else None)
             count, dim = int(manifest["count"]), int(manifest["dim"])
-            for key, name in files.items():
-                if not isinstance(name, str) or not DATA_FILE.match(name):
-                    raise IndexFormatError(
-                        f"index {path} names a data file outside its folder or of an unknown form "
-                        f"({name!r} for {key}); {hint}"
-                    )
-
-            def check(key: str) -> Path:
-                f = path / files[key]
-                try:
-                    st = os.lstat(f)
-                except FileNotFoundError:
-                    raise IndexFormatError(f"index {path} is missing its file {files[key]}; {hint}") from None
-                if not stat.S_ISREG(st.st_mode):
-                    what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
-                    raise IndexFormatError(f"index file {files[key]} in {path} is {what}; an index's data files "
-                                           f"are its own regular files; {hint}")
-                if verify and key in digests and not _intact(f, key, manifest, verify == "full"):
-                    raise IndexFormatError(f"index file {files[key]} in {path} is damaged (checksum mismatch); {hint}")
-                return f
-
-            desc = _load_npy(check("descriptors"), mode, path, hint)
-            f = check("items")
-            items: Sequence[Item]
-            if version == 2:
-                items = _items_from_json(f)
-            else:
-                items = ItemStore(f, sha256=digests.get("items"), hint=hint)
-            neighbours = None
-            if "neighbours" in files:
-                f = path / files["neighbours"]
-                if _is_regular(f) and (not verify or _intact(f, "neighbours", manifest, verify == "full")):
-                    neighbours = _load_npy(f, mode, path, hint)
-                elif _manifest_changed(path, manifest):  # a writer switched generations: Index.load retries
-                    raise IndexFormatError(f"index {path} is missing its file {files['neighbours']}; {hint}")
-                else:
-                    log.warning("neighbour lists of %s are missing or damaged; they will be recomputed", path)
-            ann = None
-            if manifest.get("ann") and "ann" in files:
-                f = check("ann")
-                if ann_module.faiss_available():
-                    ann = ann_module.AnnIndex.read(f, ann_module.AnnParams.from_dict(manifest["ann"]))
-                else:  # e.g. the kiosk build, which leaves faiss out
-                    log.warning("the approximate index of %s is not used (faiss is not installed): every "
-                                "search is exact", path)
-            local = None
-            if manifest.get("local_features") and all(f"local_{p}" in files for p in LOCAL_PARTS):
-                arrays = {part: _load_npy(check(f"local_{part}"), mode, path, hint) for part in LOCAL_PARTS}
-                local = LocalFeatures(dict(manifest["local_features"]), **arrays)
-                if len(local) != count or local.offsets.shape != (count + 1,) or \
-                        int(local.offsets[-1]) != len(local.points) or len(local.points) != len(local.descriptors):
-                    raise IndexFormatError(f"index {path} has inconsistent local features; {hint}")
+            data.check_names()
+            desc = data.npy("descriptors")
+            items = data.items()
+            neighbours = data.neighbours()
+            ann = data.ann()
+            local = data.local(count)
             verdict = manifest.get("verdict")
             labelling = LabellingSpec(**manifest.get("labelling", {}))
             coll = manifest["collection"]
@@ -504,27 +481,10 @@ class Index:
             raise
         except (KeyError, TypeError, ValueError, OSError) as exc:
             raise IndexFormatError(f"index {path} is damaged ({type(exc).__name__}: {exc}); {hint}") from None
-        if desc.ndim != 2 or desc.shape != (count, dim) or len(items) != count or dim != meta.dim:
-            raise IndexFormatError(
-                f"index {path} is inconsistent: manifest says {count}×{dim}, descriptors are "
-                f"{desc.shape}, {len(items)} items; {hint}"
-            )
-        if desc.dtype not in (np.float32, np.float16):
-            raise IndexFormatError(f"index {path} has descriptors of type {desc.dtype}; {hint}")
-        if neighbours is not None and (neighbours.ndim != 2 or neighbours.shape[0] != count
-                                       or neighbours.dtype != np.int32):
-            log.warning("neighbour lists of %s have the wrong shape; they will be recomputed", path)
-            neighbours = None
-        if ann is not None and (ann.ntotal != count or ann.dim != dim):
-            raise IndexFormatError(f"index {path} has an approximate index of {ann.ntotal} references for "
-                                   f"{count}; {hint}")
-        root = Path(coll["root"])
-        if not root.is_dir():
-            alt = (path / coll.get("relative", "")).resolve()
-            if alt.is_dir():
-                root = alt
-        return cls(root, meta, items, desc, labelling, manifest.get("created"), manifest.get("updated"),
-                   neighbours, path, local=local, verdict=verdict if isinstance(verdict, dict) else None, ann=ann)
+        neighbours = _check_loaded(path, hint, count, dim, meta, desc, items, neighbours, ann)
+        return cls(_collection_root(path, coll), meta, items, desc, labelling, manifest.get("created"),
+                   manifest.get("updated"), neighbours, path, local=local,
+                   verdict=verdict if isinstance(verdict, dict) else None, ann=ann)
 
     # ---- compatibility -------------------------------------------------------------------
     def check_compatible(self, meta: BackboneMeta) -> None:
@@ -949,6 +909,12 @@ def _write_npy(path: Path, array: np.ndarray, dtype: str) -> None:
         _write_array(f, array, dtype)
 
 
+def _write_npy_as_is(path: Path, array: np.ndarray) -> None:
+    """``array`` as a .npy file of its own dtype (:func:`_write_npy`)."""
+    arr = np.asarray(array)
+    _write_npy(path, arr, str(arr.dtype))
+
+
 def _write_array(f, array: np.ndarray, dtype: str) -> None:
     """``.npy`` header and data through ``f.write``, so a full disk raises ``ENOSPC`` (``np.save``
     on a real file goes through ``tofile``, which reports a short write without an errno); converted
@@ -1033,6 +999,121 @@ def _is_regular(f: Path) -> bool:
         return stat.S_ISREG(os.lstat(f).st_mode)
     except OSError:
         return False
+
+
+class _DataFiles:
+    """The data files one generation's manifest names in the index folder ``path``, each checked as
+    it is opened (:meth:`Index.from_manifest`): ``verify`` as :meth:`Index.load` says, ``mode`` "r"
+    to memory-map the arrays. What is missing or damaged raises :class:`IndexFormatError`, but for
+    the neighbour lists (recomputed)."""
+
+    def __init__(self, path: Path, manifest: dict, verify: bool | str, hint: str, mode: Literal["r"] | None):
+        self.path, self.manifest, self.verify, self.hint, self.mode = path, manifest, verify, hint, mode
+        self.files = manifest["files"]
+        self.digests = manifest.get("sha256", {})
+
+    def check_names(self) -> None:
+        """Refuse a name outside the folder or of an unknown form (:data:`DATA_FILE`)."""
+        for key, name in self.files.items():
+            if not isinstance(name, str) or not DATA_FILE.match(name):
+                raise IndexFormatError(
+                    f"index {self.path} names a data file outside its folder or of an unknown form "
+                    f"({name!r} for {key}); {self.hint}"
+                )
+
+    def check(self, key: str) -> Path:
+        """The file of ``key``: there, the index's own regular file, intact (``verify``)."""
+        path, hint, name = self.path, self.hint, self.files[key]
+        f = path / name
+        try:
+            st = os.lstat(f)
+        except FileNotFoundError:
+            raise IndexFormatError(f"index {path} is missing its file {name}; {hint}") from None
+        if not stat.S_ISREG(st.st_mode):
+            what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
+            raise IndexFormatError(f"index file {name} in {path} is {what}; an index's data files "
+                                   f"are its own regular files; {hint}")
+        if self.verify and key in self.digests and not _intact(f, key, self.manifest, self.verify == "full"):
+            raise IndexFormatError(f"index file {name} in {path} is damaged (checksum mismatch); {hint}")
+        return f
+
+    def npy(self, key: str) -> np.ndarray:
+        return _load_npy(self.check(key), self.mode, self.path, self.hint)
+
+    def items(self) -> Sequence[Item]:
+        f = self.check("items")
+        if self.manifest.get("version") == 2:
+            return _items_from_json(f)
+        return ItemStore(f, sha256=self.digests.get("items"), hint=self.hint)
+
+    def neighbours(self) -> np.ndarray | None:
+        """The stored neighbour lists; None when there are none, or (with a warning: they are
+        recomputed) when their file is missing or damaged."""
+        if "neighbours" not in self.files:
+            return None
+        f = self.path / self.files["neighbours"]
+        if _is_regular(f) and (not self.verify or _intact(f, "neighbours", self.manifest, self.verify == "full")):
+            return _load_npy(f, self.mode, self.path, self.hint)
+        if _manifest_changed(self.path, self.manifest):  # a writer switched generations: Index.load retries
+            raise IndexFormatError(f"index {self.path} is missing its file {self.files['neighbours']}; {self.hint}")
+        log.warning("neighbour lists of %s are missing or damaged; they will be recomputed", self.path)
+        return None
+
+    def ann(self) -> _approximate.AnnIndex | None:
+        """The approximate index (memory-mapped), or None: there is none, or faiss is not installed."""
+        if not (self.manifest.get("ann") and "ann" in self.files):
+            return None
+        f = self.check("ann")
+        if _exact.faiss_available():
+            return _approximate.AnnIndex.read(f, _approximate.AnnParams.from_dict(self.manifest["ann"]))
+        # e.g. the kiosk build, which leaves faiss out
+        log.warning("the approximate index of %s is not used (faiss is not installed): every "
+                    "search is exact", self.path)
+        return None
+
+    def local(self, count: int) -> LocalFeatures | None:
+        """The references' local features (``count`` of them, checked), or None."""
+        if not (self.manifest.get("local_features") and all(f"local_{p}" in self.files for p in LOCAL_PARTS)):
+            return None
+        arrays = {part: self.npy(f"local_{part}") for part in LOCAL_PARTS}
+        local = LocalFeatures(dict(self.manifest["local_features"]), **arrays)
+        if len(local) != count or local.offsets.shape != (count + 1,) or \
+                int(local.offsets[-1]) != len(local.points) or len(local.points) != len(local.descriptors):
+            raise IndexFormatError(f"index {self.path} has inconsistent local features; {self.hint}")
+        return local
+
+
+def _check_loaded(path: Path, hint: str, count: int, dim: int, meta: BackboneMeta, desc: np.ndarray,
+                  items: Sequence[Item], neighbours: np.ndarray | None, ann: Any) -> np.ndarray | None:
+    """Refuse (:class:`IndexFormatError`) descriptors, items or an approximate index that disagree
+    with the manifest's ``count`` x ``dim``; returns ``neighbours``, or None (with a warning: they
+    are recomputed) when their shape or type is wrong."""
+    if desc.ndim != 2 or desc.shape != (count, dim) or len(items) != count or dim != meta.dim:
+        raise IndexFormatError(
+            f"index {path} is inconsistent: manifest says {count}×{dim}, descriptors are "
+            f"{desc.shape}, {len(items)} items; {hint}"
+        )
+    if desc.dtype not in (np.float32, np.float16):
+        raise IndexFormatError(f"index {path} has descriptors of type {desc.dtype}; {hint}")
+    if neighbours is not None and (neighbours.ndim != 2 or neighbours.shape[0] != count
+                                   or neighbours.dtype != np.int32):
+        log.warning("neighbour lists of %s have the wrong shape; they will be recomputed", path)
+        neighbours = None
+    if ann is not None and (ann.ntotal != count or ann.dim != dim):
+        raise IndexFormatError(f"index {path} has an approximate index of {ann.ntotal} references for "
+                               f"{count}; {hint}")
+    return neighbours
+
+
+def _collection_root(path: Path, collection: dict) -> Path:
+    """The collection of the index in ``path``: where the manifest says, else (moved together) the
+    same place relative to the index."""
+    root = Path(collection["root"])
+    if not root.is_dir():
+        alt = (path / collection.get("relative", "")).resolve()
+        if alt.is_dir():
+            root = alt
+    return root
 
 
 def _load_npy(f: Path, mode: Literal["r"] | None, path: Path, hint: str) -> np.ndarray:
