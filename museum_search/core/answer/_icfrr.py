@@ -29,12 +29,30 @@ Conventions of this module
   near-duplicates, and an identical copy with a lower index ties with the image itself.
 * **Neighbour lists** stand for the ranks: ICFRR only reads the ranks ``r <= K_g``, i.e. each
   reference's ``K_g`` nearest other references. A ``(G, K_max)`` array of them (best first,
-  :func:`museum_search.core.index._ann.neighbour_lists`; the index stores it) gives the
+  :func:`museum_search.core.index._neighbours.neighbour_lists`; the index stores it) gives the
   :class:`ICFRRGraph` of every ``K_g <= K_max`` (:func:`graph_from_neighbours`), never a (G, G)
   matrix. (The dense (G, G) ranks are the tests' oracle, ``tests/oracles.py``.)
 * **Unscored references**: ``-inf`` in the query scores (an approximate search scored a
   shortlist only); ICFRR re-ranks the scored ones and leaves the others at ``-inf`` (see
   :func:`icfrr`).
+
+Decisions (paper equation numbers)
+----------------------------------
+* Eq. 5: ``alpha[r] = 1 - (r-1)/(G-1)`` for ``r <= K_g``, normalized by ``G - 1`` (the number
+  of other references, so the rank-1 neighbour gets 1), not by ``K_g`` -- as printed, and as
+  in the public code (``linspace(1, 0, G)``). ``K_g`` is capped at ``G - 1``.
+* Eq. 6: ``Delta_i = 1/K_q * sum_{p <= K_q} alpha[r(I_p, i)]``, a mean over the current
+  ``K_q`` best references ``I_p`` of the ranking by ``s(t)`` (ties by index). A top reference
+  does not vote for itself: ``r(I_p, I_p) = inf`` gives ``alpha = 0`` ("we set r_{i,i} =
+  inf"). ``K_q`` is capped at ``G`` and the mean divides by the capped value.
+* Eq. 3: ``s(t+1) = s(t) + beta Delta(t)`` (``mode="paper"``), or the public code's position
+  rule (``mode="reference"``): ``s(t+1)[I_j(t)] = s(0)_(j) + beta Delta(t)[I_j(t)]`` with
+  ``s(0)_(j)`` the j-th best initial score. Identical after one update.
+* Stopping: after each update the full ranking is compared with the previous one; a query
+  stops when it is unchanged ("until convergence (i.e. ranks no longer change)"), or after
+  ``max_iter`` updates. In reference mode an unchanged ranking is a fixed point; in paper
+  mode it is not (the same Delta would be added again), so the stopping rule matters there.
+  The returned scores include the last update, which did not change the ranking.
 
 Reranker protocol (shared with :mod:`.expansion`)
 -------------------------------------------------
@@ -433,8 +451,73 @@ def icfrr(
     across batches).
     Returns :class:`ICFRRResult` with float32 final scores (higher is better).
 
-    **Partly scored queries.** An approximate search scores only a shortlist per query and gives
-    ``-inf`` to the other references. A row with ``-inf`` entries is re-ranked on its scored
+    Rows with ``-inf`` entries (an approximate search's shortlist) are re-ranked on their scored
+    references only, the others stay ``-inf``: see :func:`_run_partly_scored`. Rows without
+    ``-inf`` take the full path: when every score is finite the result is bit-identical to the
+    full-gallery implementation. How each equation is read: "Decisions" in the module doc.
+
+    Arithmetic: float32 scores (as the project), integer Delta sums (exact, see
+    :class:`ICFRRGraph`), so chunked, unchunked and per-query (the tests' oracle) results are
+    bit-identical.
+    Memory: about 100 bytes per query-reference pair of a chunk; ``chunk_size`` queries at a time
+    (default: about 2M pairs, ~200 MB, per chunk), never Q x G x G.
+    Cost per query: Delta from one sparse product, O(K_q K_g) (or a dense GEMM row, O(G^2), when
+    that is cheaper: large K, small G); then per iteration a check that the ranking is still
+    sorted (O(G)), a re-sort of the rows that changed (O(G log G), nearly linear when little
+    moved) and a Delta update over only the references that entered or left the top K_q.
+    """
+    qs, finite = _checked_inputs(query_scores, graph, params, scores_are)
+    q, g = qs.shape
+    if q == 0 or g < 2 or params.max_iter == 0:
+        # Nothing to re-rank (G < 2: no gallery-gallery ranks; the ranking cannot change).
+        return ICFRRResult(_to_s0(qs, scores_are, finite), np.zeros(q, dtype=np.int64), np.full(q, g < 2))
+    kq = min(params.k_q, g)
+    step = chunk_size if chunk_size is not None else max(1, _QUERY_CHUNK_ELEMENTS // g)
+    if step < 1:
+        raise ValueError("chunk_size must be at least 1")
+    if finite is None:
+        return ICFRRResult(*_run_in_chunks(_to_s0(qs, scores_are), graph, params, kq, step))
+    return _run_partly_scored(qs, finite, graph, params, kq, step, scores_are)
+
+
+def _checked_inputs(query_scores: np.ndarray, graph: ICFRRGraph, params: ICFRRParams, scores_are: str
+                    ) -> tuple[np.ndarray, np.ndarray | None]:
+    """The checked (Q, G) query scores of :func:`icfrr` and their finite mask (None: all finite);
+    raises on wrong parameters, NaN or +inf scores, or a graph of another ``k_g`` or size."""
+    if not isinstance(params, ICFRRParams):
+        raise TypeError("params must be an ICFRRParams")
+    if scores_are not in ("dot", "neg_distance"):
+        raise ValueError(f"scores_are must be 'dot' or 'neg_distance' (got {scores_are!r})")
+    qs, finite = _check_scores(query_scores, unscored=True)
+    graph = _check_graph(graph, params.k_g)
+    if graph.size != qs.shape[1]:
+        raise ValueError(f"query scores have {qs.shape[1]} columns, the gallery ranks {graph.size}")
+    return qs, finite
+
+
+def _run_in_chunks(s0: np.ndarray, graph: ICFRRGraph, p: ICFRRParams, kq: int, step: int
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_run_chunk` on the (n, G) ``s0``, ``step`` queries at a time (bounded memory);
+    returns the final scores, the updates applied and the convergence of every query."""
+    n = len(s0)
+    out = np.empty_like(s0)
+    iters = np.zeros(n, dtype=np.int64)
+    conv = np.zeros(n, dtype=bool)
+    for a in range(0, n, step):
+        b = min(n, a + step)
+        out[a:b], iters[a:b], conv[a:b] = _run_chunk(s0[a:b], graph, p, kq)
+    return out, iters, conv
+
+
+def _run_partly_scored(qs: np.ndarray, finite: np.ndarray, graph: ICFRRGraph, p: ICFRRParams, kq: int,
+                       step: int, scores_are: str) -> ICFRRResult:
+    """:func:`icfrr` of (Q, G) query scores ``qs`` of which some are ``-inf`` (``finite``: the mask
+    of the others): the fully scored rows take the full path (in chunks of those rows); each other
+    row runs on its scored references only (:func:`_run_scored`). s(0) is computed (and checked)
+    for the scored entries only, all of it before any update.
+
+    An approximate search scores only a shortlist per query and gives ``-inf`` to the other
+    references. A row with ``-inf`` entries is re-ranked on its scored
     references ``S`` only (``m = |S|``): the sub-graph of ``S`` (:meth:`ICFRRGraph.subgraph`:
     the whole gallery's ranks, and its normalizer ``G - 1`` in Eq. 5), ``K_q`` capped at ``m``;
     the others stay ``-inf``. This is exactly the update of Eq. 3-6 run on the whole gallery with
@@ -450,68 +533,11 @@ def icfrr(
     clustered gallery: same top 10). The only other difference: the full run's stopping rule also
     watches the unscored tail, which a shortlist cannot see; in paper mode an extra update there
     adds Delta once more to ``S``.
-    Rows without ``-inf`` take the full path: when every score is finite the result is
-    bit-identical to the full-gallery implementation. Cost of a partly scored row: O(G) to find
-    ``S`` and write the row, O(m K_g log m) for the sub-graph, then the iterations on ``m``
-    references only (sorts O(m log m), never O(G log G), nothing O(G^2)).
-
-    Decisions (paper equation numbers):
-
-    * Eq. 5: ``alpha[r] = 1 - (r-1)/(G-1)`` for ``r <= K_g``, normalized by ``G - 1`` (the number
-      of other references, so the rank-1 neighbour gets 1), not by ``K_g`` -- as printed, and as
-      in the public code (``linspace(1, 0, G)``). ``K_g`` is capped at ``G - 1``.
-    * Eq. 6: ``Delta_i = 1/K_q * sum_{p <= K_q} alpha[r(I_p, i)]``, a mean over the current
-      ``K_q`` best references ``I_p`` of the ranking by ``s(t)`` (ties by index). A top reference
-      does not vote for itself: ``r(I_p, I_p) = inf`` gives ``alpha = 0`` ("we set r_{i,i} =
-      inf"). ``K_q`` is capped at ``G`` and the mean divides by the capped value.
-    * Eq. 3: ``s(t+1) = s(t) + beta Delta(t)`` (``mode="paper"``), or the public code's position
-      rule (``mode="reference"``): ``s(t+1)[I_j(t)] = s(0)_(j) + beta Delta(t)[I_j(t)]`` with
-      ``s(0)_(j)`` the j-th best initial score. Identical after one update.
-    * Stopping: after each update the full ranking is compared with the previous one; a query
-      stops when it is unchanged ("until convergence (i.e. ranks no longer change)"), or after
-      ``max_iter`` updates. In reference mode an unchanged ranking is a fixed point; in paper
-      mode it is not (the same Delta would be added again), so the stopping rule matters there.
-      The returned scores include the last update, which did not change the ranking.
-
-    Arithmetic: float32 scores (as the project), integer Delta sums (exact, see
-    :class:`ICFRRGraph`), so chunked, unchunked and per-query (the tests' oracle) results are
-    bit-identical.
-    Memory: about 100 bytes per query-reference pair of a chunk; ``chunk_size`` queries at a time
-    (default: about 2M pairs, ~200 MB, per chunk), never Q x G x G.
-    Cost per query: Delta from one sparse product, O(K_q K_g) (or a dense GEMM row, O(G^2), when
-    that is cheaper: large K, small G); then per iteration a check that the ranking is still
-    sorted (O(G)), a re-sort of the rows that changed (O(G log G), nearly linear when little
-    moved) and a Delta update over only the references that entered or left the top K_q.
+    Cost of a partly scored row: O(G) to find ``S`` and write the row, O(m K_g log m) for the
+    sub-graph, then the iterations on ``m`` references only (sorts O(m log m), never O(G log G),
+    nothing O(G^2)).
     """
-    if not isinstance(params, ICFRRParams):
-        raise TypeError("params must be an ICFRRParams")
-    if scores_are not in ("dot", "neg_distance"):
-        raise ValueError(f"scores_are must be 'dot' or 'neg_distance' (got {scores_are!r})")
-    qs, finite = _check_scores(query_scores, unscored=True)
     q, g = qs.shape
-    graph = _check_graph(graph, params.k_g)
-    if graph.size != g:
-        raise ValueError(f"query scores have {g} columns, the gallery ranks {graph.size}")
-    iters = np.zeros(q, dtype=np.int64)
-    conv = np.zeros(q, dtype=bool)
-    if q == 0 or g < 2 or params.max_iter == 0:
-        # Nothing to re-rank (G < 2: no gallery-gallery ranks; the ranking cannot change).
-        conv[:] = g < 2
-        return ICFRRResult(_to_s0(qs, scores_are, finite), iters, conv)
-    kq = min(params.k_q, g)
-    step = chunk_size if chunk_size is not None else max(1, _QUERY_CHUNK_ELEMENTS // g)
-    if step < 1:
-        raise ValueError("chunk_size must be at least 1")
-    if finite is None:
-        s0 = _to_s0(qs, scores_are)
-        out = np.empty_like(s0)
-        for a in range(0, q, step):
-            b = min(q, a + step)
-            out[a:b], iters[a:b], conv[a:b] = _run_chunk(s0[a:b], graph, params, kq)
-        return ICFRRResult(out, iters, conv)
-    # Some references unscored: the fully scored rows take the same path (in chunks of those
-    # rows); each other row runs on its scored references only. s(0) is computed (and checked)
-    # for the scored entries only, all of it before any update.
     whole = np.flatnonzero(finite.all(axis=1))
     s0_whole = _to_s0(qs[whole], scores_are) if len(whole) else None
     partial = []
@@ -519,12 +545,12 @@ def icfrr(
         scored = np.flatnonzero(finite[r])
         partial.append((r, scored, _to_s0(qs[r, scored][None, :], scores_are)[0]))
     out = np.full((q, g), -np.inf, dtype=np.float32)
-    for a in range(0, len(whole), step):
-        assert s0_whole is not None  # whole is not empty here
-        sel = whole[a : a + step]
-        out[sel], iters[sel], conv[sel] = _run_chunk(s0_whole[a : a + step], graph, params, kq)
+    iters = np.zeros(q, dtype=np.int64)
+    conv = np.zeros(q, dtype=bool)
+    if s0_whole is not None:
+        out[whole], iters[whole], conv[whole] = _run_in_chunks(s0_whole, graph, p, kq, step)
     for r, scored, s0_scored in partial:
-        out[r, scored], iters[r], conv[r] = _run_scored(s0_scored, scored, graph, params)
+        out[r, scored], iters[r], conv[r] = _run_scored(s0_scored, scored, graph, p)
     return ICFRRResult(out, iters, conv)
 
 
@@ -533,7 +559,7 @@ def _run_scored(s0: np.ndarray, scored: np.ndarray, graph: ICFRRGraph, p: ICFRRP
     """ICFRR on the scored references ``scored`` (ascending rows) of one partly scored query,
     ``s0`` their initial scores; returns their final scores, the updates applied, convergence.
 
-    See "Partly scored queries" in :func:`icfrr`. The scored references are taken in ascending
+    See :func:`_run_partly_scored`. The scored references are taken in ascending
     row order, so ties (by sub-gallery position) are still broken by reference index.
     """
     if len(scored) == 0:

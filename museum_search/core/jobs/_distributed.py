@@ -17,8 +17,8 @@ generation at the end, as a local build does; nothing is written when a share fa
   storage every worker sees at the same absolute path, and every worker needs museum-search with
   the same network weights installed (a worker whose descriptors would differ, ``BackboneMeta``, is
   refused). A file a worker cannot read is skipped with its reason, as in a local build.
-- **Workers**: each task builds the extractor of the configuration on the same inference engine
-  as this process (once per worker process: :func:`build_extractor` keeps it), describes its share
+- **Workers**: each task builds the extractor of the configuration on the inference engine the build
+  was given (once per worker process: :func:`build_extractor` keeps it), describes its share
   with :func:`extract` and, with verification, computes the share's local features. Tasks return
   plain arrays, lists and dicts (no project objects cross the wire).
 - **Failures**: Ray itself re-runs a task whose worker process or node died (``max_retries``); a task
@@ -38,8 +38,8 @@ import math
 import os
 import socket
 import time
-from collections.abc import Generator, Sequence
-from dataclasses import asdict, fields
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, cast
 
@@ -226,27 +226,20 @@ def describe_on_ray(
     with ``weights`` if it was built with a weights file, or this process's extractor).
     ``address``: None starts a local instance with ``num_cpus`` CPUs (default: all); otherwise the
     cluster to join. ``share_size``: files per task (default :func:`default_share_size`).
-    ``engine``: the inference engine on the workers (default: this process's, :func:`engines.current`).
+    ``engine``: the inference engine on the workers (None or "auto": the default, :func:`engines.default_engine`).
     ``spatial``: the :class:`SpatialParams` of the local features (default: its defaults).
     ``_faults``: testing hook, share number -> (kind, times, folder) (see :func:`_inject_fault`).
     """
     given = [str(p) for p in paths]  # skipped files are named as the caller named them
-    paths = [os.path.abspath(os.fspath(p)) for p in paths]
+    files = [os.path.abspath(os.fspath(p)) for p in paths]
     cfg, meta = _config_and_meta(config, weights)
     engine = engines.resolve_engine(engine)
     if max_retries < 0:
         raise MuseumSearchError(f"max_retries must be 0 or more, not {max_retries}")
-    sp = None
-    if verification:
-        params = spatial or SpatialParams()
-        sp = {f.name: getattr(params, f.name) for f in fields(params)}
-        local_settings = settings_of(params)
-        local_dim, local_dtype = descriptor_layout(params)
-    if not paths:
-        local = None
-        if verification:
-            local = LocalFeatures.from_list([], local_settings, local_dim, local_dtype)
-        return ExtractResult(np.empty((0, meta.dim), np.float32), [], []), local
+    local = _LocalLayout.of(spatial) if verification else None
+    if not files:
+        empty = None if local is None else LocalFeatures.from_list([], local.settings, local.dim, local.dtype)
+        return ExtractResult(np.empty((0, meta.dim), np.float32), [], []), empty
     ray = import_ray()
 
     t0 = time.perf_counter()
@@ -254,95 +247,174 @@ def describe_on_ray(
     inflight: dict[Any, int] = {}  # object ref -> share number
     try:
         if not ray.is_initialized():
-            kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING}
-            if address is None:
-                kwargs["num_cpus"] = num_cpus
-            else:
-                kwargs["address"] = address
             # on this thread: Ray ties the processes it starts to the thread that starts them (they
             # get a kill signal when it ends), so a helper thread cannot do it; a cancel waits for it
             yield Progress(0, 0, stage=STARTING, elapsed=time.perf_counter() - t0)
             started = True
-            try:
-                ray.init(**kwargs)
-            except Exception as exc:
-                where = f"the Ray cluster at {address}" if address else "a local Ray instance"
-                first = str(exc).strip().splitlines()
-                raise MuseumSearchError(f"cannot start or join {where}: {first[0] if first else type(exc).__name__}"
-                                        ) from None
+            _start_ray(ray, address, num_cpus)
         workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
-        size = int(share_size) if share_size else default_share_size(len(paths), workers, batch_size)
-        if size < 1:
-            raise MuseumSearchError(f"the share size must be 1 or more, not {share_size}")
-        shares = [(lo, paths[lo:lo + size]) for lo in range(0, len(paths), size)]
-        task = ray.remote(describe_share).options(max_retries=max_retries, retry_exceptions=False, num_cpus=1)
-        config_dict = {**asdict(cfg), "scales": list(cfg.scales)}
-        attempts = [0] * len(shares)
-        results: list[dict | None] = [None] * len(shares)
-        todo = list(range(len(shares)))[::-1]  # a stack: the first share on top
-        window = max(2, 2 * workers)
-        done = 0
-        t_desc = time.perf_counter()
-
-        def submit(k: int) -> None:
-            fault = (_faults or {}).get(k)
-            inflight[task.remote(shares[k][1], config_dict, engine, batch_size, sp, fault)] = k
-            attempts[k] += 1
-
-        while todo or inflight:
-            while todo and len(inflight) < window:
-                submit(todo.pop())
-            ready, _ = ray.wait(list(inflight), num_returns=1, timeout=HEARTBEAT)
-            if not ready:
-                yield Progress(done, len(paths), stage=STAGE, elapsed=time.perf_counter() - t_desc)
-                continue
-            for ref in ready:
-                k = inflight.pop(ref)
-                try:
-                    out = ray.get(ref)
-                except ray.exceptions.TaskCancelledError:
-                    raise
-                except ray.exceptions.RayError as exc:
-                    cause, retry = _cause(ray, exc)
-                    if retry and attempts[k] <= max_retries:
-                        todo.append(k)
-                        continue
-                    tries = f"{attempts[k]} attempt{'s' if attempts[k] != 1 else ''}"
-                    raise MuseumSearchError(
-                        f"describing on Ray failed for the share of {len(shares[k][1])} file(s) starting with "
-                        f"{shares[k][1][0]} after {tries}: {cause}") from None
-                got = BackboneMeta.from_dict(out["meta"])
-                if got != meta:
-                    raise MuseumSearchError(
-                        f"a Ray worker ({out['host']}) describes with {got.summary()} [{got.weights_id}], not "
-                        f"{meta.summary()} [{meta.weights_id}]: install the same museum-search and weights on "
-                        "every worker")
-                out = {**out, "descriptors": np.array(out["descriptors"], np.float32),  # out of the object store
-                       "ok": np.array(out["ok"], np.int64)}
-                if out["local"] is not None:
-                    out["local"] = {key: (np.array(v) if isinstance(v, np.ndarray) else v)
-                                    for key, v in out["local"].items()}
-                lo = shares[k][0]
-                named = {q: given[lo + i] for i, q in enumerate(shares[k][1])}
-                out["skipped"] = [(named.get(p, p), r) for p, r in out["skipped"]]
-                results[k] = out
-                done += len(shares[k][1])
-                yield Progress(done, len(paths), given[lo + len(shares[k][1]) - 1], list(out["skipped"]),
-                               time.perf_counter() - t_desc, stage=STAGE)
-        parts = cast("list[dict]", results)  # every share is done here (no None left)
-        descriptors = np.concatenate([r["descriptors"] for r in parts]).reshape(-1, meta.dim)
-        ok = [int(lo + i) for (lo, _), r in zip(shares, parts) for i in r["ok"]]
-        skipped = [tuple(s) for r in parts for s in r["skipped"]]
-        local = _merge_local([r["local"] for r in parts], local_settings, local_dim, local_dtype) if verification else None
-        return ExtractResult(descriptors, ok, skipped), local
+        shares = _shares(files, share_size or default_share_size(len(files), workers, batch_size))
+        submit = _submitter(ray, shares, cfg, engine, batch_size, local, max_retries, _faults)
+        parts = yield from _describe_shares(ray, submit, shares, given, meta, max_retries=max_retries,
+                                            window=max(2, 2 * workers), inflight=inflight)
+        return _merged(shares, parts, meta, local)
     finally:
-        if inflight:
-            for ref in list(inflight):
-                with contextlib.suppress(Exception):  # best effort: a shutdown ends them anyway
-                    ray.cancel(ref, force=False)
-            inflight.clear()
+        _cancel(ray, inflight)
         if started:
             ray.shutdown()
+
+
+def _shares(files: list[str], size: int) -> list[tuple[int, list[str]]]:
+    """``files`` cut into shares of ``size`` consecutive files: (position of the first, the files)."""
+    if int(size) < 1:
+        raise MuseumSearchError(f"the share size must be 1 or more, not {size}")
+    size = int(size)
+    return [(lo, files[lo:lo + size]) for lo in range(0, len(files), size)]
+
+
+@dataclass(frozen=True)
+class _LocalLayout:
+    """What the workers compute local features with (``params``: :class:`SpatialParams` fields, plain
+    data for the wire) and what the merged features hold (settings, descriptor width and type)."""
+
+    params: dict
+    settings: dict
+    dim: int
+    dtype: Any
+
+    @classmethod
+    def of(cls, spatial: SpatialParams | None) -> _LocalLayout:
+        params = spatial or SpatialParams()
+        dim, dtype = descriptor_layout(params)
+        return cls({f.name: getattr(params, f.name) for f in fields(params)}, settings_of(params), dim, dtype)
+
+
+def _submitter(ray, shares: list[tuple[int, list[str]]], cfg: BackboneConfig, engine: str | None,
+               batch_size: int, local: _LocalLayout | None, max_retries: int,
+               faults: dict[int, tuple[str, int, str]] | None) -> Callable[[int], Any]:
+    """``submit(k)``: start the task of share ``k`` (:func:`describe_share`, one CPU; Ray runs it
+    again up to ``max_retries`` times when its worker dies) and return its object ref."""
+    task = ray.remote(describe_share).options(max_retries=max_retries, retry_exceptions=False, num_cpus=1)
+    config_dict = {**asdict(cfg), "scales": list(cfg.scales)}
+    sp = None if local is None else local.params
+
+    def submit(k: int) -> Any:
+        return task.remote(shares[k][1], config_dict, engine, batch_size, sp, (faults or {}).get(k))
+
+    return submit
+
+
+def _start_ray(ray, address: str | None, num_cpus: int | None) -> None:
+    """Start a local Ray instance with ``num_cpus`` CPUs (``address`` None) or join the cluster at
+    ``address``; a :class:`MuseumSearchError` with Ray's first line of explanation when it fails."""
+    kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING}
+    if address is None:
+        kwargs["num_cpus"] = num_cpus
+    else:
+        kwargs["address"] = address
+    try:
+        ray.init(**kwargs)
+    except Exception as exc:
+        where = f"the Ray cluster at {address}" if address else "a local Ray instance"
+        first = str(exc).strip().splitlines()
+        raise MuseumSearchError(f"cannot start or join {where}: {first[0] if first else type(exc).__name__}"
+                                ) from None
+
+
+def _describe_shares(ray, submit: Callable[[int], Any], shares: list[tuple[int, list[str]]], given: list[str],
+                     meta: BackboneMeta, *, max_retries: int, window: int, inflight: dict[Any, int]
+                     ) -> Generator[Progress, None, list[dict]]:
+    """Run the shares as Ray tasks (``submit(k)``: the object ref of share ``k``'s task), at most
+    ``window`` at a time, the first shares first; a share whose task raised is submitted again up
+    to ``max_retries`` times. Yields a record as each share finishes (and a heartbeat while none
+    does); returns every share's result (:func:`_received`), in share order. ``inflight`` (object
+    ref -> share) is the caller's, which cancels what is left in it when the job stops early."""
+    attempts = [0] * len(shares)
+    results: list[dict | None] = [None] * len(shares)
+    todo = list(range(len(shares)))[::-1]  # a stack: the first share on top
+    total = len(given)
+    done = 0
+    t_desc = time.perf_counter()
+    while todo or inflight:
+        while todo and len(inflight) < window:
+            k = todo.pop()
+            inflight[submit(k)] = k
+            attempts[k] += 1
+        ready, _ = ray.wait(list(inflight), num_returns=1, timeout=HEARTBEAT)
+        if not ready:
+            yield Progress(done, total, stage=STAGE, elapsed=time.perf_counter() - t_desc)
+            continue
+        for ref in ready:
+            k = inflight.pop(ref)
+            out = _share_result(ray, ref, shares[k][1], attempts[k], max_retries)
+            if out is None:
+                todo.append(k)
+                continue
+            lo, files = shares[k]
+            results[k] = out = _received(out, meta, lo, files, given)
+            done += len(files)
+            yield Progress(done, total, given[lo + len(files) - 1], list(out["skipped"]),
+                           time.perf_counter() - t_desc, stage=STAGE)
+    return cast("list[dict]", results)  # every share is done here (no None left)
+
+
+def _share_result(ray, ref, files: list[str], attempts: int, max_retries: int) -> dict | None:
+    """The result of a finished task, or None when it raised and is to be submitted again (after
+    ``attempts`` of at most ``max_retries`` + 1); a :class:`MuseumSearchError` naming the share's
+    first file and the cause when it failed for good."""
+    try:
+        return ray.get(ref)
+    except ray.exceptions.TaskCancelledError:
+        raise
+    except ray.exceptions.RayError as exc:
+        cause, retry = _cause(ray, exc)
+        if retry and attempts <= max_retries:
+            return None
+        tries = f"{attempts} attempt{'s' if attempts != 1 else ''}"
+        raise MuseumSearchError(
+            f"describing on Ray failed for the share of {len(files)} file(s) starting with "
+            f"{files[0]} after {tries}: {cause}") from None
+
+
+def _received(out: dict, meta: BackboneMeta, lo: int, files: list[str], given: list[str]) -> dict:
+    """A share's result (``files``, from position ``lo`` of the input) checked (its worker's network
+    is ``meta``), its arrays copied out of the object store, its skipped files named as the caller
+    named them (``given``)."""
+    got = BackboneMeta.from_dict(out["meta"])
+    if got != meta:
+        raise MuseumSearchError(
+            f"a Ray worker ({out['host']}) describes with {got.summary()} [{got.weights_id}], not "
+            f"{meta.summary()} [{meta.weights_id}]: install the same museum-search and weights on "
+            "every worker")
+    out = {**out, "descriptors": np.array(out["descriptors"], np.float32),  # out of the object store
+           "ok": np.array(out["ok"], np.int64)}
+    if out["local"] is not None:
+        out["local"] = {key: (np.array(v) if isinstance(v, np.ndarray) else v)
+                        for key, v in out["local"].items()}
+    named = {q: given[lo + i] for i, q in enumerate(files)}
+    out["skipped"] = [(named.get(p, p), r) for p, r in out["skipped"]]
+    return out
+
+
+def _merged(shares: list[tuple[int, list[str]]], parts: list[dict], meta: BackboneMeta,
+            local: _LocalLayout | None) -> tuple[ExtractResult, Any]:
+    """The shares' results as one :class:`ExtractResult` (rows in the input order) and, with
+    ``local``, one :class:`LocalFeatures`."""
+    descriptors = np.concatenate([r["descriptors"] for r in parts]).reshape(-1, meta.dim)
+    ok = [int(lo + i) for (lo, _), r in zip(shares, parts) for i in r["ok"]]
+    skipped = [tuple(s) for r in parts for s in r["skipped"]]
+    features = None
+    if local is not None:
+        features = _merge_local([r["local"] for r in parts], local.settings, local.dim, local.dtype)
+    return ExtractResult(descriptors, ok, skipped), features
+
+
+def _cancel(ray, inflight: dict[Any, int]) -> None:
+    """Cancel the tasks still running (best effort: a shutdown ends them anyway)."""
+    for ref in list(inflight):
+        with contextlib.suppress(Exception):
+            ray.cancel(ref, force=False)
+    inflight.clear()
 
 
 __all__ = ["MAX_SHARE", "RAY_MISSING", "STAGE", "STARTING", "default_share_size", "describe_on_ray",
