@@ -13,6 +13,7 @@ import pytest
 from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QLabel
 
+from museum_search.core.answer._presentation import CONFIDENCE_BANDS
 from museum_search.core.answer._verdict import Verdict
 from museum_search.core.index._store import Index
 from museum_search.gui import workers
@@ -85,10 +86,11 @@ def test_collection_tab_shows_the_operating_point_and_warns_when_weak(qtbot, col
 
 def test_kiosk_confidence_words_are_plain():
     assert confidence_words(None) == ""
-    thresholds = [floor for floor, _ in CONFIDENCE_WORDS]
+    thresholds = [floor for _, floor in CONFIDENCE_BANDS]  # core's bands: the kiosk words each one
+    assert set(CONFIDENCE_WORDS) == {band for band, _ in CONFIDENCE_BANDS}
     assert thresholds == sorted(thresholds, reverse=True) and thresholds[-1] == 0.0
     for p in (0.0, 0.3, 0.5, 0.79, 0.8, 0.9, 0.95, 0.999, 1.0):
         words = confidence_words(p)
         assert words and not any(ch.isdigit() for ch in words) and "%" not in words  # never the number
     assert confidence_words(0.99) != confidence_words(0.6)
-    assert confidence_words(0.99) == confidence_words(1.0) == CONFIDENCE_WORDS[0][1]
+    assert confidence_words(0.99) == confidence_words(1.0) == CONFIDENCE_WORDS[CONFIDENCE_BANDS[0][0]]

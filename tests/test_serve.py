@@ -25,6 +25,7 @@ warnings.filterwarnings("ignore", message=".*httpx.*", category=DeprecationWarni
 from fastapi.testclient import TestClient  # noqa: E402
 
 from museum_search.core.answer._pipeline import QueryPipeline, load_query  # noqa: E402
+from museum_search.core.answer._presentation import CONFIDENCE_BANDS, confidence_band  # noqa: E402
 from museum_search.serve import create_app  # noqa: E402
 from museum_search.serve import server as serve_server  # noqa: E402
 from museum_search.serve.app import CSP, language_preferences, localize  # noqa: E402
@@ -86,13 +87,15 @@ def test_identify_gives_the_pipeline_answer(client, sample_index, sample_collect
         assert r.status_code == 200, r.text
         check_security_headers(r)
         got = r.json()
-        want = pipe.answer([load_query(path)])[0].to_dict()
+        answer = pipe.answer([load_query(path)])[0]
+        want = answer.to_dict()
         assert got["in_collection"] == want["in_collection"]
         assert got["confidence"] == want["confidence"]
         assert got["reason"] == want["reason"]
         assert [x["instance"] for x in got["results"]] == [x["instance"] for x in want["results"]]
         assert got["query"] == path.name
-        assert set(got) == set(want) | {"timing", "evidence"}
+        assert set(got) == set(want) | {"timing", "evidence", "confidence_band"}
+        assert got["confidence_band"] == confidence_band(answer.confidence)  # core's band, not the page's
         assert set(got["timing"]) == {"decode_ms", "describe_ms", "search_ms", "verify_ms", "total_ms"}
         img = cv2.imread(str(path))
         assert got["evidence"]["photo_size"] == [img.shape[1], img.shape[0]]  # sample photos are small
@@ -102,6 +105,25 @@ def test_identify_gives_the_pipeline_answer(client, sample_index, sample_collect
         for res in got["results"]:
             assert "path" not in res and str(sample_index.root) not in json.dumps(res)
             assert set(res) == {"rank", "score", "cosine", "inliers", "id", "image", "instance", "metadata"}
+
+
+def test_the_same_answer_reads_the_same_in_the_kiosk_and_on_the_phone(client, sample_index, sample_collection):
+    """The API's band is core's, and the kiosk's sentence is the one of that band; the phone page
+    has words for every band in each of its languages."""
+    from museum_search.gui.demo_window import CONFIDENCE_WORDS, confidence_words
+
+    pipe = QueryPipeline(sample_index)
+    bands = set()
+    for path, _ in queries(sample_collection):
+        answer = pipe.answer([load_query(path)])[0]
+        band = client.post("/api/identify", files=photo(path)).json()["confidence_band"]
+        assert band == confidence_band(answer.confidence)
+        assert confidence_words(answer.confidence) == ("" if band is None else CONFIDENCE_WORDS[band])
+        bands.add(band)
+    assert "sure" in bands and len(bands) >= 2  # the sample is answered in more than one band
+    page = STATIC_PAGE.read_text(encoding="utf-8")
+    for band, _ in CONFIDENCE_BANDS:  # en, fr, de
+        assert page.count(f"\n      {band}: \"") == 3, band
 
 
 def test_result_ids_resolve_and_images_are_small_jpegs(client, sample_collection):

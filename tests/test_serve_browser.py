@@ -254,8 +254,8 @@ def test_phone_photo_gets_the_card(phone, sample_collection, shots):
     assert p.text("#answer-title") == title
     assert p.text("#answer-artist") == artist
     assert p.text("#answer-description").startswith(doc["results"][0]["metadata"]["description"][:30])
-    assert p.text("#answer-confidence") == "We are sure it is this one"  # confidence ≥ 0.9
-    assert doc["confidence"] >= 0.9
+    assert p.text("#answer-confidence") == "We are sure it is this one"  # confidence ≥ 0.95: core's "sure"
+    assert doc["confidence"] >= 0.9 and doc["confidence_band"] == "sure"
     page.wait_for_function("() => document.getElementById('answer-photo').complete"
                            " && document.getElementById('answer-photo').naturalWidth > 0")
     assert page.get_attribute("#answer-photo", "alt") == title

@@ -97,7 +97,7 @@ from PySide6.QtWidgets import (
 )
 from shiboken6 import isValid
 
-from museum_search.core.answer import Answer, QueryPipeline, QuerySettings, Result, query_from_array
+from museum_search.core.answer import Answer, QueryPipeline, QuerySettings, Result, confidence_band, query_from_array
 from museum_search.core.capture import STEADY_THRESHOLD, CameraSource, OpenCVCamera, is_steady, log_camera_problem
 from museum_search.core.errors import ImageError
 from museum_search.core.images import load_image
@@ -193,18 +193,17 @@ def _recognize(pipeline: QueryPipeline, frame: np.ndarray) -> _Recognition:
     return _Recognition(answer, photo, frame, time.perf_counter() - t0, photo_error)
 
 
-#: What a visitor reads under a recognised object, by the answer's confidence (at least the first
-#: number; a probability in words, never the number itself).
-CONFIDENCE_WORDS = ((0.95, "We are sure it is this one."), (0.8, "It is very likely this one."),
-                    (0.0, "It is probably this one."))
+#: What a visitor reads under a recognised object, by the answer's confidence band (core's
+#: :func:`confidence_band`, the same as the phone page's; a probability in words, never the number).
+CONFIDENCE_WORDS = {"sure": "We are sure it is this one.", "likely": "It is very likely this one.",
+                    "might": "It is probably this one."}
 
 
 def confidence_words(confidence: float | None) -> str:
     """How sure the kiosk is of a recognised object, in plain words for visitors ("" when the
     answer has no confidence). The number itself goes to the technician's log."""
-    if confidence is None:
-        return ""
-    return next(words for floor, words in CONFIDENCE_WORDS if confidence >= floor)
+    band = confidence_band(confidence)
+    return "" if band is None else CONFIDENCE_WORDS[band]
 
 
 def _technician_verdict(answer: Answer) -> str:
@@ -726,10 +725,11 @@ class DemoWindow(QWidget):
 
     def __init__(self, index, settings: Settings, camera_factory=None, parent: QWidget | None = None, *,
                  steady_seconds: float = 1.0, result_seconds: float = 8.0,
-                 steady_threshold: float = STEADY_THRESHOLD, max_fps: float = 24.0):
+                 steady_threshold: float = STEADY_THRESHOLD, max_fps: float = 24.0, engine: str | None = None):
         super().__init__(parent)
         self.index = index
         self.settings = settings
+        self.engine = engine or settings.engine  # the inference engine of the kiosk's pipeline
         self.camera_factory = camera_factory or OpenCVCamera
         self.steady_seconds = float(steady_seconds)
         self.result_seconds = float(result_seconds)
@@ -931,7 +931,8 @@ class DemoWindow(QWidget):
 
     # ---- start-up ------------------------------------------------------------------------
     def _load_pipeline(self) -> None:
-        index, settings = self.index, QuerySettings(k=max(1, int(self.settings.top_k)), per_instance=True)
+        index, settings = self.index, QuerySettings(k=max(1, int(self.settings.top_k)), per_instance=True,
+                                                    engine=self.engine)
 
         def done(pipeline: QueryPipeline) -> None:
             self._pipeline = pipeline

@@ -1,5 +1,6 @@
 """The answer to a query: the query pipeline (describe, search, re-rank, verify), the re-rankers
-(ICFRR, αQE, DBA), and the verdict (calibrated; confidence and wording) every view shows.
+(ICFRR, αQE, DBA), the verdict (calibrated; confidence and wording) every view shows, and how every
+view presents it (the confidence band, the outline in the photo's pixels).
 
 This is the package's face: code outside the package imports these names only (an import-linter
 contract says so); the modules behind it are private."""
@@ -19,6 +20,12 @@ from museum_search.core.answer._pipeline import (
     query_from_array,
     query_from_bytes,
 )
+from museum_search.core.answer._presentation import (
+    CONFIDENCE_BANDS,
+    confidence_band,
+    in_photo,
+    outline_in_photo,
+)
 from museum_search.core.answer._rerank import (
     RerankOptions,
     icfrr_advice,
@@ -37,6 +44,7 @@ from museum_search.core.answer._verdict import (
 
 __all__ = [
     "Answer",
+    "CONFIDENCE_BANDS",
     "DESCRIPTORS_NOT_VERIFIED",
     "Evidence",
     "NOISE_INLIERS",
@@ -47,13 +55,16 @@ __all__ = [
     "RerankOptions",
     "Result",
     "Verdict",
+    "confidence_band",
     "descriptor_query",
     "fit_verdict",
     "icfrr_advice",
     "icfrr_k_g",
+    "in_photo",
     "load_query",
     "open_set_figures",
     "operating_points",
+    "outline_in_photo",
     "query_from_array",
     "query_from_bytes",
     "recalibrated",

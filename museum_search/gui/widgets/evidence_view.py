@@ -8,8 +8,9 @@ from :func:`museum_search.core.verification._shortlist.matched_area`: on the ref
 inliers; in the photo, that hull carried by the inliers' homography and clipped to the photo. (The
 reference's whole outline, ``Matches.outline``, is not drawn: a reference photo shows the wall around
 a framed picture, and its corners fall far outside the query.) Coordinates are in the frames of the
-images resized for verification (``query_size``, ``reference_size``) and are scaled here to wherever
-the images are drawn::
+images resized for verification (``query_size``, ``reference_size``); core carries them into each
+shown image's pixels (:func:`museum_search.core.answer.in_photo`, as for the phone page's outline)
+and they are placed here where the images are drawn::
 
     view = EvidenceView()
     view.set_query(rgb); view.set_reference(rgb); view.set_evidence(evidence)
@@ -23,6 +24,7 @@ from PySide6.QtCore import QPointF, QRectF, QSize, Qt
 from PySide6.QtGui import QColor, QImage, QPainter, QPalette, QPen, QPolygonF
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
+from museum_search.core.answer import in_photo
 from museum_search.core.verification import MatchedArea, Matches, matched_area
 from museum_search.gui.widgets.thumbnails import numpy_to_qimage
 
@@ -124,8 +126,8 @@ class EvidenceView(QWidget):
         if ev is None or area is None or not all(self._images):
             return None
         qrect, rrect = self.image_rects()
-        to_q, to_r = self._mapper(qrect, ev.query_size), self._mapper(rrect, ev.reference_size)
-        return QPolygonF([to_q(c) for c in area.query]), QPolygonF([to_r(c) for c in area.reference])
+        return (QPolygonF(self._placed(0, qrect, area.query, ev.query_size)),
+                QPolygonF(self._placed(1, rrect, area.reference, ev.reference_size)))
 
     def caption(self) -> str:
         return self._caption
@@ -160,10 +162,14 @@ class EvidenceView(QWidget):
             rects.append(QRectF(x, cell.top() + (cell.height() - h) / 2, w, h))
         return rects[0], rects[1]
 
-    @staticmethod
-    def _mapper(rect: QRectF, frame: tuple[float, float]):
-        sx, sy = rect.width() / max(1e-6, frame[0]), rect.height() / max(1e-6, frame[1])
-        return lambda p: QPointF(rect.left() + float(p[0]) * sx, rect.top() + float(p[1]) * sy)
+    def _placed(self, i: int, rect: QRectF, points: np.ndarray, frame: tuple[float, float]) -> list[QPointF]:
+        """``points`` of verification's ``frame`` where they are drawn: in the pixels of image ``i``
+        (core's :func:`in_photo`), then in ``rect``, where that image is drawn."""
+        img = self._images[i]
+        assert img is not None
+        px = in_photo(points, frame, (img.width(), img.height()))
+        sx, sy = rect.width() / max(1, img.width()), rect.height() / max(1, img.height())
+        return [QPointF(rect.left() + float(x) * sx, rect.top() + float(y) * sy) for x, y in px]
 
     # ---- painting --------------------------------------------------------------------------
     def paintEvent(self, event) -> None:
@@ -199,12 +205,11 @@ class EvidenceView(QWidget):
         p.end()
 
     def _paint_evidence(self, p: QPainter, ev: Matches, qrect: QRectF, rrect: QRectF) -> None:
-        to_q = self._mapper(qrect, ev.query_size)
-        to_r = self._mapper(rrect, ev.reference_size)
         n = len(ev.query_points)
-        pick = np.linspace(0, n - 1, min(n, MAX_LINES)).round().astype(int) if n else []
-        for j, i in enumerate(pick):
-            a, b = to_q(ev.query_points[i]), to_r(ev.reference_points[i])
+        pick = np.linspace(0, n - 1, min(n, MAX_LINES)).round().astype(int) if n else np.empty(0, int)
+        ends = zip(self._placed(0, qrect, ev.query_points[pick], ev.query_size),
+                   self._placed(1, rrect, ev.reference_points[pick], ev.reference_size))
+        for j, (a, b) in enumerate(ends):
             colour = QColor(LINE_COLOURS[j % len(LINE_COLOURS)])
             colour.setAlpha(170)
             p.setPen(QPen(colour, 1.2))
