@@ -82,7 +82,8 @@ def cmd_index(args: argparse.Namespace) -> int:
     spec = LabellingSpec(args.labels, args.catalogue, args.regex)
     report = _drive(build_job(args.collection, args.output, config, spec, batch_size=args.batch_size,
                               dtype="float16" if args.float16 else "float32", ann=args.ann,
-                              neighbours=args.neighbours, ray=args.ray, matcher=args.matcher), "indexing")
+                              neighbours=args.neighbours, ray=args.ray, matcher=args.matcher,
+                              engine=args.engine), "indexing")
     print(f"backbone: {report.index.meta.summary()}", file=sys.stderr)
     _print_skips(report.skipped, report.labelling.ignored)
     print(f"index written to {args.output}: {report.summary()}")
@@ -111,7 +112,7 @@ def cmd_update(args: argparse.Namespace) -> int:
     from museum_search.core.jobs import update_job
 
     report = _drive(update_job(args.index, weights=args.weights, batch_size=args.batch_size,
-                               checksum=args.checksum, ann=args.ann), "updating")
+                               checksum=args.checksum, ann=args.ann, engine=args.engine), "updating")
     _print_skips(report.skipped, report.labelling.ignored)
     if report.removed_files:
         print(f"{len(report.removed_files)} reference(s) removed from the index:", file=sys.stderr)
@@ -130,8 +131,8 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
 
 
 def query_settings(args: argparse.Namespace, index=None):
-    """The query pipeline's settings from the command line (``query`` and ``evaluate``); with
-    ``index``, ``--min-inliers`` and ``--threshold`` replace its verdict's model for this run."""
+    """The query pipeline's settings from the command line (``query`` and ``evaluate``, ``--engine``
+    included); with ``index``, ``--min-inliers`` and ``--threshold`` replace its verdict's model for this run."""
     from museum_search.core.answer import QuerySettings, RerankOptions, Verdict
 
     opts = RerankOptions(
@@ -141,7 +142,8 @@ def query_settings(args: argparse.Namespace, index=None):
     return QuerySettings(k=getattr(args, "k", 5), per_instance=getattr(args, "per_instance", False),
                          regions=not args.whole_image, rerank=args.rerank, options=opts,
                          verify=not args.no_verify, verify_top=args.verify_top, search=args.search,
-                         verdict=None if index is None else _verdict_override(args, Verdict.of_index(index)))
+                         verdict=None if index is None else _verdict_override(args, Verdict.of_index(index)),
+                         engine=getattr(args, "engine", None))
 
 
 def _verdict_override(args: argparse.Namespace, verdict):
@@ -230,7 +232,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"labelling: {index.labelling.rule}; nearest neighbours stored per reference (ICFRR): "
           f"{index.neighbours_stored}")
     if index.ann is not None:
-        print(f"approximate search: {index.ann.summary() if hasattr(index.ann, 'describe') else index.ann.params}")
+        print(f"approximate search: {index.ann.summary() if hasattr(index.ann, 'summary') else index.ann.params}")
         from museum_search.core.index import resolve_mode
 
         tuning = index.ann.params.tuning
@@ -265,7 +267,7 @@ def cmd_backbones(args: argparse.Namespace) -> int:
 
     for name, spec in REGISTRY.items():
         print(f"{name:<20} {spec.description}")
-    print(f"inference engine: {inference.current_engine()} (onnxruntime {'installed' if inference.onnx_available() else 'not installed'}, "
+    print(f"inference engine: {inference.default_engine()} (onnxruntime {'installed' if inference.onnx_available() else 'not installed'}, "
           f"torch {'installed' if inference.torch_available() else 'not installed'}; --engine or MUSEUM_SEARCH_ENGINE)")
     return 0
 
@@ -305,7 +307,7 @@ def _evaluation_inputs(args: argparse.Namespace):
             print(f"notice: {note}", file=sys.stderr)
         source = spec.query_set if args.queries is None else replace(spec.query_set, path=str(Path(args.queries).resolve()))
         settings, batch_size, weights = spec.settings_for(index), spec.batch_size, spec.weights
-        _use_engine(spec.engine, args.engine)
+        settings = replace(settings, engine=_rerun_engine(spec.engine, args.engine))
     else:
         if not args.index:
             raise MuseumSearchError("give an index folder (or --settings RUN.json to run an exported run again)")
@@ -333,19 +335,19 @@ def _evaluation_inputs(args: argparse.Namespace):
     return index, queryset, source, pipe, batch_size, weights, rerun
 
 
-def _use_engine(engine: str | None, given: str | None) -> None:
-    """Run a re-run on the run's inference engine unless ``--engine`` says otherwise (the engines give
-    the same descriptors to a cosine of 0.9999, not bit for bit)."""
+def _rerun_engine(engine: str | None, given: str | None) -> str | None:
+    """The engine of a re-run: ``--engine`` when given, else the run's (the engines give the same
+    descriptors to a cosine of 0.9999, not bit for bit), else the default when the run's is not installed."""
     from museum_search.core import inference
 
-    if given or not engine or engine == inference.current_engine():
-        return
+    if given or not engine or engine == inference.default_engine():
+        return given or engine
     available = inference.onnx_available() if engine == "onnx" else inference.torch_available()
     if available:
-        inference.set_engine(engine)
-    else:
-        print(f"notice: the run used the {engine} engine, which is not installed here; using "
-              f"{inference.current_engine()} (the numbers may differ in the last digits)", file=sys.stderr)
+        return engine
+    print(f"notice: the run used the {engine} engine, which is not installed here; using "
+          f"{inference.default_engine()} (the numbers may differ in the last digits)", file=sys.stderr)
+    return None
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -394,9 +396,6 @@ def _recalibrate(index, report, max_known_rejected: float, verified: bool) -> No
 
 
 def _print_summary(s: dict[str, Any]) -> None:
-    def pct(x):
-        return "   n/a" if x is None else f"{100 * x:6.2f}"
-
     if s.get("run"):
         print(f"run:       {s['run']}")
     print(f"index:     {s['index']}")
@@ -405,7 +404,7 @@ def _print_summary(s: dict[str, Any]) -> None:
     print(f"evaluated {s['queries']} queries; {s['open_set_queries']} open-set queries excluded; "
           f"{s.get('unknown_instance_queries', 0)} naming only instances not in the index excluded; "
           f"{s['skipped_queries']} unreadable")
-    from museum_search.core.evaluation import unknown_instances_warning
+    from museum_search.core.evaluation import PRINTED_METRICS, unknown_instances_warning
 
     warning = unknown_instances_warning(s)
     if warning:
@@ -422,12 +421,12 @@ def _print_summary(s: dict[str, Any]) -> None:
               f"{v['known_queries']}; accuracy (right answer or right rejection) {share(v['accuracy'])}")
     ci = s.get("ci95", {})
     print(f"  {'metric':<8} {'value %':>8}   95% CI")
-    for key, label in (("mp@1", "MP@1"), ("map", "MAP"), ("amnro", "AMNRO"), ("anmrr", "ANMRR"), ("p@5", "P@5")):
-        interval = ci.get(key)
-        iv = f"[{pct(interval[0])}, {pct(interval[1])}]" if interval else ""
-        print(f"  {label:<8} {pct(s.get(key)):>8}   {iv}")
-        if key == "amnro":  # the open-set metric next to MP@1, MAP and AMNRO (no interval: not a mean)
-            print(f"  {'GAP':<8} {pct(s.get('gap')):>8}   (known queries only: {pct(s.get('gap_known')).strip()})")
+    for m in PRINTED_METRICS.values():  # in percent, with the 95 % interval of a mean
+        interval = ci.get(m.key)
+        iv = f"[{m.percent(interval[0])}, {m.percent(interval[1])}]" if interval else ""
+        if m.companion:  # GAP: over the known queries only, in brackets (no interval: not a mean)
+            iv = f"({m.companion_label} queries only: {m.percent(s.get(m.companion)).strip()})"
+        print(f"  {m.label:<8} {m.percent(s.get(m.key)):>8}   {iv}")
     base = s.get("baseline")
     if base:
         _print_comparison(base)
@@ -439,19 +438,21 @@ def _differ(n: int) -> str:
 
 def _print_comparison(base: dict[str, Any]) -> None:
     """``evaluate --baseline``'s lines, e.g. "MP@1 0.567 vs 0.967: worse, p = 0.0005 (12 queries differ)"."""
-    from museum_search.core.evaluation import format_p
+    from museum_search.core.evaluation import COMPARED, format_p
 
-    alternative = base["mp@1"].get("alternative", "one-tailed")
+    alternative = base[next(iter(COMPARED))].get("alternative", "one-tailed")
+    lower = " and ".join(m.label for m in COMPARED.values() if not m.higher_is_better)
     print(f"against baseline {base['baseline']} ({base['paired_queries']} paired queries; {alternative} paired "
-          "randomization test, the bootstrap test's p next to it; for AMNRO lower is better):")
-    for key, label in (("mp@1", "MP@1"), ("map", "MAP"), ("amnro", "AMNRO")):
+          "randomization test, the bootstrap test's p next to it" + (f"; for {lower} lower is better" if lower else "")
+          + "):")
+    for key, m in COMPARED.items():
         b = base[key]
         levels = [lvl for lvl, sig in b["significant"].items() if sig]
         verdict = f"significant at {min(levels, key=float)}" if levels else "not significant"
         how = "exact" if b["exact"] else "Monte Carlo"
         means = (f"{b['run_mean']:.3f} vs {b['baseline_mean']:.3f}" if b.get("run_mean") is not None
                  and b.get("baseline_mean") is not None else f"delta {b['delta']:+.4f}")
-        print(f"  {label} {means}: {b.get('direction', 'n/a')}, p = {format_p(b['p_value'])} "
+        print(f"  {m.label} {means}: {b.get('direction', 'n/a')}, p = {format_p(b['p_value'])} "
               f"({_differ(b['differing_queries'])})  [{b['test']}, {how}; delta {b['delta']:+.4f}; "
               f"bootstrap p = {format_p(b['bootstrap_p_value'])}; {verdict}]")
 
@@ -460,13 +461,14 @@ def cmd_gui(args: argparse.Namespace) -> int:
     from museum_search.gui.app import main as gui_main
 
     argv = [] if args.index is None else [str(args.index)]
-    return gui_main(argv)
+    return gui_main(argv, engine=args.engine)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from museum_search.gui.app import main as gui_main
 
-    return gui_main(["--demo", str(args.index)] + (["--camera", str(args.camera)] if args.camera is not None else []))
+    return gui_main(["--demo", str(args.index)] + (["--camera", str(args.camera)] if args.camera is not None else []),
+                    engine=args.engine)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -485,8 +487,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.label is not None and Path(args.label).exists():  # before loading anything
         raise MuseumSearchError(f"--label {args.label}: this file exists already; it is left as it is")
     print(f"loading {args.index} and warming up the network…", file=sys.stderr)
+    from museum_search.core.answer import QuerySettings
+
     app = create_app(args.index, workers=args.workers, queue=args.queue, allow_origin=args.allow_origin,
-                     keep_missed=args.keep_missed)
+                     keep_missed=args.keep_missed, settings=QuerySettings(engine=args.engine))
     urls = server.urls(args.host, args.port, https)
     name = app.state.index.root.name
     print(f"serving {name} ({len(app.state.index)} references, {app.state.pool.workers} workers) at:")
@@ -557,18 +561,10 @@ def _add_engine_option(p: argparse.ArgumentParser) -> None:
                         "about 4x faster on a CPU) or torch; both give the same descriptors")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from museum_search.core.index import RULES
+def _add_backbone_options(s: argparse.ArgumentParser) -> None:
+    """The network that describes the photos: backbone, head, size, scales and GeM exponent."""
     from museum_search.core.inference import DEFAULT_BACKBONE, DEFAULT_HEAD, DEFAULT_SIZE, HEADS, REGISTRY
 
-    p = argparse.ArgumentParser(prog=PROG, description="Instance search in museum and heritage collections.")
-    p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    p.add_argument("-v", "--verbose", action="store_true", help="log details to stderr")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    s = sub.add_parser("index", help="index a collection folder of reference photos")
-    s.add_argument("collection", type=Path, help="folder of reference photos")
-    s.add_argument("-o", "--output", type=Path, required=True, help="index folder to write")
     s.add_argument("--backbone", choices=list(REGISTRY), default=DEFAULT_BACKBONE)
     s.add_argument("--head", choices=HEADS, default=DEFAULT_HEAD,
                    help="logits = 1000-d ImageNet output at 224x224 (the papers' IM baseline); "
@@ -576,9 +572,23 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--size", type=int, default=DEFAULT_SIZE, help="longest image side for pooled heads")
     s.add_argument("--scales", type=float, nargs="+", default=[1.0], help="multi-scale factors, e.g. 1 0.707")
     s.add_argument("--gem-p", type=float, default=3.0, help="GeM exponent")
+
+
+def _add_labelling_options(s: argparse.ArgumentParser) -> None:
+    """How the photos' instances are named: the rule, a catalogue CSV or a regex."""
+    from museum_search.core.index import RULES
+
     s.add_argument("--labels", choices=RULES, default="auto", help="labelling rule (default: auto-detect)")
     s.add_argument("--catalogue", type=Path, default=None, help="catalogue CSV: file,instance,metadata...")
     s.add_argument("--regex", default=None, help="regex with a group (?P<instance>...) on the relative path")
+
+
+def _add_index(sub: argparse._SubParsersAction) -> None:
+    s = sub.add_parser("index", help="index a collection folder of reference photos")
+    s.add_argument("collection", type=Path, help="folder of reference photos")
+    s.add_argument("-o", "--output", type=Path, required=True, help="index folder to write")
+    _add_backbone_options(s)
+    _add_labelling_options(s)
     s.add_argument("--weights", default=None, help="weights file for the backbone (offline use)")
     s.add_argument("--float16", action="store_true", help="store descriptors as float16 (half the size)")
     s.add_argument("--batch-size", type=int, default=8)
@@ -595,6 +605,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_engine_option(s)
     s.set_defaults(func=cmd_index)
 
+
+def _add_import(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("import", help="make an index of descriptors computed elsewhere (bring your own descriptors)",
                        description="Make an index of descriptors computed elsewhere; it is searched, re-ranked, "
                                    "answered and evaluated like an index of photos, with queries given as "
@@ -614,6 +626,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_derived_options(s)
     s.set_defaults(func=cmd_import)
 
+
+def _add_update(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("update", help="re-index new/changed files of an index's collection, drop deleted ones")
     s.add_argument("index", type=Path)
     s.add_argument("--checksum", action="store_true",
@@ -625,6 +639,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_engine_option(s)
     s.set_defaults(func=cmd_update)
 
+
+def _add_upgrade(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("upgrade", help="convert an index written by an older museum-search to the current format",
                        description="Convert an index of format 2 in place: descriptors, items, local features and "
                                    "verdict are kept; items move to SQLite, neighbour lists replace the N x N "
@@ -633,6 +649,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_derived_options(s)
     s.set_defaults(func=cmd_upgrade)
 
+
+def _add_query(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("query", help="which objects of the collection do these photos show?")
     s.add_argument("index", type=Path)
     s.add_argument("images", type=Path, nargs="*")
@@ -647,6 +665,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_engine_option(s)
     s.set_defaults(func=cmd_query)
 
+
+def _add_evaluate(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("evaluate", help="measure MP@1, MAP, AMNRO, GAP... on a labelled query set")
     s.add_argument("index", type=Path, nargs="?", default=None,
                    help="index folder (with --settings: default, the run's)")
@@ -680,26 +700,36 @@ def build_parser() -> argparse.ArgumentParser:
     _add_engine_option(s)
     s.set_defaults(func=cmd_evaluate)
 
+
+def _add_info(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("info", help="describe an index")
     s.add_argument("index", type=Path)
     s.add_argument("--check", action="store_true",
                    help="check every byte of every data file (opening a large index checks sizes and samples)")
     s.set_defaults(func=cmd_info)
 
+
+def _add_backbones(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("backbones", help="list the available backbones")
     s.set_defaults(func=cmd_backbones)
 
+
+def _add_gui(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("gui", help="start the desktop application")
     s.add_argument("index", type=Path, nargs="?", default=None)
     _add_engine_option(s)
     s.set_defaults(func=cmd_gui)
 
+
+def _add_demo(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("demo", help="full-screen museum kiosk with the camera")
     s.add_argument("index", type=Path)
     s.add_argument("--camera", type=int, default=None, help="camera number (default: from settings)")
     _add_engine_option(s)
     s.set_defaults(func=cmd_demo)
 
+
+def _add_serve(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("serve", help="answer visitors' phones: a web page and JSON API on the local network",
                        description="Serve the visitor page and the JSON API (POST /api/identify, /api/objects, "
                                    "/healthz, /openapi.json) over the same query pipeline as 'query'.")
@@ -720,6 +750,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write a printable label (.png or .pdf) with the QR code; an existing file is refused")
     _add_engine_option(s)
     s.set_defaults(func=cmd_serve)
+
+
+#: The subcommands in the order ``--help`` lists them, each added by its own function.
+_COMMANDS = (_add_index, _add_import, _add_update, _add_upgrade, _add_query, _add_evaluate, _add_info,
+             _add_backbones, _add_gui, _add_demo, _add_serve)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line's parser: the global options, then each subcommand (one ``_add_*`` function each)."""
+    p = argparse.ArgumentParser(prog=PROG, description="Instance search in museum and heritage collections.")
+    p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    p.add_argument("-v", "--verbose", action="store_true", help="log details to stderr")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in _COMMANDS:
+        add(sub)
     return p
 
 
@@ -757,10 +802,6 @@ def _main(argv: Sequence[str] | None) -> int:
     from museum_search.core.errors import MuseumSearchError
 
     try:
-        if getattr(args, "engine", None):
-            from museum_search.core import inference
-
-            inference.set_engine(args.engine)
         return int(args.func(args) or 0)
     except MuseumSearchError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)

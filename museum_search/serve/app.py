@@ -3,7 +3,9 @@
 A view over core, like the CLI and the GUI: every answer comes from :class:`QueryPipeline`
 (``Answer.to_dict``, as ``query --json`` prints it), with server paths replaced by opaque ids.
 Decoding and querying run on a bounded pool of worker threads (:mod:`.workers`), never on the
-event loop; the photo is read with size and time limits (:mod:`.upload`). Nothing here writes the
+event loop; the photo is read with size and time limits (:mod:`.upload`). The handlers are
+module-level functions on :data:`router` that read what they need from ``request.app.state``
+(set by :func:`create_app`), so each can be tested alone. Nothing here writes the
 index; the only file ever written is a rejected photo under ``keep_missed``, when asked for."""
 
 from __future__ import annotations
@@ -15,13 +17,14 @@ import os
 import re
 import secrets
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import anyio
 import cv2
-from fastapi import FastAPI, Query, Request
+from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -30,7 +33,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from museum_search import __version__
-from museum_search.core.answer import QueryPipeline, QuerySettings, query_from_bytes
+from museum_search.core.answer import QueryPipeline, QuerySettings, confidence_band, outline_in_photo, query_from_bytes
 from museum_search.core.errors import ImageError, MuseumSearchError
 from museum_search.core.images import load_image
 from museum_search.core.index import Index
@@ -167,7 +170,214 @@ def _safe_relative(path: str) -> bool:
     return bool(path) and not p.is_absolute() and ".." not in p.parts and "\\" not in path and ":" not in p.parts[0]
 
 
-# ---- the app ---------------------------------------------------------------------------------
+# ---- errors: every one is JSON {"error": ...} ---------------------------------------------------
+
+
+async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+    return error(exc.status, exc.message, exc.headers)
+
+
+async def _busy(request: Request, exc: Busy) -> JSONResponse:
+    return error(503, BUSY, {"Retry-After": "1"})
+
+
+async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    if exc.status_code == 404:
+        msg = f"nothing at {request.url.path[:100]}; the API is under /api (see /openapi.json)"
+    elif exc.status_code == 405:
+        allowed = (exc.headers or {}).get("Allow") or (exc.headers or {}).get("allow", "")
+        msg = f"{request.method} is not allowed on {request.url.path[:100]}; use {allowed or 'another method'}"
+    else:
+        msg = str(exc.detail)
+    return error(exc.status_code, msg, dict(exc.headers or {}))
+
+
+async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+    parts = []
+    for e in exc.errors()[:3]:
+        where = ".".join(str(x) for x in e.get("loc", ()) if x not in ("query", "path"))
+        parts.append(f"{where}: {e.get('msg', 'invalid')}")
+    return error(400, "bad request: " + "; ".join(parts))
+
+
+async def _gone(request: Request, exc: ClientDisconnect) -> JSONResponse:
+    return error(400, "the client went away before sending the whole photo")
+
+
+#: The app's exception handlers (:func:`create_app` installs them; so can a test's app).
+EXCEPTION_HANDLERS: dict[type[Exception], Callable[[Request, Any], Awaitable[JSONResponse]]] = {
+    ApiError: _api_error, Busy: _busy, StarletteHTTPException: _http_error, RequestValidationError: _invalid,
+    ClientDisconnect: _gone,
+}
+
+
+# ---- the routes: each reads what it needs from request.app.state (see create_app) -----------------
+
+router = APIRouter()
+
+
+def answer_photo(pipe: QueryPipeline, upload: Upload, prefs: list[str], ids: Ids,
+                 missed: Path | None) -> dict[str, Any]:
+    """The answer to one uploaded photo, on a worker's ``pipe``: ``Answer.to_dict`` with opaque ids,
+    metadata in the ``prefs`` languages, timings and the matched outline; a rejected photo is kept
+    in ``missed`` (if given)."""
+    t0 = time.perf_counter()
+    try:
+        query = query_from_bytes(upload.data, _query_name(upload.filename))
+    except ImageError as exc:
+        raise ApiError(415, f"{exc.reason}; send a photo (JPEG, PNG or WebP)") from None
+    t1 = time.perf_counter()
+    answer = pipe.answer([query])[0]
+    timings = dict(pipe.timings)
+    assert query.image is not None
+    h, w = query.image.shape[:2]
+    # the evidence the verdict judged (if verified): the matched outline in the photo's pixels
+    corners = outline_in_photo(pipe.top_matches(query, answer), (w, h))
+    outline = None if corners is None else [[round(float(x), 1), round(float(y), 1)] for x, y in corners]
+    if missed is not None and not answer.in_collection:
+        _keep(missed, upload.data)
+    t2 = time.perf_counter()
+    doc = answer.to_dict()
+    doc["confidence_band"] = confidence_band(answer.confidence)  # the page words it, keyed by band
+    results = []
+    for r, d in zip(answer.results, doc["results"]):
+        oid = ids.make(r.row)
+        results.append({"rank": d["rank"], "score": d["score"], "cosine": d["cosine"], "inliers": d["inliers"],
+                        "id": oid, "image": f"/api/objects/{oid}/image", "instance": d["instance"],
+                        "metadata": localize(d["metadata"], prefs)})
+    doc["results"] = results
+    doc["timing"] = {"decode_ms": _ms(t1 - t0), "describe_ms": _ms(timings.get("describe", 0.0)),
+                     "search_ms": _ms(timings.get("search", 0.0)), "verify_ms": _ms(timings.get("verify", 0.0)),
+                     "total_ms": _ms(t2 - t0)}
+    doc["evidence"] = {"photo_size": [int(w), int(h)], "outline": outline}
+    return doc
+
+
+@router.post("/api/identify", summary="Which object does this photo show?", openapi_extra={
+    "requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
+        "type": "object", "required": ["photo"],
+        "properties": {"photo": {"type": "string", "format": "binary"}}}}}},
+    "responses": {"400": {"description": "no photo, truncated body"}, "408": {"description": "too slow"},
+                  "413": {"description": "too large"}, "415": {"description": "not an image"},
+                  "503": {"description": "busy: retry after Retry-After seconds"}}})
+async def identify(request: Request, lang: str | None = Query(None, max_length=100)) -> JSONResponse:
+    state = request.app.state
+    prefs = language_preferences(lang)
+    with state.pool.admission():
+        upload = await read_photo(request, state.max_upload, state.body_timeout)
+        doc = await state.pool.run(answer_photo, upload, prefs, state.ids, state.missed)
+    return JSONResponse(doc)
+
+
+def item_doc(ids: Ids, row: int, item, prefs: list[str]) -> dict[str, Any]:
+    """One catalogue object as the API gives it: opaque id, instance, localized metadata, image URL."""
+    oid = ids.make(row)
+    return {"id": oid, "instance": item.instance, "metadata": localize(dict(item.metadata), prefs),
+            "image": f"/api/objects/{oid}/image"}
+
+
+@router.get("/api/info", summary="The collection")
+async def info(request: Request) -> dict[str, Any]:
+    state = request.app.state
+    return {"name": state.index.root.name, "objects": len(state.index.instances), "references": len(state.index),
+            "languages": state.languages, "version": __version__}
+
+
+@router.get("/healthz", summary="Liveness and load")
+async def healthz(request: Request) -> dict[str, Any]:
+    pool = request.app.state.pool
+    return {"status": "ok", "references": len(request.app.state.index), "workers": pool.workers, "busy": pool.busy,
+            "queued": pool.queued}
+
+
+def catalogue_page(catalogue, ids: Ids, q: str, page: int, per_page: int, prefs: list[str]) -> dict[str, Any]:
+    """Page ``page`` of the catalogue objects that match the full text ``q`` (all of them for "")."""
+    rows = catalogue.match(q)
+    total = len(catalogue) if rows is None else len(rows)
+    lo = min(total, (page - 1) * per_page)
+    hi = min(total, lo + per_page)
+    chosen = list(range(lo, hi)) if rows is None else [int(r) for r in rows[lo:hi]]
+    items = catalogue.rows(chosen)
+    return {"total": total, "page": page, "per_page": per_page,
+            "items": [item_doc(ids, r, it, prefs) for r, it in zip(chosen, items)]}
+
+
+@router.get("/api/objects", summary="The catalogue, filtered by full text and paginated")
+async def objects(request: Request, q: str = Query("", max_length=200), page: int = Query(1, ge=1, le=1_000_000),
+                  per_page: int = Query(20, ge=1, le=100),
+                  lang: str | None = Query(None, max_length=100)) -> dict[str, Any]:
+    state = request.app.state
+    prefs = language_preferences(lang)
+    return await anyio.to_thread.run_sync(lambda: catalogue_page(state.catalogue, state.ids, q, page, per_page, prefs),
+                                          limiter=state.image_limiter)
+
+
+def row_of(ids: Ids, oid: str) -> int:
+    """The row of an id of ours; :class:`ApiError` 404 for any other."""
+    row = ids.row(oid)
+    if row is None:
+        raise ApiError(404, "no object has this id; ids come from /api/objects or /api/identify")
+    return row
+
+
+@router.get("/api/objects/{oid}", summary="One object")
+async def one_object(request: Request, oid: str, lang: str | None = Query(None, max_length=100)) -> dict[str, Any]:
+    state = request.app.state
+    prefs = language_preferences(lang)
+    row = row_of(state.ids, oid)
+    item = await anyio.to_thread.run_sync(lambda: state.catalogue[row], limiter=state.image_limiter)
+    return item_doc(state.ids, row, item, prefs)
+
+
+def object_jpeg(catalogue, root: Path, row: int, size: int) -> bytes:
+    """The photo of catalogue row ``row`` as a JPEG of longest side ``size`` at most; ApiError 404
+    for a photo outside the collection folder or unreadable."""
+    item = catalogue[row]
+    if not _safe_relative(item.path):
+        raise ApiError(404, "this object's photo is not in the collection folder")
+    try:
+        rgb = load_image(root / item.path, max_side=size)
+    except ImageError as exc:
+        raise ApiError(404, f"this object's photo cannot be read ({exc.reason})") from None
+    ok, buf = cv2.imencode(".jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 85])
+    if not ok:
+        raise ApiError(500, "the photo could not be encoded")
+    return buf.tobytes()
+
+
+@router.get("/api/objects/{oid}/image", summary="The object's photo as a JPEG, scaled down",
+            response_class=Response, responses={200: {"content": {"image/jpeg": {}}}})
+async def object_image(request: Request, oid: str,
+                       size: int = Query(512, ge=IMAGE_SIZES[0], le=IMAGE_SIZES[1])) -> Response:
+    state = request.app.state
+    row = row_of(state.ids, oid)
+    etag = f'"{oid}-{size}"'
+    cache = {"Cache-Control": "public, max-age=3600", "ETag": etag}
+    if request.headers.get("if-none-match") == etag:
+        return Response(status_code=304, headers=cache)
+    data = await anyio.to_thread.run_sync(lambda: object_jpeg(state.catalogue, state.index.root, row, size),
+                                          limiter=state.image_limiter)
+    return Response(data, media_type="image/jpeg", headers=cache)
+
+
+# ---- the visitor page ----------------------------------------------------------------------------
+
+
+@router.get("/", include_in_schema=False)
+async def page() -> Response:
+    f = STATIC / "index.html"
+    if not f.is_file():
+        return error(404, "the visitor page is not installed (museum_search/serve/static/index.html)")
+    return FileResponse(f, media_type="text/html; charset=utf-8", headers={"Cache-Control": "no-cache"})
+
+
+# ---- the app -------------------------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    yield
+    app.state.pool.shutdown()
 
 
 def create_app(index_path: str | os.PathLike, *, workers: int | None = None, queue: int | None = None,
@@ -179,7 +389,12 @@ def create_app(index_path: str | os.PathLike, *, workers: int | None = None, que
     The index is loaded once, and ``workers`` pipelines (default: one per core) are built on it,
     sharing its network, and warmed up before this returns. ``queue`` requests (default 2 ×
     workers) may wait beyond the workers; more get 503 with ``Retry-After``. ``keep_missed``: a
-    folder where photos answered "not in this collection" are kept (off by default)."""
+    folder where photos answered "not in this collection" are kept (off by default).
+
+    The routes (:data:`router`) read everything from ``app.state``: ``index``, ``pool`` (the
+    :class:`WorkerPool` of pipelines), ``ids``, ``catalogue``, ``languages``, ``missed`` (the
+    ``keep_missed`` folder or None), ``image_limiter`` (threads for catalogue and image work),
+    ``max_upload`` and ``body_timeout``."""
     n = max(1, int(workers or os.cpu_count() or 1))
     waiting = 2 * n if queue is None else max(0, int(queue))
     if max_upload <= 0 or body_timeout <= 0:
@@ -190,187 +405,24 @@ def create_app(index_path: str | os.PathLike, *, workers: int | None = None, que
     pool = WorkerPool(pipelines, waiting)
     pool.run_each(lambda p: p.warm_up())
     catalogue = index.catalogue()
-    languages = catalogue_languages(list(catalogue.fields))
-    root = index.root
     key_source = f"{Path(index_path).resolve()}|{getattr(catalogue, 'path', '')}|{len(index)}"
-    ids = Ids(hashlib.sha256(b"museum-search serve ids|" + key_source.encode()).digest(), len(index))
-    missed = _missed_folder(keep_missed, Path(index_path), root)
-    image_limiter = anyio.CapacityLimiter(n)
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI):
-        yield
-        pool.shutdown()
+    missed = _missed_folder(keep_missed, Path(index_path), index.root)
 
     app = FastAPI(title="museum-search", version=__version__, docs_url=None, redoc_url=None,
-                  openapi_url="/openapi.json", lifespan=lifespan,
+                  openapi_url="/openapi.json", lifespan=_lifespan,
                   description="Which object of the collection does this photo show? The answers of "
                               "`museum-search query --json`, for visitors' phones.")
+    for exc_class, handler in EXCEPTION_HANDLERS.items():
+        app.add_exception_handler(exc_class, handler)
     app.state.index = index
     app.state.pool = pool
-    app.state.ids = ids
-
-    # ---- errors: every one is JSON {"error": ...} ---------------------------------------------
-    @app.exception_handler(ApiError)
-    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
-        return error(exc.status, exc.message, exc.headers)
-
-    @app.exception_handler(Busy)
-    async def _busy(request: Request, exc: Busy) -> JSONResponse:
-        return error(503, BUSY, {"Retry-After": "1"})
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        if exc.status_code == 404:
-            msg = f"nothing at {request.url.path[:100]}; the API is under /api (see /openapi.json)"
-        elif exc.status_code == 405:
-            allowed = (exc.headers or {}).get("Allow") or (exc.headers or {}).get("allow", "")
-            msg = f"{request.method} is not allowed on {request.url.path[:100]}; use {allowed or 'another method'}"
-        else:
-            msg = str(exc.detail)
-        return error(exc.status_code, msg, dict(exc.headers or {}))
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        parts = []
-        for e in exc.errors()[:3]:
-            where = ".".join(str(x) for x in e.get("loc", ()) if x not in ("query", "path"))
-            parts.append(f"{where}: {e.get('msg', 'invalid')}")
-        return error(400, "bad request: " + "; ".join(parts))
-
-    @app.exception_handler(ClientDisconnect)
-    async def _gone(request: Request, exc: ClientDisconnect) -> JSONResponse:
-        return error(400, "the client went away before sending the whole photo")
-
-    # ---- identify -------------------------------------------------------------------------------
-    def answer_photo(pipe: QueryPipeline, upload: Upload, prefs: list[str]) -> dict[str, Any]:
-        t0 = time.perf_counter()
-        try:
-            query = query_from_bytes(upload.data, _query_name(upload.filename))
-        except ImageError as exc:
-            raise ApiError(415, f"{exc.reason}; send a photo (JPEG, PNG or WebP)") from None
-        t1 = time.perf_counter()
-        answer = pipe.answer([query])[0]
-        timings = dict(pipe.timings)
-        assert query.image is not None
-        h, w = query.image.shape[:2]
-        outline = None
-        m = pipe.top_matches(query, answer)  # the evidence the verdict judged, if verified
-        if m is not None and m.outline is not None:
-            sx, sy = w / float(m.query_size[0]), h / float(m.query_size[1])
-            outline = [[round(float(x) * sx, 1), round(float(y) * sy, 1)] for x, y in m.outline]
-        if missed is not None and not answer.in_collection:
-            _keep(missed, upload.data)
-        t2 = time.perf_counter()
-        doc = answer.to_dict()
-        results = []
-        for r, d in zip(answer.results, doc["results"]):
-            oid = ids.make(r.row)
-            results.append({"rank": d["rank"], "score": d["score"], "cosine": d["cosine"], "inliers": d["inliers"],
-                            "id": oid, "image": f"/api/objects/{oid}/image", "instance": d["instance"],
-                            "metadata": localize(d["metadata"], prefs)})
-        doc["results"] = results
-        doc["timing"] = {"decode_ms": _ms(t1 - t0), "describe_ms": _ms(timings.get("describe", 0.0)),
-                         "search_ms": _ms(timings.get("search", 0.0)), "verify_ms": _ms(timings.get("verify", 0.0)),
-                         "total_ms": _ms(t2 - t0)}
-        doc["evidence"] = {"photo_size": [int(w), int(h)], "outline": outline}
-        return doc
-
-    @app.post("/api/identify", summary="Which object does this photo show?", openapi_extra={
-        "requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
-            "type": "object", "required": ["photo"],
-            "properties": {"photo": {"type": "string", "format": "binary"}}}}}},
-        "responses": {"400": {"description": "no photo, truncated body"}, "408": {"description": "too slow"},
-                      "413": {"description": "too large"}, "415": {"description": "not an image"},
-                      "503": {"description": "busy: retry after Retry-After seconds"}}})
-    async def identify(request: Request, lang: str | None = Query(None, max_length=100)) -> JSONResponse:
-        prefs = language_preferences(lang)
-        with pool.admission():
-            upload = await read_photo(request, max_upload, body_timeout)
-            doc = await pool.run(answer_photo, upload, prefs)
-        return JSONResponse(doc)
-
-    # ---- the collection ---------------------------------------------------------------------------
-    def item_doc(row: int, item, prefs: list[str]) -> dict[str, Any]:
-        oid = ids.make(row)
-        return {"id": oid, "instance": item.instance, "metadata": localize(dict(item.metadata), prefs),
-                "image": f"/api/objects/{oid}/image"}
-
-    @app.get("/api/info", summary="The collection")
-    async def info() -> dict[str, Any]:
-        return {"name": root.name, "objects": len(index.instances), "references": len(index),
-                "languages": languages, "version": __version__}
-
-    @app.get("/healthz", summary="Liveness and load")
-    async def healthz() -> dict[str, Any]:
-        return {"status": "ok", "references": len(index), "workers": pool.workers, "busy": pool.busy,
-                "queued": pool.queued}
-
-    @app.get("/api/objects", summary="The catalogue, filtered by full text and paginated")
-    async def objects(q: str = Query("", max_length=200), page: int = Query(1, ge=1, le=1_000_000),
-                      per_page: int = Query(20, ge=1, le=100),
-                      lang: str | None = Query(None, max_length=100)) -> dict[str, Any]:
-        prefs = language_preferences(lang)
-
-        def find() -> dict[str, Any]:
-            rows = catalogue.match(q)
-            total = len(catalogue) if rows is None else len(rows)
-            lo = min(total, (page - 1) * per_page)
-            hi = min(total, lo + per_page)
-            chosen = list(range(lo, hi)) if rows is None else [int(r) for r in rows[lo:hi]]
-            items = catalogue.rows(chosen)
-            return {"total": total, "page": page, "per_page": per_page,
-                    "items": [item_doc(r, it, prefs) for r, it in zip(chosen, items)]}
-
-        return await anyio.to_thread.run_sync(find, limiter=image_limiter)
-
-    def row_of(oid: str) -> int:
-        row = ids.row(oid)
-        if row is None:
-            raise ApiError(404, "no object has this id; ids come from /api/objects or /api/identify")
-        return row
-
-    @app.get("/api/objects/{oid}", summary="One object")
-    async def one_object(oid: str, lang: str | None = Query(None, max_length=100)) -> dict[str, Any]:
-        prefs = language_preferences(lang)
-        row = row_of(oid)
-        item = await anyio.to_thread.run_sync(lambda: catalogue[row], limiter=image_limiter)
-        return item_doc(row, item, prefs)
-
-    @app.get("/api/objects/{oid}/image", summary="The object's photo as a JPEG, scaled down",
-             response_class=Response, responses={200: {"content": {"image/jpeg": {}}}})
-    async def object_image(request: Request, oid: str,
-                           size: int = Query(512, ge=IMAGE_SIZES[0], le=IMAGE_SIZES[1])) -> Response:
-        row = row_of(oid)
-        etag = f'"{oid}-{size}"'
-        cache = {"Cache-Control": "public, max-age=3600", "ETag": etag}
-        if request.headers.get("if-none-match") == etag:
-            return Response(status_code=304, headers=cache)
-
-        def render() -> bytes:
-            item = catalogue[row]
-            if not _safe_relative(item.path):
-                raise ApiError(404, "this object's photo is not in the collection folder")
-            try:
-                rgb = load_image(root / item.path, max_side=size)
-            except ImageError as exc:
-                raise ApiError(404, f"this object's photo cannot be read ({exc.reason})") from None
-            ok, buf = cv2.imencode(".jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 85])
-            if not ok:
-                raise ApiError(500, "the photo could not be encoded")
-            return buf.tobytes()
-
-        data = await anyio.to_thread.run_sync(render, limiter=image_limiter)
-        return Response(data, media_type="image/jpeg", headers=cache)
-
-    # ---- the visitor page ------------------------------------------------------------------------
-    @app.get("/", include_in_schema=False)
-    async def page() -> Response:
-        f = STATIC / "index.html"
-        if not f.is_file():
-            return error(404, "the visitor page is not installed (museum_search/serve/static/index.html)")
-        return FileResponse(f, media_type="text/html; charset=utf-8", headers={"Cache-Control": "no-cache"})
-
+    app.state.ids = Ids(hashlib.sha256(b"museum-search serve ids|" + key_source.encode()).digest(), len(index))
+    app.state.catalogue = catalogue
+    app.state.languages = catalogue_languages(list(catalogue.fields))
+    app.state.missed = missed
+    app.state.image_limiter = anyio.CapacityLimiter(n)
+    app.state.max_upload, app.state.body_timeout = max_upload, body_timeout
+    app.include_router(router)
     app.mount("/static", StaticFiles(directory=STATIC, check_dir=False), name="static")
 
     app.add_middleware(SecurityHeaders)

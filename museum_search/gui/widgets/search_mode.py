@@ -3,7 +3,7 @@
 :class:`SearchModeCombo` offers *Automatic*, *Exact* and *Approximate (large collections)*. The
 approximate choice needs the index's approximate-search index (``index.ann``, built by core for
 large collections): without one it is disabled, and its tooltip says why, in plain words, and what
-(not) to do. What *Automatic* does for the open index is ``core.ann.resolve_mode("auto", …)``, said
+(not) to do. What *Automatic* does for the open index is ``core.index.resolve_mode("auto", …)``, said
 in its tooltip. The tooltips are rich text at most :data:`TIP_WIDTH` px wide (:func:`wrapped_tip`).
 """
 
@@ -116,7 +116,7 @@ class SearchModeCombo(QComboBox):
         if item is not None:
             item.setEnabled(reason is None)
         ann_tip = reason or ("Approximate: the approximate-search index proposes candidates, scored exactly "
-                             f"({index.ann.summary() if hasattr(index.ann, 'describe') else 'faiss'}). "
+                             f"({index.ann.summary() if hasattr(index.ann, 'summary') else 'faiss'}). "
                              "Much faster on a large collection; the top results may rarely differ from Exact.")
         self._tips = {"ann": ann_tip, "exact": EXACT_TIP}
         self.setItemData(ann, wrapped_tip(*ann_tip.split("\n\n")), Qt.ItemDataRole.ToolTipRole)
