@@ -69,7 +69,7 @@ def test_cli_evaluate_reports_the_same_mp1(paintings_indexes, shared_data, tmp_p
     assert doc["summary"]["queries"] == 30
     assert len(doc["queries"]) == 30 and len(doc["queries"][0]["ranking"]) == 287
     q0 = doc["queries"][0]
-    assert {"query", "relevant", "p@1", "ap", "mnro"} <= set(q0)
+    assert {"query", "relevant", "mp@1", "map", "amnro"} <= set(q0)
 
 
 def test_leave_out_protocol_rejects_unknown_paintings(shared_data, tmp_path_factory):

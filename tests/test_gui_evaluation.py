@@ -148,7 +148,7 @@ def test_evaluate_compare_and_export(qtbot, tab, data, tmp_path):
         x, y = tab.plots.running_curves[metric].getData()
         np.testing.assert_array_equal(x, np.arange(1, n + 1))
         assert y[-1] == pytest.approx(summary[metric])
-    for key in ("ap", "mnro"):
+    for key in ("map", "amnro"):
         counts = tab.plots.histogram_counts(key)
         assert counts.sum() == summary["queries"]
         expected, _ = np.histogram(report.per_query_values(key), bins=HIST_BINS)
@@ -216,7 +216,7 @@ def test_evaluate_compare_and_export(qtbot, tab, data, tmp_path):
         assert row["verdict"] == {k: run.report.summary["verdict"][k] for k in VERDICT_FIGURES}
     base_row, other = tab.comparison
     assert base_row["baseline"] and all(p is None for p in base_row["p"].values())
-    for metric, key, higher in (("mp@1", "p@1", True), ("map", "ap", True), ("amnro", "mnro", False)):
+    for metric, key, higher in (("mp@1", "mp@1", True), ("map", "map", True), ("amnro", "amnro", False)):
         p = other["p"][metric]
         assert p is not None and 0.0 < p <= 1.0
         assert other["stars"][metric] == stars(p)
@@ -495,7 +495,7 @@ def test_live_plots_redraw_on_the_timer_not_per_record(qtbot):
     rng = np.random.default_rng(0)
     aps = rng.random(n)
     for i in range(n):
-        rec = QueryRecord(i, f"q{i}.jpg", ["a"], {"p@1": 1.0, "ap": float(aps[i]), "mnro": 0.1},
+        rec = QueryRecord(i, f"q{i}.jpg", ["a"], {"mp@1": 1.0, "map": float(aps[i]), "amnro": 0.1},
                           np.arange(3), np.zeros(3, np.float32), np.array([True, False, False]), 1)
         plots.add_step(EvalStep(i + 1, n, record=rec, running={"mp@1": 1.0, "map": float(aps[: i + 1].mean()), "amnro": 0.1}))
     assert calls == []  # nothing drawn from the progress callback
@@ -503,7 +503,7 @@ def test_live_plots_redraw_on_the_timer_not_per_record(qtbot):
     x, y = curve.getData()
     np.testing.assert_array_equal(x, np.arange(1, n + 1))
     assert y[-1] == pytest.approx(aps.mean())
-    assert plots.histogram_counts("ap").sum() == n
+    assert plots.histogram_counts("map").sum() == n
     refreshes = len(calls)
     qtbot.wait(350)
     assert len(calls) == refreshes  # nothing new: no redraw
@@ -513,10 +513,10 @@ def test_live_plots_redraw_on_the_timer_not_per_record(qtbot):
     # buffers grow past their capacity (appends are amortized O(1))
     buf = RunningBuffer(capacity=2)
     for i in range(5):
-        buf.append(i + 1, {"mp@1": 0.5, "map": i / 10, "amnro": 0.2}, float("nan") if i == 2 else i / 10, 0.3)
+        buf.append(i + 1, {"mp@1": 0.5, "map": i / 10, "amnro": 0.2}, {"map": float("nan") if i == 2 else i / 10, "amnro": 0.3})
     np.testing.assert_array_equal(buf.x, [1, 2, 3, 4, 5])
     np.testing.assert_allclose(buf.series("map"), [0, 0.1, 0.2, 0.3, 0.4])
-    np.testing.assert_allclose(buf.ap, [0, 0.1, 0.3, 0.4])  # NaN (open-set) dropped
+    np.testing.assert_allclose(buf.per_query("map"), [0, 0.1, 0.3, 0.4])  # NaN (open-set) dropped
 
 
 # ---------------------------------------------------------------------------------------------

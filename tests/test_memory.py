@@ -38,7 +38,7 @@ def _report(index: Index, n_queries: int = 6, seed: int = 0) -> EvalReport:
         ranking = rng.permutation(len(index)).astype(np.int32)
         inst = index.items[int(ranking[3])].instance
         relevance = index.labels[ranking] == inst
-        metrics = {"p@1": 0.0, "p@5": 0.2, "ap": 0.3, "mnro": 0.1, "nmrr": 0.2, "rr": 0.25}
+        metrics = {"mp@1": 0.0, "p@5": 0.2, "map": 0.3, "amnro": 0.1, "anmrr": 0.2, "mrr": 0.25}
         scores = np.sort(rng.random(len(index)).astype(np.float32))[::-1].copy()
         records.append(QueryRecord(q, f"/q/{q}.jpg", [inst], metrics, ranking, scores, relevance,
                                    int(relevance.sum()), top_cosine=0.8, top_inliers=None))

@@ -94,7 +94,7 @@ def test_json_and_csv(sample_run, sample_index, tmp_path):
         rows = list(csv.DictReader(f))
     assert len(rows) == len(report.records)
     open_rows = [r for r in rows if r["open_set"] == "1"]
-    assert len(open_rows) == 3 and all(r["ap"] == "" for r in open_rows)
+    assert len(open_rows) == 3 and all(r["map"] == "" for r in open_rows)
 
 
 def test_baseline_comparison_and_pr_curve(sample_run, sample_index, sample_collection, tmp_path, capsys):
@@ -112,9 +112,10 @@ def test_baseline_comparison_and_pr_curve(sample_run, sample_index, sample_colle
     cmp = reports.compare_with_baseline(doc, tmp_path / "base.json")
     assert cmp["map"]["delta"] == pytest.approx(icfrr.summary["map"] - report.summary["map"], abs=1e-5)
     # summary.baseline.<metric>: the randomization test's p (the default), the bootstrap's next to it
-    evaluated = [(a, b) for a, b in zip(doc["queries"], base["queries"]) if a["ap"] is not None]
+    evaluated = [(a, b) for a, b in zip(doc["queries"], base["queries"]) if a["map"] is not None]
     assert [a["query"] for a, _ in evaluated] == [b["query"] for _, b in evaluated]
-    for name, (key, higher) in reports.COMPARED.items():
+    for name, m in reports.COMPARED.items():
+        key, higher = m.key, m.higher_is_better
         run_v = np.array([a[key] for a, _ in evaluated], float)
         base_v = np.array([b[key] for _, b in evaluated], float)
         c = cmp[name]
@@ -189,7 +190,7 @@ def test_unknown_instances_are_reported_apart_from_open_set(sample_index, sample
     # the means are over the evaluated queries only, as before
     evaluated = [r for r in report.records if not r.open_set]
     assert len(evaluated) == s["queries"]
-    assert s["map"] == pytest.approx(np.mean([r.metrics["ap"] for r in evaluated]))
+    assert s["map"] == pytest.approx(np.mean([r.metrics["map"] for r in evaluated]))
     assert "open-set" in report.queryset_description and "2 open-set" in report.queryset_description
 
     doc = reports.write_json(report, sample_index, tmp_path / "run.json")
@@ -206,8 +207,8 @@ def test_unknown_instances_are_reported_apart_from_open_set(sample_index, sample
     with (tmp_path / "run.csv").open(encoding="utf-8", newline="") as f:
         rows = {r["query"].replace("\\", "/").rsplit("/", 1)[-1]: r for r in csv.DictReader(f)}
     assert sorted(n for n, r in rows.items() if r["open_set"] == "1") == ["q08.jpg", "q11.jpg"]
-    assert rows["q02.jpg"]["unknown_instances"] == "harbor_lights" and rows["q02.jpg"]["ap"] == ""
-    assert rows["q10.jpg"]["unknown_instances"] == "valley_at_dawn" and rows["q10.jpg"]["ap"] != ""
+    assert rows["q02.jpg"]["unknown_instances"] == "harbor_lights" and rows["q02.jpg"]["map"] == ""
+    assert rows["q10.jpg"]["unknown_instances"] == "valley_at_dawn" and rows["q10.jpg"]["map"] != ""
 
 
 def test_sample_run_has_no_unknown_instances(sample_run):
@@ -235,16 +236,17 @@ def test_paired_tests_agree_with_scipy_permutation_test():
 
     rng = np.random.default_rng(3)
     queries = [f"q{i:02d}.jpg" for i in range(12)]
-    base = {"p@1": dict(zip(queries, rng.integers(0, 2, 12).astype(float))),
-            "ap": dict(zip(queries, rng.random(12).round(3))),
-            "mnro": dict(zip(queries, rng.random(12).round(3)))}
+    base = {"mp@1": dict(zip(queries, rng.integers(0, 2, 12).astype(float))),
+            "map": dict(zip(queries, rng.random(12).round(3))),
+            "amnro": dict(zip(queries, rng.random(12).round(3)))}
     run = {key: {q: (v if i % 3 == 0 else min(1.0, v + rng.random() * 0.4)) for i, (q, v) in enumerate(vals.items())}
            for key, vals in base.items()}
-    run["mnro"] = {q: max(0.0, v - 0.2) if i % 2 else v for i, (q, v) in enumerate(base["mnro"].items())}
-    run["ap"]["extra.jpg"] = 1.0  # a query the baseline did not evaluate is not paired
+    run["amnro"] = {q: max(0.0, v - 0.2) if i % 2 else v for i, (q, v) in enumerate(base["amnro"].items())}
+    run["map"]["extra.jpg"] = 1.0  # a query the baseline did not evaluate is not paired
     tests = reports.paired_tests(run, base)
     assert set(tests) == set(reports.COMPARED)
-    for name, (key, higher) in reports.COMPARED.items():
+    for name, m in reports.COMPARED.items():
+        key, higher = m.key, m.higher_is_better
         a = np.array([run[key][q] for q in queries])
         b = np.array([base[key][q] for q in queries])
         res = tests[name]
@@ -265,7 +267,7 @@ def test_paired_tests_agree_with_scipy_permutation_test():
         assert res.bootstrap_p_value == pytest.approx(
             paired_bootstrap_test(a, b, higher_is_better=higher).p_value, abs=1e-12)
     # fewer than 2 common queries: no test
-    one = {key: {queries[0]: 1.0} for key, _ in reports.COMPARED.values()}
+    one = {key: {queries[0]: 1.0} for key in reports.COMPARED}
     assert reports.paired_tests(one, base) == {name: None for name in reports.COMPARED}
 
 
@@ -273,9 +275,9 @@ def test_values_by_query_are_the_evaluated_queries(sample_run):
     report, _qs = sample_run
     values = reports.values_by_query(report)
     evaluated = [r for r in report.records if not r.open_set]
-    assert set(values) == {key for key, _ in reports.COMPARED.values()}
-    assert list(values["ap"]) == [r.query for r in evaluated]
-    assert values["p@1"] == {r.query: float(r.metrics["p@1"]) for r in evaluated}
+    assert set(values) == set(reports.COMPARED)
+    assert list(values["map"]) == [r.query for r in evaluated]
+    assert values["mp@1"] == {r.query: float(r.metrics["mp@1"]) for r in evaluated}
 
 
 def _drop_docs(tmp_path):
@@ -284,7 +286,7 @@ def _drop_docs(tmp_path):
     base_p1 = [1.0] * 29 + [0.0]
     run_p1 = [0.0] * 12 + [1.0] * 17 + [0.0]
     def doc(p1):
-        return {"queries": [{"query": q, "p@1": v, "ap": v, "mnro": 1 - v} for q, v in zip(names, p1)]}
+        return {"queries": [{"query": q, "mp@1": v, "map": v, "amnro": 1 - v} for q, v in zip(names, p1)]}
     base_path = tmp_path / "base.json"
     base_path.write_text(json.dumps(doc(base_p1)), encoding="utf-8")
     return doc(run_p1), base_path, np.array(run_p1), np.array(base_p1)

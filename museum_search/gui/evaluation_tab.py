@@ -59,8 +59,10 @@ from museum_search.core.answer import QuerySettings, Verdict, icfrr_advice, oper
 from museum_search.core.errors import MuseumSearchError
 from museum_search.core.evaluation import (
     DESCRIBING,
+    HEADLINE_METRICS,
     LAYOUTS,
     PARAMETER_NAMES,
+    PRIMARY,
     EvalReport,
     EvalStep,
     PairedTestResult,
@@ -95,7 +97,6 @@ from museum_search.gui.widgets.layout import split as _split
 from museum_search.gui.widgets.plots import EvaluationPlots, Overlay, RunningBuffer, run_colour
 from museum_search.gui.widgets.progress_panel import ProgressPanel
 from museum_search.gui.widgets.query_page import QueryPage
-from museum_search.gui.widgets.query_table import fmt as _fmt
 from museum_search.gui.widgets.queryset_box import QuerySetBox
 from museum_search.gui.widgets.rerank_controls import RerankControls
 from museum_search.gui.widgets.run_list import RunList
@@ -184,6 +185,12 @@ def _sweep_job(index: Index, queryset: QuerySet, parameter: str, values: list[fl
 
     return (yield from sweep(index, queryset, parameter, values, settings.options, batch_size=batch_size,
                              settings=settings))
+
+
+def headline(summary: dict, sep: str) -> str:
+    """A run's headline figures (core's ``HEADLINE_METRICS``) joined by ``sep``, e.g.
+    "MP@1 0.967, MAP 0.975, AMNRO 0.028, GAP 0.997"."""
+    return sep.join(f"{m.label} {m.text(summary[key])}" for key, m in HEADLINE_METRICS.items())
 
 
 def fit_lines(text: str, fm: QFontMetrics, width: int, lines: int) -> str:
@@ -487,10 +494,12 @@ class EvaluationTab(QWidget):
 
     # ---- query pipeline settings ----------------------------------------------------------
     def query_settings(self) -> QuerySettings:
-        """The query pipeline's settings the controls describe (the index's own verdict)."""
+        """The query pipeline's settings the controls describe (the index's own verdict), on the
+        session's inference engine."""
         return QuerySettings(regions=self.queryset_box.regions_check.isChecked(), rerank=self.rerank.names(),
                              options=self.rerank.options(), verify=self.rerank.verify(),
-                             verify_top=self.rerank.verify_top(), search=self.rerank.search_mode.mode())
+                             verify_top=self.rerank.verify_top(), search=self.rerank.search_mode.mode(),
+                             engine=self.state.engine)
 
     # ---- running ------------------------------------------------------------------------------
     def is_running(self) -> bool:
@@ -648,8 +657,7 @@ class EvaluationTab(QWidget):
         warning = unknown_instances_warning(s)
         # (the ICFRR advice is not repeated here: it stays shown under the settings, and on the run)
         warning = f"\n⚠ {warning}." if warning else ""
-        self._set_status(f"Done in {format_duration(took)}: MP@1 {_fmt(s['mp@1'])}, MAP {_fmt(s['map'])}, "
-                         f"AMNRO {_fmt(s['amnro'])}, GAP {_fmt(s['gap'])} over {s['queries']:,} queries"
+        self._set_status(f"Done in {format_duration(took)}: {headline(s, ', ')} over {s['queries']:,} queries"
                          f"{open_set}{skipped}. Verdict: "
                          f"unknown rejected {_pct(v['unknown_rejected'])}, known rejected {_pct(v['known_rejected'])}"
                          f", accuracy {_pct(v['accuracy'])}.{warning}")
@@ -659,8 +667,9 @@ class EvaluationTab(QWidget):
     def _sweep_done(self, points: list[SweepPoint]) -> None:
         self.sweep_points = list(points)
         if points:
-            best = max(points, key=lambda p: (p.summary["map"] if math.isfinite(p.summary["map"]) else -1))
-            text = f"Sweep done: best MAP {_fmt(best.summary['map'])} at {self._sweep_label} = {best.value:g}."
+            m = PRIMARY  # the sweep's best value: by MAP
+            best = max(points, key=lambda p: (p.summary[m.key] if math.isfinite(p.summary[m.key]) else -1))
+            text = f"Sweep done: best {m.label} {m.text(best.summary[m.key])} at {self._sweep_label} = {best.value:g}."
             # (core's ICFRR warning is not repeated: the sweep's page shows it above its results)
             self._set_status(text)
             self.sweep.status.setText(text)
@@ -711,8 +720,7 @@ class EvaluationTab(QWidget):
         s = run.report.summary
         advice = s.get("icfrr_advice")
         warning = unknown_instances_warning(s)
-        tooltip = (f"{run.name}\n{run.settings.label()}\nMP@1 {_fmt(s['mp@1'])}  MAP {_fmt(s['map'])}  AMNRO {_fmt(s['amnro'])}  "
-                   f"GAP {_fmt(s['gap'])}\n"
+        tooltip = (f"{run.name}\n{run.settings.label()}\n{headline(s, '  ')}\n"
                    f"{run.report.index_description}\n{run.report.queryset_description}"
                    + (f"\n⚠ {warning}" if warning else "") + (f"\n⚠ {advice}" if advice else ""))
         self.run_list.add(run.key, run.colour, ("⚠ " if advice else "") + run.name, tooltip)

@@ -1,6 +1,11 @@
 """Evaluation of a descriptor / re-ranker combination on labelled query sets: the query sets, the
 runner, the metrics, statistics (confidence intervals, paired tests), sweeps, reports and exports.
 
+The metric table (:data:`METRICS`, one :class:`Metric` per metric: its key, labels, direction and
+number format, and where it is shown; :data:`SUMMARY_METRICS`, :data:`QUERY_METRICS`,
+:data:`HEADLINE_METRICS`, :data:`COMPARED`, :data:`PRINTED_METRICS`, :data:`PRIMARY`) is where the
+views take their lists of metrics from.
+
 This is the package's face: code outside the package imports these names only (an import-linter
 contract says so); the modules behind it are private."""
 
@@ -14,6 +19,17 @@ from museum_search.core.evaluation._export import (
     write_run_csv,
     write_run_json,
 )
+from museum_search.core.evaluation._metrics import (
+    COMPARED,
+    HEADLINE_METRICS,
+    METRICS,
+    PRIMARY,
+    PRINTED_METRICS,
+    QUERY_METRICS,
+    SUMMARY_METRICS,
+    Metric,
+    current_keys,
+)
 from museum_search.core.evaluation._querysets import (
     LAYOUTS,
     LabelledQuery,
@@ -22,7 +38,6 @@ from museum_search.core.evaluation._querysets import (
     read_ground_truth_rows,
 )
 from museum_search.core.evaluation._reports import (
-    COMPARED,
     atomic_write,
     compare_with_baseline,
     confidence_intervals,
@@ -59,19 +74,27 @@ __all__ = [
     "DESCRIBING",
     "EvalReport",
     "EvalStep",
+    "HEADLINE_METRICS",
     "LAYOUTS",
+    "METRICS",
+    "Metric",
     "PARAMETER_NAMES",
     "PairedTestResult",
+    "PRIMARY",
+    "PRINTED_METRICS",
     "LabelledQuery",
+    "QUERY_METRICS",
     "QueryRecord",
     "QuerySet",
     "QuerySetSource",
     "RunSpec",
+    "SUMMARY_METRICS",
     "SweepPoint",
     "SweepStep",
     "atomic_write",
     "compare_with_baseline",
     "confidence_intervals",
+    "current_keys",
     "evaluate",
     "format_p",
     "load_queryset",

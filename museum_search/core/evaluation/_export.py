@@ -1,7 +1,7 @@
 """A run as exported, and run again: what the Evaluation tab's and ``evaluate``'s JSON and CSV hold.
 
 The JSON of a run (:func:`run_document`, :func:`write_run_json`) is the report's
-(:func:`.reports.report_dict`: summary, 95 % intervals, one record per query with its verdict)
+(:func:`museum_search.core.evaluation._reports.report_dict`: summary, 95 % intervals, one record per query with its verdict)
 plus a ``"run"`` section, a :class:`RunSpec`: everything needed to answer the same queries the same
 way again,
 
@@ -50,9 +50,10 @@ from museum_search import __version__
 from museum_search.core import inference as engines
 from museum_search.core.answer import QuerySettings, RerankOptions, Verdict, icfrr_k_g, suggest_params
 from museum_search.core.errors import MuseumSearchError
+from museum_search.core.evaluation._metrics import METRICS, QUERY_METRICS, SUMMARY_METRICS, current_keys
 from museum_search.core.evaluation._querysets import QuerySet, load_queryset
 from museum_search.core.evaluation._reports import atomic_write, report_dict, write_csv
-from museum_search.core.evaluation._runner import SUMMARY_KEYS, EvalReport
+from museum_search.core.evaluation._runner import EvalReport
 from museum_search.core.index import Index, read_manifest
 
 #: ``run.format`` of an exported run, and its version.
@@ -63,13 +64,14 @@ VERSION = 1
 ANSWER_FILES = ("descriptors", "items")
 #: :func:`ann_id` of an index without an approximate index.
 NO_ANN = "none"
-#: The summary's numbers a re-run must give again (:func:`same_numbers`).
-REPRODUCED = (*SUMMARY_KEYS, "p@10", "gap", "gap_known", "queries", "open_set_queries",
-              "unknown_instance_queries", "skipped_queries")
+#: The summary's numbers a re-run must give again (:func:`same_numbers`): the means, the figures
+#: over the answers (GAP and its companion), the counts.
+REPRODUCED = (*SUMMARY_METRICS,
+              *(k for m in METRICS.values() if m.summary and not m.mean for k in (m.key, m.companion) if k),
+              "queries", "open_set_queries", "unknown_instance_queries", "skipped_queries")
 #: The per-query figures a re-run must give again.
-REPRODUCED_PER_QUERY = ("p@1", "p@5", "ap", "mnro", "nmrr", "rr", "in_collection", "reason", "inliers",
-                        "confidence")
-#: The CSV's columns of the run (after :data:`.reports.CSV_QUERY_COLUMNS`), the same on every line.
+REPRODUCED_PER_QUERY = (*QUERY_METRICS, "in_collection", "reason", "inliers", "confidence")
+#: The CSV's columns of the run (after :data:`museum_search.core.evaluation._reports.CSV_QUERY_COLUMNS`), the same on every line.
 CSV_RUN_COLUMNS = ("run", "index_id", "ann_id", "index_path", "query_set", "layout", "regex", "rerank", "k_q", "k_g",
                    "beta", "iterations", "icfrr_mode", "qe_n", "qe_alpha", "verify", "verify_top", "search",
                    "regions", "per_instance", "rivals_anywhere", "verdict", "batch_size", "engine")
@@ -197,10 +199,13 @@ def verdict_dict(verdict: Verdict) -> dict[str, Any]:
 
 
 def settings_dict(settings: QuerySettings, verdict: Verdict | None = None) -> dict[str, Any]:
-    """Every field of ``settings`` (the re-rankers' options as a dict); ``verdict``: the verdict
-    the answers were judged with (default: the settings' own; None: the index's)."""
+    """Every field of ``settings`` (the re-rankers' options as a dict) but the engine (the run's own
+    ``engine``, :class:`RunSpec`); ``verdict``: the verdict the answers were judged with (default: the
+    settings' own; None: the index's)."""
     out: dict[str, Any] = {}
     for f in fields(QuerySettings):
+        if f.name == "engine":
+            continue
         value = getattr(settings, f.name)
         if f.name == "options":
             value = asdict(value)
@@ -384,12 +389,13 @@ def run_spec(report: EvalReport, index: Index, source: QuerySetSource, queryset:
     return RunSpec(name, None if index.path is None else str(Path(index.path).resolve()), index_id(index), len(index),
                    len(index.instances), index.meta.summary(), source, len(queryset.queries), queryset_id(queryset),
                    settings, resolved(report.settings or settings, index, report.search_mode), int(batch_size),
-                   engines.current_engine(), weights, ann_id=ann_id(index), ann_params=_ann_params(index))
+                   report.engine or engines.resolve_engine(settings.engine), weights, ann_id=ann_id(index),
+                   ann_params=_ann_params(index))
 
 
 def run_document(report: EvalReport, index: Index, spec: RunSpec, rankings: bool = False,
                  seed: int = 0) -> dict[str, Any]:
-    """The JSON document of a run: :func:`.reports.report_dict` with ``summary.run`` (its name),
+    """The JSON document of a run: :func:`museum_search.core.evaluation._reports.report_dict` with ``summary.run`` (its name),
     ``summary.rerank`` (the pipeline with its parameters) and the ``run`` section (:class:`RunSpec`)."""
     doc = report_dict(report, index, rankings=rankings, seed=seed)
     summary = doc["summary"]
@@ -422,12 +428,14 @@ def csv_run_values(spec: RunSpec) -> dict[str, Any]:
 
 
 def write_run_csv(path: str | os.PathLike, report: EvalReport, index: Index, spec: RunSpec) -> None:
-    """One line per query (:data:`.reports.CSV_QUERY_COLUMNS`), then the run's :data:`CSV_RUN_COLUMNS`."""
+    """One line per query (:data:`museum_search.core.evaluation._reports.CSV_QUERY_COLUMNS`), then the run's :data:`CSV_RUN_COLUMNS`."""
     write_csv(report, index, Path(path), csv_run_values(spec))
 
 
 def read_run(path: str | os.PathLike) -> tuple[RunSpec, dict[str, Any]]:
-    """The :class:`RunSpec` of an exported run's JSON, and the whole document."""
+    """The :class:`RunSpec` of an exported run's JSON, and the whole document, its queries with
+    today's per-query keys (an export written before they were unified says ``ap``, ``mnro``...:
+    :func:`museum_search.core.evaluation._metrics.current_keys`), so :func:`same_numbers` compares it with a run of today."""
     p = Path(path)
     try:
         doc = json.loads(p.read_text(encoding="utf-8"))
@@ -438,7 +446,10 @@ def read_run(path: str | os.PathLike) -> tuple[RunSpec, dict[str, Any]]:
     if not isinstance(doc, dict) or "run" not in doc:
         raise MuseumSearchError(f"{p} has no \"run\" section: it was exported by an older version or is not "
                                 "an evaluation run; export the run again (Evaluation tab or evaluate --json)")
-    return RunSpec.from_dict(doc["run"]), doc
+    spec = RunSpec.from_dict(doc["run"])
+    if isinstance(doc.get("queries"), list):
+        doc["queries"] = [current_keys(q) if isinstance(q, dict) else q for q in doc["queries"]]
+    return spec, doc
 
 
 def same_numbers(old: dict[str, Any], new: dict[str, Any]) -> list[str]:

@@ -46,6 +46,15 @@ Conventions
 * All values are fractions in [0, 1] (MNRO, NMRR and NAR: 0 is perfect, lower is better; all the
   others: 1 is perfect, higher is better — see :data:`HIGHER_IS_BETTER`).
 
+The metric table
+----------------
+:data:`METRICS` says, for every metric a run reports, its one key (the same for the mean and for
+each query's value: per query, ``"map"`` holds the AP), its labels, its direction, its number
+format and where it is shown; the runner, the reports, the statistics, the exports, the CLI and
+the GUI take their lists of metrics from it (:data:`SUMMARY_METRICS`, :data:`QUERY_METRICS`,
+:data:`HEADLINE_METRICS`, :data:`COMPARED`, :data:`PRINTED_METRICS`). Adding a metric: its
+function here, its line in :func:`summarize`, its row in :data:`METRICS`, and a test.
+
 Sources
 -------
 * 004 (evaluation protocol): P@k (Eq. preck), MP@1 (Eq. prec1), AP (Eq. ap), MAP (Eq. map).
@@ -64,11 +73,22 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 __all__ = [
+    "COMPARED",
+    "HEADLINE_METRICS",
     "HIGHER_IS_BETTER",
+    "METRICS",
+    "Metric",
+    "OLD_QUERY_KEYS",
+    "PRIMARY",
+    "PRINTED_METRICS",
+    "QUERY_METRICS",
+    "SUMMARY_METRICS",
+    "current_keys",
     "MNRO_B",
     "MNRO_C",
     "relevance_matrix",
@@ -104,15 +124,109 @@ __all__ = [
 MNRO_B = -9.3668
 MNRO_C = -5.2074
 
-#: Direction of every mean reported by :func:`summarize` (``True``: higher is better).
-HIGHER_IS_BETTER: dict[str, bool] = {
-    "map": True,
-    "mrr": True,
-    "r-precision": True,
-    "anmrr": False,
-    "anar": False,
-    "amnro": False,
-}
+# --------------------------------------------------------------------------------------------
+# The metric table: how every view names, orders and shows the metrics
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric as the runner, the reports, the exports, the CLI and the GUI name and show it.
+
+    ``key`` is its only key: :func:`summarize`'s (the mean, and each query's value under
+    ``per_query``), the run summary's, ``QueryRecord.metrics``' and the exports' per-query fields'
+    (per query, ``"map"`` holds the query's AP, ``"amnro"`` its MNRO). See :data:`METRICS`."""
+
+    key: str
+    label: str  # the mean's name in tables, plots and the CLI, e.g. "MAP"
+    query_label: str  # one query's value, e.g. "AP" (the per-query table, the histograms)
+    higher_is_better: bool
+    #: in a run's summary (``EvalReport.summary``, the JSON's; :data:`SUMMARY_METRICS`)
+    summary: bool = True
+    #: position among the per-query figures kept in each record and export (:data:`QUERY_METRICS`);
+    #: 0: not kept per query
+    column: int = 0
+    #: shown wherever a run is summed up (:data:`HEADLINE_METRICS`): the CLI, the Evaluation tab's
+    #: status, run tooltips, sweep and comparison tables; with a per-query mean also given a 95 %
+    #: interval, a paired test against a baseline, a running curve and a per-query column (:data:`COMPARED`)
+    headline: bool = False
+    printed: bool = False  # printed by ``evaluate`` after the headline ones (:data:`PRINTED_METRICS`)
+    #: the mean of per-query values (False: GAP, over every answer's confidence, without per-query values)
+    mean: bool = True
+    binary: bool = False  # each query's value is 0 or 1 (P@1): no distribution to plot
+    companion: str = ""  # a summary key shown with it in brackets (GAP: "gap_known")
+    companion_label: str = ""  # the companion's name in brackets, e.g. "known"
+    description: str = ""  # one query's value in words (tooltip of its per-query column)
+    tip: str = ""  # the metric in words (tooltip of its column in the sweep and comparison tables)
+    #: its per-query key in the exports written before the keys were unified (read back: :func:`current_keys`)
+    old_key: str = ""
+    fmt: str = ".3f"  # a value in the GUI's tables and texts (a fraction: 0.975)
+    percent_fmt: str = "6.2f"  # a value in percent, as ``evaluate`` prints it (" 97.53")
+
+    @property
+    def better(self) -> str:
+        """``"higher"`` or ``"lower"`` (is better)."""
+        return "higher" if self.higher_is_better else "lower"
+
+    @property
+    def compared(self) -> bool:
+        """A headline mean of per-query values: intervals, paired tests, running curves."""
+        return self.headline and self.mean
+
+    def text(self, value: float | None) -> str:
+        """``value`` as the GUI shows it ("—" for None or NaN)."""
+        return "—" if value is None or not np.isfinite(value) else format(value, self.fmt)
+
+    def percent(self, value: float | None) -> str:
+        """``value`` in percent as ``evaluate`` prints it ("   n/a" for None)."""
+        return "   n/a" if value is None else format(100 * value, self.percent_fmt)
+
+
+#: Every metric, in display order (the summary's, the CLI's, the GUI's). Adding a metric: its
+#: function above, its line in :func:`summarize`, its row here, and a test.
+METRICS: dict[str, Metric] = {m.key: m for m in (
+    Metric("mp@1", "MP@1", "P@1", True, column=1, headline=True, binary=True, old_key="p@1",
+           description="Is the top-ranked reference relevant?"),
+    Metric("map", "MAP", "AP", True, column=3, headline=True, old_key="ap",
+           description="Average precision (higher is better)"),
+    Metric("amnro", "AMNRO", "MNRO", False, column=4, headline=True, old_key="mnro",
+           description="Mean normalized retrieval order (0 is perfect, lower is better)"),
+    Metric("gap", "GAP", "", True, headline=True, mean=False, companion="gap_known", companion_label="known",
+           tip="GAP (Global Average Precision, the Met dataset's open-set metric): every query, known and unknown, "
+               "sorted by its answer's confidence; the precision of the right top-1 answers along that order, "
+               "averaged over the known queries (1 is perfect: every known query right and surer than every "
+               "unknown one). In brackets: over the known queries only."),
+    Metric("anmrr", "ANMRR", "NMRR", False, column=5, printed=True, old_key="nmrr"),
+    Metric("p@5", "P@5", "P@5", True, column=2, printed=True, old_key="p@5"),
+    Metric("mrr", "MRR", "RR", True, column=6, old_key="rr"),
+    Metric("r-precision", "R-precision", "R-precision", True),
+    Metric("p@10", "P@10", "P@10", True),
+    Metric("anar", "ANAR", "NAR", False, summary=False),
+)}
+#: The means of a run's summary, in order (the runner's ``summary_of``; GAP comes from the answers).
+SUMMARY_METRICS = {k: m for k, m in METRICS.items() if m.summary and m.mean}
+#: The per-query figures kept in each record (``QueryRecord.metrics``) and export, in column order.
+QUERY_METRICS = {m.key: m for m in sorted((m for m in METRICS.values() if m.column), key=lambda m: m.column)}
+#: The figures shown wherever a run is summed up.
+HEADLINE_METRICS = {k: m for k, m in METRICS.items() if m.headline}
+#: The headline means: 95 % intervals, paired tests against a baseline, running means, per-query columns.
+COMPARED = {k: m for k, m in METRICS.items() if m.compared}
+#: What ``evaluate`` prints, in order.
+PRINTED_METRICS = {k: m for k, m in METRICS.items() if m.headline or m.printed}
+#: The metric a sweep's best value is chosen by (and plotted first).
+PRIMARY = METRICS["map"]
+#: Direction of every metric of the table (``True``: higher is better).
+HIGHER_IS_BETTER: dict[str, bool] = {k: m.higher_is_better for k, m in METRICS.items()}
+#: Per-query keys of older exports → today's keys.
+OLD_QUERY_KEYS = {m.old_key: m.key for m in QUERY_METRICS.values() if m.old_key and m.old_key != m.key}
+
+
+def current_keys(query: Mapping[str, Any]) -> dict[str, Any]:
+    """One query of an exported run (JSON) with today's per-query keys: an export written before
+    the keys were unified names them ``p@1``, ``ap``, ``mnro``, ``nmrr``, ``rr``
+    (:data:`OLD_QUERY_KEYS`); a key already there wins."""
+    renamed = {old: new for old, new in OLD_QUERY_KEYS.items() if old in query and new not in query}
+    return {renamed.get(k, k): v for k, v in query.items()}
 
 
 # --------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ import numpy as np
 
 from museum_search.core.answer import QuerySettings, RerankOptions
 from museum_search.core.errors import MuseumSearchError
+from museum_search.core.evaluation._metrics import COMPARED, PRIMARY, QUERY_METRICS, current_keys
 from museum_search.core.evaluation._querysets import unknown_instances_note
 from museum_search.core.evaluation._runner import EvalReport
 from museum_search.core.evaluation._stats import PairedTestResult, bootstrap_ci, paired_test_by_query
@@ -27,8 +28,6 @@ from museum_search.core.evaluation._stats import PairedTestResult, bootstrap_ci,
 #: The verdict's columns of the CSV export, after the metrics: "in the collection" (1/0), the
 #: reason in words, the top object's inliers (empty: not verified) and the answer's confidence.
 CSV_VERDICT_COLUMNS = ("in_collection", "reason", "inliers", "confidence")
-#: metric → (record key, higher is better) for confidence intervals and significance tests.
-COMPARED = {"mp@1": ("p@1", True), "map": ("ap", True), "amnro": ("mnro", False)}
 
 
 def _num(x: float | None) -> float | None:
@@ -63,11 +62,11 @@ def report_dict(report: EvalReport, index, rankings: bool = False, ci: bool = Tr
     summary["query_set"] = report.queryset_description
     if ci:
         intervals = {}
-        for name, (key, _) in COMPARED.items():
+        for key in COMPARED:
             values = report.per_query_values(key)
             if len(values):
                 lo, hi = bootstrap_ci(values, seed=seed)
-                intervals[name] = [_num(lo), _num(hi)]
+                intervals[key] = [_num(lo), _num(hi)]
         summary["ci95"] = intervals
     queries = []
     for r in report.records:
@@ -86,7 +85,8 @@ def report_dict(report: EvalReport, index, rankings: bool = False, ci: bool = Tr
 
 
 def confidence_intervals(report: EvalReport, index, seed: int = 0) -> dict[str, tuple[float, float, float]]:
-    """``{metric: (mean, low, high)}`` for MP@1, MAP, AMNRO: the report's 95 % bootstrap intervals."""
+    """``{metric: (mean, low, high)}`` for the :data:`COMPARED` metrics (MP@1, MAP, AMNRO): the report's
+    95 % bootstrap intervals."""
     ci = report_dict(report, index, seed=seed)["summary"]["ci95"]
     return {m: (report.summary[m], *(math.nan if x is None else x for x in ci.get(m, (None, None))))
             for m in COMPARED}
@@ -110,7 +110,7 @@ def write_json(report: EvalReport, index, path: Path, rankings: bool = False, se
 #: The CSV's per-query columns: the metrics, the top result, the verdict. ``top1_rank_score`` is
 #: what the final ranking sorted by (the cosine, or a re-ranker's score such as ICFRR's, plus the
 #: verification bonus of a verified reference: it can exceed 1); ``top1_cosine`` is the cosine.
-CSV_METRICS = ("p@1", "p@5", "ap", "mnro", "nmrr", "rr")
+CSV_METRICS = tuple(QUERY_METRICS)
 CSV_QUERY_COLUMNS = ("query", "relevant", "open_set", *CSV_METRICS, "top1_instance", "top1_path",
                      "top1_rank_score", "top1_cosine", "unknown_instances", *CSV_VERDICT_COLUMNS)
 
@@ -128,7 +128,7 @@ def _cell(x: Any) -> str:
 
 def write_csv(report: EvalReport, index, path: Path, run: Mapping[str, Any] | None = None) -> None:
     """One line per query (:data:`CSV_QUERY_COLUMNS`); ``run``: more columns, the same on every line
-    (the run's settings: :func:`.export.write_run_csv`)."""
+    (the run's settings: :func:`museum_search.core.evaluation._export.write_run_csv`)."""
     import io
 
     buf = io.StringIO()
@@ -167,22 +167,22 @@ def write_trec(report: EvalReport, index, prefix: Path, run_name: str = "museum-
 
 
 def values_by_query(report: EvalReport) -> dict[str, dict[str, float]]:
-    """``{record key: {query: value}}`` for the keys of :data:`COMPARED`, over the report's evaluated
+    """``{metric: {query: value}}`` for the metrics of :data:`COMPARED`, over the report's evaluated
     (non open-set) queries: what :func:`paired_tests` compares."""
     return {key: {r.query: float(r.metrics[key]) for r in report.records if not r.open_set}
-            for key, _ in COMPARED.values()}
+            for key in COMPARED}
 
 
 def paired_tests(run: Mapping[str, Mapping[str, float]], baseline: Mapping[str, Mapping[str, float]],
                  seed: int | None = 0) -> dict[str, PairedTestResult | None]:
     """The comparison of a run with a baseline run: for each metric of :data:`COMPARED`, the paired
     two-sided randomization test (the bootstrap test's p alongside) that the run differs, with its
-    ``direction`` ("better", "worse", "same"), on the queries both evaluated (:func:`.stats.paired_test_by_query`; for AMNRO lower is better).
+    ``direction`` ("better", "worse", "same"), on the queries both evaluated (:func:`museum_search.core.evaluation._stats.paired_test_by_query`; for AMNRO lower is better).
 
-    ``run``, ``baseline``: ``{record key: {query: value}}`` (:func:`values_by_query`, or the
+    ``run``, ``baseline``: ``{metric: {query: value}}`` (:func:`values_by_query`, or the
     queries of a run's JSON). A metric's result is None when fewer than 2 queries are common."""
-    return {name: paired_test_by_query(dict(run.get(key, {})), dict(baseline.get(key, {})), higher, seed)
-            for name, (key, higher) in COMPARED.items()}
+    return {key: paired_test_by_query(dict(run.get(key, {})), dict(baseline.get(key, {})), m.higher_is_better, seed)
+            for key, m in COMPARED.items()}
 
 
 def compare_with_baseline(doc: dict[str, Any], baseline_path: Path, seed: int = 0) -> dict[str, Any]:
@@ -191,21 +191,21 @@ def compare_with_baseline(doc: dict[str, Any], baseline_path: Path, seed: int = 
     ``{"baseline", "paired_queries", metric: {"test", "alternative", "direction", "p_value", "exact",
     "differing_queries", "bootstrap_p_value", "delta", "run_mean", "baseline_mean", "significant"}}``:
     ``direction`` is "better", "worse" or "same"; ``p_value`` and ``significant`` are the
-    randomization test's (:func:`.stats.paired_test_by_query`), ``bootstrap_p_value`` the bootstrap
-    test's on the same queries."""
+    randomization test's (:func:`museum_search.core.evaluation._stats.paired_test_by_query`), ``bootstrap_p_value`` the bootstrap
+    test's on the same queries. A baseline exported with the older per-query keys (``ap``...) is
+    read with today's (:func:`museum_search.core.evaluation._metrics.current_keys`)."""
     try:
         base = json.loads(Path(baseline_path).read_text(encoding="utf-8"))
-        base_q = {q["query"]: q for q in base["queries"]}
+        base_q = {q["query"]: current_keys(q) for q in base["queries"]}
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise MuseumSearchError(f"cannot read baseline run {baseline_path}: {exc}") from None
-    pairs = [(q, base_q[q["query"]]) for q in doc["queries"] if q["query"] in base_q and q.get("ap") is not None
-             and base_q[q["query"]].get("ap") is not None]
+    pairs = [(q, base_q[q["query"]]) for q in doc["queries"] if q["query"] in base_q and _evaluated(q)
+             and _evaluated(base_q[q["query"]])]
     if not pairs:
         raise MuseumSearchError(f"the baseline run {baseline_path} has no query in common with this run")
     out: dict[str, Any] = {"baseline": str(baseline_path), "paired_queries": len(pairs)}
-    keys = [key for key, _ in COMPARED.values()]
-    tests = paired_tests({k: {a["query"]: a[k] for a, _ in pairs} for k in keys},
-                         {k: {b["query"]: b[k] for _, b in pairs} for k in keys}, seed)
+    tests = paired_tests({k: {a["query"]: a[k] for a, _ in pairs} for k in COMPARED},
+                         {k: {b["query"]: b[k] for _, b in pairs} for k in COMPARED}, seed)
     for name, res in tests.items():
         if res is None:
             raise MuseumSearchError(f"the baseline run {baseline_path} has fewer than 2 queries in common "
@@ -216,6 +216,12 @@ def compare_with_baseline(doc: dict[str, Any], baseline_path: Path, seed: int = 
                      "differing_queries": res.differing_queries, "bootstrap_p_value": _num(res.bootstrap_p_value),
                      "delta": _num(res.delta), "significant": {str(k): bool(v) for k, v in res.significant_at.items()}}
     return out
+
+
+def _evaluated(query: Mapping[str, Any]) -> bool:
+    """A query of a run's JSON that was evaluated (not open-set): its :data:`museum_search.core.evaluation._metrics.PRIMARY` figure
+    (AP) is not null."""
+    return query.get(PRIMARY.key) is not None
 
 
 def _rerank_name(settings: QuerySettings) -> str:

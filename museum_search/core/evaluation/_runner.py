@@ -33,7 +33,7 @@ from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, Callable, Generator
+from typing import Any, Callable, Generator, Iterable
 
 import numpy as np
 
@@ -52,16 +52,19 @@ from museum_search.core.answer import (
     recalibrated,
 )
 from museum_search.core.errors import ImageError, MuseumSearchError
-from museum_search.core.evaluation._metrics import gap_known, global_average_precision, relevance_matrix, summarize
+from museum_search.core.evaluation._metrics import (
+    COMPARED,
+    QUERY_METRICS,
+    SUMMARY_METRICS,
+    gap_known,
+    global_average_precision,
+    relevance_matrix,
+    summarize,
+)
 from museum_search.core.evaluation._querysets import LabelledQuery, QuerySet
 from museum_search.core.index import Index
 from museum_search.core.inference import DescriptorExtractor, extractor_for_meta
 from museum_search.core.progress import DecodePool, Progress, drive, wait
-
-#: Per-query metrics kept in every record (keys of :func:`metrics.summarize`'s ``per_query``).
-RECORD_METRICS = {"p@1": "p@1", "p@5": "p@5", "ap": "map", "mnro": "amnro", "nmrr": "anmrr", "rr": "mrr"}
-#: Means reported in the summary, in display order.
-SUMMARY_KEYS = ("mp@1", "map", "amnro", "anmrr", "p@5", "mrr", "r-precision")
 
 #: Stages of an evaluation (``Progress.stage``), in words a user reads.
 LOADING = "loading the network"
@@ -77,7 +80,7 @@ class QueryRecord:
     position: int  # order of the query in the query set
     query: str  # path of the query image
     relevant: list[str]  # relevant instances present in the index (empty: open-set)
-    metrics: dict[str, float]  # p@1, p@5, ap, mnro, nmrr, rr (NaN for open-set queries)
+    metrics: dict[str, float]  # the QUERY_METRICS: mp@1, p@5, map, amnro, ... (NaN for open-set queries)
     ranking: np.ndarray  # every reference row, best first
     scores: np.ndarray  # score of each ranked reference (same order)
     relevance: np.ndarray  # bool: is the reference at each rank relevant
@@ -140,9 +143,11 @@ class EvalReport:
     per_query: dict[str, np.ndarray]  # metric key → (evaluated + open-set queries,) values
     verdict: Any = None  # the Verdict the answers were given with
     #: the pipeline's settings (None for a report made by hand) and the search it used ("exact" or
-    #: "ann": what ``settings.search`` "auto" chose), for an export that runs it again (:mod:`.export`)
+    #: "ann": what ``settings.search`` "auto" chose), for an export that runs it again (:mod:`museum_search.core.evaluation._export`)
     settings: QuerySettings | None = None
     search_mode: str = ""
+    #: the inference engine that ran the pipeline's network (:attr:`.answer.QueryPipeline.engine`; "": unknown)
+    engine: str = ""
 
     @property
     def evidence(self) -> list[Evidence]:
@@ -173,7 +178,8 @@ class EvalReport:
         return new, open_set_figures(ev, new)
 
     def per_query_values(self, key: str) -> np.ndarray:
-        """Values of ``key`` (e.g. "p@1", "ap", "mnro") over the evaluated (non open-set) queries."""
+        """Values of ``key`` (one of :data:`QUERY_METRICS`, e.g. "mp@1", "map", "amnro") over the
+        evaluated (non open-set) queries."""
         return np.array([r.metrics[key] for r in self.records if not r.open_set], dtype=float)
 
 
@@ -200,78 +206,98 @@ def evaluate(
     if queryset.descriptors is not None and pipeline is None:
         pipeline = QueryPipeline.for_descriptors(index, settings)
     pipe = yield from query_pipeline(index, settings, extractor=extractor, weights=weights, pipeline=pipeline)
-    known = set(index.instances)
-    qs = queryset.restricted_to(known)
-    queries = qs.queries
-    unknown_of = [sorted(q.relevant - known) for q in queryset.queries]  # same order as qs.queries
-    total = len(queries)
-    labels = index.labels
-    gtm = nmrr_gtm(labels, queries)
-    records: list[QueryRecord] = []
-    skipped: list[tuple[str, str]] = []
-    rels: list[np.ndarray] = []
-    nrels: list[int] = []
-    unknowns: list[list[str]] = []
-    start = time.perf_counter()
-    done = 0
-    means = _RunningMeans()
-    running: dict[str, float] = means.current()
-    answering = VERIFYING if pipe.settings.verify else SEARCHING
-
-    def elapsed() -> float:
-        return time.perf_counter() - start
-
-    def progress(done: int, path: str, stage: str) -> Progress:
-        return Progress(done, total, path, stage=stage, elapsed=elapsed())
-
-    feed: Generator[Progress | Described, None, None]
-    if qs.descriptors is not None:  # queries given as descriptors: nothing to decode or describe
-        feed = (Described(j, descriptor_query(qs.descriptors[q.row], q.path), None) for j, q in enumerate(queries))
-    else:
-        feed = described(pipe, [q.path for q in queries], batch_size,
-                         lambda path: Progress(done, total, path, stage=DESCRIBING, elapsed=elapsed()))
+    run = _Evaluation(index, queryset, pipe)
+    feed = run.feed(batch_size)
     try:
         for item in feed:
             if isinstance(item, Progress):
                 yield item
-                continue
-            q = queries[item.position]
-            if item.image is None:
-                skipped.append((q.path, item.reason))
-                done += 1
-                yield EvalStep(done, total, None, [(q.path, item.reason)], elapsed(), running=running)
-                continue
-            ans = yield from answered(pipe, item, partial(progress, done, q.path, answering))
-            got = measure(ans, q, labels)
-            per = summarize(got.relevance[None], np.array([got.n_relevant], np.int64), ks=(1, 5),
-                            n_collection=len(index), gtm=gtm)["per_query"]
-            top = ans.results[0] if ans.results else None
-            rec = QueryRecord(
-                position=item.position, query=q.path, relevant=sorted(q.relevant),
-                metrics={name: float(per[key][0]) for name, key in RECORD_METRICS.items()},
-                ranking=got.ranking.astype(np.int32),
-                scores=np.take(ans.scores, got.ranking).astype(np.float32),
-                relevance=got.relevance, n_relevant=got.n_relevant,
-                unknown=unknown_of[item.position],
-                in_collection=ans.in_collection, reason=ans.reason,
-                top_cosine=ans.top_cosine if top else float("nan"), top_inliers=ans.top_inliers,
-                rival_inliers=ans.rival, confidence=ans.confidence,
-                answer_evidence=got.evidence, top_margin=got.evidence.margin,
-            )
-            records.append(rec)
-            rels.append(rec.relevance)
-            nrels.append(rec.n_relevant)
-            unknowns.append(rec.unknown)
-            running = means.add(rec)
-            done += 1
-            yield EvalStep(done, total, rec.query, [], elapsed(), record=rec, running=running)
+            else:
+                yield from run.step(item)
     finally:
         feed.close()
-    summary, per_query = summary_of(index, rels, nrels, len(skipped), gtm, unknowns)
-    summary.update(pipeline_summary(pipe, [r.evidence for r in records]))
-    # the query set as loaded: restricting it would describe unknown instances as open-set
-    return EvalReport(summary, records, skipped, index.summary(), queryset.summary(),
-                      pipe.settings_text(), per_query, pipe.verdict, pipe.settings, pipe.search_mode)
+    return run.report()
+
+
+class _Evaluation:
+    """One run of :func:`evaluate`: its queries, the records so far and the running means."""
+
+    def __init__(self, index: Index, queryset: QuerySet, pipe: QueryPipeline) -> None:
+        self.index, self.queryset, self.pipe = index, queryset, pipe
+        known = set(index.instances)
+        self.qs = queryset.restricted_to(known)
+        self.queries = self.qs.queries
+        self.unknown_of = [sorted(q.relevant - known) for q in queryset.queries]  # same order as qs.queries
+        self.total = len(self.queries)
+        self.labels = index.labels
+        self.gtm = nmrr_gtm(self.labels, self.queries)
+        self.records: list[QueryRecord] = []
+        self.skipped: list[tuple[str, str]] = []
+        self.done = 0
+        self.means = _RunningMeans()
+        self.running: dict[str, float] = self.means.current()
+        self.answering = VERIFYING if pipe.settings.verify else SEARCHING
+        self.start = time.perf_counter()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def progress(self, done: int, path: str, stage: str) -> Progress:
+        return Progress(done, self.total, path, stage=stage, elapsed=self.elapsed())
+
+    def feed(self, batch_size: int) -> Generator[Progress | Described, None, None]:
+        """The queries described (:func:`described`), or as given when they are descriptors."""
+        if self.qs.descriptors is not None:  # queries given as descriptors: nothing to decode or describe
+            descriptors = self.qs.descriptors
+            return (Described(j, descriptor_query(descriptors[q.row], q.path), None)
+                    for j, q in enumerate(self.queries))
+        return described(self.pipe, [q.path for q in self.queries], batch_size,
+                         lambda path: self.progress(self.done, path, DESCRIBING))
+
+    def step(self, item: Described) -> Generator[Progress, None, None]:
+        """Answer and measure one described query (skip an unreadable one); its :class:`EvalStep`."""
+        q = self.queries[item.position]
+        if item.image is None:
+            self.skipped.append((q.path, item.reason))
+            self.done += 1
+            yield EvalStep(self.done, self.total, None, [(q.path, item.reason)], self.elapsed(), running=self.running)
+            return
+        ans = yield from answered(self.pipe, item, partial(self.progress, self.done, q.path, self.answering))
+        rec = self.record(item.position, q, ans)
+        self.records.append(rec)
+        self.running = self.means.add(rec)
+        self.done += 1
+        yield EvalStep(self.done, self.total, rec.query, [], self.elapsed(), record=rec, running=self.running)
+
+    def record(self, position: int, q: LabelledQuery, ans: Answer) -> QueryRecord:
+        """The record of query ``q`` answered ``ans``: its ranking, its figures (:data:`QUERY_METRICS`)."""
+        got = measure(ans, q, self.labels)
+        per = summarize(got.relevance[None], np.array([got.n_relevant], np.int64), ks=precision_ks(QUERY_METRICS),
+                        n_collection=len(self.index), gtm=self.gtm)["per_query"]
+        top = ans.results[0] if ans.results else None
+        return QueryRecord(
+            position=position, query=q.path, relevant=sorted(q.relevant),
+            metrics={key: float(per[key][0]) for key in QUERY_METRICS},
+            ranking=got.ranking.astype(np.int32),
+            scores=np.take(ans.scores, got.ranking).astype(np.float32),
+            relevance=got.relevance, n_relevant=got.n_relevant,
+            unknown=self.unknown_of[position],
+            in_collection=ans.in_collection, reason=ans.reason,
+            top_cosine=ans.top_cosine if top else float("nan"), top_inliers=ans.top_inliers,
+            rival_inliers=ans.rival, confidence=ans.confidence,
+            answer_evidence=got.evidence, top_margin=got.evidence.margin,
+        )
+
+    def report(self) -> EvalReport:
+        """The run's report (the query set as loaded: restricting it would describe unknown
+        instances as open-set)."""
+        recs, pipe = self.records, self.pipe
+        summary, per_query = summary_of(self.index, [r.relevance for r in recs], [r.n_relevant for r in recs],
+                                        len(self.skipped), self.gtm, [r.unknown for r in recs])
+        summary.update(pipeline_summary(pipe, [r.evidence for r in recs]))
+        return EvalReport(summary, recs, self.skipped, self.index.summary(), self.queryset.summary(),
+                          pipe.settings_text(), per_query, pipe.verdict, pipe.settings, pipe.search_mode,
+                          pipe.engine)
 
 
 def query_pipeline(index: Index, settings: QuerySettings | None = None, *, extractor: DescriptorExtractor | None = None,
@@ -288,10 +314,11 @@ def query_pipeline(index: Index, settings: QuerySettings | None = None, *, extra
     t0 = time.perf_counter()
     if pipeline is None:
         if extractor is None:
+            engine = engines.resolve_engine(settings.engine if settings is not None else None)
             extractor = yield from wait(
-                lambda: extractor_for_meta(index.meta, weights),
+                lambda: extractor_for_meta(index.meta, weights, engine=engine),
                 lambda: Progress(0, 0, stage=LOADING, elapsed=time.perf_counter() - t0),
-                key=("extractor", index.meta, weights, engines.current_engine()))
+                key=("extractor", index.meta, weights, engine))
         pipeline = QueryPipeline(index, settings or QuerySettings(), extractor=extractor)
     if "icfrr" in pipeline.settings.rerank:
         k = neighbours if neighbours is not None else icfrr_k_g(index.labels, pipeline.settings.options)
@@ -413,9 +440,9 @@ def pipeline_summary(pipe: QueryPipeline, evidence: list[Evidence]) -> dict[str,
 
 def gap_figures(evidence: list[Evidence]) -> dict[str, float]:
     """``{"gap", "gap_known"}`` of a run's answers: the Met dataset's Global Average Precision
-    (:func:`.metrics.global_average_precision`: every answered query, known and unknown, sorted by
+    (:func:`museum_search.core.evaluation._metrics.global_average_precision`: every answered query, known and unknown, sorted by
     its answer's confidence, ties by query order) and the same over the known queries only
-    (:func:`.metrics.gap_known`). A query is known when it has a relevant reference in the index
+    (:func:`museum_search.core.evaluation._metrics.gap_known`). A query is known when it has a relevant reference in the index
     (not open-set), right when its top-1 reference is relevant. NaN without a known query.
     Unreadable queries are not answered and not counted."""
     conf = np.array([np.nan if e.confidence is None else float(e.confidence) for e in evidence], float)
@@ -455,12 +482,13 @@ def summary_of(index: Index, rels: list[np.ndarray], nrels: list, skipped: int, 
     ``unknown_instances`` lists the missing names (sorted). Without ``unknown``, every query without
     a relevant reference counts as open-set.
     """
+    ks = precision_ks(SUMMARY_METRICS)
     if rels:
         n_rel = np.hstack(nrels)
-        full = summarize(np.vstack(rels), n_rel, ks=(1, 5, 10), n_collection=len(index), gtm=gtm)
+        full = summarize(np.vstack(rels), n_rel, ks=ks, n_collection=len(index), gtm=gtm)
     else:
         n_rel = np.zeros(0, np.int64)
-        full = summarize(np.zeros((0, len(index)), bool), n_rel, ks=(1, 5, 10))
+        full = summarize(np.zeros((0, len(index)), bool), n_rel, ks=ks)
     per_query = full.pop("per_query")
     unknown = list(unknown) if unknown is not None else []
     if unknown and len(unknown) != len(n_rel):
@@ -474,23 +502,29 @@ def summary_of(index: Index, rels: list[np.ndarray], nrels: list, skipped: int, 
                                "unknown_instances": sorted({i for u in unknown for i in u}),
                                "skipped_queries": skipped, "references": len(index),
                                "instances": len(index.instances)}
-    for key in SUMMARY_KEYS + ("p@10",):
+    for key in SUMMARY_METRICS:
         summary[key] = full[key]
     return summary, per_query
 
 
+def precision_ks(keys: Iterable[str]) -> tuple[int, ...]:
+    """The k of every ``"p@k"`` among ``keys``: what :func:`summarize` must compute for them."""
+    return tuple(sorted({int(k[2:]) for k in keys if k.startswith("p@")}))
+
+
 class _RunningMeans:
-    """Running MP@1, MAP and AMNRO over the evaluated (non open-set) queries seen so far."""
+    """Running means of the :data:`COMPARED` metrics (MP@1, MAP, AMNRO) over the evaluated (non
+    open-set) queries seen so far."""
 
     def __init__(self) -> None:
         self.n = 0
-        self.sums = {"mp@1": 0.0, "map": 0.0, "amnro": 0.0}
+        self.sums = {key: 0.0 for key in COMPARED}
 
     def add(self, rec: QueryRecord) -> dict[str, float]:
         if not rec.open_set:
             self.n += 1
-            for key, metric in (("mp@1", "p@1"), ("map", "ap"), ("amnro", "mnro")):
-                self.sums[key] += rec.metrics[metric]
+            for key in self.sums:
+                self.sums[key] += rec.metrics[key]
         return self.current()
 
     def current(self) -> dict[str, float]:

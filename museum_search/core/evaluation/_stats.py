@@ -63,7 +63,8 @@ p < 0.05, whereas every test that only uses those two queries cannot go below 1/
 randomization p is 0.25, the exact sign test's too. The bootstrap p-value is still computed and
 reported next to it (``bootstrap_p_value``).
 
-Direction per metric key: :data:`museum_search.core.evaluation._metrics.HIGHER_IS_BETTER`.
+Direction per metric key: the metric table, :data:`museum_search.core.evaluation._metrics.METRICS`
+(``higher_is_better``; :data:`~museum_search.core.evaluation._metrics.HIGHER_IS_BETTER`).
 """
 
 from __future__ import annotations
@@ -72,6 +73,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
+
+from museum_search.core.evaluation._metrics import COMPARED
 
 __all__ = [
     "ALTERNATIVES",
@@ -217,12 +220,13 @@ def bootstrap_ci(
 
 def bootstrap_cis(
     per_query: Mapping[str, np.ndarray],
-    keys: Sequence[str] = ("mp@1", "map", "amnro"),
+    keys: Sequence[str] = tuple(COMPARED),
     n_resamples: int = 10000,
     confidence: float = 0.95,
     seed: int | None = 0,
 ) -> dict[str, tuple[float, float, float]]:
-    """``{key: (mean, low, high)}`` for the given metrics of ``summarize(...)["per_query"]``.
+    """``{key: (mean, low, high)}`` for the given metrics of ``summarize(...)["per_query"]`` (default:
+    the :data:`~museum_search.core.evaluation._metrics.COMPARED` ones, MP@1, MAP, AMNRO).
 
     Every metric uses the same ``seed``, hence the same resampled query sets.
     """

@@ -38,13 +38,14 @@ from typing import Any, Generator, Sequence
 
 import numpy as np
 
-from museum_search.core.answer import Evidence, QueryPipeline, QuerySettings, RerankOptions, icfrr_advice, icfrr_k_g
+from museum_search.core.answer import QueryPipeline, QuerySettings, RerankOptions, icfrr_advice, icfrr_k_g
 from museum_search.core.errors import MuseumSearchError
-from museum_search.core.evaluation._querysets import QuerySet
+from museum_search.core.evaluation._querysets import LabelledQuery, QuerySet
 from museum_search.core.evaluation._runner import (
     DESCRIBING,
     EVALUATING,
     Described,
+    Measured,
     answered,
     described,
     measure,
@@ -156,6 +157,40 @@ def sweep(
     ``settings``: the rest of the query pipeline's settings (regions, verification), as in
     :func:`~museum_search.core.evaluation._runner.evaluate`.
     """
+    values, option_sets = _option_sets(parameter, values, base_options, names)
+    base = settings or QuerySettings()
+    labels = index.labels
+    first = yield from query_pipeline(index, replace(base, rerank=tuple(names), options=option_sets[0]),
+                                      extractor=extractor, weights=weights,
+                                      neighbours=max(icfrr_k_g(labels, o) for o in option_sets))
+    pipes = [first] + [QueryPipeline(index, replace(base, rerank=tuple(names), options=o),
+                                     extractor=first.extractor) for o in option_sets[1:]]
+    known = set(index.instances)
+    queries = queryset.restricted_to(known).queries
+    unknown_of = [sorted(q.relevant - known) for q in queryset.queries]
+    gtm = nmrr_gtm(labels, queries)
+    # 1. decode and describe every query once, as the runner does
+    usable, skipped = yield from _describe_all(first, queries, batch_size)
+    unknown = [unknown_of[item.position] for item in usable]
+    # 2. answer and measure at each value (one query at a time, as the runner does)
+    m = len(usable)
+    clock = _Clock(m * len(values))
+    points: list[SweepPoint] = []
+    for i, (value, pipe) in enumerate(zip(values, pipes)):
+        name = f"{PARAMETER_NAMES[parameter]} = {value:g}"
+        got = yield from _measured_at(pipe, usable, queries, labels, clock, i * m, f"answering at {name}")
+        summary, per_query = summary_of(index, [g.relevance for g in got], [g.n_relevant for g in got], skipped,
+                                        gtm, unknown)
+        summary.update(pipeline_summary(pipe, [g.evidence for g in got]))
+        points.append(SweepPoint(value, option_sets[i], summary, per_query))
+        yield SweepStep((i + 1) * m, clock.total, name, stage=EVALUATING, elapsed=clock.elapsed(), value=value,
+                        summary=summary)
+    return points
+
+
+def _option_sets(parameter: str, values: Sequence[float], base_options: RerankOptions | None,
+                 names: Sequence[str]) -> tuple[list[float], list[RerankOptions]]:
+    """The sweep's values and the ICFRR options at each (checked: see :func:`sweep`)."""
     if parameter not in PARAMETERS:
         raise MuseumSearchError(f"unknown sweep parameter {parameter!r}; choose 'k' (K_q = K_g) or 'beta'")
     values = [float(v) for v in values]
@@ -164,34 +199,20 @@ def sweep(
     if "icfrr" not in [n.lower() for n in names]:
         raise MuseumSearchError("a sweep varies ICFRR parameters: include 'icfrr' in the re-rankers")
     base_options = base_options or RerankOptions()
-    base = settings or QuerySettings()
-    option_sets = [options_at(base_options, parameter, v) for v in values]
-    labels = index.labels
-    first = yield from query_pipeline(index, replace(base, rerank=tuple(names), options=option_sets[0]),
-                                      extractor=extractor, weights=weights,
-                                      neighbours=max(icfrr_k_g(labels, o) for o in option_sets))
-    pipes = [first] + [QueryPipeline(index, replace(base, rerank=tuple(names), options=o),
-                                     extractor=first.extractor) for o in option_sets[1:]]
-    known = set(index.instances)
-    qs = queryset.restricted_to(known)
-    queries = qs.queries
-    unknown_of = [sorted(q.relevant - known) for q in queryset.queries]
-    gtm = nmrr_gtm(labels, queries)
-    n = len(queries)
-    start = time.perf_counter()
+    return values, [options_at(base_options, parameter, v) for v in values]
 
-    def elapsed() -> float:
-        return time.perf_counter() - start
 
-    def progress(done: int, path: str, stage: str) -> Progress:
-        return Progress(done, total, path, stage=stage, elapsed=elapsed())
-
-    # 1. decode and describe every query once, as the runner does
+def _describe_all(pipe: QueryPipeline, queries: Sequence[LabelledQuery],
+                  batch_size: int) -> Generator[Progress, None, tuple[list[Described], int]]:
+    """Decode and describe every query once (:func:`described`), yielding ``SweepStep`` records of
+    :data:`DESCRIBING`: the usable queries, and how many could not be read."""
     usable: list[Described] = []
     seen = 0
     skipped = 0
-    feed = described(first, [q.path for q in queries], batch_size,
-                     lambda path: Progress(seen, n, path, stage=DESCRIBING, elapsed=elapsed()))
+    n = len(queries)
+    start = time.perf_counter()
+    feed = described(pipe, [q.path for q in queries], batch_size,
+                     lambda path: Progress(seen, n, path, stage=DESCRIBING, elapsed=time.perf_counter() - start))
     try:
         for item in feed:
             if isinstance(item, Progress):
@@ -202,41 +223,47 @@ def sweep(
                 skipped += 1
             else:
                 usable.append(item)
-            yield SweepStep(seen, n, queries[item.position].path, stage=DESCRIBING, elapsed=elapsed())
+            yield SweepStep(seen, n, queries[item.position].path, stage=DESCRIBING, elapsed=time.perf_counter() - start)
     finally:
         feed.close()
-    points: list[SweepPoint] = []
+    return usable, skipped
 
-    # 2. answer and measure at each value (one query at a time, as the runner does)
-    m = len(usable)
-    total = m * len(values)
-    start = time.perf_counter()
-    beat_at = time.perf_counter()
-    for i, (value, pipe) in enumerate(zip(values, pipes)):
-        stage = f"answering at {PARAMETER_NAMES[parameter]} = {value:g}"
-        rels: list[np.ndarray] = []
-        nrels: list[int] = []
-        unknown: list[list[str]] = []
-        evidence: list[Evidence] = []
-        for j, item in enumerate(usable):
-            done = i * m + j
-            image = item.image
-            assert image is not None  # usable: decoded queries only
-            ans = yield from answered(pipe, item, partial(progress, done, image.name, stage))
-            got = measure(ans, queries[item.position], labels)
-            rels.append(got.relevance)
-            nrels.append(got.n_relevant)
-            unknown.append(unknown_of[item.position])
-            evidence.append(got.evidence)
-            if time.perf_counter() - beat_at >= HEARTBEAT:  # fast answers: still a chance to stop
-                beat_at = time.perf_counter()
-                yield Progress(done + 1, total, image.name, stage=stage, elapsed=elapsed())
-        summary, per_query = summary_of(index, rels, nrels, skipped, gtm, unknown)
-        summary.update(pipeline_summary(pipe, evidence))
-        points.append(SweepPoint(value, option_sets[i], summary, per_query))
-        yield SweepStep((i + 1) * m, total, f"{PARAMETER_NAMES[parameter]} = {value:g}", stage=EVALUATING,
-                        elapsed=elapsed(), value=value, summary=summary)
-    return points
+
+@dataclass
+class _Clock:
+    """The answering phase of a sweep: ``total`` answers, its start, and the last heartbeat."""
+
+    total: int
+    start: float = field(default_factory=time.perf_counter)
+    beat_at: float = field(default_factory=time.perf_counter)
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def progress(self, done: int, path: str, stage: str) -> Progress:
+        return Progress(done, self.total, path, stage=stage, elapsed=self.elapsed())
+
+    def beat_due(self) -> bool:
+        """A heartbeat is due (:data:`HEARTBEAT` since the last): fast answers still give a chance to stop."""
+        if time.perf_counter() - self.beat_at < HEARTBEAT:
+            return False
+        self.beat_at = time.perf_counter()
+        return True
+
+
+def _measured_at(pipe: QueryPipeline, usable: list[Described], queries: Sequence[LabelledQuery], labels,
+                 clock: _Clock, offset: int, stage: str) -> Generator[Progress, None, list[Measured]]:
+    """Every usable query answered by ``pipe`` and measured; ``offset``: the answers done before."""
+    out: list[Measured] = []
+    for j, item in enumerate(usable):
+        done = offset + j
+        image = item.image
+        assert image is not None  # usable: decoded queries only
+        ans = yield from answered(pipe, item, partial(clock.progress, done, image.name, stage))
+        out.append(measure(ans, queries[item.position], labels))
+        if clock.beat_due():
+            yield Progress(done + 1, clock.total, image.name, stage=stage, elapsed=clock.elapsed())
+    return out
 
 
 __all__ = ["PARAMETERS", "PARAMETER_NAMES", "SweepPoint", "SweepStep", "options_at", "parse_values", "sweep",

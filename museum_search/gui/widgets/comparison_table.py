@@ -21,34 +21,31 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from museum_search.core.evaluation import COMPARED, PairedTestResult, format_p, stars
+from museum_search.core.evaluation import COMPARED, HEADLINE_METRICS, Metric, PairedTestResult, format_p, stars
 from museum_search.gui.widgets.layout import row
-from museum_search.gui.widgets.query_table import fmt
 from museum_search.gui.widgets.run_list import colour_icon, name_lines
 
 #: The verdict's figures (keys of ``summary["verdict"]``) in the comparison table.
 VERDICT_FIGURES = {"unknown_rejected": "Unknown\nrejected", "known_rejected": "Known\nrejected",
                    "accuracy": "Accuracy"}
-#: Columns: run, queries, the means with their intervals (:data:`COMPARED`), GAP, the verdict's
-#: figures, then the paired tests.
-GAP_COLUMN = 5
-VERDICT_COLUMN = GAP_COLUMN + 1  # the first of VERDICT_FIGURES
+#: Columns: run, queries, core's headline figures (``HEADLINE_METRICS``: the means of :data:`COMPARED`
+#: with their intervals, GAP with its value over the known queries), the verdict's figures, then the
+#: paired tests of :data:`COMPARED`.
+METRIC_COLUMN = 2  # the first headline figure
+VERDICT_COLUMN = METRIC_COLUMN + len(HEADLINE_METRICS)  # the first of VERDICT_FIGURES
 P_COLUMN = VERDICT_COLUMN + len(VERDICT_FIGURES)  # the first paired test (of COMPARED's first metric)
 VALUE_ROLE = Qt.ItemDataRole.UserRole + 1  # numbers behind a cell
 #: A significant difference's colour: a drop in the warning colour, a gain in green.
 DIRECTION_COLOURS = {"worse": "#c62828", "better": "#2e7d32"}
 #: The run column's width bounds (px): the name's longest line (query set; settings and time), wrapped above.
 NAME_WIDTH = (140, 320)
-GAP_TIP = ("GAP (Global Average Precision, the Met dataset's open-set metric): every query, known and unknown, "
-           "sorted by its answer's confidence; the precision of the right top-1 answers along that order, "
-           "averaged over the known queries (1 is perfect: every known query right and surer than every "
-           "unknown one). In brackets: over the known queries only.")
 NOTE = ("Intervals: 95 % percentile bootstrap over queries. GAP: Global Average Precision over "
         "all queries sorted by confidence (in brackets, over the known queries only). "
         "Verdict (“in this collection”): "
         "unknown objects rejected, known objects wrongly rejected, accuracy (right answer or right "
         "rejection); n/a without such queries. p: the run is better or worse than the baseline (for "
-        "AMNRO, lower is better), with the p of the paired two-sided randomization test, exact up "
+        + " and ".join(m.label for m in COMPARED.values() if not m.higher_is_better)
+        + ", lower is better), with the p of the paired two-sided randomization test, exact up "
         "to 20 differing queries; below, the number of queries that differ (the only ones it uses) "
         "and the paired bootstrap test's p, which is too small when few queries differ; "
         "* p ≤ 0.05, ** p ≤ 0.01, *** p ≤ 0.001 (randomization p); a significant drop in red, "
@@ -72,7 +69,7 @@ def p_text(metric: str, res: PairedTestResult) -> tuple[str, str]:
     """A paired test in the cell (direction, p, stars; below, differing queries and bootstrap p) and in
     its tooltip, e.g. "worse, p = 0.0005 ***" over "12 differ · bootstrap < 0.0001"."""
     p, boot = float(res.p_value), res.bootstrap_p_value
-    better = "lower" if not COMPARED[metric][1] else "higher"
+    better = COMPARED[metric].better
     text = (f"{res.direction}, p = {format_p(p)} {stars(p)}".rstrip()
             + f"\n{res.differing_queries} differ · bootstrap {format_p(boot)}")
     how = (f"exact, all {res.n_resamples:,} sign assignments" if res.exact
@@ -97,12 +94,15 @@ class ComparisonPage(QWidget):
         self.baseline_combo.setObjectName("baselineCombo")
         self.baseline_combo.setToolTip("The run every other run is tested against")
         self.baseline_combo.currentIndexChanged.connect(lambda _i: self.baseline_changed.emit())
-        self.table = QTableWidget(0, 12)
+        self.table = QTableWidget(0, P_COLUMN + len(COMPARED))
         self.table.setObjectName("summaryTable")
         self.table.setHorizontalHeaderLabels(
-            ["Run", "Queries", "MP@1 [95% CI]", "MAP [95% CI]", "AMNRO [95% CI]", "GAP [known]",
-             *VERDICT_FIGURES.values(), "p MP@1", "p MAP", "p AMNRO"])
-        self.table.horizontalHeaderItem(GAP_COLUMN).setToolTip(GAP_TIP)
+            ["Run", "Queries",
+             *(f"{m.label} [{'95% CI' if m.compared else m.companion_label}]" for m in HEADLINE_METRICS.values()),
+             *VERDICT_FIGURES.values(), *(f"p {m.label}" for m in COMPARED.values())])
+        for c, m in enumerate(HEADLINE_METRICS.values(), start=METRIC_COLUMN):
+            if m.tip:
+                self.table.horizontalHeaderItem(c).setToolTip(m.tip)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.verticalHeader().hide()
@@ -165,7 +165,8 @@ class ComparisonPage(QWidget):
     def _fill_row(self, r: int, run, base, tests) -> dict[str, Any]:
         s = run.report.summary
         out: dict[str, Any] = {"key": run.key, "name": run.name, "queries": s["queries"],
-                               "gap": s["gap"], "gap_known": s["gap_known"],
+                               **{k: s[k] for m in HEADLINE_METRICS.values() if not m.compared
+                                  for k in (m.key, m.companion) if k},  # GAP and GAP over the known queries
                                "baseline": base is not None and run.key == base.key, "ci": {}, "p": {},
                                "stars": {}, "delta": {}, "verdict": {}, "differing": {}, "bootstrap_p": {},
                                "direction": {}}
@@ -175,12 +176,8 @@ class ComparisonPage(QWidget):
         name_item.setToolTip(run.name + suffix + f"\n{run.settings.label()}")
         self.table.setItem(r, 0, name_item)
         self.table.setItem(r, 1, cell(f"{out['queries']:,}", out["queries"]))
-        for c, metric in enumerate(COMPARED, start=2):
-            mean, lo, hi = out["ci"][metric] = run.cis.get(metric, (math.nan, math.nan, math.nan))
-            self.table.setItem(r, c, cell(f"{fmt(mean)} [{fmt(lo)}, {fmt(hi)}]", (mean, lo, hi)))
-        gap = cell(f"{fmt(s['gap'])} [{fmt(s['gap_known'])}]", (s["gap"], s["gap_known"]))
-        gap.setToolTip(GAP_TIP)
-        self.table.setItem(r, GAP_COLUMN, gap)
+        for c, m in enumerate(HEADLINE_METRICS.values(), start=METRIC_COLUMN):
+            self.table.setItem(r, c, self._metric_cell(out, s, run, m))
         v = run.verdict_figures
         tip = (f"{run.report.verdict.rule(run.verified)} ({v['calibration']}); {v['known_queries']} known "
                f"and {v['unknown_queries']} unknown queries")
@@ -192,6 +189,19 @@ class ComparisonPage(QWidget):
         for c, metric in enumerate(COMPARED, start=P_COLUMN):
             self.table.setItem(r, c, self._p_cell(out, metric, base, results.get(metric)))
         return out
+
+    @staticmethod
+    def _metric_cell(out: dict[str, Any], s: dict[str, Any], run, m: Metric) -> QTableWidgetItem:
+        """A headline figure: a mean with its interval, or GAP with its companion in brackets."""
+        if m.compared:
+            mean, lo, hi = out["ci"][m.key] = run.cis.get(m.key, (math.nan, math.nan, math.nan))
+            return cell(f"{m.text(mean)} [{m.text(lo)}, {m.text(hi)}]", (mean, lo, hi))
+        if not m.companion:
+            item = cell(m.text(s[m.key]), s[m.key])
+        else:
+            item = cell(f"{m.text(s[m.key])} [{m.text(s[m.companion])}]", (s[m.key], s[m.companion]))
+        item.setToolTip(m.tip)
+        return item
 
     def _p_cell(self, out: dict[str, Any], metric: str, base, res: PairedTestResult | None) -> QTableWidgetItem:
         if base is None or out["baseline"]:

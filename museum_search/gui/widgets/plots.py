@@ -15,7 +15,8 @@ Nothing is redrawn per query, so thousands of queries per second cost nothing on
     plots.set_overlays([...])          # other runs to compare (dashed running curves, PR curves)
 
 Items exposed for tests and callers: ``running_curves[metric]`` (metric in ``METRICS``),
-``histograms["ap" | "mnro"]`` (step curves: ``getData()`` gives bin edges and counts),
+``histograms[metric]`` (metric in ``HISTOGRAMS``: per-query AP and MNRO under ``"map"`` and
+``"amnro"``; step curves: ``getData()`` gives bin edges and counts),
 ``pr_curve``, ``running_overlays[key][metric]``, ``pr_overlays[key]``.
 
 No legend is drawn over the data. The lines of the running means have one colour per metric and
@@ -29,8 +30,11 @@ height for the data; its y axis is labelled at every quarter with a margin above
 Titles may be narrower than their text, so a narrow window shrinks the plots instead of pushing
 one off-screen.
 
-:class:`SweepPlot` plots MAP and MP@1 against an ICFRR parameter (``sweep_curves``), its legend in
-the title.
+:class:`SweepPlot` plots MAP and MP@1 (``SWEEP_METRICS``) against an ICFRR parameter
+(``sweep_curves``), its legend in the title.
+
+The metrics and their labels come from core's metric table
+(:data:`museum_search.core.evaluation.METRICS`); only the colours are chosen here.
 
 :class:`VerdictPlot` plots the "in this collection" verdict's figures against its threshold
 (``verdict.operating_points``: ``verdict_curves[key]`` for ``VERDICT_CURVES``), with vertical lines
@@ -49,21 +53,29 @@ from PySide6.QtCore import QSize, Qt, QTimer
 from PySide6.QtGui import QColor, QPainter, QPalette, QPen, QPixmap
 from PySide6.QtWidgets import QGridLayout, QHBoxLayout, QLabel, QSizePolicy, QWidget
 
+from museum_search.core.evaluation import COMPARED, PRIMARY
+
 __all__ = [
-    "METRICS", "METRIC_LABELS", "METRIC_COLOURS", "RUN_COLOURS", "HIST_BINS",
+    "METRICS", "METRIC_LABELS", "METRIC_COLOURS", "HISTOGRAMS", "SWEEP_METRICS", "RUN_COLOURS", "HIST_BINS",
     "RunningBuffer", "Overlay", "EvaluationPlots", "RunLegend", "SweepPlot", "VerdictPlot", "VERDICT_CURVES",
     "IntegerAxis", "run_colour",
 ]
 
-#: Running means plotted live (keys of ``EvalStep.running``).
-METRICS = ("mp@1", "map", "amnro")
-METRIC_LABELS = {"mp@1": "MP@1", "map": "MAP", "amnro": "AMNRO"}
-METRIC_COLOURS = {"mp@1": "#1f77b4", "map": "#2ca02c", "amnro": "#d62728"}
+#: Running means plotted live (keys of ``EvalStep.running``): core's compared metrics.
+METRICS = tuple(COMPARED)
+METRIC_LABELS = {key: m.label for key, m in COMPARED.items()}
+#: Colours of the metrics, in order (cycled).
+METRIC_PALETTE = ("#1f77b4", "#2ca02c", "#d62728", "#ff7f0e", "#9467bd", "#8c564b")
+METRIC_COLOURS = {key: METRIC_PALETTE[i % len(METRIC_PALETTE)] for i, key in enumerate(METRICS)}
+#: Per-query values drawn as histograms: the compared metrics whose values are not just 0 or 1.
+HISTOGRAMS = tuple(key for key, m in COMPARED.items() if not m.binary)
+#: Plotted against a swept parameter: the primary metric, then the other compared ones where higher is better.
+SWEEP_METRICS = (PRIMARY.key, *(key for key, m in COMPARED.items() if m.higher_is_better and m is not PRIMARY))
 #: Colours of compared runs (PR curves, list icons), cycled.
 RUN_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
 #: Dash patterns of compared runs' running curves, cycled.
 DASHES = (Qt.PenStyle.DashLine, Qt.PenStyle.DotLine, Qt.PenStyle.DashDotLine, Qt.PenStyle.DashDotDotLine)
-#: Histogram bin edges of per-query AP and MNRO (both in [0, 1]).
+#: Histogram bin edges of the per-query values (AP and MNRO: in [0, 1]).
 HIST_BINS = np.linspace(0.0, 1.0, 11)
 REFRESH_MS = 100
 
@@ -73,14 +85,17 @@ def run_colour(i: int) -> str:
 
 
 class RunningBuffer:
-    """Running means and per-query AP/MNRO of a run, appended one query at a time.
+    """Running means (:data:`METRICS`) and per-query values (:data:`HISTOGRAMS`) of a run, appended
+    one query at a time.
 
     Arrays grow by doubling (amortized O(1) append); the properties are views of the filled part.
     """
 
+    ROWS = 1 + len(METRICS) + len(HISTOGRAMS)  # x, the running means, the per-query values
+
     def __init__(self, capacity: int = 64):
         self._n = 0
-        self._data = np.full((6, max(1, int(capacity))), np.nan)  # x, mp@1, map, amnro, ap, mnro
+        self._data = np.full((self.ROWS, max(1, int(capacity))), np.nan)
 
     def __len__(self) -> int:
         return self._n
@@ -88,15 +103,16 @@ class RunningBuffer:
     def clear(self, capacity: int | None = None) -> None:
         self._n = 0
         if capacity is not None and capacity > self._data.shape[1]:
-            self._data = np.full((6, int(capacity)), np.nan)
+            self._data = np.full((self.ROWS, int(capacity)), np.nan)
 
-    def append(self, x: float, running: dict, ap: float, mnro: float) -> None:
+    def append(self, x: float, running: dict, values: dict) -> None:
+        """One query: ``running`` the running means so far, ``values`` its own (``QueryRecord.metrics``)."""
         if self._n >= self._data.shape[1]:
-            grown = np.full((6, self._data.shape[1] * 2), np.nan)
+            grown = np.full((self.ROWS, self._data.shape[1] * 2), np.nan)
             grown[:, : self._n] = self._data
             self._data = grown
-        self._data[:, self._n] = (x, running.get("mp@1", np.nan), running.get("map", np.nan),
-                                  running.get("amnro", np.nan), ap, mnro)
+        self._data[:, self._n] = (x, *(running.get(m, np.nan) for m in METRICS),
+                                  *(values.get(m, np.nan) for m in HISTOGRAMS))
         self._n += 1
 
     @property
@@ -106,15 +122,10 @@ class RunningBuffer:
     def series(self, metric: str) -> np.ndarray:
         return self._data[1 + METRICS.index(metric), : self._n]
 
-    @property
-    def ap(self) -> np.ndarray:
-        """Per-query AP of the evaluated queries so far (open-set queries dropped)."""
-        v = self._data[4, : self._n]
-        return v[~np.isnan(v)]
-
-    @property
-    def mnro(self) -> np.ndarray:
-        v = self._data[5, : self._n]
+    def per_query(self, metric: str) -> np.ndarray:
+        """Per-query values of ``metric`` (in :data:`HISTOGRAMS`, e.g. "map": AP) of the evaluated
+        queries so far (open-set queries dropped)."""
+        v = self._data[1 + len(METRICS) + HISTOGRAMS.index(metric), : self._n]
         return v[~np.isnan(v)]
 
     def copy(self) -> "RunningBuffer":
@@ -266,7 +277,8 @@ class RunLegend(QWidget):
             lay = QHBoxLayout(row)
             lay.setContentsMargins(0, 0, 0, 0)
             title = QLabel("<b>Running means</b> by queries done:")
-            title.setToolTip("MP@1, MAP and AMNRO over the queries processed so far (the x axis)")
+            title.setToolTip(f"{_joined(METRIC_LABELS[m] for m in METRICS)} over the queries processed so far "
+                             "(the x axis)")
             lay.addWidget(title)
             for e in self._metrics:
                 sample = QLabel()
@@ -290,6 +302,12 @@ class RunLegend(QWidget):
         self.setVisible(bool(self._metrics or self._entries))
 
 
+def _joined(words: Iterable[str]) -> str:
+    """"a, b and c"."""
+    w = list(words)
+    return " and ".join([", ".join(w[:-1]), w[-1]]) if len(w) > 1 else "".join(w)
+
+
 def _histogram(values: np.ndarray) -> np.ndarray:
     counts, _ = np.histogram(np.clip(values, 0.0, 1.0), bins=HIST_BINS)
     return counts.astype(float)
@@ -305,7 +323,8 @@ def _style_plot(plot: pg.PlotItem, fg: QColor) -> None:
 
 
 class EvaluationPlots(pg.GraphicsLayoutWidget):
-    """Running MP@1/MAP/AMNRO (wide), AP and MNRO histograms, and the precision–recall curve."""
+    """Running means of :data:`METRICS` (MP@1/MAP/AMNRO, wide), histograms of :data:`HISTOGRAMS`
+    (per-query AP and MNRO), and the precision–recall curve."""
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -370,24 +389,22 @@ class EvaluationPlots(pg.GraphicsLayoutWidget):
         self.pr_overlays: dict[object, pg.PlotDataItem] = {}
 
     def _add_histograms(self) -> None:
-        """Per-query AP and MNRO histograms (second row)."""
+        """Per-query histograms of :data:`HISTOGRAMS`, AP and MNRO (second row)."""
         self.hist_plots: dict[str, pg.PlotItem] = {}
         self.histograms: dict[str, pg.PlotDataItem] = {}
-        for col, (key, title, bottom, colour) in enumerate((
-            ("ap", "Per-query AP", "AP (higher is better)", METRIC_COLOURS["map"]),
-            ("mnro", "Per-query MNRO", "MNRO (lower is better)", METRIC_COLOURS["amnro"]),
-        )):
+        for col, key in enumerate(HISTOGRAMS):
+            m = COMPARED[key]
             p = self.addPlot(row=1, col=col, axisItems={"left": IntegerAxis("left")})
-            _title(p, title, self._fg)
+            _title(p, f"Per-query {m.query_label}", self._fg)
             p.setLabel("left", "queries", color=self._fg)
-            p.setLabel("bottom", bottom, color=self._fg)
+            p.setLabel("bottom", f"{m.query_label} ({m.better} is better)", color=self._fg)
             p.getAxis("bottom").setTicks(UNIT_TICKS)
             _style_plot(p, self._fg)
             p.setXRange(0, 1, padding=0.02)
             p.setYRange(0, 1, padding=0)
             p.enableAutoRange(enable=False)
             p.setMouseEnabled(x=False, y=False)
-            c = QColor(colour)
+            c = QColor(METRIC_COLOURS[key])
             fill = QColor(c)
             fill.setAlpha(110)
             curve = p.plot(HIST_BINS, np.zeros(len(HIST_BINS) - 1), stepMode="center", fillLevel=0,
@@ -412,8 +429,7 @@ class EvaluationPlots(pg.GraphicsLayoutWidget):
         rec = step.record
         if rec is None:
             return
-        self.buffer.append(float(step.done), step.running, rec.metrics.get("ap", np.nan),
-                           rec.metrics.get("mnro", np.nan))
+        self.buffer.append(float(step.done), step.running, rec.metrics)
         self._dirty = True
 
     def stop_live(self) -> None:
@@ -434,8 +450,8 @@ class EvaluationPlots(pg.GraphicsLayoutWidget):
         x = b.x
         for m, curve in self.running_curves.items():
             curve.setData(x, b.series(m), connect="finite")
-        self.histograms["ap"].setData(HIST_BINS, _histogram(b.ap), stepMode="center")
-        self.histograms["mnro"].setData(HIST_BINS, _histogram(b.mnro), stepMode="center")
+        for key, hist in self.histograms.items():
+            hist.setData(HIST_BINS, _histogram(b.per_query(key)), stepMode="center")
         for key, p in self.hist_plots.items():
             top = max(1.0, float(np.max(self.histograms[key].yData)) if len(b) else 1.0)
             p.setYRange(0, top * 1.08, padding=0)
@@ -519,7 +535,7 @@ class EvaluationPlots(pg.GraphicsLayoutWidget):
 
 
 class SweepPlot(pg.PlotWidget):
-    """MAP and MP@1 against the swept ICFRR parameter (points added as they arrive)."""
+    """:data:`SWEEP_METRICS` (MAP and MP@1) against the swept ICFRR parameter (points added as they arrive)."""
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -529,16 +545,16 @@ class SweepPlot(pg.PlotWidget):
         plot = self.getPlotItem()
         _style_plot(plot, fg)
         _title(plot, "ICFRR sweep: " + " · ".join(_coloured(METRIC_LABELS[m], METRIC_COLOURS[m])
-                                                  for m in ("map", "mp@1")), fg)
+                                                  for m in SWEEP_METRICS), fg)
         plot.setYRange(0, 1, padding=0.02)
         plot.enableAutoRange(axis="y", enable=False)
         self.sweep_curves: dict[str, pg.PlotDataItem] = {}
-        for m in ("map", "mp@1"):
+        for m in SWEEP_METRICS:
             c = METRIC_COLOURS[m]
             self.sweep_curves[m] = plot.plot([], [], pen=pg.mkPen(c, width=2),
                                              symbol="o", symbolSize=7, symbolBrush=c, symbolPen=None)
         self.values: list[float] = []
-        self.points: dict[str, list[float]] = {"map": [], "mp@1": []}
+        self.points: dict[str, list[float]] = {m: [] for m in SWEEP_METRICS}
         self._fg = fg
 
     def start(self, parameter_label: str, integer: bool = False) -> None:
@@ -551,7 +567,7 @@ class SweepPlot(pg.PlotWidget):
             ax.setTextPen(pg.mkPen(self._fg))
         plot.setLabel("bottom", parameter_label, color=self._fg)
         self.values = []
-        self.points = {"map": [], "mp@1": []}
+        self.points = {m: [] for m in SWEEP_METRICS}
         for c in self.sweep_curves.values():
             c.setData([], [])
 

@@ -22,7 +22,8 @@ from PySide6.QtWidgets import (
 )
 
 from museum_search.core.answer import Result
-from museum_search.gui.widgets.query_table import SORT_ROLE, QueryTableModel, fmt
+from museum_search.core.evaluation import COMPARED
+from museum_search.gui.widgets.query_table import SORT_ROLE, QueryTableModel
 from museum_search.gui.widgets.result_grid import ResultGrid
 from museum_search.gui.widgets.thumbnails import ThumbnailCache
 
@@ -58,7 +59,8 @@ def query_text(rec) -> str:
                 "Not averaged (open-set query).")
     return (f"<b>{html.escape(Path(rec.query).name)}</b><br>Relevant: {rel}<br>"
             + (f"{rec.n_relevant} relevant reference{'s' if rec.n_relevant != 1 else ''}, {first}<br>"
-               f"P@1 {fmt(m['p@1'])} · AP {fmt(m['ap'])} · MNRO {fmt(m['mnro'])}" if not rec.open_set else excluded)
+               + " · ".join(f"{c.query_label} {c.text(m[key])}" for key, c in COMPARED.items())
+               if not rec.open_set else excluded)
             + f"<br>Verdict: <b>{'in' if rec.in_collection else 'not in'} the collection</b> "
               f"({confidence}{html.escape(rec.reason)})")
 

@@ -10,7 +10,7 @@ from typing import Any
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
 from PySide6.QtGui import QColor
 
-from museum_search.core.evaluation import QueryRecord
+from museum_search.core.evaluation import COMPARED, QueryRecord
 from museum_search.core.index import Index
 
 SORT_ROLE = Qt.ItemDataRole.UserRole + 2  # what the table sorts by (numbers, lower-case text)
@@ -29,12 +29,21 @@ def _relevant_text(r: QueryRecord) -> str:
 
 
 class QueryTableModel(QAbstractTableModel):
-    """One row per evaluated query of a run: query, relevant, P@1, AP, MNRO, top-1 instance, verdict,
-    the answer's confidence."""
+    """One row per evaluated query of a run: query, relevant, its values of core's compared metrics
+    (P@1, AP, MNRO), top-1 instance, verdict, the answer's confidence."""
 
-    COLUMNS = ("Query", "Relevant", "P@1", "AP", "MNRO", "Top-1 instance", "Verdict", "Confidence")
-    CONFIDENCE_COLUMN = 7
-    METRIC_COLUMNS = {2: "p@1", 3: "ap", 4: "mnro"}
+    METRIC_COLUMNS = {2 + i: key for i, key in enumerate(COMPARED)}  # column → metric key
+    TOP1_COLUMN = 2 + len(COMPARED)
+    VERDICT_COLUMN = TOP1_COLUMN + 1
+    CONFIDENCE_COLUMN = VERDICT_COLUMN + 1
+    COLUMNS = ("Query", "Relevant", *(m.query_label for m in COMPARED.values()), "Top-1 instance", "Verdict",
+               "Confidence")
+    #: coloured by whether the top-1 reference is relevant: the 0/1 metric (P@1) and the top-1 instance
+    TOP1_COLOURED = (*(c for c, key in METRIC_COLUMNS.items() if COMPARED[key].binary), TOP1_COLUMN)
+    TOOLTIPS = {**{c: COMPARED[key].description for c, key in METRIC_COLUMNS.items()},
+                VERDICT_COLUMN: "The pipeline's verdict on the top result (hover a cell for the reason)",
+                CONFIDENCE_COLUMN: "The answer's confidence: the probability that the top result is right and the "
+                                   "object is in the collection (GAP sorts the queries by it)"}
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -62,11 +71,7 @@ class QueryTableModel(QAbstractTableModel):
         if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
             return self.COLUMNS[section]
         if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.ToolTipRole:
-            return {2: "Is the top-ranked reference relevant?", 3: "Average precision (higher is better)",
-                    4: "Mean normalized retrieval order (0 is perfect, lower is better)",
-                    6: "The pipeline's verdict on the top result (hover a cell for the reason)",
-                    7: "The answer's confidence: the probability that the top result is right and the object is "
-                       "in the collection (GAP sorts the queries by it)"}.get(section)
+            return self.TOOLTIPS.get(section)
         return None
 
     def _name(self, r: QueryRecord) -> str:
@@ -92,13 +97,14 @@ class QueryTableModel(QAbstractTableModel):
                 text = _relevant_text(r)
                 return text if role == Qt.ItemDataRole.DisplayRole else text.lower()
             if col in self.METRIC_COLUMNS:
-                v = r.metrics.get(self.METRIC_COLUMNS[col], math.nan)
+                key = self.METRIC_COLUMNS[col]
+                v = r.metrics.get(key, math.nan)
                 if role == SORT_ROLE:
                     return -1.0 if not math.isfinite(v) else float(v)  # open-set rows sort first
-                return fmt(v)
-            if col == 5:
+                return COMPARED[key].text(v)
+            if col == self.TOP1_COLUMN:
                 return self._top1(r) if role == Qt.ItemDataRole.DisplayRole else self._top1(r).lower()
-            if col == 6:
+            if col == self.VERDICT_COLUMN:
                 return "in the collection" if r.in_collection else "not in the collection"
             if col == self.CONFIDENCE_COLUMN:
                 if role == SORT_ROLE:
@@ -110,11 +116,11 @@ class QueryTableModel(QAbstractTableModel):
             if col == 1 and r.unknown:
                 return (f"The ground truth names {', '.join(r.unknown)}, not in this index: check the ground "
                         "truth or the index." + (" Not averaged." if r.open_set else ""))
-            if col == 5 and self._index is not None and len(r.ranking):
+            if col == self.TOP1_COLUMN and self._index is not None and len(r.ranking):
                 return f"{self._index.items[int(r.ranking[0])].path}  (score {float(r.scores[0]):.4f})"
-            if col == 6:
+            if col == self.VERDICT_COLUMN:
                 return r.reason
-        if role == Qt.ItemDataRole.ForegroundRole and col in (2, 5) and not r.open_set:
+        if role == Qt.ItemDataRole.ForegroundRole and col in self.TOP1_COLOURED and not r.open_set:
             return QColor("#2e9d4c") if r.relevance[0] else QColor("#d0342c")
         if role == Qt.ItemDataRole.ForegroundRole and col == 1 and r.unknown:
             return QColor("#b36b00")

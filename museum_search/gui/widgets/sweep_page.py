@@ -17,16 +17,17 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from museum_search.gui.widgets.comparison_table import GAP_TIP
+from museum_search.core.evaluation import HEADLINE_METRICS
 from museum_search.gui.widgets.layout import row, split
 from museum_search.gui.widgets.plots import SweepPlot
-from museum_search.gui.widgets.query_table import fmt
 
 WARNING_STYLE = ("QLabel { color: #8a5300; background: #fff4e0; border: 1px solid #e0b060; border-radius: 3px; "
                  "padding: 4px; }")
 #: The values a parameter starts with (replaced when the parameter changes, unless edited).
 DEFAULT_VALUES = {"k": "1:5", "beta": "0:1:0.25"}
 IDLE = "Other ICFRR settings, query regions and verification: the controls on the left."
+#: The table's columns after the value: core's headline metrics (MP@1, MAP, AMNRO, GAP).
+COLUMNS = tuple(m.label for m in HEADLINE_METRICS.values())
 
 
 def warning_label(name: str) -> QLabel:
@@ -69,10 +70,9 @@ class SweepPage(QWidget):
         self.status.setWordWrap(True)
         self.plot = SweepPlot()
         self.plot.setObjectName("sweepPlot")
-        self.table = QTableWidget(0, 5)
+        self.table = QTableWidget(0, 1 + len(COLUMNS))
         self.table.setObjectName("sweepTable")
-        self.table.setHorizontalHeaderLabels(["Value", "MP@1", "MAP", "AMNRO", "GAP"])
-        self.table.horizontalHeaderItem(4).setToolTip(GAP_TIP)
+        self._set_header("Value")
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.verticalHeader().hide()
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
@@ -99,15 +99,21 @@ class SweepPage(QWidget):
         """A new sweep of the parameter named ``label``: empty plot and table."""
         self.plot.start(label, integer=integer)
         self.table.setRowCount(0)
-        self.table.setHorizontalHeaderLabels([label, "MP@1", "MAP", "AMNRO", "GAP"])
+        self._set_header(label)
+
+    def _set_header(self, label: str) -> None:
+        """The value column named ``label``, then the metrics (with their tooltips)."""
+        self.table.setHorizontalHeaderLabels([label, *COLUMNS])
+        for c, m in enumerate(HEADLINE_METRICS.values(), start=1):
+            if m.tip:
+                self.table.horizontalHeaderItem(c).setToolTip(m.tip)
 
     def add_row(self, value: float, summary: dict) -> None:
         """The summary of one value, on the plot and in the table."""
         self.plot.add_point(value, summary)
         r = self.table.rowCount()
         self.table.insertRow(r)
-        for c, text in enumerate((f"{value:g}", fmt(summary["mp@1"]), fmt(summary["map"]), fmt(summary["amnro"]),
-                                  fmt(summary["gap"]))):
+        for c, text in enumerate((f"{value:g}", *(m.text(summary[key]) for key, m in HEADLINE_METRICS.items()))):
             item = QTableWidgetItem(text)
             item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
             self.table.setItem(r, c, item)
