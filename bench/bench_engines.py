@@ -84,13 +84,12 @@ def bundled(refs: list[Path], folder: Path) -> dict:
 def indexing(folder: Path, tmp: Path) -> dict:
     out = {}
     for engine in ("torch", "onnx", "torch", "onnx"):  # alternated, the second of each counts
-        engines.set_engine(engine)
-        build_extractor(BackboneConfig())  # built (and exported) outside the timing
+        build_extractor(BackboneConfig(), engine=engine)  # built (and exported) outside the timing
         t = time.perf_counter()
-        report = drive(build_index(folder, tmp / f"index-{engine}-{time.monotonic_ns()}", verification=False))
+        report = drive(build_index(folder, tmp / f"index-{engine}-{time.monotonic_ns()}", verification=False,
+                                   engine=engine))
         out[engine] = {"seconds": time.perf_counter() - t, "references": len(report.index)}
         print(f"indexing {engine}: {out[engine]['seconds']:.1f} s", flush=True)
-    engines.set_engine(None)
     n = out["onnx"]["references"]
     return {"seconds": {k: v["seconds"] for k, v in out.items()}, "references": n,
             "throughput_images_per_second": {k: n / v["seconds"] for k, v in out.items()},
@@ -158,10 +157,8 @@ def main(argv=None) -> int:
         tmp = Path(d)
         results["indexing"] = indexing(DATA / "paintings" / "references", tmp)
         save()
-        engines.set_engine("onnx")
         idx = tmp / "index-verified"
-        drive(build_index(DATA / "paintings" / "references", idx))
-        engines.set_engine(None)
+        drive(build_index(DATA / "paintings" / "references", idx, engine="onnx"))
         results["latency"] = latency(idx, queries)
         save()
     results["agreement"] = agreement(refs[:20] if args.quick else refs)

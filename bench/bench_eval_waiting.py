@@ -90,7 +90,7 @@ def main() -> int:
     tab.set_rerank([], verify=True)
     new = hasattr(tab, "sweep_page")  # the code of issue 13
     out: dict = {"label": args.label, "machine": f"{platform.node()}, {os.cpu_count()} cores (shared)",
-                 "engine": engines.current(), "queries": len(tab.queryset.queries), "query_set": args.query_set,
+                 "engine": engines.resolve(win.state.engine), "queries": len(tab.queryset.queries), "query_set": args.query_set,
                  "references": len(win.state.index)}
 
     def stage() -> str:

@@ -136,17 +136,42 @@ def test_falls_back_to_torch_and_says_so_once(fresh_cache, monkeypatch, caplog):
 
 
 def test_engine_choice(monkeypatch):
+    """The engine is a setting, not a process-wide switch: None or "auto" is the default
+    ($MUSEUM_SEARCH_ENGINE, else ONNX Runtime where it is installed), anything else is checked."""
+    from museum_search.core.answer._pipeline import QuerySettings
     from museum_search.core.errors import MuseumSearchError
 
-    monkeypatch.setattr(engines, "_engine", None)
     monkeypatch.setenv("MUSEUM_SEARCH_ENGINE", "torch")
-    assert engines.current() == "torch"
+    assert engines.default() == engines.resolve(None) == engines.resolve("auto") == "torch"
     monkeypatch.delenv("MUSEUM_SEARCH_ENGINE")
-    assert engines.current() == "onnx"  # installed here: the default
-    engines.set_engine("torch")
-    assert engines.current() == "torch" and engines.chosen() == "torch"
+    assert engines.default() == engines.resolve(None) == "onnx"  # installed here: the default
+    assert engines.resolve("torch") == "torch"
+    assert QuerySettings(engine="auto") == QuerySettings() and QuerySettings(engine="Torch").engine == "torch"
     with pytest.raises(MuseumSearchError, match="unknown inference engine"):
-        engines.set_engine("tensorflow")
+        engines.resolve("tensorflow")
+    with pytest.raises(MuseumSearchError, match="unknown inference engine"):
+        QuerySettings(engine="tensorflow")
+    assert not hasattr(engines, "set_engine") and not hasattr(engines, "_engine")
+
+
+def test_pipeline_and_jobs_run_on_the_engine_of_their_settings(sample_index, collection, monkeypatch):
+    """A pipeline describes with its settings' engine and says which one ran; a build takes its engine
+    as an argument (an unknown one is refused before any work)."""
+    from museum_search.core.answer._pipeline import QueryPipeline, QuerySettings
+    from museum_search.core.errors import MuseumSearchError
+    from museum_search.core.jobs._indexing import build_index
+    from museum_search.core.progress import drive as run
+
+    monkeypatch.delenv("MUSEUM_SEARCH_ENGINE", raising=False)
+    torch_pipe = QueryPipeline(sample_index, QuerySettings(engine="torch"))
+    assert torch_pipe.extractor.engine == torch_pipe.engine == "torch"
+    assert QueryPipeline(sample_index).engine == "onnx"  # the default
+    onnx = run(build_index(collection, None, verification=False)).index
+    torch_ = run(build_index(collection, None, verification=False, engine="torch")).index
+    assert onnx.meta == torch_.meta
+    np.testing.assert_allclose(np.asarray(onnx.descriptors), np.asarray(torch_.descriptors), atol=1e-4)
+    with pytest.raises(MuseumSearchError, match="unknown inference engine"):
+        run(build_index(collection, None, verification=False, engine="tensorflow"))
 
 
 def test_index_built_with_one_engine_is_queried_with_the_other(collection, tmp_path):

@@ -794,11 +794,11 @@ def window_tab(qtbot):
 def _simulated_build(root: Path, n: int = 287, views: int = 50):
     """The records a build of ``n`` photos yields (core.indexing's stage names), with the photos'
     long paths, at steady rates: describing 0.04 s a photo, local features 0.16, calibration 1 s a view."""
-    from museum_search.core.index import _ann as ann
+    from museum_search.core.index import _neighbours
     from museum_search.core.progress import Progress
 
     yield Progress(0, 0, stage="listing and labelling the images", expected={"calibrating": views})
-    stages = [("describing", n, 0.04), ("local features", n, 0.16), (ann.NEIGHBOURS_STAGE, n, 0.0004),
+    stages = [("describing", n, 0.04), ("local features", n, 0.16), (_neighbours.NEIGHBOURS_STAGE, n, 0.0004),
               ("calibrating", views, 1.0)]
     for stage, total, dt in stages:
         for i in range(1, total + 1, 7 if total > 100 else 1):
@@ -970,3 +970,40 @@ def test_thumbnails_show_the_artist_a_filter_matched(qtbot, tmp_path):
     with_artist, without = painted(shown[0]), painted(browser.model.index(4, 0))
     assert ink(with_artist, 2) > 20 and ink(without, 2) == 0
     assert ink(with_artist, 1) > 20 and ink(without, 1) > 20  # both have a title
+
+
+def test_builds_and_updates_run_on_the_session_s_engine_and_the_stored_matcher(qtbot, tmp_path, monkeypatch):
+    """Issue 32: the engine and the matcher are settings of each job the tab starts (the session's
+    ``AppState.engine``, the stored matcher of new indexes), passed in, not process-wide switches."""
+    from PySide6.QtCore import QSettings
+
+    from museum_search.gui import collection_tab, workers
+    from museum_search.gui.state import AppState, Settings
+
+    asked: list[tuple[str, dict]] = []
+    for name in ("build_job", "update_job"):
+        real = getattr(collection_tab, name)
+
+        def recorded(*args, _real=real, _name=name, **kwargs):
+            asked.append((_name, kwargs))
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(collection_tab, name, recorded)
+    settings = Settings(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
+    settings.matcher = "sift"
+    tab = collection_tab.CollectionTab(AppState(settings, engine="torch"))
+    qtbot.addWidget(tab)
+    tab.show()
+    try:
+        tab.set_collection(_museum(tmp_path, "museum", n=3))
+        qtbot.waitUntil(lambda: tab.detected_label.text().startswith("Detected:"), timeout=30_000)
+        tab.index_edit.setText(str(tmp_path / "index"))
+        tab.size_spin.setValue(TINY)
+        assert _build(tab, qtbot) is True
+        with qtbot.waitSignal(tab.job_done, timeout=120_000):
+            qtbot.mouseClick(tab.update_button, _left())
+    finally:
+        tab.shutdown()
+        assert workers.wait_all(60_000)
+    assert [(n, kw.get("engine"), kw.get("matcher")) for n, kw in asked] == [
+        ("build_job", "torch", "sift"), ("update_job", "torch", None)]  # an update keeps the index's matcher

@@ -245,7 +245,7 @@ def _ann_index(tmp_path: Path, n: int = 3000) -> Index:
 
 
 def test_collection_summary_says_what_the_index_stores(qtbot, collection_tab, tmp_path):
-    from museum_search.core.index._ann import AUTO_MIN_REFERENCES
+    from museum_search.core.index._modes import AUTO_MIN_REFERENCES
 
     plain = Index(tmp_path, imported_meta(DIM), _items(100), _descriptors(100), LabellingSpec("imported"))
     collection_tab.state.set_index(plain)
@@ -267,7 +267,7 @@ def test_search_mode_choice_follows_the_index(qtbot, state, tmp_path):
     """Approximate is offered only for an index with an approximate-search index; the choice is the
     pipeline's ``QuerySettings.search`` in the Search and the Evaluation tabs."""
     from museum_search.core.answer._pipeline import QueryPipeline
-    from museum_search.core.index._ann import resolve_mode
+    from museum_search.core.index._modes import resolve_mode
     from museum_search.gui.evaluation_tab import EvaluationTab
     from museum_search.gui.search_tab import SearchTab
     from museum_search.gui.widgets.search_mode import SearchModeCombo
@@ -318,7 +318,7 @@ def test_search_mode_choice_follows_the_index(qtbot, state, tmp_path):
 def test_search_tab_answers_the_same_with_approximate_search(qtbot, state, sample_index):
     """On the sample (a shortlist longer than the collection), approximate search gives the exact
     answer; the status line says how it was searched."""
-    from museum_search.core.index._ann import AnnIndex
+    from museum_search.core.index._approximate import AnnIndex
     from museum_search.core.progress import drive
     from museum_search.gui.search_tab import SearchTab
     from museum_search.gui.widgets.search_mode import SearchModeCombo

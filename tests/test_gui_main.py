@@ -57,20 +57,30 @@ def test_settings_dialog_saves_camera_and_exit_keys(window):
     assert s.value("demo/exit_keys") == "Ctrl+Shift+Q"
 
 
-def test_settings_dialog_chooses_the_inference_engine(window, sample_index, monkeypatch):
-    from museum_search.core.inference import _engines as engines
+def test_the_command_line_engine_is_the_session_s(qtbot, tmp_path):
+    """``gui --engine``: the session's engine, the stored setting left as it was."""
+    settings = Settings(QSettings(str(tmp_path / "e.ini"), QSettings.Format.IniFormat))
+    settings.engine = "onnx"
+    assert AppState(settings).engine == "onnx"
+    assert AppState(settings, engine="torch").engine == "torch" and settings.engine == "onnx"
 
-    monkeypatch.setattr(engines, "_engine", None)
+
+def test_settings_dialog_chooses_the_inference_engine(window, sample_index, monkeypatch):
+    """The engine is the session's setting (AppState.engine), put in the settings of every pipeline the
+    tabs start; the dialog stores it and the views build their pipelines again."""
+    monkeypatch.delenv("MUSEUM_SEARCH_ENGINE", raising=False)
     window.state.set_index(sample_index)
     seen = []
     window.state.index_changed.connect(seen.append)
     d = SettingsDialog(window.state, window)
-    assert d.engine.currentData() == "auto" and engines.current() == "onnx"
+    assert d.engine.currentData() == "auto" and window.state.engine == "auto"
+    assert window.search_tab.query_settings().engine is None  # the default: onnx here
     d.engine.setCurrentIndex(d.engine.findData("torch"))
     d.accept()
-    assert window.state.settings.engine == "torch" and engines.current() == "torch"
+    assert window.state.settings.engine == "torch" and window.state.engine == "torch"
     assert seen == [sample_index]  # the views build their pipelines again, on the new engine
+    assert window.search_tab.query_settings().engine == window.evaluation_tab.query_settings().engine == "torch"
     d = SettingsDialog(window.state, window)
     d.engine.setCurrentIndex(d.engine.findData("auto"))
     d.accept()
-    assert engines.chosen() is None and engines.current() == "onnx"
+    assert window.state.engine == "auto" and window.search_tab.query_settings().engine is None

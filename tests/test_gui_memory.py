@@ -104,7 +104,7 @@ def test_evaluation_tab_keeps_the_newest_runs_whole(qtbot, tmp_path, sample, mon
     from museum_search.gui.evaluation_tab import EvaluationTab
 
     index, queries, ext = sample
-    monkeypatch.setattr(runner, "extractor_for_meta", lambda meta, weights=None: ext)
+    monkeypatch.setattr(runner, "extractor_for_meta", lambda meta, weights=None, engine=None: ext)
     monkeypatch.setattr(memory, "RUNS_KEPT_WHOLE", 2)
     monkeypatch.setattr(memory, "RANKS_KEPT", 10)
     state = AppState(_settings(tmp_path))

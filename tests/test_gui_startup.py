@@ -40,15 +40,13 @@ def test_main_window_module_imports_nothing_heavy():
 
 
 def test_lazy_window_shows_first_then_tabs_index_and_network(qtbot, tmp_path, sample_index, block, monkeypatch):
+    from museum_search.core import inference
     from museum_search.core.index._store import Index
     from museum_search.core.inference import _engines as engines
-    from museum_search.core.verification import _spatial as spatial
 
     read = block(Index, "load")
-    net = block(engines, "extractor_for_meta")
-    monkeypatch.setattr(spatial, "_matcher", None)
+    net = block(inference, "extractor_for_meta")  # what the window calls: the package's face
     state = _state(tmp_path / "s.ini")
-    state.settings.matcher = "xfeat"
     w = MainWindow(state, lazy=True)
     qtbot.addWidget(w)
     w.show()
@@ -65,7 +63,6 @@ def test_lazy_window_shows_first_then_tabs_index_and_network(qtbot, tmp_path, sa
     w.tabs.setCurrentIndex(2)
     qtbot.waitUntil(lambda: type(w.tabs.widget(2)).__name__ == "EvaluationTab", timeout=60_000)
     assert w.tabs.currentIndex() == 2 and w.all_tabs_built
-    assert spatial.current_matcher() == "xfeat"  # the stored matcher, applied before any tab could build
     assert read.started.wait(30)
     # the index is being read on a worker: the window answers meanwhile, and nothing is open yet
     for _ in range(5):

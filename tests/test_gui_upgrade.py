@@ -210,7 +210,6 @@ def test_kiosk_on_an_old_index_converts_it_then_starts(qtbot, tmp_path, monkeypa
     monkeypatch.setattr(QApplication, "quit", lambda *a: quits.append(1))
     monkeypatch.setattr(demo_window, "DemoWindow", Kiosk)
     monkeypatch.setattr("museum_search.gui.state.Settings", lambda *a: settings())
-    monkeypatch.setattr(RealSettings, "apply_engine", lambda self: None)
     app = QApplication.instance()
     quit_on_close = app.quitOnLastWindowClosed()
     try:

@@ -126,7 +126,7 @@ def test_with_plan_fills_the_records_and_returns_the_result():
 
 
 def test_build_and_update_plans_come_from_the_stages_core_runs():
-    from museum_search.core.index import _ann as ann
+    from museum_search.core.index import _approximate, _modes
     from museum_search.core.jobs._indexing import BUILD_STAGES, STAGE_COSTS, build_plan, calibration_views
 
     plan = build_plan(matcher="sift")
@@ -134,9 +134,9 @@ def test_build_and_update_plans_come_from_the_stages_core_runs():
     assert [s.stage for s in build_plan(verification=False, matcher="sift")][:1] == ["describing"]
     assert all(s.cost == STAGE_COSTS[s.stage] for s in plan)
     # the approximate index's stages run from AUTO_MIN_REFERENCES references (or always with "yes")
-    train = next(s for s in plan if s.stage == ann.TRAIN_STAGE)
-    assert train.size(42) == 0 and train.size(ann.AUTO_MIN_REFERENCES) > 0
-    assert next(s for s in build_plan(ann="yes", matcher="sift") if s.stage == ann.TRAIN_STAGE).size(42) == 42
+    train = next(s for s in plan if s.stage == _approximate.TRAIN_STAGE)
+    assert train.size(42) == 0 and train.size(_modes.AUTO_MIN_REFERENCES) > 0
+    assert next(s for s in build_plan(ann="yes", matcher="sift") if s.stage == _approximate.TRAIN_STAGE).size(42) == 42
     # the calibration's views: the sample's 42 photos of 11 objects ask 42 synthetic and 42 real ones
     calib = next(s for s in plan if s.stage == "calibrating")
     labels = [i // 4 for i in range(42)]

@@ -368,8 +368,8 @@ def test_spec_excludes_nothing_the_app_imports(spec_run):
         import museum_search.core.evaluation._reports, museum_search.core.evaluation._stats
         import museum_search.gui.app, museum_search.gui.main_window, museum_search.gui.collection_tab
         import museum_search.gui.search_tab, museum_search.gui.evaluation_tab, museum_search.gui.demo_window
-        from museum_search.core.index import _ann as ann
-        ann._faiss()
+        from museum_search.core.index import _exact
+        _exact._faiss()
         from museum_search.core.answer._verdict import Evidence, fit_model, unknown_threshold, VERIFIED_FEATURES
         evidence = [Evidence(0.6 + 0.03 * i, 3 * i, known=i % 3 > 0, correct=i % 3 > 0, rival=i % 4, margin=0.01 * i)
                     for i in range(12)]

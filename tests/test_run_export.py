@@ -78,7 +78,7 @@ def test_settings_runs_it_again_with_the_same_numbers(exported, tmp_path, capsys
     assert export.same_numbers(old, new) == []
     for key in ("mp@1", "map", "amnro", "gap", "p@5"):
         assert new["summary"][key] == old["summary"][key]
-    assert [q["ap"] for q in new["queries"]] == [q["ap"] for q in old["queries"]]
+    assert [q["map"] for q in new["queries"]] == [q["map"] for q in old["queries"]]
     # the run's settings again, verdict included (the index's own verdict is not the run's rule),
     # and its search as it resolved
     assert old["run"]["settings"]["search"] == "auto" and old["run"]["resolved"]["search"] == "exact"
@@ -87,8 +87,32 @@ def test_settings_runs_it_again_with_the_same_numbers(exported, tmp_path, capsys
     assert new["run"]["index"]["id"] == old["run"]["index"]["id"]
     # and a different run would not pass for the same: same_numbers sees it
     changed = json.loads(json.dumps(new))
-    changed["queries"][0]["ap"] = 0.123
-    assert export.same_numbers(old, changed) and "ap" in export.same_numbers(old, changed)[0]
+    changed["queries"][0]["map"] = 0.123
+    assert export.same_numbers(old, changed) and "map" in export.same_numbers(old, changed)[0]
+
+
+def test_the_run_records_its_engine_and_runs_again_on_it(sample_index, sample_collection, tmp_path, monkeypatch,
+                                                         capsys):
+    """Issue 32: the engine is a setting of the run (``--engine``, else the default), recorded from the
+    pipeline that ran, not read from the process; ``--settings`` runs it again on the same engine (the
+    same numbers), and ``--engine`` beside it chooses another (the numbers then differ in the last digits,
+    which the re-run says). The settings section of the file is as before (no engine)."""
+    monkeypatch.delenv("MUSEUM_SEARCH_ENGINE", raising=False)
+    base = ["evaluate", str(sample_index.path), str(sample_collection / "queries"), "--no-verify"]
+
+    def run(*args: str) -> dict:
+        out = tmp_path / f"run{len(list(tmp_path.glob('*.json')))}.json"
+        assert main([*args, "--json", str(out)]) == 0
+        return json.loads(out.read_text(encoding="utf-8"))["run"]
+
+    torch_run = run(*base, "--engine", "torch")
+    assert torch_run["engine"] == "torch" and "engine" not in torch_run["settings"]
+    assert run(*base)["engine"] == "onnx"  # the default here: the torch run above chose nothing for the process
+    first = str(tmp_path / "run0.json")
+    assert run("evaluate", "--settings", first)["engine"] == "torch"
+    capsys.readouterr()
+    assert main(["evaluate", "--settings", first, "--engine", "onnx", "--json", str(tmp_path / "onnx.json")]) == 1
+    assert "the numbers differ from" in capsys.readouterr().err
 
 
 def _fails(args, capsys) -> str:
@@ -187,7 +211,7 @@ def approximate_run(tmp_path, monkeypatch):
     import csv as csv_module
 
     from museum_search.core.answer import _pipeline as query_module
-    from museum_search.core.index._ann import resolve_mode
+    from museum_search.core.index._modes import resolve_mode
     from museum_search.core.jobs._importing import import_index
     from museum_search.core.progress import drive
 
@@ -221,7 +245,7 @@ def _rebuild_ann(index_dir, **changes):
     """Build the index's approximate index again with ``changes`` to its parameters, untuned."""
     from dataclasses import replace as replaced
 
-    from museum_search.core.index._ann import AnnIndex
+    from museum_search.core.index._approximate import AnnIndex
     from museum_search.core.index._store import Index
     from museum_search.core.progress import drive
 

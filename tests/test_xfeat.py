@@ -120,7 +120,9 @@ def test_local_features_keep_float16_descriptors():
 
 
 def test_clear_error_when_the_export_cannot_be_made(tmp_path, monkeypatch):
-    monkeypatch.setattr(engines, "export_dirs", lambda: [tmp_path / "onnx"])  # no export anywhere
+    from museum_search.core import inference
+
+    monkeypatch.setattr(inference, "export_dirs", lambda: [tmp_path / "onnx"])  # no export anywhere (xfeat's face)
     monkeypatch.setattr(xfeat, "_sessions", {})
     real = xfeat.importlib.util.find_spec
     monkeypatch.setattr(xfeat.importlib.util, "find_spec",
@@ -202,15 +204,16 @@ def test_params_of_an_index_without_local_features_are_sift():
 
 
 def test_matcher_choice(monkeypatch, sample_index):
-    monkeypatch.setattr(spatial, "_matcher", None)
+    """The matcher of a new index is the build's argument (``index --matcher``, the app's Settings);
+    None is the default, ``$MUSEUM_SEARCH_MATCHER`` else SIFT. No process-wide choice."""
     monkeypatch.delenv("MUSEUM_SEARCH_MATCHER", raising=False)
-    assert spatial.current_matcher() == spatial.DEFAULT_MATCHER == "sift"
+    assert spatial.default_matcher() == spatial.resolve_matcher() == spatial.DEFAULT_MATCHER == "sift"
     monkeypatch.setenv("MUSEUM_SEARCH_MATCHER", "xfeat")
-    assert spatial.current_matcher() == "xfeat"
-    spatial.set_matcher("sift")
-    assert spatial.current_matcher() == spatial.resolve_matcher() == "sift"
+    assert spatial.default_matcher() == spatial.resolve_matcher(None) == "xfeat"
+    assert spatial.resolve_matcher("sift") == "sift" and spatial.resolve_matcher("AUTO") == "auto"
+    assert not hasattr(spatial, "set_matcher") and not hasattr(spatial, "_matcher")
     with pytest.raises(MuseumSearchError, match="unknown matcher"):
-        spatial.set_matcher("lightglue")
+        spatial.resolve_matcher("lightglue")
     with pytest.raises(MuseumSearchError, match="unknown matcher"):
         spatial.resolve_matcher("surf")
     # SIFT is the default (the verdict's figures: bench/bench_verdict.py); the sample's index is SIFT's
@@ -287,7 +290,6 @@ def test_settings_dialog_chooses_the_matcher_of_new_indexes(qtbot, tmp_path, mon
     from museum_search.gui.main_window import SettingsDialog
     from museum_search.gui.state import AppState, Settings
 
-    monkeypatch.setattr(spatial, "_matcher", None)
     monkeypatch.delenv("MUSEUM_SEARCH_MATCHER", raising=False)
     ini = str(tmp_path / "s.ini")
     state = AppState(Settings(QSettings(ini, QSettings.Format.IniFormat)))
@@ -296,9 +298,6 @@ def test_settings_dialog_chooses_the_matcher_of_new_indexes(qtbot, tmp_path, mon
     assert d.matcher.currentData() == "sift" and [d.matcher.itemData(i) for i in range(3)] == ["sift", "xfeat", "auto"]
     d.matcher.setCurrentIndex(d.matcher.findData("xfeat"))
     d.accept()
-    assert state.settings.matcher == "xfeat" and spatial.current_matcher() == "xfeat"  # new builds use it
+    assert state.settings.matcher == "xfeat"  # the Collection tab's next builds pass it (test_gui_collection)
     again = Settings(QSettings(ini, QSettings.Format.IniFormat))
-    assert again.matcher == "xfeat"  # remembered; the app applies it when it starts
-    spatial.set_matcher(None)
-    again.apply_matcher()
-    assert spatial.current_matcher() == "xfeat"
+    assert again.matcher == "xfeat"  # remembered for the next start

@@ -247,7 +247,7 @@ def is_image_file(path: str | os.PathLike[str]) -> bool:
     macOS "AppleDouble" companions (``._photo.jpg``, left on shared drives and USB sticks) are
     not images and are excluded. Only the name is looked at (it is often called with a bare file
     name): whether it is a regular file is checked when it is opened (:func:`open_regular`, used
-    by every reader here) and, for collections, by :func:`.labels.file_problem`.
+    by every reader here) and, for collections, by :func:`museum_search.core.index._labels.file_problem`.
     """
     name = os.path.basename(os.fspath(path))
     if name.startswith("._"):

@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Sequence
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, engine: str | None = None) -> int:
+    """The application (or with ``--demo`` the kiosk) until it is left. ``engine``: the inference engine of
+    this session (``museum-search gui --engine``; None: the one stored in the app's Settings)."""
     parser = argparse.ArgumentParser(prog="museum-search-gui", description="museum-search desktop application")
     parser.add_argument("index", nargs="?", type=Path, help="index folder to open")
     parser.add_argument("--demo", action="store_true", help="start the full-screen kiosk on INDEX")
@@ -32,10 +34,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.demo:
         if args.index is None:
             parser.error("--demo needs an INDEX")
-        return _run_demo(app, args)
+        return _run_demo(app, args, engine)
     from museum_search.gui.main_window import MainWindow
+    from museum_search.gui.state import AppState
 
-    window = MainWindow(lazy=True)
+    window = MainWindow(AppState(engine=engine), lazy=True)
     window.show()
     if args.index is not None:
         window.state.status.emit(f"Opening the index {args.index}…")
@@ -46,16 +49,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _application():
-    """The QApplication, with the engine of the stored settings (the main window applies the
-    matcher once the modules that use it are loaded; the kiosk applies it before it starts).
+    """The QApplication (the engine and the matcher are the session's settings: :class:`.state.AppState`).
 
     torch is not imported here: where it is needed (the torch engine, a first ONNX export), a worker
     imports it behind the window, which then stalls for 1-3 s once instead of every start waiting
     9-17 s for it."""
     from PySide6.QtCore import Qt
     from PySide6.QtWidgets import QApplication
-
-    from museum_search.core import inference
 
     QApplication.setHighDpiScaleFactorRoundingPolicy(Qt.HighDpiScaleFactorRoundingPolicy.PassThrough)
     app = QApplication.instance() or QApplication([sys.argv[0]])
@@ -64,15 +64,12 @@ def _application():
     from museum_search.gui.main_window import app_icon
 
     app.setWindowIcon(app_icon())
-    from museum_search.gui.state import Settings
-
-    if inference.chosen_engine() is None:  # not chosen on the command line: the stored setting
-        Settings().apply_engine()
     return app
 
 
-def _run_demo(app, args) -> int:
-    """The kiosk on ``args.index`` (full screen) until it is left."""
+def _run_demo(app, args, engine: str | None = None) -> int:
+    """The kiosk on ``args.index`` (full screen) until it is left, its network on ``engine`` (None: the
+    stored setting's)."""
     from PySide6.QtWidgets import QWidget
 
     from museum_search.gui import upgrade
@@ -81,14 +78,14 @@ def _run_demo(app, args) -> int:
     from museum_search.gui.state import Settings
 
     settings = Settings()
-    settings.apply_matcher()
+    engine = engine or settings.engine
     if args.camera is not None:
         settings.camera = args.camera
     windows = []
 
     def opened(index) -> None:
         app.setQuitOnLastWindowClosed(True)
-        windows.append(DemoWindow(index, settings))
+        windows.append(DemoWindow(index, settings, engine=engine))
         windows[-1].showFullScreen()
 
     # An index of an older format is offered for conversion first. Until the kiosk shows, closing a

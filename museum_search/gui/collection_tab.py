@@ -2,16 +2,16 @@
 to use, build (or update) its index in the background, and browse what is indexed.
 
 All long work runs through :mod:`museum_search.gui.workers` on core generators
-(``core.indexing.build_index`` / ``update_index``); the network itself is built inside the worker so
+(``core.jobs._indexing.build_index`` / ``update_index``); the network itself is built inside the worker so
 a missing-weights error is reported like any other (a dialog, no traceback). Cancelling stops the
 generator before it saves: the index on disk is replaced atomically only at the very end, so the
 previous index stays as it was.
 
 Where the index goes: a new collection gets a new folder of its own,
-``core.store.default_index_folder`` (``<collection>-index`` beside it), never the folder of the
+``core.index._store.default_index_folder`` (``<collection>-index`` beside it), never the folder of the
 index that happens to be open. The field under *Index* says what is in the folder chosen (new,
 empty, this collection's index, another collection's index, or a folder that cannot be used),
-*Build* refuses what ``core.store.check_output_folder`` refuses and asks before replacing the index
+*Build* refuses what ``core.index._store.check_output_folder`` refuses and asks before replacing the index
 of another collection. The core takes the index's writer lock before any work, so a second writer
 gets a clear message instead of a half-written index. *Choose…* opens a :class:`FolderChooser`,
 which also makes new folders: its New Folder button, or a typed path that does not exist yet
@@ -401,7 +401,7 @@ def index_summary(index: Index) -> str:
 
 def verdict_warning(index: Index | None) -> str | None:
     """The warning the Collection tab shows when the verdict's operating point, as its calibration
-    measured it, is weak (:meth:`.verdict.Verdict.warning`), else None."""
+    measured it, is weak (:meth:`museum_search.core.answer._verdict.Verdict.warning`), else None."""
     return None if index is None else Verdict.of_index(index).warning()
 
 
@@ -752,6 +752,11 @@ class CollectionTab(QWidget):
     def config(self) -> BackboneConfig:
         return BackboneConfig(self.backbone_combo.currentData(), self.head_combo.currentData(), self.size_spin.value())
 
+    def _build_job(self, collection, out, spec: LabellingSpec):
+        """The build job of the form, with the session's inference engine and the stored matcher of new indexes."""
+        return build_job(collection, out, self.config(), spec, batch_size=self.batch_size,
+                         engine=self.state.engine, matcher=self.state.settings.matcher)
+
     def labelling_spec(self) -> LabellingSpec:
         """The labelling chosen in the form (a catalogue found next to the collection is left to
         ``auto`` to find, so that it can fall back to another rule if it lists none of the files)."""
@@ -800,7 +805,7 @@ class CollectionTab(QWidget):
         if check.kind == "other" and not own_folder:
             self._ask_replace(collection, out, check)
             return False
-        self._start(build_job(collection, out, self.config(), spec, batch_size=self.batch_size), "build", out)
+        self._start(self._build_job(collection, out, spec), "build", out)
         return True
 
     def _refuse(self, message: str) -> None:
@@ -845,8 +850,7 @@ class CollectionTab(QWidget):
                 self._set_index_dir(new)
                 self.start_build()
             elif clicked is replace_button and not self.running:
-                self._start(build_job(collection, out, self.config(), self.labelling_spec(), batch_size=self.batch_size),
-                            "build", out)
+                self._start(self._build_job(collection, out, self.labelling_spec()), "build", out)
 
         box.finished.connect(answered)
         self._replace_box = box
@@ -883,7 +887,7 @@ class CollectionTab(QWidget):
 
             upgrade.open_index(self, out, converted, "Cannot update the index", on_failed=declined)
             return
-        self._start(update_job(out, batch_size=self.batch_size), "update", out)
+        self._start(update_job(out, batch_size=self.batch_size, engine=self.state.engine), "update", out)
 
     def cancel(self) -> None:
         if self._job is not None and not self._job.cancelled:

@@ -6,7 +6,7 @@ indexing, query and evaluation modules, SciPy, OpenCV, pyqtgraph). The tabs are 
 thread, the one shown first. An index given on the command line is read on a worker
 (:meth:`MainWindow.open_index_in_background`), and the network of every index opened is loaded on a
 worker too (:class:`NetworkLoader`), with "Loading the network…" in the status bar; a search started
-meanwhile waits for that same load (``core.engines`` keeps one extractor per network). Nothing here
+meanwhile waits for that same load (``core.inference._engines`` keeps one extractor per network). Nothing here
 imports torch, ONNX Runtime or faiss: a worker does, when the network or an approximate index is
 first needed. ``MainWindow()`` (``lazy=False``) builds every tab before it returns.
 
@@ -231,12 +231,10 @@ class SettingsDialog(QDialog):
             self.state.settings.set_demo_pin(pin)
         elif self.clear_pin.isChecked():
             self.state.settings.set_demo_pin(None)
-        if self.matcher.currentData() != self.state.settings.matcher:
+        if self.matcher.currentData() != self.state.settings.matcher:  # the Collection tab's next builds use it
             self.state.settings.matcher = self.matcher.currentData()
-            self.state.settings.apply_matcher()
         if self.engine.currentData() != self.state.settings.engine:
-            self.state.settings.engine = self.engine.currentData()
-            self.state.settings.apply_engine()
+            self.state.settings.engine = self.state.engine = self.engine.currentData()
             if self.state.index is not None:  # the views build their pipelines again, on the new engine
                 self.state.set_index(self.state.index)
         super().accept()
@@ -322,7 +320,7 @@ class _Importer(QObject):
 class NetworkLoader(QObject):
     """Loads the network of every index opened on a worker, so that the first search does not wait
     for it; ``changed`` fires with the text to show ("" once ready). A search started meanwhile
-    waits for this same load (``core.engines`` keeps one extractor per network and engine)."""
+    waits for this same load (``core.inference._engines`` keeps one extractor per network and engine)."""
 
     changed = Signal(str)
 
@@ -342,13 +340,14 @@ class NetworkLoader(QObject):
         from museum_search.core import inference
         from museum_search.gui import workers
 
-        key = (index.meta, inference.current_engine())
+        engine = inference.resolve_engine(self.state.engine)  # the session's (AppState.engine)
+        key = (index.meta, engine)
         if key == self._key:
             return
         self._key, self.loading, self.ready, self.error = key, True, False, None
         meta = index.meta
         self.changed.emit(f"Loading the network ({meta.name})…")
-        self._job = workers.start(lambda: inference.extractor_for_meta(meta),
+        self._job = workers.start(lambda: inference.extractor_for_meta(meta, engine=engine),
                                   on_result=lambda _ext, key=key: self._loaded(key, None),
                                   on_error=lambda exc, key=key: self._loaded(key, exc))
 
@@ -385,7 +384,6 @@ class MainWindow(QMainWindow):
         self._opening: Path | None = None  # the index read on a worker (open_index_in_background)
         self._open_job: Any = None
         self._closed = False  # closed for good: what is still loading is not wanted
-        self._matcher_applied = False
         self._groups_imported = 0  # of HEAVY_MODULES, by the background thread
         self.setWindowTitle("museum-search")
         self.setWindowIcon(app_icon())
@@ -456,10 +454,6 @@ class MainWindow(QMainWindow):
         tab = self._built.get(attr)
         if tab is not None:
             return tab
-        if self._lazy and not self._matcher_applied:
-            # the stored matcher of new indexes, before a tab can start a build (core.rerank is imported by then)
-            self._matcher_applied = True
-            self.state.settings.apply_matcher()
         i = next(i for i, spec in enumerate(TABS) if spec[0] == attr)
         _attr, module, cls, title = TABS[i]
         kind = getattr(importlib.import_module(f"{__package__}.{module}"), cls)
@@ -632,7 +626,7 @@ class MainWindow(QMainWindow):
         except ImportError:
             show_error(self, "Demo mode", "Demo mode is not available in this build.")
             return
-        demo = DemoWindow(self.state.index, self.state.settings, self._camera_factory)
+        demo = DemoWindow(self.state.index, self.state.settings, self._camera_factory, engine=self.state.engine)
         demo.setAttribute(Qt.WidgetAttribute.WA_QuitOnClose, False)  # leaving the kiosk brings this window back
         demo.left.connect(self._demo_left)
         self._demo = demo

@@ -294,7 +294,8 @@ class SearchTab(QWidget):
         self.camera_factory = camera_factory or OpenCVCamera
         self._query: LoadedPhoto | None = None
         self._next_qid = 0
-        self._extractor = None  # kept across pipelines of the same index
+        self._extractor = None  # kept across pipelines of the same index and engine
+        self._extractor_key: tuple | None = None  # (meta, engine setting) of _extractor
         self._pipelines: dict[tuple, QueryPipeline] = {}  # (index id, settings) → pipeline
         self._descriptors: tuple[tuple, np.ndarray] | None = None  # ((query id, index id), descriptors)
         self._answer: Answer | None = None
@@ -484,11 +485,11 @@ class SearchTab(QWidget):
         return not self.is_busy() and self._shown_for is not None and self._shown_for == self._wanted()
 
     def query_settings(self) -> QuerySettings:
-        """The pipeline settings the controls describe."""
+        """The pipeline settings the controls describe, on the session's inference engine."""
         return QuerySettings(k=self.k_spin.value(), per_instance=self.per_instance.isChecked(),
                              rerank=self.rerank.names(), options=self.rerank.options(),
                              verify=self.rerank.verify(), verify_top=self.rerank.verify_top(),
-                             search=self.rerank.search_mode.mode())
+                             search=self.rerank.search_mode.mode(), engine=self.state.engine)
 
     def search_file(self, path: str | Path) -> bool:
         """Search with the image file at ``path``; False (and a message) if it cannot be read."""
@@ -618,8 +619,8 @@ class SearchTab(QWidget):
         self._descriptors = None
         self._failed_for = None
         self._set_answer(None)
-        if index is not None and self._extractor is not None and self._extractor.meta != index.meta:
-            self._extractor = None
+        if index is not None and self._extractor_key is not None and self._extractor_key[0] != index.meta:
+            self._extractor, self._extractor_key = None, None
         self._suggest_icfrr(index)
         self._update_icfrr_warning()
         self.rerank.search_mode.blockSignals(True)  # the answer is recomputed below anyway
@@ -700,7 +701,7 @@ class SearchTab(QWidget):
         q, index, settings = self._query, self.state.index, self.query_settings()
         pipeline = self._pipelines.get(want[1:])
         desc = self._descriptors[1] if self._descriptors and self._descriptors[0] == want[:2] else None
-        extractor = self._extractor if self._extractor is not None and self._extractor.meta == index.meta else None
+        extractor = self._extractor if self._extractor_key == (index.meta, settings.engine) else None
         self.busy.show()
         self.status.setText("Answering…" if desc is not None else (
             "Describing the query…" if extractor is not None else "Loading the descriptor model and describing the query…"))
@@ -714,6 +715,7 @@ class SearchTab(QWidget):
         if res.pipeline.index is not self.state.index:
             return  # obsolete
         self._extractor = res.pipeline.extractor
+        self._extractor_key = (res.pipeline.index.meta, res.pipeline.settings.engine)
         self._pipelines[want[1:]] = res.pipeline
         while len(self._pipelines) > _PIPELINES_KEPT:
             self._pipelines.pop(next(iter(self._pipelines)))

@@ -104,15 +104,10 @@ class Settings:
     def engine(self, v: str) -> None:
         self.q.setValue("inference/engine", v)
 
-    def apply_engine(self) -> None:
-        """Make the stored engine the process's (core.engines)."""
-        from museum_search.core import inference
-
-        inference.set_engine(None if self.engine == "auto" else self.engine)
-
     @property
     def matcher(self) -> str:
-        """The verification matcher of new indexes: "sift", "xfeat" or "auto" (core.rerank.verification.MATCHERS)."""
+        """The verification matcher of new indexes: "sift", "xfeat" or "auto" (core.verification.MATCHERS);
+        the Collection tab passes it to each build it starts."""
         from museum_search.core.verification import MATCHERS, default_matcher
 
         v = str(self._get("index/matcher", "", str))
@@ -121,12 +116,6 @@ class Settings:
     @matcher.setter
     def matcher(self, v: str) -> None:
         self.q.setValue("index/matcher", v)
-
-    def apply_matcher(self) -> None:
-        """Make the stored matcher the one this process builds new indexes with (core.rerank.spatial)."""
-        from museum_search.core import verification
-
-        verification.set_matcher(self.matcher)
 
     # the kiosk's staff PIN (demo mode)
     @property
@@ -192,15 +181,22 @@ class Settings:
 
 
 class AppState(QObject):
-    """The open index, shared by the tabs. ``index_changed`` fires with the new Index (or None)."""
+    """The open index and the session's inference engine, shared by the tabs. ``index_changed`` fires
+    with the new Index (or None).
+
+    :attr:`engine` ("auto", "onnx" or "torch") is what the tabs and the kiosk put in the settings of each
+    pipeline and job they start (``QuerySettings.engine``, the build and update jobs' ``engine``): the
+    command line's ``--engine`` for this session, else the stored setting (:attr:`Settings.engine`,
+    changed in the Settings dialog). The matcher of new builds is the stored one (:attr:`Settings.matcher`)."""
 
     index_changed = Signal(object)
     status = Signal(str)
 
-    def __init__(self, settings: Settings | None = None):
+    def __init__(self, settings: Settings | None = None, *, engine: str | None = None):
         super().__init__()
         self.settings = settings or Settings()
         self.index: Index | None = None
+        self.engine: str = engine or self.settings.engine
 
     def set_index(self, index: Index | None) -> None:
         self.index = index

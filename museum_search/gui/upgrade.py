@@ -2,7 +2,7 @@
 
 Every place the GUI opens an index (File → Open index…, recent indexes, the Evaluation tab, Update
 in the Collection tab, the kiosk) goes through :func:`open_index`. An index of an older format that
-``core.indexing.upgrade_index`` can convert (format 2: items in JSON, an N x N gallery-rank matrix) is
+``core.jobs._indexing.upgrade_index`` can convert (format 2: items in JSON, an N x N gallery-rank matrix) is
 not just refused: a dialog (``upgradeIndexDialog``) shows core's message and offers *Convert*,
 which runs the conversion on a worker (:mod:`.workers`) with a progress dialog and a Cancel button,
 then opens the converted index. The conversion is one atomic save under the index's writer lock: a

@@ -16,20 +16,20 @@ asked about.
   step, and verification, which needs a photo (:meth:`QueryPipeline.for_descriptors`).
 * **global scores**: the best-region cosine of every reference (``settings.search`` "exact"), or of
   the candidates the index's approximate search proposes, scored exactly, the others -inf ("ann",
-  which ``auto`` chooses for a large index that has an approximate index: :func:`.ann.resolve_mode`).
+  which ``auto`` chooses for a large index that has an approximate index: :func:`museum_search.core.index.resolve_mode`).
 * **re-rankers**: ICFRR, αQE or DBA (``settings.rerank``) change the global scores.
 * **verification** (on by default): the best ``verify_top`` references by global score are matched
-  with the photo (the index's matcher, SIFT or XFeat, and a RANSAC homography, :mod:`.rerank.spatial`),
+  with the photo (the index's matcher, SIFT or XFeat, and a RANSAC homography, :mod:`museum_search.core.verification._spatial`),
   using the reference features stored with the index. The photo's own local features are computed
-  once (:meth:`.verification.Verification.features`), on a thread while the network describes the
-  photo; matching is exact, in 8-bit integers (:func:`.rerank.spatial._match_sift`). An object with a photo of at least the verdict's ``min_inliers`` gets the
-  bonus ``min(inliers, 50) / 50`` on each of its shortlisted photos (:func:`.verification.object_inliers`: objects
+  once (:meth:`museum_search.core.verification._shortlist.Verification.features`), on a thread while the network describes the
+  photo; matching is exact, in 8-bit integers (:func:`museum_search.core.verification._spatial._match_sift`). An object with a photo of at least the verdict's ``min_inliers`` gets the
+  bonus ``min(inliers, 50) / 50`` on each of its shortlisted photos (:func:`museum_search.core.verification._shortlist.object_inliers`: objects
   verified alike share one level); fewer inliers are noise and change nothing.
 * **ranking**: :func:`.ranking.order` and :func:`.ranking.per_instance` (by score, ties by row);
   then, within each object, its verified photos by their matching points, most first, in the places
   the object holds (:func:`.ranking.lead_within`): the order of the objects is the score's, and the
   photo shown first (the only one with ``per_instance``) is the one with the most matching points.
-* **verdict**: from the top result's evidence (:class:`.verdict.Verdict`, a model calibrated per
+* **verdict**: from the top result's evidence (:class:`museum_search.core.answer._verdict.Verdict`, a model calibrated per
   index): its cosine, its margin over the best other object, the inliers of its object's best photo
   and the most inliers any other object got on the same part of the photo; it gives the answer's
   confidence and the reason in words.
@@ -52,7 +52,14 @@ from museum_search.core.answer._verdict import Evidence, Verdict
 from museum_search.core.errors import ImageError, MuseumSearchError
 from museum_search.core.images import decode_image, load_image
 from museum_search.core.index import Features, Index, resolve_mode
-from museum_search.core.inference import DescriptorExtractor, NoNetwork, extractor_for_meta, query_crops
+from museum_search.core.inference import (
+    ENGINES,
+    DescriptorExtractor,
+    NoNetwork,
+    extractor_for_meta,
+    query_crops,
+    resolve_engine,
+)
 from museum_search.core.ranking import lead_within, order, per_instance
 from museum_search.core.verification import Matches, SpatialParams, Verification, cosine_margin, params_of_index
 
@@ -84,8 +91,15 @@ class QuerySettings:
     #: count a strong rival wherever it matches in the photo (calibration: a synthetic view shows
     #: one object, so any strong rival matches what objects share); False: only where the answer does not
     rivals_anywhere: bool = False
+    #: what runs the network: "onnx" or "torch"; None (or "auto", normalised to None): the default,
+    #: ``$MUSEUM_SEARCH_ENGINE`` or ONNX Runtime where it is installed (:func:`.inference.default_engine`)
+    engine: str | None = None
 
     def __post_init__(self) -> None:
+        engine = None if self.engine is None else str(self.engine).strip().lower()
+        if engine is not None and engine != "auto" and engine not in ENGINES:
+            raise MuseumSearchError(f"unknown inference engine {self.engine!r}; choose one of {', '.join(ENGINES)}")
+        object.__setattr__(self, "engine", None if engine == "auto" else engine)
         spec = self.rerank
         names = [s.strip().lower() for s in (spec.split(",") if isinstance(spec, str) else spec or ())]
         names = [n for n in names if n and n != "none"]
@@ -156,7 +170,7 @@ def query_from_bytes(data: bytes, name: str = "<pasted>") -> QueryImage:
 
 def descriptor_query(descriptor: np.ndarray, name: str) -> QueryImage:
     """A query given by its (D,) descriptor, computed elsewhere and L2-normalized (see
-    :func:`.importing.check_descriptors`): it has no photo, so it is neither described nor verified."""
+    :func:`museum_search.core.jobs._importing.check_descriptors`): it has no photo, so it is neither described nor verified."""
     return QueryImage(name, None, np.asarray(descriptor, np.float32).reshape(-1))
 
 
@@ -175,7 +189,7 @@ class Answer:
     rival: int = 0  # most inliers of a verified reference of another object than the top result's
     top_inliers: int | None = None  # the best inliers of a photo of the top result's object (None: not verified)
     margin: float = float("nan")  # the top result's cosine minus the best cosine of another object
-    #: the verdict's confidence that the top result is right (:meth:`.verdict.Verdict.judge`); None
+    #: the verdict's confidence that the top result is right (:meth:`museum_search.core.answer._verdict.Verdict.judge`); None
     #: only when there is no result
     confidence: float | None = None
     #: the photo's local features when its shortlist was verified (so drawing the matches of a
@@ -217,7 +231,8 @@ class QueryPipeline:
                  extractor: DescriptorExtractor | None = None, weights: str | None = None):
         self.index = index
         self.settings = settings or QuerySettings()
-        self.extractor = extractor or extractor_for_meta(index.meta, weights)
+        #: the network, on ``settings.engine`` (unless ``extractor`` is given: e.g. one shared by pipelines)
+        self.extractor = extractor or extractor_for_meta(index.meta, weights, engine=self.settings.engine)
         index.check_compatible(self.extractor.meta)
         self._rerank = build_rerankers(self.settings.rerank, self.settings.options)
         self.verdict = self.settings.verdict or Verdict.of_index(index)
@@ -237,6 +252,13 @@ class QueryPipeline:
         there is no photo to match (:data:`DESCRIPTORS_NOT_VERIFIED`); the re-rankers work as usual."""
         settings = replace(settings or QuerySettings(), verify=False)
         return cls(index, settings, extractor=NoNetwork(index.meta, "this job's queries are descriptors, not photos"))
+
+    @property
+    def engine(self) -> str:
+        """The engine that runs this pipeline's network: the extractor's ("onnx", or "torch" also where
+        ONNX Runtime cannot run it), else (no network: queries given as descriptors) ``settings.engine``'s."""
+        engine = getattr(self.extractor, "engine", None)
+        return engine if engine in ENGINES else resolve_engine(self.settings.engine)
 
     def settings_text(self) -> str:
         """:meth:`QuerySettings.summary`, saying when ``auto`` chose the approximate search."""
@@ -376,7 +398,7 @@ class QueryPipeline:
 
     def top_matches(self, query: QueryImage, answer: Answer) -> Matches | None:
         """The matches the verdict judged: those of the best verified photo of the top result's
-        object (:meth:`.verification.Verification.top_evidence`), when it is verified (at least the
+        object (:meth:`museum_search.core.verification._shortlist.Verification.top_evidence`), when it is verified (at least the
         verdict's ``min_inliers``); else None."""
         top = answer.top
         if top is None or answer.top_inliers is None or answer.top_inliers < self.verdict.min_inliers:

@@ -17,7 +17,7 @@ from museum_search.core.index import Index, candidate_scores, exact_prefix, exac
 from museum_search.core.ranking import order
 
 #: each region's faiss scan keeps this many best references for the exact prefix of a ranking
-#: (:func:`.ann.exact_prefix`): a heap of 1,024, not of N
+#: (:func:`museum_search.core.index.exact_prefix`): a heap of 1,024, not of N
 PREFIX_ROWS = 1024
 #: :func:`ranking_scores` uses the prefix from this many references (below, every score). Measured
 #: (1280-d, one photo's 5 regions, the scores and the ranking of 5 objects, load 1-3.4): 5,000
@@ -28,7 +28,7 @@ PREFIX_MIN_REFERENCES = 4 * PREFIX_ROWS
 @dataclass
 class Result:
     """One reference in an answer: its rank, the evidence and the score it was ranked by (the one
-    result class of core: :class:`.query.Answer` holds these; :func:`results_for` makes them from
+    result class of core: :class:`museum_search.core.answer._pipeline.Answer` holds these; :func:`results_for` makes them from
     bare scores)."""
 
     rank: int  # 1-based
@@ -54,9 +54,9 @@ def score_matrix(index: Index, query_descriptors: np.ndarray, mode: str = "exact
     ``extract.QUERY_REGIONS``), where a reference's score is its best score over the R regions.
 
     ``mode`` "exact" scores every reference (a float16 matrix is converted a block of rows at a
-    time, never whole: :func:`.ann.exact_scores`). "ann" scores only the candidates the index's
+    time, never whole: :func:`museum_search.core.index.exact_scores`). "ann" scores only the candidates the index's
     approximate search finds for any of the query's regions, exactly, and gives the others -inf
-    (ranked last): :func:`.ann.resolve_mode` says which a search uses. :func:`top` ranks only what
+    (ranked last): :func:`museum_search.core.index.resolve_mode` says which a search uses. :func:`top` ranks only what
     it must (the candidates, with "ann"; the exact prefix of the ranking, with "exact"), when the
     whole row of scores is not needed; :func:`ranking_scores` gives the query pipeline the scores
     its answer needs.
@@ -78,7 +78,7 @@ def top(index: Index, query_descriptors: np.ndarray, k: int, mode: str = "exact"
     the order of :func:`.ranking.order` on :func:`score_matrix`'s scores (descending score, ties by
     lower row), rows -1 and scores -inf past the references scored.
 
-    "exact" on a float16 memory map ranks each query's exact prefix (:func:`.ann.exact_prefix`:
+    "exact" on a float16 memory map ranks each query's exact prefix (:func:`museum_search.core.index.exact_prefix`:
     every reference above the largest of its regions' :data:`PREFIX_ROWS`-th scores, with the same
     scores), and scores every reference only for a query whose prefix is shorter than ``k``; else
     it scores every reference and selects the ``k`` best (linear time). "ann" scores and ranks
@@ -128,7 +128,7 @@ def ranking_scores(index: Index, query_descriptors: np.ndarray, mode: str = "exa
 
     In "exact" mode on a float16 memory map of at least :data:`PREFIX_MIN_REFERENCES` references
     (a few query regions, as a photo's), a query's row holds its exact prefix
-    (:func:`.ann.exact_prefix`: every reference whose score is above a threshold ``T``, with
+    (:func:`museum_search.core.index.exact_prefix`: every reference whose score is above a threshold ``T``, with
     :func:`score_matrix`'s very scores, bit for bit; none at or below ``T``) when that prefix has at
     least ``rows`` references of at least ``objects`` objects (``index.labels``); otherwise the
     whole row of :func:`score_matrix`. In other modes, or without the prefix, :func:`score_matrix`.
@@ -163,7 +163,7 @@ def ranking_scores(index: Index, query_descriptors: np.ndarray, mode: str = "exa
 
 
 def _prefix(index: Index, q3: np.ndarray, m: int) -> list[tuple[np.ndarray, np.ndarray]] | None:
-    """:func:`.ann.exact_prefix` of the (Q, R, D) queries when it leaves references out (``m`` < N)."""
+    """:func:`museum_search.core.index.exact_prefix` of the (Q, R, D) queries when it leaves references out (``m`` < N)."""
     if m >= len(index):
         return None
     return exact_prefix(index.descriptors, q3, m)

@@ -22,7 +22,7 @@ the answer is "in the collection" when the confidence reaches the model's thresh
 at most :data:`TARGET_FALSE_ACCEPT` of the unknown objects of the calibration are accepted. A
 near-exact copy of a reference (cosine at least :data:`EXACT_COPY`) is always recognised.
 
-Calibration needs no labelled queries (:func:`.calibration.calibrate`): it asks the query pipeline about
+Calibration needs no labelled queries (:func:`museum_search.core.jobs._calibration.calibrate`): it asks the query pipeline about
 
 * **real views** where the collection has them: a reference photo of an object with two or more
   photos, queried with that one photo left out (a *known* object seen from another side) and with
@@ -32,7 +32,7 @@ Calibration needs no labelled queries (:func:`.calibration.calibrate`): it asks 
   with its object left out (unknown).
 
 The evidence is stored with the verdict, so that an update refits the model from it and the new
-photos' own views (:func:`.calibration.refit`) instead of calibrating again. :func:`recalibrated` refits the
+photos' own views (:func:`museum_search.core.jobs._calibration.refit`) instead of calibrating again. :func:`recalibrated` refits the
 same model on a labelled query set (evaluation, ``--calibrate-verdict``).
 
 Without a model (an index calibrated by an older version, or thresholds given on the command line)
@@ -438,7 +438,7 @@ class Verdict:
 
     @classmethod
     def of_index(cls, index: Any) -> "Verdict":
-        """The verdict stored with ``index`` (a :class:`.store.Index`, whose ``verdict`` is its dict)."""
+        """The verdict stored with ``index`` (a :class:`museum_search.core.index._store.Index`, whose ``verdict`` is its dict)."""
         return cls.from_dict(getattr(index, "verdict", None))
 
 
@@ -479,7 +479,7 @@ def fit_verdict(evidence: Sequence[Evidence], source: str,
     """The calibrated verdict of ``evidence`` (known and unknown views): the rule's thresholds
     (:func:`choose`), a model for verified answers and one for the cosine alone, each with the
     threshold that accepts at most ``max_false_accept`` of the unknown views, and the operating
-    point they reach on these views. The evidence is kept with it (for :func:`.calibration.refit`)."""
+    point they reach on these views. The evidence is kept with it (for :func:`museum_search.core.jobs._calibration.refit`)."""
     # the rule (and the ranking's gate) from synthetic views where there are some: views of the
     # photo itself, as before real views (a gate from other sides of an object would be too high)
     synthetic = [e for e in evidence if e.kind == "synthetic"] or list(evidence)

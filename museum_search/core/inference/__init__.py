@@ -33,15 +33,8 @@ from museum_search.core.inference._engines import (
     half_weights,
     onnx_available,
     read_export,
-    set_engine,
     torch_available,
     write_export,
-)
-from museum_search.core.inference._engines import (
-    chosen as chosen_engine,
-)
-from museum_search.core.inference._engines import (
-    current as current_engine,
 )
 from museum_search.core.inference._engines import (
     default as default_engine,
@@ -73,8 +66,6 @@ __all__ = [
     "REGISTRY",
     "build_extractor",
     "check_config",
-    "chosen_engine",
-    "current_engine",
     "default_engine",
     "export_dirs",
     "export_file",
@@ -88,7 +79,6 @@ __all__ = [
     "query_crops",
     "read_export",
     "resolve_engine",
-    "set_engine",
     "torch_available",
     "write_export",
 ]

@@ -11,7 +11,7 @@ Every descriptor is L2-normalized, so the dot product of two descriptors is thei
 
 Two inference engines run the network (:data:`ENGINES`): ``onnx`` (ONNX Runtime, the default
 wherever it is installed; the torch model exported once per backbone, head and settings, see
-:mod:`.engines`) and ``torch`` (PyTorch eager). Both give the same descriptors (cosine ≥ 0.9999), so
+:mod:`museum_search.core.inference._engines`) and ``torch`` (PyTorch eager). Both give the same descriptors (cosine ≥ 0.9999), so
 an index built with one is queried with the other. Torch is imported only when the torch engine
 runs or a model is exported: a build with the exported models and without torch works.
 
@@ -53,7 +53,7 @@ DEFAULT_HEAD = "gem"
 DEFAULT_SIZE = 256
 
 #: The backbone name in the meta of an index whose descriptors were computed elsewhere
-#: (``museum-search import``, :mod:`.importing`): there is no network to describe a photo with.
+#: (``museum-search import``, :mod:`museum_search.core.jobs._importing`): there is no network to describe a photo with.
 IMPORTED = "imported"
 #: Why a photo cannot be asked about such an index.
 IMPORTED_PHOTO = "this index holds imported descriptors: query it with --descriptors"

@@ -1,7 +1,7 @@
 """Inference engines: ONNX Runtime (the default wherever it is installed) and PyTorch eager.
 
 The ONNX engine runs each backbone + head exported once from the torch model
-(:meth:`.backbones.Extractor.forward`: the multi-scale input, the pooling and the L2
+(:meth:`museum_search.core.inference._backbones.Extractor.forward`: the multi-scale input, the pooling and the L2
 normalisation are in the graph; height, width and batch are dynamic). An export is kept in
 the user cache (``<cache>/onnx/``), named by a key of the backbone's meta (weights id, head,
 size, scales, GeM p) and the opset, with a sidecar ``.json`` holding that meta and the SHA-256
@@ -15,6 +15,40 @@ torch engine is used and the log says so, once per backbone and reason.
 
 torch, onnx and onnxruntime are imported inside the functions that use them: lazy, for start-up
 time only (a query on an exported network never loads torch).
+
+**The engine is a setting, not a process-wide switch.** Whoever builds an extractor says which engine
+(``build_extractor(..., engine=)``, ``extractor_for_meta(..., engine=)``), and the views pass the
+user's choice through the frozen settings of what they start: ``QuerySettings.engine`` for a query
+pipeline (the CLI's ``query``/``evaluate``/``serve``, the app's Search and Evaluation tabs, the kiosk),
+the ``engine`` and ``matcher`` arguments of the build and update jobs (``index``/``update``, the
+Collection tab). None or ``"auto"`` means :func:`default` (``$MUSEUM_SEARCH_ENGINE``, else ONNX
+Runtime where it is installed, else torch); :func:`resolve` turns a choice into an engine name.
+
+**What stays process-wide, and why.** None of these is a choice: each is a cache of something costly
+that gives the same result whoever asks (so sharing it changes no answer), a registry of fixed
+names, or a limit that only works when shared. Caches whose entries depend on the engine are keyed
+by it.
+
+* inference: ``_backbones.REGISTRY`` (backbone name → constructor: fixed); ``_backbones._CACHE``
+  (torch extractors by configuration and weights file: loading a network takes seconds);
+  ``_sessions`` here (ONNX Runtime extractors by :class:`museum_search.core.inference._backbones.BackboneMeta`; ``_CACHE`` and
+  ``_sessions`` are one per engine, so the engine is part of their key) and ``_said`` (a fallback to
+  torch is logged once per backbone and reason).
+* verification: ``_xfeat._sessions`` (XFeat's ONNX session by its meta); ``_spatial._MEMORY`` (the
+  references' local features read from disk, per index, dropped with it) with ``_WARNED`` and
+  ``_DISK_FAILED`` (say a problem once); ``_spatial._detectors`` (one SIFT/ORB detector per thread:
+  OpenCV's are not thread-safe) and ``_spatial._POOL`` (the matching threads).
+* answer: ``_rerank._GRAPH_CACHE`` and ``_DBA_CACHE`` (ICFRR graphs and the DBA gallery per index,
+  dropped with it: costly to build, a function of the index and the parameters in their key).
+* index: ``_exact._views`` (faiss's zero-copy view of a float16 descriptor file's memory map,
+  made once per map, dropped with it) and ``_exact._pool_instance`` (the scoring threads).
+* registries of fixed names: ``evaluation._metrics.METRICS`` (the metrics by key) and
+  ``conditions.CONDITIONS`` (the synthetic photo conditions by name).
+* leaves: ``images._BUDGET`` (the decode memory budget: a limit on the whole process's decoding
+  only works if every decoder shares it) and ``images._opencv_tiff_quirks`` (measured once);
+  ``progress._shared`` (:func:`.progress.wait`'s calls in flight by key, so a job started again
+  joins the same load; an extractor's key names its engine); ``capture._logged`` (camera problems
+  said once); ``memory._libc`` (the C library, loaded once).
 """
 
 from __future__ import annotations
@@ -52,14 +86,13 @@ OPSET = 17
 #: Bump when the exported graph changes for the same meta (older exports are then re-exported).
 EXPORT_FORMAT = 1
 
-_engine: str | None = None  # set by the CLI's --engine and the GUI's Settings
 _lock = threading.Lock()
 _sessions: dict[BackboneMeta, "OnnxExtractor"] = {}
 _said: set[tuple[str, str]] = set()
 
 
 class ExportMeta(Protocol):
-    """What names an export: a :class:`.backbones.BackboneMeta`, or :class:`.rerank.xfeat.XFeatMeta`."""
+    """What names an export: a :class:`museum_search.core.inference._backbones.BackboneMeta`, or :class:`museum_search.core.verification._xfeat.XFeatMeta`."""
 
     @property
     def name(self) -> str: ...
@@ -86,26 +119,10 @@ def default() -> str:
     return "onnx" if onnx_available() else "torch"
 
 
-def set_engine(name: str | None) -> None:
-    """Choose the engine for the rest of the process (None: :func:`default`)."""
-    global _engine
-    if name is not None and name not in ENGINES:
-        raise MuseumSearchError(f"unknown inference engine {name!r}; choose one of {', '.join(ENGINES)}")
-    _engine = name
-
-
-def current() -> str:
-    return _engine or default()
-
-
-def chosen() -> str | None:
-    """The engine set with :func:`set_engine` (None: none chosen, the default applies)."""
-    return _engine
-
-
 def resolve(name: str | None) -> str:
-    if name is None:
-        return current()
+    """The engine a choice names: None or ``"auto"``, :func:`default`; else ``name``, checked."""
+    if name is None or name == "auto":
+        return default()
     if name not in ENGINES:
         raise MuseumSearchError(f"unknown inference engine {name!r}; choose one of {', '.join(ENGINES)}")
     return name
@@ -423,8 +440,8 @@ def onnx_extractor(config: BackboneConfig, *, download: bool = True) -> Descript
         return ext
 
 
-__all__ = ["ENGINES", "OnnxExtractor", "current", "default", "export", "export_file", "export_info", "export_key",
-           "half_weights", "onnx_available", "onnx_extractor", "read_export", "resolve", "set_engine", "write_export"]
+__all__ = ["ENGINES", "OnnxExtractor", "default", "export", "export_file", "export_info", "export_key",
+           "half_weights", "onnx_available", "onnx_extractor", "read_export", "resolve", "write_export"]
 
 
 # ---- the extractor of a backbone on the engine in use -----------------------------------------
@@ -432,7 +449,7 @@ __all__ = ["ENGINES", "OnnxExtractor", "current", "default", "export", "export_f
 
 def build_extractor(config: BackboneConfig | None = None, *, download: bool = True, cache: bool = True,
                     engine: str | None = None) -> DescriptorExtractor:
-    """Build (or reuse) the extractor for ``config`` on ``engine`` (default: :func:`current`).
+    """Build (or reuse) the extractor for ``config`` on ``engine`` (None or ``"auto"``: :func:`default`).
     Raises a clear error for bad settings. Where the ONNX engine cannot run this backbone, the
     torch engine is used (said once in the log)."""
     config = config or BackboneConfig()
@@ -444,8 +461,9 @@ def build_extractor(config: BackboneConfig | None = None, *, download: bool = Tr
 
 def extractor_for_meta(meta: BackboneMeta, weights: str | None = None,
                        engine: str | None = None) -> DescriptorExtractor:
-    """The extractor that produces descriptors compatible with an index built with ``meta``
-    (:class:`NoNetwork` for imported descriptors: a photo is refused with :data:`IMPORTED_PHOTO`)."""
+    """The extractor that produces descriptors compatible with an index built with ``meta``, on
+    ``engine`` (None or ``"auto"``: :func:`default`; :class:`NoNetwork` for imported descriptors: a
+    photo is refused with :data:`IMPORTED_PHOTO`)."""
     if meta.imported:
         return NoNetwork(meta)
     ext = build_extractor(meta.config(weights), engine=engine)

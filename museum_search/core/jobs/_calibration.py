@@ -1,4 +1,4 @@
-"""Calibration of an index's verdict (:mod:`.verdict`): views of its own references asked through the
+"""Calibration of an index's verdict (:mod:`museum_search.core.answer._verdict`): views of its own references asked through the
 query pipeline, each as a known object and as an unknown one, the evidence fitted into the verdict's
 model. Two kinds of views: **real** ones (a photo of an object that has other photos, asked with
 itself left out) and **synthetic** ones (a reference photo cropped, in perspective, in other light,

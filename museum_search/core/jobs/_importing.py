@@ -22,11 +22,11 @@ Formats:
   an open-set query (its object is not in the collection). Rows of Q.npy not listed are left out.
 
 An imported index records the backbone ``imported`` with the dimension
-(:func:`.backbones.imported_meta`): a photo query is refused ("this index holds imported
+(:func:`museum_search.core.inference._backbones.imported_meta`): a photo query is refused ("this index holds imported
 descriptors: query it with --descriptors"). It is written like a built index: one atomic
-generation, the same writer lock and output-folder checks (:mod:`.store`), and nothing is written
+generation, the same writer lock and output-folder checks (:mod:`museum_search.core.index._store`), and nothing is written
 when an input is refused. Answers to queries given as descriptors are not verified (there is no
-photo to match): the verdict uses the cosine (:meth:`.query.QueryPipeline.for_descriptors`).
+photo to match): the verdict uses the cosine (:meth:`museum_search.core.answer._pipeline.QueryPipeline.for_descriptors`).
 """
 
 from __future__ import annotations
@@ -345,8 +345,8 @@ def append_to_index(descriptors: str | os.PathLike | np.ndarray, items_csv: str 
                     ann: str = "auto") -> Generator[Progress, None, ImportReport]:
     """Add descriptors computed elsewhere, labelled by ``items_csv``, to the imported index in
     ``index_dir`` (``import --append``), without building it again: its approximate index gets the
-    new references (:meth:`.ann.AnnIndex.updated`, not trained again) and only the neighbour lists
-    the new references enter are computed again (:func:`.indexing.update_derived`).
+    new references (:meth:`museum_search.core.index.AnnIndex.updated`, not trained again) and only the neighbour lists
+    the new references enter are computed again (:func:`museum_search.core.jobs._indexing.update_derived`).
 
     The items' paths are relative to the index's own root (``root``, if given, must be it); a path
     the index already holds, a row count that differs from the items, a dimension that differs from

@@ -1,4 +1,4 @@
-"""Workflows that write an index (:mod:`.store`): build it from a collection, update it after the
+"""Workflows that write an index (:mod:`museum_search.core.index._store`): build it from a collection, update it after the
 collection changed, convert an older format, derive its neighbour lists and approximate index, and
 calibrate its verdict. Each is a progress generator (:mod:`.progress`) run under the index's writer lock;
 cancelling one leaves the index on disk as it was.
@@ -114,7 +114,7 @@ BUILD_STAGES = ("describing", "local features", "finding each reference's neares
 #: project's 2-core machine, whole builds of the sample (42 photos, 84 calibration views) and of the
 #: paintings (287 photos, 50 views): local features 3.5 and 4.0 per photo, the neighbour lists 0.04
 #: and 0.01 per reference, calibration 36 and 26 per view (a view is described and verified twice).
-#: The approximate index (built only from :data:`.ann.AUTO_MIN_REFERENCES` references) is of the
+#: The approximate index (built only from :data:`museum_search.core.index.AUTO_MIN_REFERENCES` references) is of the
 #: neighbour lists' order. Only the ratios matter: the job's own measured speed scales them.
 STAGE_COSTS = {
     "describing": 1.0,
@@ -199,17 +199,20 @@ def build_index(
     neighbours: int = K_MAX,
     ray: str | bool | None = None,
     matcher: str | None = None,
+    engine: str | None = None,
 ) -> Generator[Progress, None, BuildReport]:
     """Index every labelled image of ``collection``; saves atomically to ``out`` (if given) at the end.
 
     Stages (each yields progress, :data:`BUILD_STAGES`): describing (on a Ray cluster with ``ray``:
-    True for a local Ray instance, or a cluster's address; :mod:`.distributed`), then with
+    True for a local Ray instance, or a cluster's address; :mod:`museum_search.core.jobs._distributed`), then with
     ``verification`` the references' local features (for verified answers), then what is derived from
     the descriptors (:func:`derive`: the approximate index, ``ann``, and the ``neighbours`` lists),
     then with ``verification`` the calibration of the "in the collection" verdict.
-    ``matcher`` ("sift", "xfeat" or "auto"; None: :func:`.rerank.spatial.current_matcher`) chooses the
+    ``matcher`` ("sift", "xfeat" or "auto"; None: :func:`museum_search.core.verification._shortlist.default_matcher`) chooses the
     local features stored for verification (``auto``: both, each calibrated, the better kept:
-    :func:`_auto_matcher`); queries and updates use the index's own.
+    :func:`_auto_matcher`); queries and updates use the index's own. ``engine`` ("onnx", "torch";
+    None or "auto": :func:`.inference.default_engine`) runs the network, here (unless ``extractor``
+    is given) and on the Ray workers.
 
     ``out`` is checked (:func:`check_output_folder`) and its writer lock taken before any work
     starts. Cancelling (closing the generator) before the end leaves any index at ``out`` untouched.
@@ -219,14 +222,14 @@ def build_index(
         raise MuseumSearchError(f"collection folder not found: {root}")
     if out is None:
         return (yield from _build(root, None, config, labelling, extractor, batch_size, dtype, verification,
-                                  ann, neighbours, ray, matcher))
+                                  ann, neighbours, ray, matcher, engine))
     with writer_lock(out, collection=root):
         return (yield from _build(root, Path(out), config, labelling, extractor, batch_size, dtype, verification,
-                                  ann, neighbours, ray, matcher))
+                                  ann, neighbours, ray, matcher, engine))
 
 
 def _build(root, out, config, labelling, extractor, batch_size, dtype, verification, ann, neighbours, ray,
-           matcher=None):
+           matcher=None, engine=None):
     labelling = labelling or LabellingSpec()
     lab = label_collection(root, rule=labelling.rule, catalogue=labelling.catalogue, regex=labelling.regex)
     skipped: list[tuple[str, str]] = []
@@ -239,7 +242,7 @@ def _build(root, out, config, labelling, extractor, batch_size, dtype, verificat
             refs.append(r)
     if not refs:
         raise MuseumSearchError(f"no images to index in {root} (supported: JPEG, PNG, TIFF, WebP, BMP)")
-    extractor = extractor or build_extractor(config)
+    extractor = extractor or build_extractor(config, engine=engine)
     paths = [root / r.path for r in refs]
     spatial, auto = _local_params(matcher) if verification else (None, False)
     cluster_local = None  # the local features the Ray workers computed (verification)
@@ -248,7 +251,7 @@ def _build(root, out, config, labelling, extractor, batch_size, dtype, verificat
     if ray is not None and ray is not False:
         res, cluster_local = yield from with_expected(describe_on_ray(
             paths, extractor, address=None if ray is True else str(ray), batch_size=batch_size,
-            verification=verification, spatial=spatial), expected)
+            verification=verification, spatial=spatial, engine=engine), expected)
     else:
         res = yield from with_expected(extract(paths, extractor, batch_size=batch_size), expected)
     skipped += res.skipped
@@ -289,8 +292,9 @@ def build_job(
 ) -> Generator[Progress, None, BuildReport]:
     """What the command line's ``index`` and the app's *Build* both run: check ``out`` and take its
     writer lock (:class:`.errors.OutputFolderError` or :class:`.errors.IndexLockedError` before any
-    work), load the network (``WeightsUnavailableError`` says what to do), then :func:`build_index`
-    with ``options`` (batch_size, dtype, ann, neighbours, ray, matcher). Each step is a progress stage,
+    work), load the network on ``options["engine"]`` (``WeightsUnavailableError`` says what to do), then
+    :func:`build_index` with ``options`` (batch_size, dtype, ann, neighbours, ray, matcher, engine: the
+    user's settings, passed in, not read from the process). Each step is a progress stage,
     so a second writer or missing weights are said at once, and a cancel at any point leaves any index
     at ``out`` as it was. The lock is re-entrant in this thread: ``build_index`` takes it again."""
     root, config = Path(collection), config or BackboneConfig()
@@ -299,7 +303,7 @@ def build_job(
     yield Progress(0, 0, stage="checking the index folder")
     with writer_lock(out, collection=root):
         yield Progress(0, 0, stage=f"loading {config.name}")
-        extractor = build_extractor(config)
+        extractor = build_extractor(config, engine=options.get("engine"))
         yield Progress(0, 0, stage="listing and labelling the images")
         plan = build_plan(options.get("verification", True), options.get("ann", "auto"),
                           options.get("neighbours", K_MAX), options.get("matcher"),
@@ -309,7 +313,7 @@ def build_job(
 
 def update_job(path: str | Path, **options: Any) -> Generator[Progress, None, BuildReport]:
     """What the command line's ``update`` and the app's *Update* both run: open the index at ``path``,
-    then :func:`update_index` with ``options`` (weights, batch_size, checksum, ann)."""
+    then :func:`update_index` with ``options`` (weights, batch_size, checksum, ann, engine)."""
     yield Progress(0, 0, stage="reading the index")
     index = Index.load(path)
     yield Progress(0, 0, stage="looking for new, changed and removed files")
@@ -345,11 +349,13 @@ def update_index(
     batch_size: int = 8,
     checksum: bool = False,
     ann: str = "auto",
+    engine: str | None = None,
 ) -> Generator[Progress, None, BuildReport]:
     """Re-index new and changed files, drop deleted ones, refresh labels; saves atomically.
 
     A file counts as changed when its size or modification time differs, or, with ``checksum``,
     when its content hash differs (a file replaced by another of the same size and time).
+    The network (unless ``extractor`` is given) runs on ``engine`` (None or "auto": the default).
     The index's writer lock is held from the start.
     """
     root = index.root
@@ -360,12 +366,12 @@ def update_index(
     if not root.is_dir():
         raise MuseumSearchError(f"the collection folder of this index is gone: {root}")
     if index.path is None:
-        return (yield from _update(index, extractor, weights, batch_size, checksum, ann))
+        return (yield from _update(index, extractor, weights, batch_size, checksum, ann, engine))
     with writer_lock(index.path, collection=root):
-        return (yield from _update(index, extractor, weights, batch_size, checksum, ann))
+        return (yield from _update(index, extractor, weights, batch_size, checksum, ann, engine))
 
 
-def _update(index, extractor, weights, batch_size, checksum, ann):
+def _update(index, extractor, weights, batch_size, checksum, ann, engine=None):
     root = index.root
     spec = index.labelling
     lab = label_collection(root, rule=spec.rule, catalogue=spec.catalogue, regex=spec.regex)
@@ -402,7 +408,7 @@ def _update(index, extractor, weights, batch_size, checksum, ann):
     new_desc = np.empty((0, index.meta.dim), np.float32)
     new_items: list[Item] = []
     if todo:
-        extractor = extractor or extractor_for_meta(index.meta, weights)
+        extractor = extractor or extractor_for_meta(index.meta, weights, engine=engine)
         index.check_compatible(extractor.meta)
         res = yield from extract([root / r.path for r, _, _ in todo], extractor, batch_size=batch_size)
         skipped += res.skipped
@@ -436,9 +442,9 @@ def _update(index, extractor, weights, batch_size, checksum, ann):
             updated.verdict = index.verdict
         elif index.verdict and index.verdict.get("evidence"):
             # refit from the stored calibration evidence and the new photos' own views
-            yield from _refit(updated, index, extractor, range(len(keep_items), len(updated)))
+            yield from _refit(updated, index, extractor, range(len(keep_items), len(updated)), engine)
         else:
-            yield from _calibrate(updated, extractor)
+            yield from _calibrate(updated, extractor, engine)
     if index.path is not None:
         updated.save(index.path)
     removed = _removed(index, updated, lab, skipped)
@@ -480,7 +486,7 @@ def _local_params(matcher: str | None):
 def _add_verification(index: Index, extractor, kept: list, calibrate: bool = True, params=None):
     """Local features of the references not in ``kept`` (appended after them; with ``params``, by
     default those of ``kept``: an update keeps the index's matcher), then (``calibrate``) the verdict's
-    calibration (:mod:`.verdict`); both stages yield progress and can be cancelled."""
+    calibration (:mod:`museum_search.core.answer._verdict`); both stages yield progress and can be cancelled."""
     if params is None:
         params = params_of_settings(kept[0].settings) if kept else SpatialParams()
     have = sum(len(k) for k in kept)
@@ -535,10 +541,10 @@ def _auto_matcher(index: Index, extractor) -> Generator[Any, None, None]:
     log.info("matcher auto: %s (calibrated operating points: SIFT %.3f, XFeat %.3f)", chosen, s_sift, s_xfeat)
 
 
-def _refit(updated: Index, old: Index, extractor, new_rows) -> Generator[Any, None, None]:
+def _refit(updated: Index, old: Index, extractor, new_rows, engine: str | None = None) -> Generator[Any, None, None]:
     """The verdict of ``updated`` refitted from ``old``'s calibration evidence (stage "calibrating"):
     the views of every object with a photo added, changed or removed are dropped, the new photos'
-    own views asked (:func:`.calibration.refit`)."""
+    own views asked (:func:`museum_search.core.jobs._calibration.refit`; the network, when not given, on ``engine``)."""
     before = {it.path: it.instance for it in old.items}
     after = {it.path: it.instance for it in updated.items}
     # objects that lost a photo or changed their label, gained one, or had one replaced
@@ -546,28 +552,29 @@ def _refit(updated: Index, old: Index, extractor, new_rows) -> Generator[Any, No
     changed |= {obj for p, obj in after.items() if before.get(p) != obj}
     changed |= {updated.items[r].instance for r in new_rows}
     if extractor is None:
-        extractor = extractor_for_meta(updated.meta)
+        extractor = extractor_for_meta(updated.meta, engine=engine)
     verdict = yield from refit(updated, Verdict.from_dict(old.verdict), changed, list(new_rows), extractor)
     assert old.verdict is not None  # refitted only from a stored verdict (see update_index)
     kept = {"matcher_choice": old.verdict["matcher_choice"]} if "matcher_choice" in old.verdict else {}
     updated.verdict = {**verdict.to_dict(), **kept}  # --matcher auto's measurements stay with the index
 
 
-def _calibrate(index: Index, extractor) -> Generator[Any, None, None]:
-    """The "in the collection" verdict's calibration of ``index`` (stage "calibrating")."""
+def _calibrate(index: Index, extractor, engine: str | None = None) -> Generator[Any, None, None]:
+    """The "in the collection" verdict's calibration of ``index`` (stage "calibrating"; the network,
+    when not given, on ``engine``)."""
     if extractor is None:
-        extractor = extractor_for_meta(index.meta)
+        extractor = extractor_for_meta(index.meta, engine=engine)
     index.verdict = (yield from calibrate(index, extractor)).to_dict()
 
 
-#: Stage name of the neighbour lists (see :func:`.ann.neighbour_lists`).
+#: Stage name of the neighbour lists (see :func:`museum_search.core.index.neighbour_lists`).
 NEIGHBOURS_STAGE = "finding each reference's nearest neighbours"
 ANN_CHOICES = ("auto", "yes", "no")
 
 
 def derive(index: Index, *, ann: str = "auto", neighbours: int = K_MAX) -> Generator[Any, None, None]:
     """Compute what an index derives from its descriptors, as progress stages: the approximate-search
-    index (``ann``: "auto" builds it from :data:`.ann.AUTO_MIN_REFERENCES` references, "yes" always,
+    index (``ann``: "auto" builds it from :data:`museum_search.core.index.AUTO_MIN_REFERENCES` references, "yes" always,
     "no" never) and each reference's ``neighbours`` nearest neighbours (0: none; ICFRR computes
     them when it first needs them, on an index of up to :data:`EXACT_NEIGHBOURS_MAX` references)."""
     if ann not in ANN_CHOICES:
@@ -582,9 +589,9 @@ def derive(index: Index, *, ann: str = "auto", neighbours: int = K_MAX) -> Gener
 def update_derived(updated: Index, old: Index, keep_pos: list[int], ann: str) -> Generator[Any, None, None]:
     """What :func:`derive` gives ``updated`` (``old`` with its rows ``keep_pos`` kept, in order, and new
     ones appended), from ``old``'s own: its neighbour lists are updated, only the rows that can change
-    computed again (:func:`.ann.update_neighbour_lists`: identical to computing them from scratch), and
+    computed again (:func:`museum_search.core.index.update_neighbour_lists`: identical to computing them from scratch), and
     its approximate index has the removed references taken out and the new ones added
-    (:meth:`.ann.AnnIndex.updated`, not trained again). Falls back to :func:`derive` when ``old`` has no
+    (:meth:`museum_search.core.index.AnnIndex.updated`, not trained again). Falls back to :func:`derive` when ``old`` has no
     lists to start from (none stored, fewer than asked for) or the approximate index comes or goes."""
     k = max(old.neighbours_stored, K_MAX)
     n, stored = len(updated), old.neighbours_stored

@@ -23,7 +23,6 @@ from museum_search.core.verification._spatial import (
     params_of_settings,
     prepare,
     resolve_matcher,
-    set_matcher,
     settings_of,
 )
 from museum_search.core.verification._xfeat import (
@@ -51,7 +50,6 @@ __all__ = [
     "params_of_settings",
     "prepare",
     "resolve_matcher",
-    "set_matcher",
     "settings_of",
     "xfeat_available",
 ]

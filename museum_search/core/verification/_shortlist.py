@@ -1,15 +1,15 @@
 """Verification of a query photo's shortlist, and the evidence its verdict is judged on.
 
 The best ``verify_top`` references of the global scores are matched with the photo (local features
-and a homography, :mod:`.rerank.spatial`, with the index's own matcher). What verification decides:
+and a homography, :mod:`museum_search.core.verification._spatial`, with the index's own matcher). What verification decides:
 
 * **the order**: a reference's object counts by the best inliers of its photos, or of the objects
   verification cannot tell from it (:func:`object_inliers`); verified objects are lifted above the
-  others (:func:`.rerank.spatial.blend`);
+  others (:func:`museum_search.core.verification._spatial.blend`);
 * **the evidence of the top answer** (:meth:`Verification.top_evidence`): the inliers of its object's
   best photo and the **rival** inliers, the most of a reference of another object on the same part
-  of the photo (:data:`.verdict.DISTINCT`); with the cosine **margin** (:func:`cosine_margin`) they
-  are what :class:`.verdict.Verdict` judges;
+  of the photo (:data:`museum_search.core.answer._verdict.DISTINCT`); with the cosine **margin** (:func:`cosine_margin`) they
+  are what :class:`museum_search.core.answer._verdict.Verdict` judges;
 * **the matches** a viewer draws (:meth:`Verification.matches`).
 """
 
@@ -43,7 +43,7 @@ DISTINCT = 2.0
 
 def object_inliers(inliers: np.ndarray, labels: np.ndarray, gate: int) -> np.ndarray:
     """The inliers each verified reference is ranked by: the best of its object, or of the objects
-    verification cannot tell from it (best inliers within :data:`.verdict.DISTINCT` of each other).
+    verification cannot tell from it (best inliers within :data:`museum_search.core.answer._verdict.DISTINCT` of each other).
 
     So verification lifts the objects it verifies, with every photo of them in the shortlist (a 3D
     object's other views do not verify, they are the same object), and leaves the order among the
@@ -97,7 +97,7 @@ class Verification:
         return self.verifier.params
 
     def features(self, image: np.ndarray) -> Features:
-        """The local features of the photo ``image`` (:func:`.rerank.spatial.query_features`),
+        """The local features of the photo ``image`` (:func:`museum_search.core.verification._spatial.query_features`),
         computed once: the same array asked about again (calibration asks each view twice, as a
         known and as an unknown object) gets the features already computed."""
         last = self._last
@@ -137,7 +137,7 @@ class Verification:
     def rival(self, image: np.ndarray, qf: Features, instance: str, row: int, inliers: int,
               verified: dict[int, int]) -> int:
         """The most inliers a reference of another object has *on the same part of the photo* as
-        the top result (see :data:`.verdict.DISTINCT`).
+        the top result (see :data:`museum_search.core.answer._verdict.DISTINCT`).
 
         Matches on what objects share (a frame moulding) put both references on the same place in
         the photo; a photo of two paintings side by side puts them apart, and both are right. So a
@@ -183,7 +183,7 @@ BORDER = 0.05
 @dataclass(frozen=True)
 class MatchedArea:
     """What a reference's inlier matches cover (:func:`matched_area`), in the frames of the
-    :class:`.rerank.spatial.Matches` it comes from."""
+    :class:`museum_search.core.verification._spatial.Matches` it comes from."""
 
     reference: np.ndarray  # (k, 2) the convex hull of the inliers on the reference
     query: np.ndarray  # (m, 2) that hull carried into the photo by the inliers' homography, clipped to the photo

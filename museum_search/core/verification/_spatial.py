@@ -4,13 +4,13 @@ For each query, the ``top_n`` references with the best global scores are verifie
 (:class:`Verifier`; the query pipeline, :mod:`museum_search.core.answer._pipeline`, runs it):
 
 1. local features (SIFT, or ORB where this OpenCV has no SIFT; or the learned XFeat,
-   ``feature="xfeat"``, run through ONNX Runtime: :mod:`.xfeat`) of both images, each resized so
+   ``feature="xfeat"``, run through ONNX Runtime: :mod:`museum_search.core.verification._xfeat`) of both images, each resized so
    that its longest side is at most ``max_side`` px, at most ``max_keypoints`` keypoints;
 2. nearest-neighbour matches (L2 for SIFT, found with one matrix product per block of
    references, in 8-bit integers where ONNX Runtime runs, exactly the float32 product's matches, at
    about a quarter of its cost: :func:`_match_sift_int8`; Hamming for ORB) that pass Lowe's ratio
    test (``ratio``), one match per reference keypoint (the closest); for XFeat, mutual nearest
-   neighbours by cosine (:func:`.xfeat.match_mnn`);
+   neighbours by cosine (:func:`museum_search.core.verification._xfeat.match_mnn`);
 3. a homography fitted from the reference to the query by ``cv2.findHomography`` with OpenCV's
    USAC RANSAC (default ``estimator="usac"``; ``"ransac"`` is classic ``cv2.RANSAC``, which gives
    the same inlier counts here but runs all its 2000 iterations on hopeless pairs, about twice
@@ -858,7 +858,7 @@ class Verifier:
 
 def settings_of(params: SpatialParams) -> dict[str, Any]:
     """What the stored local features were computed with (an index's manifest records it); XFeat's
-    also name the model (:func:`.xfeat.model_id`). With the side a query photo's features are
+    also name the model (:func:`museum_search.core.verification._xfeat.model_id`). With the side a query photo's features are
     computed at (``query_side``) when it is not ``max_side``: not a property of the stored features
     (:func:`same_features` leaves it out), but of the verification the index was calibrated with."""
     out: dict[str, Any] = {"feature": params.effective_feature, "max_side": int(params.max_side),
@@ -887,8 +887,8 @@ def descriptor_layout(params: SpatialParams) -> tuple[int, Any]:
 # ---- the matcher of an index ------------------------------------------------------------------
 #
 # An index stores the local features of one matcher (its manifest's ``local_features`` settings), chosen
-# when it is built (``index --matcher``, the app's Settings) and kept by ``update``; queries verify with
-# the same one (:func:`params_of_index`).
+# when it is built (the build job's ``matcher`` argument: ``index --matcher``, the app's Settings; no
+# process-wide choice) and kept by ``update``; queries verify with the same one (:func:`params_of_index`).
 
 #: The matcher of new indexes when none is chosen (``$MUSEUM_SEARCH_MATCHER`` overrides it). SIFT, from
 #: the verdict's figures (bench/bench_verdict.py): with the calibrated verdict SIFT meets the targets on
@@ -898,26 +898,11 @@ def descriptor_layout(params: SpatialParams) -> tuple[int, Any]:
 #: storage and more time per query. ``auto`` calibrates both and keeps the better, at twice the cost.
 DEFAULT_MATCHER = "sift"
 
-_matcher: str | None = None  # set by the app's Settings (None: default_matcher())
-
 
 def default_matcher() -> str:
     """``$MUSEUM_SEARCH_MATCHER`` when it names a matcher, else :data:`DEFAULT_MATCHER`."""
     env = os.environ.get("MUSEUM_SEARCH_MATCHER", "").strip().lower()
     return env if env in MATCHERS else DEFAULT_MATCHER
-
-
-def set_matcher(name: str | None) -> None:
-    """Choose the matcher of the indexes this process builds (None: :func:`default_matcher`)."""
-    global _matcher
-    if name is not None and name not in MATCHERS:
-        raise MuseumSearchError(f"unknown matcher {name!r}; choose one of {', '.join(MATCHERS)}")
-    _matcher = name
-
-
-def current_matcher() -> str:
-    """The matcher new indexes are built with: :func:`set_matcher`'s, else :func:`default_matcher`."""
-    return _matcher or default_matcher()
 
 
 def params_for(matcher: str, top_n: int = 20) -> SpatialParams:
@@ -950,14 +935,14 @@ def params_of_settings(settings: dict[str, Any] | None, top_n: int = 20) -> Spat
 
 def prepare(params: SpatialParams) -> None:
     """Make sure the local features of ``params`` can be computed here: XFeat's model is loaded (or
-    exported) now; raises :class:`.xfeat.XFeatUnavailable` saying what to install."""
+    exported) now; raises :class:`museum_search.core.verification._xfeat.XFeatUnavailable` saying what to install."""
     if params.effective_feature == "xfeat":
         xfeat.session(params.max_keypoints)
 
 
 def resolve_matcher(matcher: str | None = None) -> str:
-    """``matcher`` checked ("sift", "xfeat" or "auto"); None: :func:`current_matcher`."""
-    name = (matcher or current_matcher()).lower()
+    """``matcher`` checked ("sift", "xfeat" or "auto"); None: :func:`default_matcher`."""
+    name = (matcher or default_matcher()).lower()
     if name not in MATCHERS:
         raise MuseumSearchError(f"unknown matcher {matcher!r}; choose one of {', '.join(MATCHERS)}")
     return name

