@@ -19,6 +19,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from report_files import write_json
 
 from museum_search.cli import _print_summary, main
 from museum_search.core.answer._verdict import Verdict
@@ -101,7 +102,7 @@ def test_gap_figures_conventions():
 
 def test_json_csv_and_text_give_confidence_and_gap(sample_run, sample_index, tmp_path, capsys):
     report, qs = sample_run
-    doc = reports.write_json(report, sample_index, tmp_path / "run.json")
+    doc = write_json(report, sample_index, tmp_path / "run.json")
     doc = json.loads((tmp_path / "run.json").read_text())
     assert doc["summary"]["gap"] == pytest.approx(report.summary["gap"], abs=1e-6)
     assert doc["summary"]["gap_known"] == pytest.approx(report.summary["gap_known"], abs=1e-6)

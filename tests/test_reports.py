@@ -5,6 +5,7 @@ import json
 
 import numpy as np
 import pytest
+from report_files import write_json
 
 from museum_search.cli import _differ, _print_summary
 from museum_search.core.answer._pipeline import QuerySettings
@@ -81,7 +82,7 @@ def test_trec_files_agree_with_trec_eval(sample_run, sample_index, tmp_path):
 
 def test_json_and_csv(sample_run, sample_index, tmp_path):
     report, qs = sample_run
-    doc = reports.write_json(report, sample_index, tmp_path / "run.json", rankings=True)
+    doc = write_json(report, sample_index, tmp_path / "run.json", rankings=True)
     again = json.loads((tmp_path / "run.json").read_text())
     assert again["summary"]["mp@1"] == pytest.approx(report.summary["mp@1"], abs=1e-6)
     assert again["summary"]["queries"] + again["summary"]["open_set_queries"] == len(qs.queries)
@@ -99,7 +100,7 @@ def test_json_and_csv(sample_run, sample_index, tmp_path):
 
 def test_baseline_comparison_and_pr_curve(sample_run, sample_index, sample_collection, tmp_path, capsys):
     report, qs = sample_run
-    base = reports.write_json(report, sample_index, tmp_path / "base.json")
+    base = write_json(report, sample_index, tmp_path / "base.json")
     # the same run against itself: no difference, not significant
     cmp_same = reports.compare_with_baseline(base, tmp_path / "base.json")
     assert cmp_same["paired_queries"] == report.summary["queries"]
@@ -193,7 +194,7 @@ def test_unknown_instances_are_reported_apart_from_open_set(sample_index, sample
     assert s["map"] == pytest.approx(np.mean([r.metrics["map"] for r in evaluated]))
     assert "open-set" in report.queryset_description and "2 open-set" in report.queryset_description
 
-    doc = reports.write_json(report, sample_index, tmp_path / "run.json")
+    doc = write_json(report, sample_index, tmp_path / "run.json")
     again = json.loads((tmp_path / "run.json").read_text(encoding="utf-8"))
     for key in ("open_set_queries", "unknown_instance_queries", "partly_unknown_queries", "unknown_instances"):
         assert again["summary"][key] == s[key] == doc["summary"][key]
