@@ -287,3 +287,23 @@ def test_update_summary_counts_what_left_the_index_and_why(collection, tmp_path)
     assert "2 file(s) skipped: they cannot be read and are not in the index" in report.summary()
     assert {p for p, _ in report.skipped} == {str(broken_from_start), str(unreadable)}  # each once
     assert len(report.skipped) == 2
+
+
+def test_update_that_only_removes_recalibrates_with_the_index_weights(collection, tmp_path, monkeypatch):
+    """An update with no new photo still refits the verdict, which asks the network: it is loaded with the
+    weights file the update was given (before, that path loaded the network without it)."""
+    from museum_search.core.jobs import _indexing
+
+    out = tmp_path / "idx"
+    _build(collection, out)
+    sorted(collection.glob("*.jpg"))[0].unlink()
+    real, asked = _indexing.extractor_for_meta, []
+
+    def spy(meta, weights=None, engine=None):
+        asked.append(weights)
+        return real(meta, None, engine=engine)  # the test's weights file is a name only
+
+    monkeypatch.setattr(_indexing, "extractor_for_meta", spy)
+    report = run(update_index(Index.load(out), weights="/museum/weights/mobilenet.pth"))
+    assert (report.added, report.removed) == (0, 1)
+    assert asked and set(asked) == {"/museum/weights/mobilenet.pth"}

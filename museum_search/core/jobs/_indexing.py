@@ -442,9 +442,9 @@ def _update(index, extractor, weights, batch_size, checksum, ann, engine=None):
             updated.verdict = index.verdict
         elif index.verdict and index.verdict.get("evidence"):
             # refit from the stored calibration evidence and the new photos' own views
-            yield from _refit(updated, index, extractor, range(len(keep_items), len(updated)), engine)
+            yield from _refit(updated, index, extractor, range(len(keep_items), len(updated)), engine, weights)
         else:
-            yield from _calibrate(updated, extractor, engine)
+            yield from _calibrate(updated, extractor, engine, weights)
     if index.path is not None:
         updated.save(index.path)
     removed = _removed(index, updated, lab, skipped)
@@ -541,7 +541,8 @@ def _auto_matcher(index: Index, extractor) -> Generator[Any, None, None]:
     log.info("matcher auto: %s (calibrated operating points: SIFT %.3f, XFeat %.3f)", chosen, s_sift, s_xfeat)
 
 
-def _refit(updated: Index, old: Index, extractor, new_rows, engine: str | None = None) -> Generator[Any, None, None]:
+def _refit(updated: Index, old: Index, extractor, new_rows, engine: str | None = None,
+           weights: str | None = None) -> Generator[Any, None, None]:
     """The verdict of ``updated`` refitted from ``old``'s calibration evidence (stage "calibrating"):
     the views of every object with a photo added, changed or removed are dropped, the new photos'
     own views asked (:func:`museum_search.core.jobs._calibration.refit`; the network, when not given, on ``engine``)."""
@@ -552,18 +553,19 @@ def _refit(updated: Index, old: Index, extractor, new_rows, engine: str | None =
     changed |= {obj for p, obj in after.items() if before.get(p) != obj}
     changed |= {updated.items[r].instance for r in new_rows}
     if extractor is None:
-        extractor = extractor_for_meta(updated.meta, engine=engine)
+        extractor = extractor_for_meta(updated.meta, weights, engine=engine)
     verdict = yield from refit(updated, Verdict.from_dict(old.verdict), changed, list(new_rows), extractor)
     assert old.verdict is not None  # refitted only from a stored verdict (see update_index)
     kept = {"matcher_choice": old.verdict["matcher_choice"]} if "matcher_choice" in old.verdict else {}
     updated.verdict = {**verdict.to_dict(), **kept}  # --matcher auto's measurements stay with the index
 
 
-def _calibrate(index: Index, extractor, engine: str | None = None) -> Generator[Any, None, None]:
+def _calibrate(index: Index, extractor, engine: str | None = None,
+               weights: str | None = None) -> Generator[Any, None, None]:
     """The "in the collection" verdict's calibration of ``index`` (stage "calibrating"; the network,
     when not given, on ``engine``)."""
     if extractor is None:
-        extractor = extractor_for_meta(index.meta, engine=engine)
+        extractor = extractor_for_meta(index.meta, weights, engine=engine)
     index.verdict = (yield from calibrate(index, extractor)).to_dict()
 
 
