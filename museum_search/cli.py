@@ -173,6 +173,8 @@ def cmd_query(args: argparse.Namespace) -> int:
 
     if bool(args.images) == bool(args.descriptors):
         raise MuseumSearchError("give query photos or --descriptors Q.npy (one of the two)")
+    if args.region is not None and args.descriptors:
+        raise MuseumSearchError("--region asks about a part of a photo; queries given as descriptors have none")
     index = Index.load(args.index)
     out: list[dict[str, Any]] = []
     for answer in (_descriptor_answers if args.descriptors else _photo_answers)(args, index):
@@ -186,14 +188,15 @@ def cmd_query(args: argparse.Namespace) -> int:
 
 
 def _photo_answers(args: argparse.Namespace, index):
-    from museum_search.core.answer import QueryPipeline, load_query
+    from museum_search.core.answer import QueryPipeline, load_query, parse_region
     from museum_search.core.errors import ImageError, MuseumSearchError
 
+    region = None if args.region is None else parse_region(args.region)
     pipe = QueryPipeline(index, query_settings(args, index), weights=args.weights)
     failures = 0
     for path in args.images:
         try:
-            query = load_query(path)
+            query = load_query(path, region)
         except ImageError as exc:
             print(f"{PROG}: skipped {exc}", file=sys.stderr)
             failures += 1
@@ -220,6 +223,11 @@ def _print_answer(answer) -> None:
         meta = " / ".join(v for v in (r.metadata.get("title", ""), r.metadata.get("artist", "")) if v)
         inl = "-" if r.inliers is None else str(r.inliers)
         print(f"  {r.rank:>4}  {r.cosine:>6.3f}  {inl:>7}  {r.instance[:20]:<20}  {meta[:40]:<40}  {r.path}")
+    if len(answer.objects) > 1:
+        print(f"  {len(answer.objects)} objects in this photo:")
+        for o in answer.objects:
+            where = "" if o.region is None else "  at " + " ".join(f"({x:.0f},{y:.0f})" for x, y in o.region)
+            print(f"    {o.instance}  confidence {o.confidence:.2f}; {o.reason}{where}")
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -660,6 +668,9 @@ def _add_query(sub: argparse._SubParsersAction) -> None:
     s.add_argument("-k", type=int, default=5, help="number of results (default 5)")
     s.add_argument("--per-instance", action="store_true", help="one result per instance")
     s.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    s.add_argument("--region", default=None, metavar="X,Y,W,H",
+                   help="ask about this part of each photo only: left, top, width, height in the photo's pixels "
+                        "(the objects found are outlined in the whole photo's pixels)")
     s.add_argument("--weights", default=None)
     _add_rerank_options(s)
     _add_engine_option(s)

@@ -33,7 +33,10 @@ def test_query_json(cli_index, sample_collection):
     doc = json.loads(r.stdout)
     assert [d["query"] for d in doc] == [str(queries / q) for q in known]
     for d in doc:
-        assert set(d) == {"query", "in_collection", "confidence", "reason", "inliers", "rival_inliers", "results"}
+        assert set(d) == {"query", "in_collection", "confidence", "reason", "inliers", "rival_inliers", "results",
+                          "objects"}
+        # every object found in the photo: the top answer first when it is accepted
+        assert [o["instance"] for o in d["objects"][:1]] == ([d["results"][0]["instance"]] if d["in_collection"] else [])
         assert isinstance(d["confidence"], float) and 0.0 <= d["confidence"] <= 1.0
         assert isinstance(d["in_collection"], bool) and d["reason"] and isinstance(d["rival_inliers"], int)
         assert len(d["results"]) == 3

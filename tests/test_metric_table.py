@@ -85,10 +85,10 @@ def test_the_table_is_consistent():
     assert list(SUMMARY_METRICS) == ["mp@1", "map", "amnro", "anmrr", "p@5", "mrr", "r-precision", "p@10"]
     assert list(HEADLINE_METRICS) == ["mp@1", "map", "amnro", "gap"]
     assert list(COMPARED) == ["mp@1", "map", "amnro"]
-    assert list(PRINTED_METRICS) == ["mp@1", "map", "amnro", "gap", "anmrr", "p@5"]
+    assert list(PRINTED_METRICS) == ["mp@1", "map", "amnro", "gap", "anmrr", "p@5", "all_objects", "extra_objects"]
     assert PRIMARY is METRICS["map"]
     assert _metrics.HIGHER_IS_BETTER == {k: m.higher_is_better for k, m in METRICS.items()}
-    assert [k for k, m in METRICS.items() if not m.higher_is_better] == ["amnro", "anmrr", "anar"]
+    assert [k for k, m in METRICS.items() if not m.higher_is_better] == ["amnro", "anmrr", "anar", "extra_objects"]
     assert _metrics.OLD_QUERY_KEYS == OLD_KEYS
     # every mean and every per-query figure is one summarize computes (one key for both)
     rel = np.array([[1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1], [0] * 12], bool)

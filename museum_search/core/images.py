@@ -60,6 +60,7 @@ __all__ = [
     "decode_budget",
     "decode_cost",
     "decode_image",
+    "encoded_image_size",
     "image_size",
     "NotRegularFileError",
     "file_kind",
@@ -314,6 +315,12 @@ def image_size(path: str | os.PathLike[str]) -> tuple[int, int]:
     except OSError as exc:
         raise ImageError(path, _os_reason(exc)) from exc
     return header.upright_size
+
+
+def encoded_image_size(data: bytes, name: str = "<memory>") -> tuple[int, int]:
+    """(width, height) of the upright image encoded in ``data`` (as :func:`image_size`, from the
+    header only); raises :class:`ImageError`."""
+    return _read_header(io.BytesIO(bytes(data)), name).upright_size
 
 
 # --------------------------------------------------------------------------------------------

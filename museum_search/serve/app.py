@@ -33,7 +33,15 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from museum_search import __version__
-from museum_search.core.answer import QueryPipeline, QuerySettings, confidence_band, outline_in_photo, query_from_bytes
+from museum_search.core.answer import (
+    QueryPipeline,
+    QuerySettings,
+    RegionError,
+    confidence_band,
+    outline_in_photo,
+    parse_region,
+    query_from_bytes,
+)
 from museum_search.core.errors import ImageError, MuseumSearchError
 from museum_search.core.images import load_image
 from museum_search.core.index import Index
@@ -217,15 +225,21 @@ router = APIRouter()
 
 
 def answer_photo(pipe: QueryPipeline, upload: Upload, prefs: list[str], ids: Ids,
-                 missed: Path | None) -> dict[str, Any]:
+                 missed: Path | None, region: str | None = None) -> dict[str, Any]:
     """The answer to one uploaded photo, on a worker's ``pipe``: ``Answer.to_dict`` with opaque ids,
     metadata in the ``prefs`` languages, timings and the matched outline; a rejected photo is kept
-    in ``missed`` (if given)."""
+    in ``missed`` (if given). ``region`` ("x,y,w,h" in the uploaded photo's pixels): only that part
+    is asked about. ``objects``: every object found, its ``region`` a polygon in the uploaded
+    photo's own pixels (the evidence's ``outline`` is in those of ``photo_size``, the photo as
+    verified)."""
     t0 = time.perf_counter()
     try:
-        query = query_from_bytes(upload.data, _query_name(upload.filename))
+        asked = None if region is None or not region.strip() else parse_region(region)
+        query = query_from_bytes(upload.data, _query_name(upload.filename), asked)
     except ImageError as exc:
         raise ApiError(415, f"{exc.reason}; send a photo (JPEG, PNG or WebP)") from None
+    except RegionError as exc:
+        raise ApiError(422, str(exc)) from None
     t1 = time.perf_counter()
     answer = pipe.answer([query])[0]
     timings = dict(pipe.timings)
@@ -246,6 +260,9 @@ def answer_photo(pipe: QueryPipeline, upload: Upload, prefs: list[str], ids: Ids
                         "id": oid, "image": f"/api/objects/{oid}/image", "instance": d["instance"],
                         "metadata": localize(d["metadata"], prefs)})
     doc["results"] = results
+    for o, d in zip(answer.objects, doc["objects"]):
+        oid = ids.make(o.result.row)
+        d.update(id=oid, image=f"/api/objects/{oid}/image", metadata=localize(dict(o.result.metadata), prefs))
     doc["timing"] = {"decode_ms": _ms(t1 - t0), "describe_ms": _ms(timings.get("describe", 0.0)),
                      "search_ms": _ms(timings.get("search", 0.0)), "verify_ms": _ms(timings.get("verify", 0.0)),
                      "total_ms": _ms(t2 - t0)}
@@ -260,12 +277,21 @@ def answer_photo(pipe: QueryPipeline, upload: Upload, prefs: list[str], ids: Ids
     "responses": {"400": {"description": "no photo, truncated body"}, "408": {"description": "too slow"},
                   "413": {"description": "too large"}, "415": {"description": "not an image"},
                   "503": {"description": "busy: retry after Retry-After seconds"}}})
-async def identify(request: Request, lang: str | None = Query(None, max_length=100)) -> JSONResponse:
+async def identify(request: Request, lang: str | None = Query(None, max_length=100),
+                   region: str | None = Query(None, max_length=200, description=(
+                       "only this part of the photo: x,y,w,h in its pixels (left, top, width, height)"))
+                   ) -> JSONResponse:
     state = request.app.state
     prefs = language_preferences(lang)
+    if region is not None and region.strip():
+        try:
+            parse_region(region)  # a malformed region is refused before the photo is read
+        except RegionError as exc:
+            raise ApiError(422, str(exc)) from None
     with state.pool.admission():
         upload = await read_photo(request, state.max_upload, state.body_timeout)
-        doc = await state.pool.run(answer_photo, upload, prefs, state.ids, state.missed)
+        asked = (region,) if region is not None and region.strip() else ()  # the whole photo by default
+        doc = await state.pool.run(answer_photo, upload, prefs, state.ids, state.missed, *asked)
     return JSONResponse(doc)
 
 

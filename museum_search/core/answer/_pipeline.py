@@ -33,6 +33,17 @@ asked about.
   index): its cosine, its margin over the best other object, the inliers of its object's best photo
   and the most inliers any other object got on the same part of the photo; it gives the answer's
   confidence and the reason in words.
+* **objects** (:meth:`QueryPipeline.objects_in`): every collection object in the photo, the top
+  result first when it is accepted; then each other object of the verified shortlist with at least
+  ``min_inliers`` whose outline lies apart from those found (a work beside another is a second
+  object, not a rival: :meth:`museum_search.core.verification._shortlist.Verification.rival`),
+  judged by the verdict on its own part of the photo (described again). Outlines are given in the
+  photo's own pixels (:meth:`QueryImage.to_photo`).
+
+A **region query** asks about a part of the photo only (:func:`load_query`, :func:`query_from_bytes`
+with ``region``, :meth:`QueryImage.cropped`): the part is cut once, when the photo is decoded (at the
+resolution that gives the part :data:`VERIFY_SIDE` px), and what is found is reported in the whole
+photo's pixels.
 """
 
 from __future__ import annotations
@@ -46,11 +57,12 @@ from typing import Any, Sequence
 import cv2
 import numpy as np
 
+from museum_search.core.answer._presentation import outline_in_photo
 from museum_search.core.answer._rerank import RerankOptions, build_rerankers
 from museum_search.core.answer._search import Result, ranking_scores, score_matrix
 from museum_search.core.answer._verdict import Evidence, Verdict
 from museum_search.core.errors import ImageError, MuseumSearchError
-from museum_search.core.images import decode_image, load_image
+from museum_search.core.images import decode_image, encoded_image_size, image_size, load_image
 from museum_search.core.index import Features, Index, resolve_mode
 from museum_search.core.inference import (
     ENGINES,
@@ -61,12 +73,22 @@ from museum_search.core.inference import (
     resolve_engine,
 )
 from museum_search.core.ranking import lead_within, order, per_instance
-from museum_search.core.verification import Matches, SpatialParams, Verification, cosine_margin, params_of_index
+from museum_search.core.verification import (
+    Matches,
+    SpatialParams,
+    Verification,
+    apart,
+    cosine_margin,
+    params_of_index,
+)
 
 log = logging.getLogger(__name__)
 
 #: Longest side of the decoded query photo: what verification and the views use.
 VERIFY_SIDE = SpatialParams().max_side
+#: The smallest part of a photo (px of the decoded photo, each side) a further object in it is
+#: described on (:meth:`QueryPipeline.objects_in`).
+MIN_PART = 16
 #: Why the answers to queries given as descriptors are not verified.
 DESCRIPTORS_NOT_VERIFIED = ("queries given as descriptors have no photo to match: verification is skipped "
                             "and the verdict uses the cosine (not verified)")
@@ -132,14 +154,86 @@ class QuerySettings:
         return ", ".join(parts)
 
 
+class RegionError(MuseumSearchError):
+    """A region of a photo that cannot be asked about (outside the photo, empty, not x,y,w,h)."""
+
+
+#: A part of a photo: (x, y, width, height) in the photo's pixels, from its top-left corner.
+Region = tuple[float, float, float, float]
+
+
+def parse_region(text: str) -> Region:
+    """``"x,y,w,h"`` (the photo's pixels; ``query --region``, ``/api/identify``'s ``region``) as a
+    :data:`Region`; raises :class:`RegionError` saying what to give. It is checked against the
+    photo when the photo is known (:func:`check_region`)."""
+    parts = [p.strip() for p in str(text).split(",")]
+    try:
+        values = [float(p) for p in parts]
+    except ValueError:
+        values = []
+    if len(values) != 4 or not all(np.isfinite(values)):
+        raise RegionError(f"region {text!r} is not x,y,w,h: give four numbers in the photo's pixels, "
+                          "e.g. 120,80,400,300 (left, top, width, height)")
+    x, y, w, h = values
+    return (x, y, w, h)
+
+
+def check_region(region: Region, size: tuple[int, int], name: str = "the photo") -> Region:
+    """``region`` if it is a part of a photo of ``size`` (width, height) of a positive size; else
+    :class:`RegionError` saying why."""
+    x, y, w, h = (float(v) for v in region)
+    W, H = size
+    if not (w >= 1 and h >= 1):
+        raise RegionError(f"region {_region_text(region)} is empty: give a width and a height of at least 1 pixel")
+    if x < 0 or y < 0 or x + w > W + 1e-6 or y + h > H + 1e-6:
+        raise RegionError(f"region {_region_text(region)} is not inside {name} ({W}×{H} pixels): "
+                          f"give x,y,w,h with x + w ≤ {W} and y + h ≤ {H}")
+    return (x, y, w, h)
+
+
+def _region_text(region: Region) -> str:
+    return ",".join(f"{float(v):g}" for v in region)
+
+
 @dataclass
 class QueryImage:
     """A query photo as decoded once: RGB uint8, at most :data:`VERIFY_SIDE` px; or a query given
-    by its descriptor (``image`` None, see :func:`descriptor_query`)."""
+    by its descriptor (``image`` None, see :func:`descriptor_query`).
+
+    ``size``: the photo's own size (width, height: the file's, whose pixels a region and the
+    objects' outlines are given in); None: ``image``'s. ``region``: the part of the photo ``image``
+    shows (a region query, :meth:`cropped`), None: all of it."""
 
     name: str
     image: np.ndarray | None
     descriptors: np.ndarray | None = None  # (D,) L2-normalized, for a query given as a descriptor
+    size: tuple[int, int] | None = None
+    region: Region | None = None
+
+    @property
+    def photo_size(self) -> tuple[int, int]:
+        """(width, height) of the photo in its own pixels."""
+        if self.size is not None:
+            return self.size
+        assert self.image is not None  # a photo query
+        return (int(self.image.shape[1]), int(self.image.shape[0]))
+
+    def to_photo(self, points: np.ndarray) -> np.ndarray:
+        """``points`` ((n, 2) x, y) in ``image``'s pixels, in the photo's own pixels (a region
+        query's: in the whole photo's)."""
+        assert self.image is not None  # a photo query
+        h, w = self.image.shape[:2]
+        x, y, rw, rh = self.region if self.region is not None else (0.0, 0.0, *map(float, self.photo_size))
+        pts = np.asarray(points, np.float64).reshape(-1, 2)
+        return pts * np.array([rw / w, rh / h]) + np.array([x, y])
+
+    def cropped(self, region: Region) -> "QueryImage":
+        """The query of the part ``region`` (x, y, w, h in the photo's pixels) of this photo: only
+        that part is asked about, and what is found is reported in the whole photo's pixels.
+        Raises :class:`RegionError` for a region outside the photo or empty."""
+        if self.image is None or self.region is not None:
+            raise RegionError(f"{self.name}: only the whole of a photo can be cut to a region")
+        return _cropped(self.name, self.image, self.photo_size, check_region(region, self.photo_size, self.name))
 
 
 def _shrink(image: np.ndarray, side: int) -> np.ndarray:
@@ -150,9 +244,35 @@ def _shrink(image: np.ndarray, side: int) -> np.ndarray:
     return cv2.resize(image, (max(1, round(w * s)), max(1, round(h * s))), interpolation=cv2.INTER_AREA)
 
 
-def load_query(path) -> QueryImage:
-    """Decode a query photo file; raises :class:`ImageError` with the reason."""
-    return QueryImage(str(path), load_image(path, max_side=VERIFY_SIDE))
+def _region_side(size: tuple[int, int], region: Region | None) -> int:
+    """The longest side to decode a photo of ``size`` at so that ``region`` of it has about
+    :data:`VERIFY_SIDE` px (the whole photo: :data:`VERIFY_SIDE`), never above the photo's own."""
+    if region is None:
+        return VERIFY_SIDE
+    longest = max(size)
+    return int(min(longest, np.ceil(VERIFY_SIDE * longest / max(1.0, max(region[2], region[3])))))
+
+
+def _cropped(name: str, image: np.ndarray, size: tuple[int, int], region: Region) -> QueryImage:
+    """The query of ``region`` (checked) of ``image``, the photo of ``size`` decoded at any scale."""
+    h, w = image.shape[:2]
+    sx, sy = w / size[0], h / size[1]
+    x, y, rw, rh = region
+    x0, y0 = min(w - 1, int(np.floor(x * sx))), min(h - 1, int(np.floor(y * sy)))
+    x1, y1 = max(x0 + 1, min(w, int(np.ceil((x + rw) * sx)))), max(y0 + 1, min(h, int(np.ceil((y + rh) * sy))))
+    crop = np.ascontiguousarray(_shrink(image[y0:y1, x0:x1], VERIFY_SIDE))
+    # the crop's pixels as cut (whole pixels of the decoded image), in the photo's
+    return QueryImage(name, crop, size=size, region=(x0 / sx, y0 / sy, (x1 - x0) / sx, (y1 - y0) / sy))
+
+
+def load_query(path, region: Region | None = None) -> QueryImage:
+    """Decode a query photo file (``region``: only that part of it, x, y, w, h in its pixels);
+    raises :class:`ImageError` with the reason, :class:`RegionError` for a region outside it."""
+    size = image_size(path)
+    if region is None:
+        return QueryImage(str(path), load_image(path, max_side=VERIFY_SIDE), size=size)
+    region = check_region(region, size, str(path))
+    return _cropped(str(path), load_image(path, max_side=_region_side(size, region)), size, region)
 
 
 def query_from_array(image: np.ndarray, name: str = "camera") -> QueryImage:
@@ -160,18 +280,44 @@ def query_from_array(image: np.ndarray, name: str = "camera") -> QueryImage:
     img = np.asarray(image)
     if img.ndim != 3 or img.shape[2] != 3 or img.dtype != np.uint8 or img.size == 0:
         raise ImageError(name, f"not an RGB photo (array of shape {img.shape}, {img.dtype})")
-    return QueryImage(name, np.ascontiguousarray(_shrink(img, VERIFY_SIDE)))
+    return QueryImage(name, np.ascontiguousarray(_shrink(img, VERIFY_SIDE)), size=(img.shape[1], img.shape[0]))
 
 
-def query_from_bytes(data: bytes, name: str = "<pasted>") -> QueryImage:
-    """Encoded image bytes (clipboard, drag-and-drop of data) as a query."""
-    return QueryImage(name, decode_image(data, name, max_side=VERIFY_SIDE))
+def query_from_bytes(data: bytes, name: str = "<pasted>", region: Region | None = None) -> QueryImage:
+    """Encoded image bytes (clipboard, drag-and-drop of data, an upload) as a query (``region``:
+    only that part of the photo, as :func:`load_query`)."""
+    size = encoded_image_size(data, name)
+    if region is None:
+        return QueryImage(name, decode_image(data, name, max_side=VERIFY_SIDE), size=size)
+    region = check_region(region, size, name)
+    return _cropped(name, decode_image(data, name, max_side=_region_side(size, region)), size, region)
 
 
 def descriptor_query(descriptor: np.ndarray, name: str) -> QueryImage:
     """A query given by its (D,) descriptor, computed elsewhere and L2-normalized (see
     :func:`museum_search.core.jobs._importing.check_descriptors`): it has no photo, so it is neither described nor verified."""
     return QueryImage(name, None, np.asarray(descriptor, np.float32).reshape(-1))
+
+
+@dataclass(frozen=True)
+class FoundObject:
+    """One collection object found in a photo (:attr:`Answer.objects`): the verdict on its own
+    evidence, where it is, and the result shown for it."""
+
+    instance: str
+    confidence: float  # the verdict's confidence that this object is in the photo
+    reason: str  # the verdict in words
+    #: its outline, a polygon in the photo's own pixels ((x, y) corners; a region query's: in the
+    #: whole photo's); None when it was accepted without matching points (not verified)
+    region: tuple[tuple[float, float], ...] | None
+    result: Result  # its reference shown: the photo of it with the most matching points
+    inliers: int | None = None  # the matching points of that photo (None: not verified)
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{instance, confidence, reason, region}`` (the region rounded to 0.1 px)."""
+        region = None if self.region is None else [[round(x, 1), round(y, 1)] for x, y in self.region]
+        return {"instance": self.instance, "confidence": round(float(self.confidence), 4),
+                "reason": self.reason, "region": region}
 
 
 @dataclass
@@ -198,6 +344,10 @@ class Answer:
     #: the cosine the verdict judged: that of the top object's best-ranked photo (the photo shown
     #: first is the object's verified photo with the most matching points, which may be another)
     top_cosine: float = float("nan")
+    #: every collection object found in the photo: the top result first when it is accepted, then
+    #: each other verified object apart from those (:meth:`QueryPipeline.objects_in`); none when
+    #: the photo is not in the collection
+    objects: list[FoundObject] = field(default_factory=list)
 
     @property
     def top(self) -> Result | None:
@@ -219,7 +369,8 @@ class Answer:
         return {"query": self.query, "in_collection": self.in_collection,
                 "confidence": None if self.confidence is None else round(float(self.confidence), 4),
                 "reason": self.reason, "inliers": self.top_inliers, "rival_inliers": self.rival if self.verified_inliers else None,
-                "results": [r.to_dict() for r in self.results]}
+                "results": [r.to_dict() for r in self.results],
+                "objects": [o.to_dict() for o in self.objects]}
 
 
 class QueryPipeline:
@@ -386,8 +537,92 @@ class QueryPipeline:
         else:
             known, reason, confidence, margin = False, "the collection is empty", None, float("nan")
         full = lead_within(order(scores), self._label_codes(), verified) if full_ranking else None
-        return Answer(query.name, results, known, reason, scores, cos, verified, full, rival, top_inliers,
-                      margin, confidence, qf, top_cosine)
+        answer = Answer(query.name, results, known, reason, scores, cos, verified, full, rival, top_inliers,
+                        margin, confidence, qf, top_cosine)
+        answer.objects = self.objects_in(query, answer)
+        return answer
+
+    # ---- every object in the photo ------------------------------------------------------------
+    def objects_in(self, query: QueryImage, answer: Answer) -> list[FoundObject]:
+        """Every collection object found in the photo of ``answer``: none when it is not in the
+        collection; else its top result (as judged), then each other object of the verified
+        shortlist whose best photo has at least the verdict's ``min_inliers`` and lies apart from
+        the objects found before (:func:`museum_search.core.verification.apart`: a work beside
+        another is a second object, not a rival), judged by the verdict on its own evidence (its
+        cosine, its margin over the objects not found, its inliers and its rival on its own part of
+        the photo), most matching points first."""
+        top = answer.top
+        if top is None or not answer.in_collection or answer.confidence is None:
+            return []
+        first = self.top_matches(query, answer)
+        outline = None if first is None else first.outline
+        found = [self._found(query, top.instance, answer.confidence, answer.reason, first, answer, top.row)]
+        if outline is None or answer.features is None or self.settings.rivals_anywhere:
+            # not verified: where the object lies is not known, nor what lies beside it (calibration,
+            # rivals anywhere: a view shows one object)
+            return found
+        assert query.image is not None  # verified: a photo
+        image, qf, verified = query.image, answer.features, answer.verified_inliers
+        assert first is not None  # it has an outline
+        where = [first]  # the matches of the objects found
+        for instance, row, inliers in self.verification.further_objects(verified, {top.instance}):
+            m = self.verification.matches(image, row, qf)
+            if m.outline is None or not all(apart(f, m) for f in where):
+                continue
+            evidence = self._evidence(query, answer, instance, row, inliers, m, {f.instance for f in found})
+            judged = None if evidence is None else self.verdict.judge(evidence)
+            if judged is not None and judged.known:
+                found.append(self._found(query, instance, judged.confidence, judged.reason, m, answer, row))
+                where.append(m)
+        return found
+
+    def _evidence(self, query: QueryImage, answer: Answer, instance: str, row: int, inliers: int, m: Matches,
+                  found: set[str]) -> Evidence | None:
+        """The evidence of a further object ``instance`` in the photo (its best verified photo
+        ``row``, ``inliers``, its matches ``m``), on its own part of the photo: the part within its
+        outline is described, its cosine is the best of its shortlisted photos with that part, its
+        margin that over the best object not ``found``; its rival is the most inliers of another
+        object on that part (:meth:`museum_search.core.verification.Verification.rival`). None when
+        that part is too small to describe."""
+        assert query.image is not None and answer.features is not None
+        image = query.image
+        h, w = image.shape[:2]
+        corners = outline_in_photo(m, (w, h))
+        assert corners is not None  # m has an outline (objects_in)
+        x0, y0 = np.clip(np.floor(corners.min(axis=0)), 0, [w, h]).astype(int)
+        x1, y1 = np.clip(np.ceil(corners.max(axis=0)), 0, [w, h]).astype(int)
+        if min(x1 - x0, y1 - y0) < MIN_PART:
+            return None
+        part = QueryImage(f"{query.name} (part)", np.ascontiguousarray(image[y0:y1, x0:x1]))
+        desc = self.embed([part])
+        labels = self.index.labels
+        mine = np.array(sorted(r for r in answer.verified_inliers if labels[r] == instance), np.intp)
+        refs = np.asarray(self.index.descriptors[mine], np.float32)
+        cosine = float((desc[0] @ refs.T).max())
+        cos = ranking_scores(self.index, desc, self.search_mode, rows=max(1, self.settings.verify_top),
+                             objects=len(found) + 2)[0]
+        valid = np.isfinite(cos) & ~np.isin(labels, sorted(found))
+        margin = cosine_margin(labels, instance, cosine, cos, valid)
+        rival = self.verification.rival(image, answer.features, instance, row, inliers, answer.verified_inliers)
+        return Evidence(cosine, inliers, True, True, rival, margin)
+
+    def _found(self, query: QueryImage, instance: str, confidence: float, reason: str, m: Matches | None,
+               answer: Answer, row: int) -> FoundObject:
+        """The :class:`FoundObject` of ``instance`` shown by reference ``row`` (``m``: its matches)."""
+        assert query.image is not None or m is None
+        corners = None
+        if m is not None and query.image is not None:
+            in_image = outline_in_photo(m, (query.image.shape[1], query.image.shape[0]))
+            if in_image is not None:
+                corners = tuple((float(x), float(y)) for x, y in query.to_photo(in_image))
+        result = next((r for r in answer.results if r.row == row), None)
+        if result is None:
+            it = self.index.items[row]
+            score = float(answer.scores[row])
+            rank = 1 + int(np.count_nonzero(answer.scores > score))
+            result = Result(rank, row, score, float(answer.cosine[row]), answer.verified_inliers.get(row),
+                            it.path, str(self.index.root / it.path), it.instance, dict(it.metadata))
+        return FoundObject(instance, float(confidence), reason, corners, result, answer.verified_inliers.get(row))
 
     # ---- what a viewer draws ------------------------------------------------------------------
     def matches(self, query: QueryImage, row: int, answer: Answer | None = None) -> Matches:

@@ -89,6 +89,8 @@ __all__ = [
     "QUERY_METRICS",
     "SUMMARY_METRICS",
     "current_keys",
+    "all_objects_found",
+    "extra_objects_named",
     "MNRO_B",
     "MNRO_C",
     "relevance_matrix",
@@ -202,6 +204,12 @@ METRICS: dict[str, Metric] = {m.key: m for m in (
     Metric("r-precision", "R-precision", "R-precision", True),
     Metric("p@10", "P@10", "P@10", True),
     Metric("anar", "ANAR", "NAR", False, summary=False),
+    Metric("all_objects", "All-objects", "", True, mean=False, printed=True,
+           tip="All objects found: the share of the photos showing objects of the collection whose every "
+               "such object is named among the answer's objects (a photo of two works counts both)"),
+    Metric("extra_objects", "Extra-objects", "", False, mean=False, printed=True,
+           tip="Extra objects named: the share of the photos whose answer names an object they do not show "
+               "(0 is perfect)"),
 )}
 #: The means of a run's summary, in order (the runner's ``summary_of``; GAP comes from the answers).
 SUMMARY_METRICS = {k: m for k, m in METRICS.items() if m.summary and m.mean}
@@ -933,6 +941,21 @@ def gap_known(confidence, correct, known) -> float:
     conf_k = conf[known_b]
     rel = correct_b[known_b] & ~np.isnan(conf_k)
     return _gap(conf_k, rel, int(known_b.sum()))
+
+
+def all_objects_found(named: Sequence[Iterable[str]], relevant: Sequence[Iterable[str]]) -> float:
+    """The share of the photos with a relevant object (``relevant``: per photo, the instances it
+    shows that the collection has) whose every relevant object is ``named`` (per photo, the
+    instances the answer lists: ``Answer.objects``); NaN without such a photo."""
+    shown = [(set(n), set(r)) for n, r in zip(named, relevant, strict=True) if set(r)]
+    return float(np.mean([r <= n for n, r in shown])) if shown else float("nan")
+
+
+def extra_objects_named(named: Sequence[Iterable[str]], relevant: Sequence[Iterable[str]]) -> float:
+    """The share of the photos whose answer names an object that is not ``relevant`` to it (open-set
+    photos included: any object named is extra); NaN without a photo."""
+    pairs = [(set(n), set(r)) for n, r in zip(named, relevant, strict=True)]
+    return float(np.mean([bool(n - r) for n, r in pairs])) if pairs else float("nan")
 
 
 # --------------------------------------------------------------------------------------------

@@ -76,7 +76,8 @@ def report_dict(report: EvalReport, index, rankings: bool = False, ci: bool = Tr
         q.update(in_collection=r.in_collection, reason=r.reason,
                  cosine=None if np.isnan(r.top_cosine) else round(float(r.top_cosine), 6), inliers=r.top_inliers,
                  rival_inliers=r.rival_inliers if r.top_inliers is not None else None,
-                 confidence=_num(r.confidence))
+                 confidence=_num(r.confidence),
+                 objects=[{"instance": i, "confidence": round(float(c), 4)} for i, c in r.objects])
         if rankings:
             q["ranking"] = [str(index.root / index.items[int(i)].path) for i in r.ranking]
         queries.append(q)

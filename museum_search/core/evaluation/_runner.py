@@ -56,6 +56,8 @@ from museum_search.core.evaluation._metrics import (
     COMPARED,
     QUERY_METRICS,
     SUMMARY_METRICS,
+    all_objects_found,
+    extra_objects_named,
     gap_known,
     global_average_precision,
     relevance_matrix,
@@ -96,6 +98,8 @@ class QueryRecord:
     #: the answer's own evidence (``Answer.evidence``), with everything the verdict reads; None for a
     #: record made by hand (its evidence is then made from the fields above)
     answer_evidence: Evidence | None = None
+    #: every object the answer names in the photo (``Answer.objects``): (instance, confidence)
+    objects: list[tuple[str, float]] = field(default_factory=list)
 
     @property
     def correct(self) -> bool:
@@ -286,6 +290,7 @@ class _Evaluation:
             top_cosine=ans.top_cosine if top else float("nan"), top_inliers=ans.top_inliers,
             rival_inliers=ans.rival, confidence=ans.confidence,
             answer_evidence=got.evidence, top_margin=got.evidence.margin,
+            objects=[(o.instance, float(o.confidence)) for o in ans.objects],
         )
 
     def report(self) -> EvalReport:
@@ -295,6 +300,7 @@ class _Evaluation:
         summary, per_query = summary_of(self.index, [r.relevance for r in recs], [r.n_relevant for r in recs],
                                         len(self.skipped), self.gtm, [r.unknown for r in recs])
         summary.update(pipeline_summary(pipe, [r.evidence for r in recs]))
+        summary.update(objects_figures(recs))
         return EvalReport(summary, recs, self.skipped, self.index.summary(), self.queryset.summary(),
                           pipe.settings_text(), per_query, pipe.verdict, pipe.settings, pipe.search_mode,
                           pipe.engine)
@@ -450,6 +456,17 @@ def gap_figures(evidence: list[Evidence]) -> dict[str, float]:
     known = np.array([bool(e.known) for e in evidence], bool)
     return {"gap": float(global_average_precision(conf, correct, known)),
             "gap_known": float(gap_known(conf, correct, known))}
+
+
+def objects_figures(records: list[QueryRecord]) -> dict[str, float]:
+    """``{"all_objects", "extra_objects"}`` of a run's answers: the share of the photos showing
+    objects of the collection whose every such object the answer names among its objects
+    (:func:`museum_search.core.evaluation._metrics.all_objects_found`), and the share of the photos
+    whose answer names an object they do not show
+    (:func:`museum_search.core.evaluation._metrics.extra_objects_named`)."""
+    named = [[i for i, _ in r.objects] for r in records]
+    relevant = [r.relevant for r in records]  # the relevant instances the index has
+    return {"all_objects": all_objects_found(named, relevant), "extra_objects": extra_objects_named(named, relevant)}
 
 
 def _decode(path: str):

@@ -5,9 +5,11 @@ This is the package's face: code outside the package imports these names only (a
 contract says so); the modules behind it are private."""
 
 from museum_search.core.verification._shortlist import (
+    APART,
     DISTINCT,
     MatchedArea,
     Verification,
+    apart,
     cosine_margin,
     matched_area,
 )
@@ -33,6 +35,7 @@ from museum_search.core.verification._xfeat import (
 )
 
 __all__ = [
+    "APART",
     "DISTINCT",
     "MATCHERS",
     "MatchedArea",
@@ -40,6 +43,7 @@ __all__ = [
     "SpatialParams",
     "Verification",
     "XFeatUnavailable",
+    "apart",
     "compute_local_features",
     "cosine_margin",
     "default_matcher",

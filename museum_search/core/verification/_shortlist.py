@@ -39,6 +39,31 @@ from museum_search.core.verification._spatial import (
 #: museum's label cards) reach several objects alike; a photo of the object itself matches that
 #: object far better than any other (Lowe's ratio test, per object).
 DISTINCT = 2.0
+#: Another object's matches lie apart from an object's in the photo (two objects, not what they
+#: share matched twice) when the hulls of their inlier points in the photo overlap less than this
+#: (intersection over union, :func:`museum_search.core.verification._spatial.outline_overlap`) and
+#: less than this share of its inlier points lie in the object's hull.
+APART = 0.5
+
+
+def _hull(points: np.ndarray) -> np.ndarray | None:
+    pts = np.asarray(points, np.float32).reshape(-1, 2)
+    return cv2.convexHull(pts).reshape(-1, 2) if len(pts) >= 3 else None
+
+
+def apart(mine: Matches, theirs: Matches) -> bool:
+    """The matches ``theirs`` (another reference's) lie apart from ``mine`` in the photo, on
+    another part of it (:data:`APART`): where the inliers of each lie (their convex hull in the
+    photo), not the references' whole outlines, which reach beyond what shows (a reference with the
+    wall around the object). Matches of what objects share (a frame, a texture) fall on the
+    object's own place in the photo; a work beside it has its matches beside it."""
+    a, b = _hull(mine.query_points), _hull(theirs.query_points)
+    if a is None or b is None or outline_overlap(a, b) >= APART:
+        return False
+    poly = a.reshape(-1, 1, 2)
+    pts = np.asarray(theirs.query_points, np.float32).reshape(-1, 2)
+    inside = sum(cv2.pointPolygonTest(poly, (float(x), float(y)), False) >= 0 for x, y in pts)
+    return inside < APART * len(pts)
 
 
 def object_inliers(inliers: np.ndarray, labels: np.ndarray, gate: int) -> np.ndarray:
@@ -137,28 +162,42 @@ class Verification:
     def rival(self, image: np.ndarray, qf: Features, instance: str, row: int, inliers: int,
               verified: dict[int, int]) -> int:
         """The most inliers a reference of another object has *on the same part of the photo* as
-        the top result (see :data:`museum_search.core.answer._verdict.DISTINCT`).
+        the answer ``instance`` (its best verified photo ``row``, ``inliers``; see
+        :data:`museum_search.core.answer._verdict.DISTINCT`).
 
         Matches on what objects share (a frame moulding) put both references on the same place in
         the photo; a photo of two paintings side by side puts them apart, and both are right. So a
-        rival strong enough to matter is set aside only when it is verified itself (at least the
-        gate: a second object in the photo) and the outlines of the two references, projected into
-        the photo, overlap by less than half (intersection over union)."""
+        rival is set aside only when it is an object of its own (at least the gate: a second object
+        in the photo, judged on its own evidence: :meth:`further_objects`) and its
+        matches lie :func:`apart` from the answer's. The same holds for every
+        object of a photo: the top answer and each further object. With ``rivals_anywhere`` (or an
+        answer below the gate, whose outline says nothing) the strongest other object counts."""
         others = sorted(((n, r) for r, n in verified.items() if self.index.items[r].instance != instance),
                         reverse=True)
-        weak = [n for n, _ in others if n * DISTINCT <= inliers]
-        strong = [(n, r) for n, r in others if n * DISTINCT > inliers]
-        if strong and (self.rivals_anywhere or inliers < self.gate):
-            return strong[0][0]
+        if self.rivals_anywhere or inliers < self.gate:
+            return others[0][0] if others else 0
         mine = None
-        for n, r in strong:
-            if n < self.gate:  # not an object of its own: what it shares with the top result matches
+        for n, r in others:
+            if n < self.gate:  # not an object of its own: what it shares with the answer matches
                 return n
-            mine = self.matches(image, row, qf).outline if mine is None else mine
-            theirs = self.matches(image, r, qf).outline
-            if mine is None or theirs is None or outline_overlap(mine, theirs) >= 0.5:
+            mine = self.matches(image, row, qf) if mine is None else mine
+            if not apart(mine, self.matches(image, r, qf)):
                 return n
-        return weak[0] if weak else 0
+        return 0
+
+    def further_objects(self, verified: dict[int, int], found: set[str]) -> list[tuple[str, int, int]]:
+        """The objects of the verified shortlist that may be further objects in the photo, besides
+        the ``found`` ones: (instance, its best verified photo's row, its inliers) of each object
+        whose best photo has at least the gate, most inliers first (ties: the lower row). Whether
+        one is an object of the photo (apart from those found, judged by the verdict on its own
+        evidence) the caller decides (:meth:`museum_search.core.answer._pipeline.QueryPipeline`)."""
+        best: dict[str, tuple[int, int]] = {}
+        items = self.index.items
+        for r, n in verified.items():
+            inst = items[r].instance
+            if n >= self.gate and inst not in found and (n, -r) > best.get(inst, (0, 1)):
+                best[inst] = (n, -r)
+        return [(inst, -neg_row, n) for inst, (n, neg_row) in sorted(best.items(), key=lambda kv: kv[1], reverse=True)]
 
     def matches(self, image: np.ndarray, row: int, qf: Features | None = None) -> Matches:
         """The inlier matches and projected outline of reference ``row`` in the photo ``image``
