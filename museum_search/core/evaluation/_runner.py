@@ -33,7 +33,7 @@ from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, Callable, Generator, Iterable
+from typing import Any, Callable, Generator, Iterable, Sequence
 
 import numpy as np
 
@@ -290,7 +290,7 @@ class _Evaluation:
             top_cosine=ans.top_cosine if top else float("nan"), top_inliers=ans.top_inliers,
             rival_inliers=ans.rival, confidence=ans.confidence,
             answer_evidence=got.evidence, top_margin=got.evidence.margin,
-            objects=[(o.instance, float(o.confidence)) for o in ans.objects],
+            objects=got.objects,
         )
 
     def report(self) -> EvalReport:
@@ -413,6 +413,8 @@ class Measured:
     relevance: np.ndarray  # (G,) bool: is the reference at each rank relevant
     n_relevant: int  # relevant references in the collection (0: open-set)
     evidence: Evidence  # the answer's evidence, knowing whether the query is known and the answer right
+    relevant: list[str] = field(default_factory=list)  # the query's relevant instances
+    objects: list[tuple[str, float]] = field(default_factory=list)  # (instance, confidence) named in the photo
 
 
 def measure(answer: Answer, query: LabelledQuery, labels: np.ndarray) -> Measured:
@@ -424,7 +426,8 @@ def measure(answer: Answer, query: LabelledQuery, labels: np.ndarray) -> Measure
     rel, n_rel = relevance_matrix(ranking[None], labels, [set(query.relevant)])
     relevance = np.asarray(rel[0], bool)
     n = int(n_rel[0])
-    return Measured(ranking, relevance, n, answer.evidence(n > 0, bool(relevance[:1].any())))
+    return Measured(ranking, relevance, n, answer.evidence(n > 0, bool(relevance[:1].any())), sorted(query.relevant),
+                    [(o.instance, float(o.confidence)) for o in answer.objects])
 
 
 def pipeline_summary(pipe: QueryPipeline, evidence: list[Evidence]) -> dict[str, Any]:
@@ -458,7 +461,7 @@ def gap_figures(evidence: list[Evidence]) -> dict[str, float]:
             "gap_known": float(gap_known(conf, correct, known))}
 
 
-def objects_figures(records: list[QueryRecord]) -> dict[str, float]:
+def objects_figures(records: Sequence[QueryRecord | Measured]) -> dict[str, float]:
     """``{"all_objects", "extra_objects"}`` of a run's answers: the share of the photos showing
     objects of the collection whose every such object the answer names among its objects
     (:func:`museum_search.core.evaluation._metrics.all_objects_found`), and the share of the photos

@@ -50,6 +50,7 @@ from museum_search.core.evaluation._runner import (
     described,
     measure,
     nmrr_gtm,
+    objects_figures,
     pipeline_summary,
     query_pipeline,
     summary_of,
@@ -182,6 +183,7 @@ def sweep(
         summary, per_query = summary_of(index, [g.relevance for g in got], [g.n_relevant for g in got], skipped,
                                         gtm, unknown)
         summary.update(pipeline_summary(pipe, [g.evidence for g in got]))
+        summary.update(objects_figures(got))
         points.append(SweepPoint(value, option_sets[i], summary, per_query))
         yield SweepStep((i + 1) * m, clock.total, name, stage=EVALUATING, elapsed=clock.elapsed(), value=value,
                         summary=summary)
