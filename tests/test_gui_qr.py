@@ -176,3 +176,52 @@ def test_the_setting_round_trips_through_the_dialog(qtbot, tmp_path):
     again.qr_url.clear()
     again.accept()
     assert state.settings.value(QR_URL_SETTING) is None and state.settings.demo_qr_url == ""
+
+
+def _no_camera(_number):
+    raise OSError("no camera in this test")
+
+
+@pytest.mark.parametrize("size", [(1024, 700), (1600, 1000)])
+def test_without_a_camera_the_kiosk_shows_the_phone_link_under_its_message(qtbot, tmp_path, sample_index, size):
+    """The camera fails: the message for visitors, and under it the phone link's QR code (readable,
+    on the screen, clear of the words) — the moment visitors need their phones. A touch hides it
+    while "Trying again…"; without a phone link there is none."""
+    from museum_search.gui.demo_window import ASK_STAFF, PHONE_INSTEAD
+
+    w = DemoWindow(sample_index, _settings(tmp_path, URL), _no_camera)
+    qtbot.addWidget(w)
+    w.resize(*size)
+    w.show()
+    qtbot.waitExposed(w)
+    try:
+        page = w.message_page
+        qtbot.waitUntil(lambda: w.mode == "error" and page.phone_qr.isVisible(), timeout=TIMEOUT)
+        assert page.headline.text() == ASK_STAFF and page.phone_qr.caption.text() == PHONE_INSTEAD
+        panel, code = page.phone_qr, page.phone_qr.code
+        qtbot.waitUntil(lambda: _decode(w.grab(QRect(code.mapTo(w, code.rect().topLeft()), code.size())).toImage())
+                        == URL, timeout=5000)  # once laid out: what a phone sees on the screen
+        rect = QRect(panel.mapTo(w, panel.rect().topLeft()), panel.size())
+        assert w.rect().contains(rect) and code.width() >= 96
+        for lab in (page.headline, page.detail, page.action):
+            assert not QRect(lab.mapTo(w, lab.rect().topLeft()), lab.size()).intersects(rect), lab.text()
+        w.set_phone_link("")
+        assert not panel.isVisible()
+        w.set_phone_link(URL)
+        assert panel.isVisible()
+    finally:
+        w.shutdown()
+        qtbot.waitUntil(lambda: not w.is_busy(), timeout=TIMEOUT)
+
+
+def test_without_a_camera_and_without_a_phone_link_no_code(qtbot, tmp_path, sample_index):
+    w = DemoWindow(sample_index, _settings(tmp_path), _no_camera)
+    qtbot.addWidget(w)
+    w.resize(1024, 700)
+    w.show()
+    try:
+        qtbot.waitUntil(lambda: w.mode == "error", timeout=TIMEOUT)
+        assert not w.message_page.phone_qr.isVisible() and _decode(w.grab().toImage()) == ""
+    finally:
+        w.shutdown()
+        qtbot.waitUntil(lambda: not w.is_busy(), timeout=TIMEOUT)

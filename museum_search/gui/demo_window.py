@@ -144,6 +144,8 @@ PHOTO_MISSING = "Photo not available"
 #: Under the QR code of the phone link (setting ``demo/qr_url``).
 PHONE_CAPTION = "Use your phone: scan me"
 #: problem → (headline, detail, detail after a touch did not help)
+#: Under the phone link's QR code on the screen that says the camera is not working.
+PHONE_INSTEAD = "Use your phone instead: scan me"
 _PROBLEMS = {
     "camera": (ASK_STAFF, CAMERA_DOWN, CAMERA_STILL_DOWN),
     "setup": (ASK_STAFF, NOT_READY, STILL_NOT_READY),
@@ -550,6 +552,12 @@ class _PinPrompt(QWidget):
     PIN (``submitted``); clicks on the prompt never reach the kiosk below."""
 
     submitted = Signal(str)
+        # the phone link, shown when the camera fails: then visitors can still ask from their phones
+        self.phone_qr = QrPanel(PHONE_INSTEAD, self)
+        self.phone_qr.setObjectName("messageQr")
+        for i in range(self.phone_qr.layout().count()):
+            self.phone_qr.layout().itemAt(i).setAlignment(Qt.AlignmentFlag.AlignHCenter)
+        lay.addWidget(self.phone_qr, 0, Qt.AlignmentFlag.AlignHCenter)
     cancelled = Signal()
     MAX_DIGITS = 12
 
@@ -851,6 +859,8 @@ class DemoWindow(QWidget):
     def request_leave(self) -> None:
         """Staff want to leave (the exit combination, the held corner): ask for the PIN when one is
         set, else leave."""
+        self.message_page.phone_qr.set_data(url)
+        self.message_page.phone_qr.setVisible(bool(url) and self._problem == "camera" and self._mode == "error")
         if self._closing:
             return
         if self.pin_set:
@@ -1164,6 +1174,7 @@ class DemoWindow(QWidget):
             self._set_mode("live")  # one look-up failed; the kiosk itself works
             return
         self._pending_problem = None
+        page.phone_qr.setVisible(kind == "camera" and bool(page.phone_qr.data()))
         self._retry_clock.start()
         page = self.message_page
         page.headline.setText(TRYING_AGAIN)
@@ -1178,6 +1189,7 @@ class DemoWindow(QWidget):
         self._retry_succeeded()
 
     def _retry_succeeded(self) -> None:
+        page.phone_qr.hide()
         """Leave "Trying again…" once the camera works (for the look-up: and the pipeline)."""
         if self._mode != "retrying" or not self._camera_ok or self._pending_problem is not None:
             return
@@ -1447,3 +1459,4 @@ class DemoWindow(QWidget):
         self.pin_prompt.setGeometry(self.rect())
         self.live_page.phone_qr.set_side(max(64, round(self.QR_HEIGHT * self.height())))
         self.live_page._place()
+        self.message_page.phone_qr.set_side(max(96, round(2 * self.QR_HEIGHT * self.height())))
