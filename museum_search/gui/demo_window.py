@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import cv2
 import numpy as np
@@ -104,6 +104,7 @@ from museum_search.core.images import load_image
 from museum_search.gui import workers
 from museum_search.gui.state import Settings
 from museum_search.gui.widgets.camera_view import CameraView, ImageView
+from museum_search.gui.widgets.kiosk_objects import KioskObject, KioskObjects, load_object_photos
 from museum_search.gui.widgets.qr_code import QrPanel
 
 log = logging.getLogger(__name__)
@@ -143,9 +144,9 @@ TRYING_AGAIN_BODY = "One moment, please."
 PHOTO_MISSING = "Photo not available"
 #: Under the QR code of the phone link (setting ``demo/qr_url``).
 PHONE_CAPTION = "Use your phone: scan me"
-#: problem → (headline, detail, detail after a touch did not help)
 #: Under the phone link's QR code on the screen that says the camera is not working.
 PHONE_INSTEAD = "Use your phone instead: scan me"
+#: problem → (headline, detail, detail after a touch did not help)
 _PROBLEMS = {
     "camera": (ASK_STAFF, CAMERA_DOWN, CAMERA_STILL_DOWN),
     "setup": (ASK_STAFF, NOT_READY, STILL_NOT_READY),
@@ -170,6 +171,8 @@ class _Recognition:
     frame: np.ndarray  # what the camera saw
     seconds: float
     photo_error: str | None = None
+    #: each object's reference photo when the photo shows several (Answer.objects; else empty)
+    object_photos: list[np.ndarray | None] = field(default_factory=list)
 
     @property
     def found(self) -> bool:
@@ -192,7 +195,8 @@ def _recognize(pipeline: QueryPipeline, frame: np.ndarray) -> _Recognition:
             photo_error = exc.reason
         except OSError as exc:
             photo_error = str(exc)
-    return _Recognition(answer, photo, frame, time.perf_counter() - t0, photo_error)
+    several = load_object_photos(answer.objects) if len(answer.objects) >= 2 else []
+    return _Recognition(answer, photo, frame, time.perf_counter() - t0, photo_error, several)
 
 
 #: What a visitor reads under a recognised object, by the answer's confidence band (core's
@@ -488,12 +492,17 @@ class _CardPage(QWidget):
         text.addStretch(2)
         text.addWidget(self.footer)
 
-        row = QHBoxLayout()
+        self.single = QWidget()  # one object: its photo and catalogue entry
+        row = QHBoxLayout(self.single)
+        row.setContentsMargins(0, 0, 0, 0)
         row.setSpacing(48)
         row.addWidget(self.photo, 11)
         row.addLayout(text, 9)
+        self.several = KioskObjects()  # several objects in the photo: a card each
+        self.several.hide()
         self._outer = QVBoxLayout(self)
-        self._outer.addLayout(row, 1)
+        self._outer.addWidget(self.single, 1)
+        self._outer.addWidget(self.several, 1)
         self._outer.addSpacing(16)
         self._outer.addWidget(self.countdown)
 
@@ -543,6 +552,12 @@ class _MessagePage(QWidget):
             lab.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents, True)
             lay.addWidget(lab)
             lay.addSpacing(24)
+        # the phone link, shown when the camera fails: then visitors can still ask from their phones
+        self.phone_qr = QrPanel(PHONE_INSTEAD, self)
+        self.phone_qr.setObjectName("messageQr")
+        for i in range(self.phone_qr.layout().count()):
+            self.phone_qr.layout().itemAt(i).setAlignment(Qt.AlignmentFlag.AlignHCenter)
+        lay.addWidget(self.phone_qr, 0, Qt.AlignmentFlag.AlignHCenter)
         lay.addStretch(1)
 
 
@@ -552,12 +567,6 @@ class _PinPrompt(QWidget):
     PIN (``submitted``); clicks on the prompt never reach the kiosk below."""
 
     submitted = Signal(str)
-        # the phone link, shown when the camera fails: then visitors can still ask from their phones
-        self.phone_qr = QrPanel(PHONE_INSTEAD, self)
-        self.phone_qr.setObjectName("messageQr")
-        for i in range(self.phone_qr.layout().count()):
-            self.phone_qr.layout().itemAt(i).setAlignment(Qt.AlignmentFlag.AlignHCenter)
-        lay.addWidget(self.phone_qr, 0, Qt.AlignmentFlag.AlignHCenter)
     cancelled = Signal()
     MAX_DIGITS = 12
 
@@ -850,6 +859,8 @@ class DemoWindow(QWidget):
         """Show ``url`` as a QR code in the live view's corner; "" hides it."""
         self.live_page.phone_qr.set_data(url)
         self.live_page._place()
+        self.message_page.phone_qr.set_data(url)
+        self.message_page.phone_qr.setVisible(bool(url) and self._problem == "camera" and self._mode == "error")
 
     @property
     def pin_set(self) -> bool:
@@ -859,8 +870,6 @@ class DemoWindow(QWidget):
     def request_leave(self) -> None:
         """Staff want to leave (the exit combination, the held corner): ask for the PIN when one is
         set, else leave."""
-        self.message_page.phone_qr.set_data(url)
-        self.message_page.phone_qr.setVisible(bool(url) and self._problem == "camera" and self._mode == "error")
         if self._closing:
             return
         if self.pin_set:
@@ -1165,6 +1174,7 @@ class DemoWindow(QWidget):
         page.headline.setText(headline)
         page.detail.setText(detail_again if retried else detail)
         page.action.setText(TRY_AGAIN)
+        page.phone_qr.setVisible(kind == "camera" and bool(page.phone_qr.data()))
         self._set_calm(False)
         self._set_mode("error")
 
@@ -1174,12 +1184,12 @@ class DemoWindow(QWidget):
             self._set_mode("live")  # one look-up failed; the kiosk itself works
             return
         self._pending_problem = None
-        page.phone_qr.setVisible(kind == "camera" and bool(page.phone_qr.data()))
         self._retry_clock.start()
         page = self.message_page
         page.headline.setText(TRYING_AGAIN)
         page.detail.setText(TRYING_AGAIN_BODY)
         page.action.setText("")
+        page.phone_qr.hide()
         self._set_calm(True)
         self._set_mode("retrying")
         if self._pipeline is None and (self._load_job is None or not self._load_job.running):
@@ -1189,7 +1199,6 @@ class DemoWindow(QWidget):
         self._retry_succeeded()
 
     def _retry_succeeded(self) -> None:
-        page.phone_qr.hide()
         """Leave "Trying again…" once the camera works (for the look-up: and the pipeline)."""
         if self._mode != "retrying" or not self._camera_ok or self._pending_problem is not None:
             return
@@ -1282,6 +1291,17 @@ class DemoWindow(QWidget):
     def _fill_result_card(self, rec: _Recognition) -> None:
         c, best = self.card_page, rec.results[0]
         log.info("kiosk: recognised %s, %s (%s)", best.instance, best.path, _technician_verdict(rec.answer))
+        objects = rec.answer.objects if rec.object_photos else []
+        for o in objects[1:]:
+            log.info("kiosk: also in the photo: %s, %s (confidence %.3f; %s)", o.instance, o.result.path,
+                     o.confidence, o.reason)
+        c.several.show_objects([KioskObject(_meta(o.result, "title") or _pretty_instance(o.instance),
+                                            _meta(o.result, "artist"),
+                                            _meta(o.result, "year") or _meta(o.result, "date"),
+                                            confidence_words(o.confidence), photo)
+                                for o, photo in zip(objects, rec.object_photos)], CONTINUE, PHOTO_MISSING)
+        c.single.setVisible(not objects)
+        c.several.setVisible(bool(objects))
         c.verdict.setText("We found it!")
         c.verdict.show()
         c.title.setText(_meta(best, "title") or _pretty_instance(best.instance))
@@ -1308,6 +1328,8 @@ class DemoWindow(QWidget):
 
     def _fill_unknown_card(self, rec: _Recognition) -> None:
         c = self.card_page
+        c.single.show()
+        c.several.hide()
         log.info("kiosk: not in the collection (%s)", _technician_verdict(rec.answer))
         c.verdict.setText("")
         c.verdict.hide()
@@ -1412,6 +1434,7 @@ class DemoWindow(QWidget):
             return max(12, round(n * u))
 
         self.card_page.set_margins(px(72))
+        self.card_page.several.restyle(px)
         self.ripple.radius = px(90)
         self.setStyleSheet(f"""
             QWidget#demoWindow {{ background: {_BG}; }}
@@ -1458,5 +1481,5 @@ class DemoWindow(QWidget):
         self.pin_prompt.set_sizes(px(760), px(96))
         self.pin_prompt.setGeometry(self.rect())
         self.live_page.phone_qr.set_side(max(64, round(self.QR_HEIGHT * self.height())))
-        self.live_page._place()
         self.message_page.phone_qr.set_side(max(96, round(2 * self.QR_HEIGHT * self.height())))
+        self.live_page._place()

@@ -47,6 +47,7 @@ from museum_search.core.answer import (
     QueryImage,
     QueryPipeline,
     QuerySettings,
+    RegionError,
     Result,
     icfrr_advice,
     load_query,
@@ -58,8 +59,10 @@ from museum_search.core.errors import ImageError
 from museum_search.core.images import SUPPORTED_EXTENSIONS, is_image_file, load_image
 from museum_search.gui import workers
 from museum_search.gui.state import AppState
-from museum_search.gui.widgets.camera_view import CameraView, ImageView
+from museum_search.gui.widgets.camera_view import CameraView
 from museum_search.gui.widgets.evidence_view import EvidenceView, where_text
+from museum_search.gui.widgets.objects import ObjectCards
+from museum_search.gui.widgets.region_view import FOR_THE_BOX, RegionBar, RegionView, region_query
 from museum_search.gui.widgets.rerank_controls import RerankControls
 from museum_search.gui.widgets.result_grid import ResultGrid, catalogue_form, evidence_text, result_title
 
@@ -93,6 +96,7 @@ class LoadedPhoto:
     id: int
     item: QueryImage  # the photo as the pipeline sees it (decoded once, at most 640 px)
     path: str | None = None
+    whole: QueryImage | None = None  # the whole photo, when ``item`` is a part of it (a region query)
 
     @property
     def image(self) -> np.ndarray:
@@ -382,10 +386,15 @@ class SearchTab(QWidget):
 
     def _query_column(self) -> QWidget:
         """The query photo, and the live camera below it while it runs."""
-        self.query_view = ImageView("Open an image, drop one here, paste one (Ctrl+V) or use the camera.",
-                                    alignment=Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignHCenter,
-                                    dark=False)
+        self.query_view = RegionView("Open an image, drop one here, paste one (Ctrl+V) or use the camera.",
+                                     alignment=Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignHCenter,
+                                     dark=False)
         self.query_view.setObjectName("queryImage")
+        self.query_view.region_drawn.connect(self.ask_region)  # a box drawn: only that part is asked
+        self.query_view.region_cleared.connect(lambda: self.ask_region(None))
+        self.region_bar = RegionBar()
+        self.region_bar.whole_photo.connect(lambda: self.ask_region(None))
+        self.region_bar.hide()
         self.camera_view = CameraView()
         self.camera_view.setObjectName("cameraView")
         self.camera_view.failed.connect(self._camera_failed)
@@ -402,6 +411,7 @@ class SearchTab(QWidget):
         ll = QVBoxLayout(left)
         ll.setContentsMargins(0, 0, 0, 0)
         ll.addWidget(self.query_caption)
+        ll.addWidget(self.region_bar)
         ll.addWidget(self.query_view, 1)
         ll.addWidget(self.camera_box, 1)
         return left
@@ -437,7 +447,9 @@ class SearchTab(QWidget):
         right = QWidget()
         rl = QVBoxLayout(right)
         rl.setContentsMargins(0, 0, 0, 0)
-        for w in (self.rerank, self.icfrr_warning, self.banner, self.message):
+        self.object_cards = ObjectCards()  # "2 objects in this photo": a card per object
+        self.object_cards.activated.connect(self.show_result_dialog)
+        for w in (self.rerank, self.icfrr_warning, self.banner, self.object_cards, self.message):
             rl.addWidget(w)
         rl.addWidget(self.grid, 1)
         status_row = QHBoxLayout()
@@ -495,10 +507,11 @@ class SearchTab(QWidget):
         """Search with the image file at ``path``; False (and a message) if it cannot be read."""
         return self._search(lambda: load_query(path), str(path))
 
-    def _search(self, make: Callable[[], QueryImage | None], path: str | None = None) -> bool:
+    def _search(self, make: Callable[[], QueryImage | None], path: str | None = None,
+                whole: QueryImage | None = None) -> bool:
         try:
             item = make()
-        except ImageError as exc:
+        except (ImageError, RegionError) as exc:
             self.show_message(f"This image cannot be used: {exc}", "error")
             return False
         if item is None:
@@ -506,9 +519,11 @@ class SearchTab(QWidget):
                               f"file ({', '.join(sorted(SUPPORTED_EXTENSIONS))}), first.", "error")
             return False
         self._next_qid += 1
-        self._query = LoadedPhoto(self._next_qid, item, path)
-        self.query_view.set_image(item.image)
-        h, w = item.image.shape[:2]
+        self._query = LoadedPhoto(self._next_qid, item, path, whole)
+        self.query_view.set_query(whole or item, item.region)
+        self.region_bar.set_region(item.region)
+        self.region_bar.show()
+        h, w = (whole or item).image.shape[:2]
         name = Path(item.name).name if path else item.name
         self.query_caption.setText(f"<b>Query:</b> {html.escape(name)} <span style='color:gray'>({w}×{h})</span>")
         self.query_caption.setToolTip(path or "")
@@ -524,6 +539,17 @@ class SearchTab(QWidget):
             self._job.cancel()  # obsolete query; _reconcile runs when it ends
         self._reconcile()
         return True
+
+    def ask_region(self, region: tuple[float, float, float, float] | None) -> bool:
+        """Ask about the part ``region`` (x, y, w, h in the photo's pixels; None: the whole photo)
+        of the query photo, through core (:func:`region_query`); the photo shown stays whole."""
+        q = self._query
+        if q is None:
+            return False
+        whole = q.whole or q.item
+        if region is None and q.whole is None:
+            return True  # the whole photo is asked already
+        return self._search(lambda: region_query(whole, q.path, region), q.path, whole if region else None)
 
     def open_image_dialog(self) -> None:
         start = str(self.state.settings.value("search/last_dir", "") or "")
@@ -742,6 +768,9 @@ class SearchTab(QWidget):
     # ---- showing the answer --------------------------------------------------------------
     def _set_answer(self, answer: Answer | None) -> None:
         self._answer = answer
+        boxed = self._query is not None and self._query.whole is not None
+        self.object_cards.set_objects(answer.objects if answer is not None else [], in_box=boxed)
+        self.query_view.set_objects(answer.objects if answer is not None else [])
         if answer is None:
             self._shown_for = self._shown_pipeline = None
             self.banner.hide()
@@ -773,6 +802,8 @@ class SearchTab(QWidget):
         else:
             text, kind = (f"<b>Not in this collection</b> — {reason}. "
                           "The references below are only the most similar."), "out"
+        if self._query is not None and self._query.whole is not None:  # a region query's answer
+            text = html.escape(FOR_THE_BOX) + text
         self.banner.setText(text)
         self.banner.setToolTip(f"{CONFIDENCE_TIP}\nVerdict: {self._shown_pipeline.verdict.source}")
         self.banner.setProperty("verdict", kind)
