@@ -7,7 +7,9 @@ with the reference photo of the matched object and its catalogue entry (title, a
 description, and how sure the answer is in plain words: :func:`confidence_words`; the confidence as
 a number and the verdict's reason go to the log), or a friendly "not in this collection" card exactly when the query
 pipeline's answer says so (:attr:`museum_search.core.answer._pipeline.Answer.in_collection`: verified and
-calibrated per index, the same answer as the Search tab and ``museum-search query``). The card
+calibrated per index, the same answer as the Search tab and ``museum-search query``). When the
+photo shows several objects of the collection (:attr:`Answer.objects`), the card says "2 objects in
+this photo" and shows a card for each (:mod:`museum_search.gui.widgets.kiosk_objects`). The card
 goes away after ``result_seconds`` or on a touch.
 
 Everything slow runs off the GUI thread through :func:`museum_search.gui.workers.start`: the

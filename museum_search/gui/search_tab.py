@@ -4,6 +4,10 @@ A view over the core query pipeline (:mod:`museum_search.core.answer._pipeline`)
 :class:`QuerySettings`, a worker calls :meth:`QueryPipeline.answer`, and the tab shows the
 :class:`Answer` as it comes (results, "in the collection" verdict and its reason). A file query goes
 through :func:`load_query`, exactly as ``museum-search query`` does, so both give the same answer.
+Every object found in the photo (:attr:`Answer.objects`) is outlined on the query photo, and when
+there are several, "2 objects in this photo" shows a card for each (:mod:`.widgets.objects`). A box
+dragged on the photo asks about that part only, through core's region query, as ``query --region``
+(:meth:`SearchTab.ask_region`, :mod:`.widgets.region_view`).
 
 At most one background job runs at a time; :meth:`SearchTab._reconcile` starts whatever the shown
 answer lacks once it ends. Pipelines are kept per (index, settings) and the query's descriptors per

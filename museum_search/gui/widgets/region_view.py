@@ -178,8 +178,7 @@ class RegionView(ImageView):
             self._drag = None
             box = self.box_of(start, event.position())
             self.update()
-            if box is not None:
-                self._region = box
+            if box is not None:  # shown once the tab asks about it (set_query): never a box not asked
                 self.region_drawn.emit(box)
             event.accept()
             return
