@@ -812,7 +812,7 @@ def test_build_progress_line_fits_at_1024x700_with_the_whole_builds_time_left(wi
     build's time left (core.progress.JobEta over core.indexing.build_plan); the file is in the tooltip."""
     from museum_search.core.jobs._indexing import build_plan
     from museum_search.core.progress import with_plan
-    from museum_search.gui.collection_tab import format_duration
+    from museum_search.gui.collection_tab import format_duration, time_left_text
 
     tab = window_tab
     tab.collection_edit.setText(str(tmp_path))
@@ -830,7 +830,7 @@ def test_build_progress_line_fits_at_1024x700_with_the_whole_builds_time_left(wi
         assert p.step >= 1 and p.steps == 4
         assert f"Step {p.step} of 4" in text or f"{p.step}/4" in text, text
         if p.job_eta is not None:
-            assert f"{format_duration(p.job_eta)} left" in text, text
+            assert time_left_text(p) in text, text
             assert f"whole build: {format_duration(p.job_eta)}" in tip, tip
         assert "bbdd_" not in text and f"bbdd_{p.done:05d}.jpg" in tip, (text, tip)
         seen.append(p)

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
-from museum_search.core.progress import JobEta, PlannedStage, Progress, with_plan
+from museum_search.core.progress import EtaEstimator, JobEta, PlannedStage, Progress, with_plan
 
 PLAN = (PlannedStage("describing", 1.0), PlannedStage("local features", 4.0),
         PlannedStage("neighbours", 0.02), PlannedStage("calibrating", 30.0, lambda n: n // 2))
@@ -65,9 +66,13 @@ def test_job_eta_follows_the_measured_rate_of_a_stage_slower_than_planned():
     end_of_features = records[19][0]
     rate = (10 * 1.0 + 10 * 8.0) / (10 * 1.0 + 10 * 4.0)  # seconds per unit of cost, as measured
     assert end_of_features.job_eta == pytest.approx(rate * (0.02 * 10 + 30 * 5), rel=1e-6)
-    # in the last stage, its own measured rate decides
-    for p, truth in records[21:]:
-        assert p.job_eta == pytest.approx(truth, rel=1e-6)
+    # in the last stage its own measured rate takes over, step by step (each reading moves the
+    # estimate by the share its error gives it, never by more than the estimate's own band), and
+    # the truth is inside the band shown all along
+    last = [(p, truth) for p, truth in records if p.stage == "calibrating"]
+    errors = [abs(p.job_eta - truth) for p, truth in last]
+    assert errors[0] > 50 and all(b <= a for a, b in zip(errors, errors[1:])) and errors[-1] == 0.0
+    assert all(abs(p.job_eta - truth) <= 2 * p.job_eta_band for p, truth in last[:-1])
 
 
 def test_expected_totals_replace_the_plans_guess_and_skipped_stages_are_not_counted():
@@ -188,3 +193,84 @@ def test_a_real_build_job_says_its_step_and_whole_time_left(tmp_path, sample_col
     # while describing, the time left counts the local features to come (4x a photo's cost each)
     describing = [r for r in counted if r[0] == "describing" and r[1] < r[2]]
     assert describing and all(r[5] is not None for r in describing[1:])
+
+
+def _noisy_stage(seed=0):
+    """(elapsed, done, total) of a stage that starts slowly, answers in bursts of 4 at the same
+    moment, and whose speed halves two thirds of the way (the machine gets busy)."""
+    rng = np.random.default_rng(seed)
+    t, d, out = 3.0, 0, [(0.0, 0, 120)]
+    while d < 120:
+        t += 4 * (0.5 if d < 80 else 1.0) * rng.uniform(0.6, 1.4)
+        for _ in range(4):
+            d += 1
+            out.append((t, d, 120))
+        out.append((t + 0.05, d, 120))  # a heartbeat
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_estimate_never_jumps_by_more_than_its_own_band(seed):
+    """Between two records the estimate counts down with the clock; a reading moves it by at most
+    the error band it had then (its band grown by the time passed), never more."""
+    est = EtaEstimator()
+    prev = None
+    moves = []
+    for t, d, n in _noisy_stage(seed):
+        p = Progress(d, n, elapsed=t)
+        eta = est.update(p)
+        if eta is None or d >= n:
+            continue
+        if prev is not None:
+            pt, peta, pband = prev
+            dt = t - pt
+            counted = max(0.0, peta - dt)
+            grown = math.sqrt(pband ** 2 + (est.drift * counted) ** 2 * dt / est.smoothing)
+            assert abs(eta - counted) <= grown + 1e-9, (t, d, eta, counted, grown)
+            moves.append(abs(eta - counted))
+        prev = (t, eta, p.eta_band)
+    assert max(moves) > 0  # it does follow its readings
+
+
+def test_after_the_speed_changes_the_estimate_follows_within_its_window():
+    seq = _noisy_stage(0)
+    est = EtaEstimator()
+    for t, d, n in seq:
+        p = Progress(d, n, elapsed=t)
+        est.update(p)
+        if d == 110 and t == max(tt for tt, dd, _ in seq if dd == 110):
+            # 30 steps after the machine got busy: at about 1 s a step now (10 steps left)
+            assert 10 * 0.6 <= p.eta <= 10 * 1.4 + 2 * p.eta_band
+
+
+def test_time_left_is_a_number_a_range_or_nothing_by_its_band():
+    from museum_search.core.progress import time_left
+
+    p = Progress(5, 10, elapsed=5.0)
+    p.smoothed_eta, p.eta_band = 100.0, 10.0  # ±10 %: one number
+    assert time_left(p) == (100.0, 100.0)
+    p.eta_band = 40.0  # ±40 %: the range it may be in, on round figures
+    low, high = time_left(p)
+    assert low <= 60 and high >= 140 and low % 30 == 0 and high % 30 == 0
+    p.eta_band = 90.0  # too uncertain to say anything
+    assert time_left(p) is None
+    p.smoothed_eta, p.eta_band = 4.0, 1.5  # a few seconds: the number
+    assert time_left(p) == (4.0, 4.0)
+    # a job's whole time left, when a JobEta filled it in
+    job = Progress(1, 10, elapsed=1.0)
+    job.steps, job.job_eta, job.job_eta_band = 3, 50.0, 5.0
+    assert time_left(job) == (50.0, 50.0)
+
+
+def test_a_stage_costlier_than_planned_starts_from_the_plan_with_a_band_that_holds_the_truth():
+    # calibration runs at 1.8x its planned cost (within two of the plan's error bands,
+    # progress.PLAN_ERROR): when it starts, the job's time left is the plan's, its band wide enough
+    # to hold the truth; the estimate then climbs to it
+    stages = [("describing", 10, 1.0), ("local features", 10, 4.0), ("calibrating", 10, 54.0)]
+    plan = PLAN[:2] + (PlannedStage("calibrating", 30.0, lambda n: n),)
+    records = run(plan, stages)
+    first = next((p, truth) for p, truth in records if p.stage == "calibrating")
+    p, truth = first
+    assert p.job_eta < truth <= p.job_eta + 2 * p.job_eta_band
+    later = [(p, truth) for p, truth in records if p.stage == "calibrating" and p.done >= 4]
+    assert all(abs(p.job_eta - truth) < 0.3 * truth for p, truth in later[:-1])

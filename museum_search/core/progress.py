@@ -61,6 +61,10 @@ class Progress:
     #: seconds left in the whole job (this step and the steps to come), filled in by a
     #: :class:`JobEta`; None: not known (yet)
     job_eta: float | None = field(default=None, repr=False, compare=False)
+    #: the error of :attr:`smoothed_eta` and of :attr:`job_eta` (seconds, one standard deviation),
+    #: filled in with them (None: not known)
+    eta_band: float | None = field(default=None, repr=False, compare=False)
+    job_eta_band: float | None = field(default=None, repr=False, compare=False)
     #: how many steps stages still to come will take (stage → total), when the job knows it before
     #: they start (e.g. the calibration's views, once the photos are labelled); read by :class:`JobEta`
     expected: dict[str, int] | None = field(default=None, repr=False, compare=False)
@@ -80,16 +84,65 @@ class Progress:
         return self.done / self.total if self.total else 1.0
 
 
+class _Steady:
+    """A time left that counts down steadily, corrected by readings in proportion to how much
+    each is worth (a one-dimensional Kalman filter on the seconds left).
+
+    The estimate carries its own error (``sd``, seconds): a reading of ``reading`` seconds worth
+    ``sd_reading`` moves it by the share its error leaves (``k``), and never by more than the
+    estimate's own error at that moment, so the time shown never jumps by more than the band it
+    claims; in between readings it counts down with the clock and its error grows with the time
+    passed (``drift``: how far a job's speed may move, relative, in ``horizon`` seconds)."""
+
+    def __init__(self, drift: float, horizon: float):
+        self.drift, self.horizon = drift, horizon
+        self.eta: float | None = None
+        self.var = 0.0
+        self.at = 0.0
+
+    def start(self, eta: float, sd: float, at: float) -> None:
+        self.eta, self.var, self.at = max(0.0, eta), sd * sd, at
+
+    def predict(self, at: float) -> float:
+        """The estimate at ``at``: counted down since the last one, its error grown with the time passed."""
+        assert self.eta is not None
+        dt = max(0.0, at - self.at)
+        self.eta = max(0.0, self.eta - dt)
+        if self.horizon > 0:
+            self.var += (self.drift * self.eta) ** 2 * dt / self.horizon
+        self.at = max(self.at, at)
+        return self.eta
+
+    def correct(self, reading: float, sd_reading: float) -> float:
+        assert self.eta is not None
+        r_var = max(sd_reading * sd_reading, 1e-9)
+        k = self.var / (self.var + r_var) if self.var + r_var > 0 else 1.0
+        band = math.sqrt(self.var)
+        step = min(band, max(-band, k * (reading - self.eta)))
+        self.eta = max(0.0, self.eta + step)
+        self.var = (1.0 - k) * self.var
+        return self.eta
+
+    @property
+    def sd(self) -> float:
+        return math.sqrt(max(self.var, 0.0))
+
+
 class EtaEstimator:
-    """A steady ETA for a sequence of :class:`Progress` records of one job.
+    """A steady, honest ETA for a sequence of :class:`Progress` records of one job.
 
     ``elapsed / done`` since the start of a stage swings when steps come in bursts (a batch of
     answers at once), and lags when the rate changes (a slow first step that loads something, a
-    machine that gets busy). Here the rate is measured over the last ``window`` seconds of the
-    stage (from the first record of its oldest moment), and the estimate moves towards each new
-    reading with a time constant of ``smoothing`` seconds, counting down in between: records
-    arriving at the same moment do not move it, and a new rate takes over within a few seconds.
-    There is no estimate before two records at different times.
+    machine that gets busy). Here each new step done gives a reading: the steps left at the rate
+    over the last ``window`` seconds of the stage (from the first record of its oldest moment),
+    worth more the more steps it was measured on (its relative error ``1/sqrt(steps)``). The
+    estimate counts down with the clock and moves towards each reading by the share their errors
+    give it (:class:`_Steady`), never by more than its own error band (``Progress.eta_band``), so a
+    first reading spoilt by a slow first step is left behind within a few steps, and a new rate
+    takes over within a few seconds (``smoothing``: the time in which the job's speed may drift by
+    ``drift``). Records that come at the same moment (a burst) do not move it, and while no step
+    ends the reading only keeps it from counting below what the time already spent says.
+    There is no estimate before two records at different times (unless :meth:`prime` gave one).
 
     The stage starts again (its readings are forgotten) when ``total`` changes, or ``done`` or
     ``elapsed`` go back; records with ``total == 0`` have no ETA. Records of different ``stage``
@@ -97,21 +150,41 @@ class EtaEstimator:
     heartbeats count the same queries).
     """
 
-    def __init__(self, window: float = 15.0, smoothing: float = 3.0):
+    def __init__(self, window: float = 15.0, smoothing: float = 3.0, drift: float = 0.3):
         self.window = float(window)
         self.smoothing = float(smoothing)
+        self.drift = float(drift)
+        self._prior: tuple[float, float] | None = None
         self._reset(None)
 
     def _reset(self, total: int | None) -> None:
         self._total = total
         self._samples: deque[tuple[float, int]] = deque()  # (elapsed, done): the first record of each moment
         self._last: tuple[float, int] | None = None
-        self._eta: float | None = None
-        self._at = 0.0
+        self._filter = _Steady(self.drift, self.smoothing)
+        self._read_done, self._read_at = -1, -math.inf  # ``done`` and time of the last reading taken in
+
+    def prime(self, eta: float, sd: float) -> None:
+        """What the next stage's time left is believed to be before it has a reading of its own
+        (e.g. its steps at the job's measured rate and planned cost), ``sd`` its error (seconds)."""
+        self._prior = (float(eta), float(sd))
+
+    @property
+    def band(self) -> float | None:
+        """The error of the estimate (seconds, one standard deviation); None while unknown."""
+        return None if self._filter.eta is None else self._filter.sd
+
+    def _reading(self, t: float, d: int, total: int) -> tuple[float, float] | None:
+        """The time left at the rate over the window, and its error; None before a step ended in it."""
+        t0, d0 = self._samples[0]
+        if d <= d0 or t <= t0:
+            return None
+        left = (total - d) * (t - t0) / (d - d0)
+        return left, left / math.sqrt(d - d0)
 
     def update(self, p: Progress) -> float | None:
-        """The ETA after ``p`` (seconds), also stored in ``p.smoothed_eta``; None while unknown
-        (before two records at different times in the stage)."""
+        """The ETA after ``p`` (seconds), also stored in ``p.smoothed_eta`` (its error in
+        ``p.eta_band``); None while unknown (before two records at different times in the stage)."""
         if p.total <= 0:
             p.smoothed_eta = math.nan
             return None
@@ -119,31 +192,61 @@ class EtaEstimator:
         if p.total != self._total or (self._last is not None and (d < self._last[1] or t < self._last[0])):
             self._reset(p.total)
         self._last = (t, d)
+        f = self._filter
         if d >= p.total:
-            self._eta, self._at = 0.0, t
-            p.smoothed_eta = 0.0
+            f.start(0.0, 0.0, t)
+            p.smoothed_eta, p.eta_band = 0.0, 0.0
             return 0.0
-        # the rate over the window, from the first record of its oldest moment (records that come
-        # at the same moment, a burst, are counted from its start)
         if not self._samples or self._samples[-1][0] < t:
             self._samples.append((t, d))
         while len(self._samples) > 2 and self._samples[1][0] <= t - self.window:
             self._samples.popleft()
-        t0, d0 = self._samples[0]
-        reading = (p.total - d) * (t - t0) / (d - d0) if d > d0 and t > t0 else None
-        if self._eta is None:
-            if reading is None:
+        reading = self._reading(t, d, p.total)
+        if f.eta is None:
+            if self._prior is not None:
+                f.start(*self._prior, at=t)
+                self._prior = None
+            elif reading is None:
                 p.smoothed_eta = math.nan
                 return None
-            self._eta = reading
-        else:
-            dt = max(0.0, t - self._at)
-            predicted = max(0.0, self._eta - dt)  # counting down since the last estimate
-            a = 1.0 - math.exp(-dt / self.smoothing) if self.smoothing > 0 else 1.0
-            self._eta = predicted if reading is None else predicted + a * (reading - predicted)
-        self._at = t
-        p.smoothed_eta = self._eta
-        return self._eta
+            else:
+                f.start(reading[0], reading[1], t)
+                self._read_done, self._read_at = d, t
+        predicted = f.predict(t)
+        if reading is not None and d > self._read_done and t > self._read_at:  # a step ended: a new reading
+            f.correct(*reading)
+            self._read_done, self._read_at = d, t
+        elif reading is not None and reading[0] > predicted:  # no step ended for longer than the rate says
+            f.correct(*reading)
+        p.smoothed_eta, p.eta_band = f.eta, f.sd
+        return f.eta
+
+
+#: A time left is shown as one number when its error band is at most this share of it (or
+#: :data:`PRECISE_SECONDS`), as a range while wider, and not at all while wider than :data:`UNKNOWN_SHARE`.
+PRECISE_SHARE = 0.2
+PRECISE_SECONDS = 2.0
+UNKNOWN_SHARE = 0.8
+
+
+def time_left(p: Progress) -> tuple[float, float] | None:
+    """What a view shows of the time left after ``p``: ``(low, high)`` seconds, equal when the
+    estimate is precise enough to be one number, a range (the estimate ± its error band) while it
+    is not, None while it is unknown or too uncertain to say. The whole job's when a
+    :class:`JobEta` filled it in (``p.steps``), else the stage's (:class:`EtaEstimator`)."""
+    whole = p.steps > 0
+    eta = p.job_eta if whole else p.eta
+    band = p.job_eta_band if whole else p.eta_band
+    if eta is None or math.isnan(eta):
+        return None
+    band = 0.0 if band is None else band
+    if band <= max(PRECISE_SECONDS, PRECISE_SHARE * eta):
+        return eta, eta
+    if band > UNKNOWN_SHARE * eta:
+        return None
+    step = 5.0 if eta + band < 120 else 30.0 if eta + band < 1200 else 60.0
+    low = max(0.0, math.floor((eta - band) / step) * step)
+    return low, max(low + step, math.ceil((eta + band) / step) * step)
 
 
 def tap(gen: Generator[T, None, R], on_record: Callable[[Progress], object]) -> Generator[T, None, R]:
@@ -184,6 +287,12 @@ class PlannedStage:
         return float(n) if self.units is None else float(self.units(n))
 
 
+#: How far a stage's cost may be from the plan's ratio (relative, one standard deviation): the
+#: error of the time left in stages not yet run (measured: calibration took 1.2x to 3x the planned
+#: cost on the sample and the paintings, under different loads; bench/bench_eta.py).
+PLAN_ERROR = 0.5
+
+
 class JobEta:
     """The step and the time left in a whole job of :class:`PlannedStage` stages, from its records.
 
@@ -208,6 +317,7 @@ class JobEta:
         self._n: int | None = None
         self._measured: dict[int, tuple[float, int]] = {}  # plan position → (elapsed, done) of its last record
         self._last: float | None = None
+        self._band: float | None = None
         self._expected: dict[str, int] = {}
 
     @property
@@ -242,10 +352,14 @@ class JobEta:
             self._expected.update(p.expected)
         if p.total <= 0:  # a step of unknown length: the estimate stays as it was
             self._number(p, self._pos)
-            p.job_eta = self._last
+            p.job_eta, p.job_eta_band = self._last, self._band
             return self._last
         j = self._position(p.stage)
         if j is not None:
+            rate = self.rate()
+            if j != self._pos and rate is not None:  # a stage starts: its time left at the plan's cost, until measured
+                planned = rate * self.plan[j].cost * max(0, p.total - p.done)
+                self._stage_eta.prime(planned, PLAN_ERROR * planned)
             self._pos = j
             if self._n is None:  # the plan's first stage sets the size; a job that skips it has none of it
                 self._n = p.total if j == 0 else 0
@@ -263,7 +377,10 @@ class JobEta:
         if later > 0 and rate is None:
             p.job_eta = self._last = None
             return None
-        p.job_eta = self._last = own + (rate or 0.0) * later
+        later_s = (rate or 0.0) * later
+        p.job_eta = self._last = own + later_s
+        own_band = self._stage_eta.band if self._stage_eta.band is not None else PLAN_ERROR * own
+        p.job_eta_band = self._band = math.hypot(own_band, PLAN_ERROR * later_s)
         return p.job_eta
 
     def _number(self, p: Progress, pos: int) -> None:

@@ -83,7 +83,7 @@ from museum_search.core.inference import (
     BackboneConfig,
 )
 from museum_search.core.jobs import BuildReport, build_job, update_job
-from museum_search.core.progress import Progress
+from museum_search.core.progress import Progress, time_left
 from museum_search.gui import upgrade, workers
 from museum_search.gui.state import AppState
 from museum_search.gui.widgets.camera_view import ImageView
@@ -337,6 +337,17 @@ def format_duration(seconds: float | None) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
+def time_left_text(p: Progress) -> str:
+    """The time left after ``p`` as core says to show it (:func:`.core.progress.time_left`): one
+    figure when the estimate is precise ("1:05 left"), the range it is in while it is not
+    ("1:00–2:30 left"), "time left: …" while it is unknown."""
+    shown = time_left(p)
+    if shown is None:
+        return "time left: …"
+    low, high = shown
+    return f"{format_duration(low)} left" if low == high else f"{format_duration(low)}–{format_duration(high)} left"
+
+
 def progress_line(p: Progress, current: str = "", job: str = "build") -> tuple[list[str], str]:
     """The progress line of a build or update: its wordings, longest first (:class:`FittingLine`
     shows the longest that fits), and its tooltip. Every wording has the step, the count and the
@@ -346,7 +357,7 @@ def progress_line(p: Progress, current: str = "", job: str = "build") -> tuple[l
     whole = p.steps > 0
     left = p.job_eta if whole else p.eta
     count = f"{p.done:,} / {p.total:,}"
-    eta = f"{format_duration(left)} left" if left is not None else "time left: …"
+    eta = time_left_text(p)
     stage = f"{p.stage[:1].upper()}{p.stage[1:]}"
     if whole and p.step:
         step = f"Step {p.step} of {p.steps}"
@@ -358,7 +369,8 @@ def progress_line(p: Progress, current: str = "", job: str = "build") -> tuple[l
         tip = [stage]
     tip.append(f"{count} done")
     if whole:
-        tip.append(f"Time left in the whole {job}: {format_duration(left)} "
+        band = f" ± {format_duration(p.job_eta_band)}" if left is not None and p.job_eta_band else ""
+        tip.append(f"Time left in the whole {job}: {format_duration(left)}{band} "
                    f"(this step: {format_duration(p.eta)})")
     else:
         tip.append(f"Time left in this step: {format_duration(p.eta)}")

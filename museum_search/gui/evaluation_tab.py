@@ -85,9 +85,9 @@ from museum_search.core.evaluation import (
 )
 from museum_search.core.index import Index
 from museum_search.core.memory import compact_reports
-from museum_search.core.progress import Progress, wait
+from museum_search.core.progress import Progress, time_left, wait
 from museum_search.gui import upgrade, workers
-from museum_search.gui.collection_tab import format_duration
+from museum_search.gui.collection_tab import format_duration, time_left_text
 from museum_search.gui.state import AppState
 from museum_search.gui.widgets.comparison_table import ComparisonPage
 from museum_search.gui.widgets.comparison_table import pct as _pct
@@ -225,8 +225,8 @@ def progress_text(p: Progress) -> str:
         text += f": {p.done:,} of {p.total:,}"
     if p.current:
         text += f" — {Path(p.current).name}"
-    if p.done < p.total and p.eta is not None:
-        text += f" ({format_duration(p.eta)} left)"
+    if p.done < p.total and time_left(p) is not None:
+        text += f" ({time_left_text(p)})"
     return text
 
 

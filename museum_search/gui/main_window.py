@@ -35,6 +35,7 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QKeySequenceEdit,
     QLabel,
+    QLayout,
     QLineEdit,
     QMainWindow,
     QMessageBox,
@@ -107,6 +108,9 @@ class SettingsDialog(QDialog):
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         form.addRow(buttons)
+        # never smaller than its text needs: a message shown under a field makes the dialog grow,
+        # and the word-wrapped help keeps every line (the last says how staff leave the kiosk)
+        form.setSizeConstraint(QLayout.SizeConstraint.SetMinimumSize)
 
     def _add_kiosk_rows(self, form: QFormLayout) -> None:
         from museum_search.gui.demo_window import DEFAULT_EXIT_KEYS, EXIT_KEYS_SETTING
@@ -170,7 +174,16 @@ class SettingsDialog(QDialog):
         problem = phone_link_problem(self.qr_url.text())
         self.qr_error.setText(problem)
         self.qr_error.setVisible(bool(problem))
+        self._fit()
         return not problem
+
+    def _fit(self) -> None:
+        """Grow (never shrink below what the text needs) so that every message shows whole."""
+        self.layout().activate()
+        need = self.layout().totalHeightForWidth(self.width()) if self.layout().hasHeightForWidth() \
+            else self.layout().totalSizeHint().height()
+        if need > self.height():
+            self.resize(self.width(), need)
 
     def _add_engine_rows(self, form: QFormLayout) -> None:
         """The inference engine and the matcher of new indexes."""
@@ -217,6 +230,7 @@ class SettingsDialog(QDialog):
         if pin and not 4 <= len(pin) <= 12:
             self.pin_error.setText("The PIN needs 4 to 12 digits.")
             self.pin_error.show()
+            self._fit()
             self.pin.setFocus()
             return
         if not self._check_phone_link():
