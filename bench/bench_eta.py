@@ -27,6 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 PAINTINGS = Path("/work/shared/data/paintings")
+#: Stage costs replayed with (``replay --cost calibrating=30``), so that estimators are compared on one plan.
+COSTS: dict[str, float] = {}
 
 
 def _trace(gen):
@@ -91,7 +93,14 @@ def _shown(kind: str, records):
 
     fill = [EtaEstimator().update]
     if kind == "build":
-        fill.insert(0, progress.JobEta(build_plan()).update)
+        from museum_search.core.jobs import _indexing
+
+        saved = dict(_indexing.STAGE_COSTS)
+        _indexing.STAGE_COSTS.update(COSTS)  # the same plan for every estimator compared
+        try:
+            fill.insert(0, progress.JobEta(build_plan()).update)
+        finally:
+            _indexing.STAGE_COSTS.update(saved)
     elif hasattr(progress, "evaluation_plan"):
         fill.insert(0, progress.JobEta(progress.evaluation_plan()).update)
     shown = []
@@ -106,7 +115,7 @@ def _shown(kind: str, records):
             f(p)
         point = p.job_eta if p.steps > 0 else p.eta
         shown_range = progress.time_left(p) if hasattr(progress, "time_left") else (point, point)
-        shown.append(None if shown_range is None else (point, *shown_range))
+        shown.append(None if shown_range is None or point is None else (point, *shown_range))
     return shown
 
 
@@ -152,7 +161,11 @@ def main() -> None:
     rec.add_argument("--only", choices=["sample", "paintings"])
     rep = sub.add_parser("replay")
     rep.add_argument("traces")
+    rep.add_argument("--cost", action="append", default=[], help="STAGE=COST: a stage's planned cost replayed")
     args = ap.parse_args()
+    for item in getattr(args, "cost", []):
+        stage, _, cost = item.rpartition("=")
+        COSTS[stage] = float(cost)
     if args.cmd == "record":
         record(args)
     else:

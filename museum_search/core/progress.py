@@ -84,6 +84,14 @@ class Progress:
         return self.done / self.total if self.total else 1.0
 
 
+#: The least relative error of a reading however many steps it was measured on: the readings of
+#: one window share most of their steps, and a job's speed moves (calibration's views are not alike).
+READING_FLOOR = 0.1
+#: Once this many steps ended after a stage's first, the time of the first (often slow: a warm-up) is
+#: left out of the stage's rate.
+WARM_STEPS = 5
+
+
 class _Steady:
     """A time left that counts down steadily, corrected by readings in proportion to how much
     each is worth (a one-dimensional Kalman filter on the seconds left).
@@ -163,6 +171,7 @@ class EtaEstimator:
         self._last: tuple[float, int] | None = None
         self._filter = _Steady(self.drift, self.smoothing)
         self._read_done, self._read_at = -1, -math.inf  # ``done`` and time of the last reading taken in
+        self._warm: tuple[float, int] | None = None  # (elapsed, done) when the stage's first step ended
 
     def prime(self, eta: float, sd: float) -> None:
         """What the next stage's time left is believed to be before it has a reading of its own
@@ -177,10 +186,12 @@ class EtaEstimator:
     def _reading(self, t: float, d: int, total: int) -> tuple[float, float] | None:
         """The time left at the rate over the window, and its error; None before a step ended in it."""
         t0, d0 = self._samples[0]
+        if self._warm is not None and d0 < self._warm[1] and d - self._warm[1] >= WARM_STEPS:
+            t0, d0 = self._warm  # the stage's first step (a warm-up: caches filled, a model loaded) left out
         if d <= d0 or t <= t0:
             return None
         left = (total - d) * (t - t0) / (d - d0)
-        return left, left / math.sqrt(d - d0)
+        return left, left * max(READING_FLOOR, 1.0 / math.sqrt(d - d0))
 
     def update(self, p: Progress) -> float | None:
         """The ETA after ``p`` (seconds), also stored in ``p.smoothed_eta`` (its error in
@@ -199,6 +210,8 @@ class EtaEstimator:
             return 0.0
         if not self._samples or self._samples[-1][0] < t:
             self._samples.append((t, d))
+        if self._warm is None and d > self._samples[0][1] and t > self._samples[0][0]:
+            self._warm = (t, d)  # the first record of the moment the first step(s) ended
         while len(self._samples) > 2 and self._samples[1][0] <= t - self.window:
             self._samples.popleft()
         reading = self._reading(t, d, p.total)
@@ -216,7 +229,7 @@ class EtaEstimator:
         if reading is not None and d > self._read_done and t > self._read_at:  # a step ended: a new reading
             f.correct(*reading)
             self._read_done, self._read_at = d, t
-        elif reading is not None and reading[0] > predicted:  # no step ended for longer than the rate says
+        elif reading is not None and reading[0] > predicted and t > self._read_at:  # no step ended for longer than the rate says
             f.correct(*reading)
         p.smoothed_eta, p.eta_band = f.eta, f.sd
         return f.eta
@@ -244,7 +257,7 @@ def time_left(p: Progress) -> tuple[float, float] | None:
         return eta, eta
     if band > UNKNOWN_SHARE * eta:
         return None
-    step = 5.0 if eta + band < 120 else 30.0 if eta + band < 1200 else 60.0
+    step = 5.0 if eta + band < 120 else 15.0 if eta + band < 600 else 60.0
     low = max(0.0, math.floor((eta - band) / step) * step)
     return low, max(low + step, math.ceil((eta + band) / step) * step)
 
