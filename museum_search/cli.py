@@ -112,7 +112,8 @@ def cmd_update(args: argparse.Namespace) -> int:
     from museum_search.core.jobs import update_job
 
     report = _drive(update_job(args.index, weights=args.weights, batch_size=args.batch_size,
-                               checksum=args.checksum, ann=args.ann, engine=args.engine), "updating")
+                               checksum=args.checksum, ann=args.ann, engine=args.engine,
+                               neighbours=args.neighbours), "updating")
     _print_skips(report.skipped, report.labelling.ignored)
     if report.removed_files:
         print(f"{len(report.removed_files)} reference(s) removed from the index:", file=sys.stderr)
@@ -231,10 +232,16 @@ def _print_answer(answer) -> None:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
+    from museum_search.core.errors import MuseumSearchError
     from museum_search.core.index import Index
 
     index = Index.load(args.index, verify="full" if args.check else True)
     print(index.summary())
+    for damage in index.damaged:
+        print(f"damaged: {damage}")
+    if args.check and index.damaged:
+        raise MuseumSearchError(f"{len(index.damaged)} data file(s) of {args.index} damaged (listed above); "
+                                f"museum-search update {args.index} writes them again")
     if args.check:
         print("every data file checked byte for byte: intact")
     print(f"labelling: {index.labelling.rule}; nearest neighbours stored per reference (ICFRR): "
@@ -644,6 +651,9 @@ def _add_update(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--weights", default=None)
     s.add_argument("--batch-size", type=int, default=8)
     _add_derived_options(s, neighbours=False)
+    s.add_argument("--neighbours", type=int, default=None, metavar="K",
+                   help="store each reference's K nearest neighbours, for ICFRR with K_g up to K (default: as "
+                        "many as the index stores; lists found damaged are stored again)")
     _add_engine_option(s)
     s.set_defaults(func=cmd_update)
 
@@ -781,6 +791,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; Ctrl-C at any moment (even while the libraries load) exits 130 with one line."""
+    previous, sys.unraisablehook = sys.unraisablehook, _keep_interrupts
     try:
         return _main(argv)
     except KeyboardInterrupt:
@@ -788,7 +799,32 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{PROG}: {_interrupted_text()}", file=sys.stderr)
         except KeyboardInterrupt:
             pass
+        _forget_interrupt()
         return 130
+    finally:
+        sys.unraisablehook = previous
+
+
+def _keep_interrupts(unraisable: Any) -> None:
+    """``sys.unraisablehook`` while a command runs: a Ctrl-C that lands where Python cannot raise it
+    (a weakref callback of the import system, a ``__del__``) would be printed as "Exception ignored"
+    and lost, and the command would go on to its end: it is raised again in the main thread, from
+    another thread a moment later (raised at once, it would land in the same place again)."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt):
+        import _thread
+        import threading
+
+        threading.Timer(0.01, _thread.interrupt_main).start()
+    else:
+        sys.__unraisablehook__(unraisable)
+
+
+def _forget_interrupt() -> None:
+    """Make the handled Ctrl-C end in exit code 130. A KeyboardInterrupt that ended code run by a
+    string ``exec`` (numpy and scipy import with one) leaves CPython's "unhandled interrupt" flag
+    set even once caught, and ``python -m museum_search`` then dies by SIGINT after exiting; each
+    string ``exec`` clears the flag first (CPython's run_eval_code_obj), so one does here."""
+    exec("None", {})
 
 
 def _interrupted_text() -> str:

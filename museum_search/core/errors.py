@@ -32,3 +32,18 @@ class OutputFolderError(MuseumSearchError):
 
 class IndexLockedError(MuseumSearchError):
     """Another process is writing the same index."""
+
+
+def reraise_interrupt(exc: BaseException) -> None:
+    """Raise KeyboardInterrupt if ``exc`` comes from one: a Ctrl-C while a native module loads
+    (pybind11, e.g. ONNX Runtime's, reports it as ``ImportError("initialization failed")`` with the
+    interrupt as its cause) must stop the program, not be taken for a failure that a fallback
+    (torch instead of ONNX Runtime, float32 matching) quietly works around. Call it first in an
+    ``except Exception`` around such a load."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            raise KeyboardInterrupt from exc
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__

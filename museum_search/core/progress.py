@@ -435,6 +435,9 @@ def _call(fn: Callable[[], R], key: Hashable | None) -> Future:
         fut: Future = Future()
 
         def target() -> None:
+            me = threading.current_thread()
+            with _busy_guard:  # the exit waits for it as for a decode (see DecodePool): it may be in C++
+                _busy_threads.add(me)
             try:
                 if fut.set_running_or_notify_cancel():
                     try:
@@ -442,6 +445,8 @@ def _call(fn: Callable[[], R], key: Hashable | None) -> Future:
                     except BaseException as exc:  # handed to the waiting job
                         fut.set_exception(exc)
             finally:
+                with _busy_guard:
+                    _busy_threads.discard(me)
                 if key is not None:
                     with _shared_lock:
                         if _shared.get(key) is fut:
@@ -585,8 +590,11 @@ def _let_running_calls_finish() -> None:
     decode threads still running a call to finish it (see :class:`DecodePool`); idle ones wait on
     their queue and are left as they are."""
     deadline = time.monotonic() + EXIT_GRACE
-    while time.monotonic() < deadline:
-        with _busy_guard:
-            if not _busy_threads:
-                return
-        time.sleep(0.01)
+    try:
+        while time.monotonic() < deadline:
+            with _busy_guard:
+                if not _busy_threads:
+                    return
+            time.sleep(0.01)
+    except KeyboardInterrupt:  # a second Ctrl-C: stop waiting, without a traceback
+        return

@@ -158,6 +158,9 @@ class Index:
         self.local = local
         #: the "in the collection" calibration (``verdict.Verdict.to_dict()``) or None
         self.verdict = verdict
+        #: data files found damaged when the index was opened and left out (the neighbour lists:
+        #: computed again when needed), each "file: what is wrong"; ``info --check`` reports them
+        self.damaged: list[str] = []
         if local is not None and len(local) != len(items):
             raise IndexFormatError(f"local features of {len(local)} references for {len(items)} items")
 
@@ -228,7 +231,9 @@ class Index:
 
         The stored lists when they are long enough; else, for an index of up to
         :data:`EXACT_NEIGHBOURS_MAX` references, they are computed (exactly, at least
-        :data:`K_MAX` of them) and saved with the index; a larger index refuses with what to do."""
+        :data:`K_MAX` of them) and kept in memory, never written (a query or an evaluation only
+        reads the index: a warning says that ``update`` stores them); a larger index refuses with
+        what to do."""
         k = int(k)
         if self.has_neighbours(k):
             assert self._neighbours is not None  # has_neighbours says so
@@ -239,11 +244,10 @@ class Index:
                 f"{len(self):,} references stores {self.neighbours_stored}. Use K_g <= {self.neighbours_stored}, "
                 f"or rebuild the index with --neighbours {k}")
         self._neighbours = drive(self.iter_neighbours(max(k, K_MAX)))
-        if self.path is not None:  # keep them with the index so they are computed only once
-            try:
-                self.save()
-            except (OSError, MuseumSearchError) as exc:
-                log.warning("neighbour lists not saved with the index %s: %s", self.path, exc)
+        if self.path is not None:
+            store = f"museum-search update {self.path}" + (f" --neighbours {k}" if k > K_MAX else "")
+            log.warning("the neighbour lists ICFRR needs (K_g = %d) were computed for this run only, not stored "
+                        "in the index; %s stores them", k, store)
         return self._neighbours
 
     def iter_neighbours(self, k: int = 0) -> Generator[Any, None, np.ndarray]:
@@ -481,10 +485,14 @@ class Index:
             raise
         except (KeyError, TypeError, ValueError, OSError) as exc:
             raise IndexFormatError(f"index {path} is damaged ({type(exc).__name__}: {exc}); {hint}") from None
-        neighbours = _check_loaded(path, hint, count, dim, meta, desc, items, neighbours, ann)
-        return cls(_collection_root(path, coll), meta, items, desc, labelling, manifest.get("created"),
-                   manifest.get("updated"), neighbours, path, local=local,
-                   verdict=verdict if isinstance(verdict, dict) else None, ann=ann)
+        checked = _check_loaded(path, hint, count, dim, meta, desc, items, neighbours, ann)
+        if neighbours is not None and checked is None:
+            data.damaged.append(f"{data.files['neighbours']}: the neighbour lists have the wrong shape or type")
+        index = cls(_collection_root(path, coll), meta, items, desc, labelling, manifest.get("created"),
+                    manifest.get("updated"), checked, path, local=local,
+                    verdict=verdict if isinstance(verdict, dict) else None, ann=ann)
+        index.damaged = data.damaged
+        return index
 
     # ---- compatibility -------------------------------------------------------------------
     def check_compatible(self, meta: BackboneMeta) -> None:
@@ -1011,6 +1019,7 @@ class _DataFiles:
         self.path, self.manifest, self.verify, self.hint, self.mode = path, manifest, verify, hint, mode
         self.files = manifest["files"]
         self.digests = manifest.get("sha256", {})
+        self.damaged: list[str] = []  # files left out as damaged (see Index.damaged)
 
     def check_names(self) -> None:
         """Refuse a name outside the folder or of an unknown form (:data:`DATA_FILE`)."""
@@ -1052,11 +1061,19 @@ class _DataFiles:
         if "neighbours" not in self.files:
             return None
         f = self.path / self.files["neighbours"]
-        if _is_regular(f) and (not self.verify or _intact(f, "neighbours", self.manifest, self.verify == "full")):
-            return _load_npy(f, self.mode, self.path, self.hint)
+        why = "missing, or not a regular file"
+        if _is_regular(f):
+            why = "damaged (checksum mismatch)"
+            if not self.verify or _intact(f, "neighbours", self.manifest, self.verify == "full"):
+                try:
+                    return _load_npy(f, self.mode, self.path, self.hint)
+                except IndexFormatError:  # not checked (verify False): not an array file, a pickle
+                    why = "damaged (not a NumPy array of numbers)"
         if _manifest_changed(self.path, self.manifest):  # a writer switched generations: Index.load retries
             raise IndexFormatError(f"index {self.path} is missing its file {self.files['neighbours']}; {self.hint}")
-        log.warning("neighbour lists of %s are missing or damaged; they will be recomputed", self.path)
+        self.damaged.append(f"{self.files['neighbours']}: {why}")
+        log.warning("neighbour lists of %s are missing or damaged; they are computed again when ICFRR needs "
+                    "them (museum-search update %s stores them again)", self.path, self.path)
         return None
 
     def ann(self) -> _approximate.AnnIndex | None:
@@ -1097,7 +1114,8 @@ def _check_loaded(path: Path, hint: str, count: int, dim: int, meta: BackboneMet
         raise IndexFormatError(f"index {path} has descriptors of type {desc.dtype}; {hint}")
     if neighbours is not None and (neighbours.ndim != 2 or neighbours.shape[0] != count
                                    or neighbours.dtype != np.int32):
-        log.warning("neighbour lists of %s have the wrong shape; they will be recomputed", path)
+        log.warning("neighbour lists of %s have the wrong shape; they are computed again when ICFRR needs them "
+                    "(museum-search update %s stores them again)", path, path)
         neighbours = None
     if ann is not None and (ann.ntotal != count or ann.dim != dim):
         raise IndexFormatError(f"index {path} has an approximate index of {ann.ntotal} references for "

@@ -67,7 +67,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from museum_search.core import paths
-from museum_search.core.errors import MuseumSearchError, WeightsUnavailableError
+from museum_search.core.errors import MuseumSearchError, WeightsUnavailableError, reraise_interrupt
 from museum_search.core.inference._backbones import (
     REGISTRY,
     BackboneConfig,
@@ -421,6 +421,7 @@ def onnx_extractor(config: BackboneConfig, *, download: bool = True) -> Descript
             except (WeightsUnavailableError, MuseumSearchError):
                 raise
             except Exception as exc:
+                reraise_interrupt(exc)
                 _say_once(config.name, f"the export failed: {str(exc).splitlines()[0][:200]}")
                 return build_torch_extractor(config, download=download)
             if exported_meta != meta:
@@ -434,6 +435,7 @@ def onnx_extractor(config: BackboneConfig, *, download: bool = True) -> Descript
         try:
             ext = OnnxExtractor(meta, data, where)
         except Exception as exc:
+            reraise_interrupt(exc)  # a Ctrl-C while ONNX Runtime loads is not a reason to use torch
             _say_once(config.name, f"ONNX Runtime cannot load the model: {str(exc).splitlines()[0][:200]}")
             return build_torch_extractor(config, download=download)
         _sessions[meta] = ext

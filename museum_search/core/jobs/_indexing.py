@@ -122,7 +122,7 @@ STAGE_COSTS = {
     index_face.TRAIN_STAGE: 0.02,
     index_face.ADD_STAGE: 0.02,
     index_face.NEIGHBOURS_STAGE: 0.02,
-    "calibrating": 30.0,
+    "calibrating": 60.0,  # per view: asked clean and as a visitor's phone takes it (2 x 2 answers)
 }
 
 
@@ -350,14 +350,19 @@ def update_index(
     checksum: bool = False,
     ann: str = "auto",
     engine: str | None = None,
+    neighbours: int | None = None,
 ) -> Generator[Progress, None, BuildReport]:
     """Re-index new and changed files, drop deleted ones, refresh labels; saves atomically.
 
     A file counts as changed when its size or modification time differs, or, with ``checksum``,
     when its content hash differs (a file replaced by another of the same size and time).
     The network (unless ``extractor`` is given) runs on ``engine`` (None or "auto": the default).
+    ``neighbours``: store each reference's K nearest neighbours (None: as many as the index
+    stores; lists found damaged when the index was opened are computed and stored again).
     The index's writer lock is held from the start.
     """
+    if neighbours is not None and (isinstance(neighbours, bool) or not 0 <= int(neighbours) <= 10_000):
+        raise MuseumSearchError(f"--neighbours must be a number from 0 to 10000, not {neighbours}")
     root = index.root
     if index.meta.imported:
         raise MuseumSearchError("this index holds imported descriptors: there is no network here "
@@ -366,12 +371,12 @@ def update_index(
     if not root.is_dir():
         raise MuseumSearchError(f"the collection folder of this index is gone: {root}")
     if index.path is None:
-        return (yield from _update(index, extractor, weights, batch_size, checksum, ann, engine))
+        return (yield from _update(index, extractor, weights, batch_size, checksum, ann, engine, neighbours))
     with writer_lock(index.path, collection=root):
-        return (yield from _update(index, extractor, weights, batch_size, checksum, ann, engine))
+        return (yield from _update(index, extractor, weights, batch_size, checksum, ann, engine, neighbours))
 
 
-def _update(index, extractor, weights, batch_size, checksum, ann, engine=None):
+def _update(index, extractor, weights, batch_size, checksum, ann, engine=None, neighbours=None):
     root = index.root
     spec = index.labelling
     lab = label_collection(root, rule=spec.rule, catalogue=spec.catalogue, regex=spec.regex)
@@ -428,14 +433,7 @@ def _update(index, extractor, weights, batch_size, checksum, ann, engine=None):
     desc = np.concatenate([kept_desc, new_desc]).astype(dtype)
     updated = Index(root, index.meta, keep_items + new_items, desc, spec, index.created, path=index.path)
     unchanged = not new_items and len(keep_items) == len(index)
-    if unchanged:  # the same references in the same order: the derived data still holds
-        updated.neighbours, updated.ann = index.neighbours, index.ann
-        if ann == "no":
-            updated.ann = None
-        elif ann == "yes" and index.ann is None:
-            updated.ann = yield from AnnIndex.build(updated.descriptors)
-    else:
-        yield from update_derived(updated, index, keep_pos, ann)
+    yield from _updated_derived(updated, index, keep_pos, ann, unchanged, neighbours)
     if index.local is not None:  # kept references keep their local features; deleted ones drop theirs
         yield from _add_verification(updated, extractor, [index.local.subset(keep_pos)], calibrate=False)
         if unchanged and index.verdict:
@@ -574,6 +572,35 @@ NEIGHBOURS_STAGE = "finding each reference's nearest neighbours"
 ANN_CHOICES = ("auto", "yes", "no")
 
 
+def _lists_wanted(index: Index, neighbours: int | None) -> int:
+    """How many neighbours of each reference an update of ``index`` stores: ``neighbours`` when
+    given, else as many as it stores (at least :data:`K_MAX` when its lists were found damaged)."""
+    if neighbours is not None:
+        return int(neighbours)
+    lists_damaged = index.neighbours is None and any(d.startswith("neighbours-") for d in index.damaged)
+    return max(index.neighbours_stored, K_MAX if lists_damaged else 0)
+
+
+def _updated_derived(updated: Index, index: Index, keep_pos: list[int], ann: str, unchanged: bool,
+                     neighbours: int | None) -> Generator[Any, None, None]:
+    """The approximate index and the neighbour lists (:func:`_lists_wanted`) of ``updated``, an
+    update of ``index``: kept as they are when the references are ``unchanged`` (same rows, same
+    order) and the lists long enough, else updated (:func:`update_derived`)."""
+    if not unchanged:
+        yield from update_derived(updated, index, keep_pos, ann, neighbours)
+        return
+    k = _lists_wanted(index, neighbours)
+    updated.neighbours, updated.ann = (index.neighbours if k else None), index.ann
+    if ann == "no":
+        updated.ann = None
+    elif ann == "yes" and index.ann is None:
+        updated.ann = yield from AnnIndex.build(updated.descriptors)
+    if k and len(updated) > 1 and not updated.has_neighbours(k):  # missing, damaged or shorter than asked
+        updated.neighbours = yield from updated.iter_neighbours(k)
+    elif k and updated.neighbours is not None and updated.neighbours_stored > k:
+        updated.neighbours = np.ascontiguousarray(updated.neighbours[:, :k])
+
+
 def derive(index: Index, *, ann: str = "auto", neighbours: int = K_MAX) -> Generator[Any, None, None]:
     """Compute what an index derives from its descriptors, as progress stages: the approximate-search
     index (``ann``: "auto" builds it from :data:`museum_search.core.index.AUTO_MIN_REFERENCES` references, "yes" always,
@@ -588,17 +615,19 @@ def derive(index: Index, *, ann: str = "auto", neighbours: int = K_MAX) -> Gener
     index.neighbours = (yield from index.iter_neighbours(neighbours)) if neighbours and len(index) > 1 else None
 
 
-def update_derived(updated: Index, old: Index, keep_pos: list[int], ann: str) -> Generator[Any, None, None]:
+def update_derived(updated: Index, old: Index, keep_pos: list[int], ann: str,
+                   neighbours: int | None = None) -> Generator[Any, None, None]:
     """What :func:`derive` gives ``updated`` (``old`` with its rows ``keep_pos`` kept, in order, and new
     ones appended), from ``old``'s own: its neighbour lists are updated, only the rows that can change
     computed again (:func:`museum_search.core.index.update_neighbour_lists`: identical to computing them from scratch), and
     its approximate index has the removed references taken out and the new ones added
     (:meth:`museum_search.core.index.AnnIndex.updated`, not trained again). Falls back to :func:`derive` when ``old`` has no
-    lists to start from (none stored, fewer than asked for) or the approximate index comes or goes."""
-    k = max(old.neighbours_stored, K_MAX)
+    lists to start from (none stored, fewer than asked for) or the approximate index comes or goes.
+    ``neighbours``: the lists' length (default: as long as ``old``'s, at least :data:`K_MAX`)."""
+    k = max(old.neighbours_stored, K_MAX) if neighbours is None else neighbours
     n, stored = len(updated), old.neighbours_stored
     want = ann == "yes" or (ann == "auto" and n >= index_face.AUTO_MIN_REFERENCES)
-    usable = (ann in ANN_CHOICES and old.neighbours is not None and n > 1 and stored > 0
+    usable = (ann in ANN_CHOICES and old.neighbours is not None and n > 1 and stored > 0 and k > 0
               and (stored >= min(k, n - 1) or stored >= len(old) - 1) and want == (old.ann is not None))
     if usable and old.ann is None and old.path is not None:  # lists made with an index faiss cannot read here
         try:

@@ -71,7 +71,7 @@ from typing import Any
 import cv2
 import numpy as np
 
-from museum_search.core.errors import ImageError, MuseumSearchError
+from museum_search.core.errors import ImageError, MuseumSearchError, reraise_interrupt
 from museum_search.core.images import load_image
 from museum_search.core.index import Features, LocalFeatures
 from museum_search.core.progress import DecodePool, Progress
@@ -298,6 +298,7 @@ def _int8_session():
             so.add_session_config_entry("session.intra_op.allow_spinning", "0")  # no busy-waiting between runs
             session = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
         except Exception as exc:  # any failure here only means matching with the float32 product
+            reraise_interrupt(exc)  # (a Ctrl-C while ONNX Runtime loads is not one)
             log.info("8-bit SIFT matching unavailable (%s); matching with the float32 product", exc)
             session = None
         _INT8["session"] = session

@@ -50,7 +50,7 @@ import cv2
 import numpy as np
 
 from museum_search.core import inference as engines
-from museum_search.core.errors import MuseumSearchError
+from museum_search.core.errors import MuseumSearchError, reraise_interrupt
 from museum_search.core.verification._blocks import gemm_groups
 
 log = logging.getLogger(__name__)
@@ -282,6 +282,7 @@ def session(top_k: int = 1000) -> _Session:
             except engines.ExportMismatch:
                 raise
             except Exception as exc:
+                reraise_interrupt(exc)
                 raise XFeatUnavailable(f"the learned matcher XFeat could not be exported to ONNX "
                                        f"({str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}); "
                                        "choose the SIFT matcher") from None
@@ -295,6 +296,7 @@ def session(top_k: int = 1000) -> _Session:
         try:
             got = _Session(data, where)
         except Exception as exc:
+            reraise_interrupt(exc)
             raise XFeatUnavailable(f"ONNX Runtime cannot load the XFeat model {where} "
                                    f"({str(exc).splitlines()[0][:200]})") from None
         _sessions[meta] = got
