@@ -40,15 +40,24 @@ w.show()
 w.when_ready(lambda: w.collection_tab.open_sample_collection())
 seen = []
 
+peak = [0, ""]
+
 def poll():
     line = w.statusBar().currentMessage()
     if line and (not seen or seen[-1] != line):
         seen.append(line)
+    rss = status()["VmRSS"]
+    if rss > peak[0]:
+        try:
+            where = w.collection_tab.progress.item_label.text()
+        except Exception:
+            where = line
+        peak[:] = [rss, where or line]
     if w.state.index is not None and not w.collection_tab.running:
         s = status()
         kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024
         print("RESULT", json.dumps({"VmHWM_MB": s["VmHWM"], "VmRSS_MB": s["VmRSS"], "children_peak_MB": kids,
-                         "seconds": round(time.monotonic() - t0, 1), "status_lines": seen[-12:]}), flush=True)
+                         "seconds": round(time.monotonic() - t0, 1), "status_lines": seen[-12:], "peak_rss_sampled_MB": peak[0], "peak_during": peak[1], "torch_imported": "torch" in sys.modules}), flush=True)
         app.quit()
 
 timer = QTimer(); timer.timeout.connect(poll); timer.start(100)

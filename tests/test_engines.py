@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -90,8 +92,8 @@ def test_export_is_cached_checked_and_rebuilt_when_damaged(fresh_cache, sample_i
 
     # a new process (empty memory) loads the export without exporting again
     monkeypatch.setattr(engines, "_sessions", {})
-    real_export = engines.export
-    monkeypatch.setattr(engines, "export", lambda *a, **k: pytest.fail("exported again"))
+    real_export = engines.export_apart  # the export runs in a child process
+    monkeypatch.setattr(engines, "export_apart", lambda *a, **k: pytest.fail("exported again"))
     again = build_extractor(config, engine="onnx")
     np.testing.assert_allclose(again.embed_images(sample_images[:3]), expected, atol=1e-6)
 
@@ -100,7 +102,7 @@ def test_export_is_cached_checked_and_rebuilt_when_damaged(fresh_cache, sample_i
     data[len(data) // 2] ^= 0xFF
     model.write_bytes(bytes(data))
     calls = []
-    monkeypatch.setattr(engines, "export", lambda *a, **k: calls.append(1) or real_export(*a, **k))
+    monkeypatch.setattr(engines, "export_apart", lambda *a, **k: calls.append(1) or real_export(*a, **k))
     monkeypatch.setattr(engines, "_sessions", {})
     with caplog.at_level(logging.WARNING):
         rebuilt = build_extractor(config, engine="onnx")
@@ -129,7 +131,7 @@ def test_falls_back_to_torch_and_says_so_once(fresh_cache, monkeypatch, caplog):
     def broken(*_a, **_k):
         raise RuntimeError("Exporting the operator 'aten::magic' to ONNX opset version 17 is not supported")
 
-    monkeypatch.setattr(engines, "export", broken)
+    monkeypatch.setattr(engines, "export_apart", broken)
     with caplog.at_level(logging.WARNING):
         assert isinstance(build_extractor(BackboneConfig(size=112), engine="onnx"), Extractor)
     assert "aten::magic" in caplog.text and not list(fresh_cache.glob("*.onnx"))
@@ -210,3 +212,45 @@ def test_queries_need_no_torch_once_exported(sample_index, sample_collection):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["OnnxExtractor", "turbulent_night", "True", "False"]
+
+
+EXPORT_APART = r"""
+import json, sys
+from museum_search.core.inference._engines import build_extractor
+from museum_search.core.inference._backbones import BackboneConfig
+from museum_search.core.images import load_image
+ext = build_extractor(BackboneConfig(size=96), engine="onnx")
+hwm = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")) // 1024
+d = ext.embed_images([load_image(sys.argv[1])])
+print(json.dumps({"kind": type(ext).__name__, "torch": "torch" in sys.modules, "hwm": hwm, "desc": d[0].tolist()}))
+"""
+
+
+def test_the_one_time_export_runs_in_a_child_process(tmp_path):
+    """Issue 35: a first start exported the network inside the app, whose peak memory then stayed
+    at 1.27 GB (torch, the model, the trace). The export runs in a child process now: the process
+    that asked for it never imports torch, and gets the same descriptors as torch's own."""
+    photo = sorted((Path(__file__).resolve().parents[1] / "resources" / "sample" / "queries").glob("*.jpg"))[0]
+    env = {**os.environ, "MUSEUM_SEARCH_CACHE": str(tmp_path / "cache")}
+    env.pop("MUSEUM_SEARCH_ONNX_DIR", None)
+    out = subprocess.run([sys.executable, "-c", EXPORT_APART, str(photo)], env=env, capture_output=True, text=True,
+                         timeout=600, check=False)
+    line = next((ln for ln in out.stdout.splitlines() if ln.startswith("{")), None)
+    assert line is not None, out.stderr[-3000:]
+    got = json.loads(line)
+    assert got["kind"] == "OnnxExtractor" and got["torch"] is False
+    assert list((tmp_path / "cache" / "onnx").glob("*.onnx"))  # kept for the next start
+    torch_ext = build_extractor(BackboneConfig(size=96), engine="torch")
+    np.testing.assert_allclose(np.array(got["desc"]), torch_ext.embed_images([load_image(photo)])[0], atol=1e-4)
+
+
+def test_a_first_use_says_it_happens_once(fresh_cache):
+    """Issue 35: the first start said "Loading mobilenet_v2…" for about 9 s without saying why; the
+    step that exports the network says it is done only the first time, and later loads do not."""
+    config = BackboneConfig(size=80)
+    if not engines.onnx_available():
+        pytest.skip("needs ONNX Runtime")
+    assert engines.first_use(config, "onnx") and "only the first time" in engines.loading_stage(config, "onnx")
+    assert not engines.first_use(config, "torch") and engines.loading_stage(config, "torch") == "loading mobilenet_v2"
+    build_extractor(config, engine="onnx")
+    assert not engines.first_use(config, "onnx") and engines.loading_stage(config, "onnx") == "loading mobilenet_v2"

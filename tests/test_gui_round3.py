@@ -53,3 +53,20 @@ def test_settings_grow_to_show_why_ok_refused_and_never_cut_the_kiosk_help(qtbot
     d.accept()
     assert d.pin_error.isVisible() and _inside(d.pin_error, d) and _inside(d.qr_error, d)
     d.reject()
+
+
+def test_paste_with_an_empty_clipboard_says_so(qtbot, window, sample_index):
+    from PySide6.QtCore import QMimeData
+    from PySide6.QtGui import QGuiApplication
+
+    window.open_index(sample_index.path)
+    window.tabs.setCurrentIndex(1)
+    tab = window.search_tab
+    QGuiApplication.clipboard().setMimeData(QMimeData())  # what an empty clipboard gives on X11: no data
+    assert tab.paste() is False
+    qtbot.waitUntil(lambda: tab.message.isVisible(), timeout=5000)
+    assert "clipboard is empty" in tab.message.text()
+    assert _inside(tab.message, window)
+    # the clipboard holds text that names no image: that is said too
+    QGuiApplication.clipboard().setText("hello")
+    assert tab.paste() is False and "No image found" in tab.message.text() and tab.message.isVisible()

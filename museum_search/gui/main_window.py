@@ -360,7 +360,9 @@ class NetworkLoader(QObject):
             return
         self._key, self.loading, self.ready, self.error = key, True, False, None
         meta = index.meta
-        self.changed.emit(f"Loading the network ({meta.name})…")
+        stage = inference.loading_stage(meta.config(), engine)  # says when it is the one-time export
+        self.changed.emit(f"{stage[:1].upper()}{stage[1:]}…" if inference.first_use(meta.config(), engine)
+                          else f"Loading the network ({meta.name})…")
         self._job = workers.start(lambda: inference.extractor_for_meta(meta, engine=engine),
                                   on_result=lambda _ext, key=key: self._loaded(key, None),
                                   on_error=lambda exc, key=key: self._loaded(key, exc))

@@ -564,7 +564,10 @@ class SearchTab(QWidget):
 
     def paste(self) -> bool:
         """Search with the clipboard's image, or the image file it names."""
-        return self.search_mime(QGuiApplication.clipboard().mimeData(), "pasted image")
+        mime = QGuiApplication.clipboard().mimeData()
+        if mime is not None and not mime.formats():  # an empty clipboard (X11 gives empty data, not none)
+            mime = None
+        return self.search_mime(mime, "pasted image")
 
     def search_mime(self, mime: QMimeData | None, name: str = "dropped image") -> bool:
         if mime is None:

@@ -53,6 +53,7 @@ by it.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import importlib.util
 import json
@@ -388,6 +389,57 @@ def export(config: BackboneConfig, *, download: bool = True, half: bool = False)
     return ext.meta, data
 
 
+_children: set = set()  # export processes running (ended at exit: an export is never left behind)
+_children_lock = threading.Lock()
+
+
+def _end_children() -> None:
+    with _children_lock:
+        for proc in list(_children):
+            if proc.poll() is None:
+                proc.kill()
+
+
+atexit.register(_end_children)
+
+
+def export_apart(config: BackboneConfig, *, download: bool = True) -> tuple[dict[str, Any], bytes]:
+    """:func:`export` in a child process (``_export_child``): torch, the torch model and the trace
+    (about 1 GB at the peak) never enter this process, whose peak memory stays that of its own
+    work. Returns the exported model's meta (as :meth:`BackboneMeta.to_dict`) and its bytes; the
+    child's errors come back as the same exceptions (:class:`ExportMismatch`,
+    :class:`WeightsUnavailableError`, :class:`MuseumSearchError`, else RuntimeError). In a frozen
+    build (no Python to start; its exports are bundled) the export runs in this process."""
+    import subprocess
+    import sys
+    import tempfile
+
+    if getattr(sys, "frozen", False):
+        meta, data = export(config, download=download)
+        return meta.to_dict(), data
+    with tempfile.TemporaryDirectory(prefix="museum-search-export-") as tmp:
+        out = Path(tmp) / "model.onnx"
+        request = {"config": {**config.__dict__, "scales": list(config.scales)}, "download": download, "out": str(out)}
+        proc = subprocess.Popen([sys.executable, "-m", "museum_search.core.inference._export_child"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        with _children_lock:
+            _children.add(proc)
+        try:
+            stdout, stderr = proc.communicate(json.dumps(request))
+        finally:
+            with _children_lock:
+                _children.discard(proc)
+        answer = next((json.loads(line) for line in reversed(stdout.splitlines()) if line.startswith("{")), None)
+        if answer is None or proc.returncode != 0:
+            tail = (stderr or "").strip().splitlines()[-1:] or [f"exit status {proc.returncode}"]
+            raise RuntimeError(f"the export process failed: {tail[0][:300]}")
+        if "error" in answer:
+            kind = {"mismatch": ExportMismatch, "weights": WeightsUnavailableError,
+                    "museum": MuseumSearchError}.get(answer["error"], RuntimeError)
+            raise kind(answer["message"])
+        return answer["meta"], out.read_bytes()
+
+
 def onnx_extractor(config: BackboneConfig, *, download: bool = True) -> DescriptorExtractor:
     """The ONNX engine's extractor for ``config`` (exported on first use), or the torch engine's
     where the ONNX path cannot be built (see the module docstring)."""
@@ -414,7 +466,7 @@ def onnx_extractor(config: BackboneConfig, *, download: bool = True) -> Descript
                     "install museum-search with torch once, or copy the export into "
                     f"{export_dirs()[-1]}")
             try:
-                exported_meta, data = export(config, download=download)
+                exported_meta, data = export_apart(config, download=download)
             except ExportMismatch as exc:
                 _say_once(config.name, str(exc))
                 return build_torch_extractor(config, download=download)
@@ -424,8 +476,8 @@ def onnx_extractor(config: BackboneConfig, *, download: bool = True) -> Descript
                 reraise_interrupt(exc)
                 _say_once(config.name, f"the export failed: {str(exc).splitlines()[0][:200]}")
                 return build_torch_extractor(config, download=download)
-            if exported_meta != meta:
-                raise MuseumSearchError(f"the exported model describes {exported_meta}, not {meta}")
+            if exported_meta != meta.to_dict():
+                raise MuseumSearchError(f"the exported model describes {exported_meta}, not {meta.to_dict()}")
             try:
                 where = write_export(export_dirs()[-1], meta, data)
             except OSError as exc:
@@ -459,6 +511,29 @@ def build_extractor(config: BackboneConfig | None = None, *, download: bool = Tr
     if resolve(engine) == "onnx":
         return onnx_extractor(config, download=download)
     return build_torch_extractor(config, download=download, cache=cache)
+
+
+def first_use(config: BackboneConfig, engine: str | None = None) -> bool:
+    """True when building ``config``'s extractor on ``engine`` exports the network first (the
+    ONNX engine, no export of it here yet): a one-time step of up to a minute."""
+    if resolve(engine) != "onnx" or not onnx_available() or config.head == "rmac" or config.name not in REGISTRY:
+        return False
+    try:
+        meta = meta_for(REGISTRY[config.name], config)
+    except Exception as exc:  # a weights file that cannot be read: the load says so
+        reraise_interrupt(exc)
+        return False
+    if meta in _sessions:
+        return False
+    return all(read_export(folder, meta) is None for folder in export_dirs())
+
+
+def loading_stage(config: BackboneConfig, engine: str | None = None) -> str:
+    """What loading ``config``'s network is called while it runs (``Progress.stage``, the app's
+    status): said to happen once when it first exports the network (:func:`first_use`)."""
+    if first_use(config, engine):
+        return f"preparing {config.name} for this computer (only the first time; up to a minute)"
+    return f"loading {config.name}"
 
 
 def extractor_for_meta(meta: BackboneMeta, weights: str | None = None,

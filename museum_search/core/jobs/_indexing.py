@@ -38,6 +38,7 @@ from museum_search.core.inference import (
     build_extractor,
     extract,
     extractor_for_meta,
+    loading_stage,
 )
 from museum_search.core.jobs._calibration import calibrate, calibration_plan, refit
 from museum_search.core.jobs._distributed import STAGE as RAY_STAGE
@@ -302,7 +303,7 @@ def build_job(
         raise MuseumSearchError(f"collection folder not found: {root}")
     yield Progress(0, 0, stage="checking the index folder")
     with writer_lock(out, collection=root):
-        yield Progress(0, 0, stage=f"loading {config.name}")
+        yield Progress(0, 0, stage=loading_stage(config, options.get("engine")))
         extractor = build_extractor(config, engine=options.get("engine"))
         yield Progress(0, 0, stage="listing and labelling the images")
         plan = build_plan(options.get("verification", True), options.get("ann", "auto"),
