@@ -135,16 +135,27 @@ def query_settings(args: argparse.Namespace, index=None):
     """The query pipeline's settings from the command line (``query`` and ``evaluate``, ``--engine``
     included); with ``index``, ``--min-inliers`` and ``--threshold`` replace its verdict's model for this run."""
     from museum_search.core.answer import QuerySettings, RerankOptions, Verdict
+    from museum_search.core.errors import MuseumSearchError, SettingsError
 
     opts = RerankOptions(
         k_q=args.kq, k_g=args.kg, beta=args.beta, iterations=args.iterations, icfrr_mode=args.icfrr_mode,
         qe_n=args.qe_n, qe_alpha=args.qe_alpha,
     )
-    return QuerySettings(k=getattr(args, "k", 5), per_instance=getattr(args, "per_instance", False),
-                         regions=not args.whole_image, rerank=args.rerank, options=opts,
-                         verify=not args.no_verify, verify_top=args.verify_top, search=args.search,
-                         verdict=None if index is None else _verdict_override(args, Verdict.of_index(index)),
-                         engine=getattr(args, "engine", None))
+    try:
+        return QuerySettings(k=getattr(args, "k", 5), per_instance=getattr(args, "per_instance", False),
+                             regions=not args.whole_image, rerank=args.rerank, options=opts,
+                             verify=not args.no_verify, verify_top=args.verify_top, search=args.search,
+                             verdict=None if index is None else _verdict_override(args, Verdict.of_index(index)),
+                             engine=getattr(args, "engine", None))
+    except SettingsError as exc:  # checked in core; said here with the option's name
+        raise MuseumSearchError(f"{OPTION_OF_SETTING.get(exc.field, exc.field)}: {exc.message}") from None
+
+
+#: The command-line option of each query setting (:class:`SettingsError`'s ``field``).
+OPTION_OF_SETTING = {"k": "-k", "verify_top": "--verify-top", "options.k_q": "--kq", "options.k_g": "--kg",
+                     "options.beta": "--beta", "options.iterations": "--iterations", "options.qe_n": "--qe-n",
+                     "options.qe_alpha": "--qe-alpha", "verdict.min_inliers": "--min-inliers",
+                     "verdict.min_cosine": "--threshold"}
 
 
 def _verdict_override(args: argparse.Namespace, verdict):
@@ -301,7 +312,7 @@ def _evaluation_inputs(args: argparse.Namespace):
 
     from museum_search.core import evaluation
     from museum_search.core.answer import QueryPipeline
-    from museum_search.core.errors import MuseumSearchError
+    from museum_search.core.errors import MuseumSearchError, SettingsError
     from museum_search.core.index import Index
 
     rerun = None
@@ -311,7 +322,11 @@ def _evaluation_inputs(args: argparse.Namespace):
         if given:
             raise MuseumSearchError(f"--settings takes every setting of the run from {args.settings}; leave out "
                                     + ", ".join("--" + n.replace("_", "-") for n in given))
-        spec, old = rerun = evaluation.read_run(args.settings)
+        try:
+            spec, old = rerun = evaluation.read_run(args.settings)
+        except SettingsError as exc:
+            raise MuseumSearchError(f"{args.settings}: the run's setting {exc.field} is wrong: {exc.message}; "
+                                    "export the run again") from None
         where = args.index or spec.index_path
         if where is None or not Path(where).exists():
             raise MuseumSearchError(f"the run's index is not at {where} any more; give its folder: "

@@ -271,3 +271,110 @@ def test_longer_lists_for_one_query_are_not_written_and_update_stores_them_when_
     caplog.clear()
     assert cli_main(["query", str(out), q, "--rerank", "icfrr", "--kg", "40", "--no-verify", "--json"]) == 0
     assert "computed for this run only" not in caplog.text
+
+
+# ---- cases 12, 13 and 16: every number checked against its meaning; a changed query set --------------
+
+
+@pytest.mark.parametrize("option, value, named", [
+    ("-k", "0", "-k: the number of results"), ("-k", "-3", "-k: the number of results"),
+    ("--min-inliers", "-5", "--min-inliers: the matching points"), ("--kg", "0", "--kg: ICFRR's K_g"),
+    ("--beta", "nan", "--beta: ICFRR's beta"), ("--verify-top", "-1", "--verify-top:"),
+    ("--threshold", "2", "--threshold: a cosine"), ("--qe-n", "0", "--qe-n:"), ("--iterations", "0", "--iterations:"),
+])
+def test_query_options_are_checked_against_their_meaning(sample_built, capsys, option, value, named):
+    """``-k 0`` answered "NOT in this collection (the collection is empty)"; ``--min-inliers -5``
+    failed with "max() arg is an empty sequence"."""
+    index, queries = sample_built
+    q = str(sorted(queries.glob("*.jpg"))[0])
+    assert cli_main(["query", str(index), q, option, value]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""  # no answer printed
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"museum-search: error: {named}"), lines
+    assert repr(float(value)) in lines[0] or value in lines[0]
+
+
+def test_settings_are_checked_in_core_for_every_view():
+    """The check is QuerySettings' own: the app, the web service and a run's JSON get it too."""
+    from museum_search.core.answer import QuerySettings, RerankOptions, Verdict
+    from museum_search.core.answer._verdict import Model
+    from museum_search.core.errors import SettingsError
+
+    model = Model(("cosine", "margin", "inliers", "rival"), (0.5, 0.1, 2.0, 1.0), (0.1, 0.1, 1.0, 1.0),
+                  (1.0, 1.0, 1.0, -1.0), 0.0, 0.5)
+    QuerySettings(verdict=Verdict(model_verified=model))  # a sound model passes
+    bad = {
+        "k": dict(k=-5), "verify_top": dict(verify_top=-1), "search": dict(search="fast"),
+        "options.k_g": dict(options=RerankOptions(k_g=0)), "options.icfrr_mode": dict(options=RerankOptions(icfrr_mode="x")),
+        "verdict.min_inliers": dict(verdict=Verdict(min_inliers=-5)),
+        "verdict.model_verified.features": dict(verdict=Verdict(model_verified=Model(
+            ("cosinus", "margin", "inliers", "rival"), *[model.mean, model.scale, model.weights, 0.0, 0.5]))),
+        "verdict.model_verified.weights": dict(verdict=Verdict(model_verified=Model(
+            model.features, model.mean, model.scale, (1.0,), 0.0, 0.5))),
+        "verdict.model_verified.scale": dict(verdict=Verdict(model_verified=Model(
+            model.features, model.mean, (0.1, 0.0, 1.0, 1.0), model.weights, 0.0, 0.5))),
+        "verdict.model_verified.threshold": dict(verdict=Verdict(model_verified=Model(
+            model.features, model.mean, model.scale, model.weights, 0.0, 1.5))),
+    }
+    for field, kw in bad.items():
+        with pytest.raises(SettingsError) as e:
+            QuerySettings(**kw)
+        assert e.value.field == field, (field, str(e.value))
+
+
+@pytest.fixture()
+def exported_run(sample_built, tmp_path, capsys):
+    """A run of 5 queries exported with ``evaluate --json``, its query folder and its index."""
+    import shutil
+
+    index, queries = sample_built
+    qs = tmp_path / "queries"
+    qs.mkdir()
+    lines = (queries / "ground_truth.csv").read_text().splitlines()
+    for line in lines[1:6]:
+        shutil.copy2(queries / line.split(",")[0], qs)
+    (qs / "ground_truth.csv").write_text("\n".join(lines[:6]) + "\n")
+    run_json = tmp_path / "run.json"
+    assert cli_main(["evaluate", str(index), str(qs), "--json", str(run_json)]) == 0
+    capsys.readouterr()
+    return run_json, qs, index
+
+
+@pytest.mark.parametrize("tamper, field", [
+    (lambda s: s["verdict"]["model_verified"]["features"].__setitem__(0, "cosinus"), "verdict.model_verified.features"),
+    (lambda s: s.__setitem__("k", -5), "k"),
+    (lambda s: s["verdict"]["model_verified"].__setitem__("weights", [1.0]), "verdict.model_verified.weights"),
+])
+def test_a_tampered_settings_json_is_refused_naming_the_field(exported_run, tmp_path, capsys, tamper, field):
+    """A verdict feature renamed gave a KeyError traceback; k = -5 ran and every answer said "the
+    collection is empty"; one weight for four features passed by numpy broadcasting."""
+    run_json, _, _ = exported_run
+    doc = json.loads(run_json.read_text())
+    tamper(doc["run"]["settings"])
+    bad = tmp_path / "tampered.json"
+    bad.write_text(json.dumps(doc))
+    assert cli_main(["evaluate", "--settings", str(bad)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"the run's setting {field} is wrong" in err[0], err
+    assert str(bad) in err[0]
+
+
+def test_a_query_set_given_again_elsewhere_is_the_same_and_a_changed_one_is_named(exported_run, tmp_path, capsys):
+    """A copy of the query set given after --settings was said to differ ("queries: 5 then, 5 now"):
+    the queries were compared by their absolute paths."""
+    import shutil
+
+    run_json, qs, index = exported_run
+    copy = tmp_path / "elsewhere"
+    shutil.copytree(qs, copy)
+    with open(copy / "ground_truth.csv", "a") as f:  # one more row, naming a photo that is not there
+        f.write("q99.jpg,harbour_lights\n")
+    assert cli_main(["evaluate", "--settings", str(run_json), str(index), str(copy)]) == 0
+    captured = capsys.readouterr()
+    assert f"same numbers as {run_json}" in captured.out
+    assert "1 ignored: listed in ground_truth.csv but no such image" in captured.err  # the extra row is named
+    with open(qs / "ground_truth.csv", "a") as f:  # one more row for a query of the run: its ground truth changed
+        f.write("q02.jpg,composition_rby\n")
+    assert cli_main(["evaluate", "--settings", str(run_json)]) == 1
+    assert "changed since the run: its queries or their ground truth differ" in capsys.readouterr().err

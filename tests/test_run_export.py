@@ -144,7 +144,7 @@ def test_settings_refuses_what_is_not_the_run(exported, tmp_path, sample_collect
     (part / "ground_truth.csv").write_text("\n".join(lines[:6]) + "\n", encoding="utf-8")
     index = json.loads(run.read_text(encoding="utf-8"))["run"]["index"]["path"]
     err = _fails(["evaluate", "--settings", str(run), index, str(part), "--json", str(out)], capsys)
-    assert "is not the one of the run" in err and "21 queries then, 5 now" in err
+    assert "changed since the run" in err and "21 queries then, 5 now" in err
     # settings beside --settings; a JSON that is no run; the run itself as the output
     assert "leave out --rerank, --beta" in _fails(["evaluate", "--settings", str(run), "--rerank", "aqe", "--beta", "1"],
                                                   capsys)

@@ -34,6 +34,16 @@ class IndexLockedError(MuseumSearchError):
     """Another process is writing the same index."""
 
 
+class SettingsError(MuseumSearchError):
+    """A query setting out of its range or of the wrong kind (``museum_search.core.answer._checks``);
+    ``field`` names it (``k``, ``options.k_g``, ``verdict.min_inliers``, ``verdict.model_verified.weights``)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        self.message = message
+        super().__init__(f"{field}: {message}")
+
+
 def reraise_interrupt(exc: BaseException) -> None:
     """Raise KeyboardInterrupt if ``exc`` comes from one: a Ctrl-C while a native module loads
     (pybind11, e.g. ONNX Runtime's, reports it as ``ImportError("initialization failed")`` with the

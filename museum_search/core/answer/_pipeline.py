@@ -57,6 +57,7 @@ from typing import Any, Sequence
 import cv2
 import numpy as np
 
+from museum_search.core.answer._checks import check_settings
 from museum_search.core.answer._presentation import outline_in_photo
 from museum_search.core.answer._rerank import RerankOptions, build_rerankers
 from museum_search.core.answer._search import Result, ranking_scores, score_matrix
@@ -130,6 +131,7 @@ class QuerySettings:
             if not self.verify:
                 raise MuseumSearchError("'spatial' asks for verification, which is turned off (--no-verify)")
         object.__setattr__(self, "rerank", tuple(names))
+        check_settings(self)  # every field against its meaning (SettingsError names the field)
 
     def label(self) -> str:
         """:meth:`summary` with the re-rankers' parameters, e.g.

@@ -362,8 +362,8 @@ class RunSpec:
         """Raise, saying what to do, unless ``queryset`` holds the run's queries and ground truth."""
         if queryset_id(queryset) != self.queryset_id:
             raise MuseumSearchError(
-                f"the query set at {queryset.root} is not the one of the run ({self.queries:,} queries then, "
-                f"{len(queryset.queries):,} now, or other ground truth); give the run's query set "
+                f"the query set at {queryset.root} changed since the run: its queries or their ground truth "
+                f"differ ({self.queries:,} queries then, {len(queryset.queries):,} now); give the run's query set "
                 f"({self.query_set.path})")
 
     def settings_for(self, index: Index) -> QuerySettings:
@@ -454,6 +454,22 @@ def read_run(path: str | os.PathLike) -> tuple[RunSpec, dict[str, Any]]:
     return spec, doc
 
 
+def _queries_by_name(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A run document's queries by their path relative to the query set's folder, so a query set
+    given again at another place (``evaluate --settings RUN.json INDEX QUERIES``) has the same names."""
+    where = Path(str(((doc.get("run") or {}).get("query_set") or {}).get("path") or "."))
+    root = where.parent if where.suffix.lower() == ".csv" else where
+    out = {}
+    for q in doc.get("queries", []):
+        name = str(q["query"])
+        try:
+            name = Path(name).relative_to(root).as_posix()
+        except ValueError:  # a query given as a descriptor ("row 3"), or outside the folder
+            pass
+        out[name] = q
+    return out
+
+
 def same_numbers(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """The differences between two run documents (:func:`run_document`) in the summary's numbers
     (:data:`REPRODUCED`) and every query's figures (:data:`REPRODUCED_PER_QUERY`); empty when the
@@ -465,10 +481,12 @@ def same_numbers(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
             continue  # a run exported before the figure existed
         if a.get(key) != b.get(key):
             diffs.append(f"{key}: {a.get(key)} then, {b.get(key)} now")
-    qa = {q["query"]: q for q in old.get("queries", [])}
-    qb = {q["query"]: q for q in new.get("queries", [])}
+    qa, qb = _queries_by_name(old), _queries_by_name(new)
     if set(qa) != set(qb):
-        diffs.append(f"queries: {len(qa)} then, {len(qb)} now")
+        added, gone = sorted(set(qb) - set(qa)), sorted(set(qa) - set(qb))
+        diffs.append(f"the query set changed: {len(qa)} queries then, {len(qb)} now"
+                     + "".join(f"; {what}: {', '.join(names[:3])}{' …' if len(names) > 3 else ''}"
+                               for what, names in (("new", added), ("gone", gone)) if names))
     for name in sorted(set(qa) & set(qb)):
         for key in REPRODUCED_PER_QUERY:
             if qa[name].get(key) != qb[name].get(key):
