@@ -3,6 +3,9 @@ the screen, paste says when there is nothing to paste, and the app remembers wha
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
 from PySide6.QtCore import QRect, QSettings
 from PySide6.QtWidgets import QDialog
@@ -70,3 +73,100 @@ def test_paste_with_an_empty_clipboard_says_so(qtbot, window, sample_index):
     # the clipboard holds text that names no image: that is said too
     QGuiApplication.clipboard().setText("hello")
     assert tab.paste() is False and "No image found" in tab.message.text() and tab.message.isVisible()
+
+
+_START_WITH_WM = r"""
+import sys
+from PySide6.QtCore import QRect, QSettings, QTimer
+from PySide6.QtWidgets import QApplication
+app = QApplication(["museum-search"])
+from museum_search.gui.main_window import GEOMETRY_SETTING, MainWindow
+from museum_search.gui.state import AppState, Settings
+settings = Settings(QSettings(sys.argv[1], QSettings.Format.IniFormat))
+if len(sys.argv) > 2:  # what a session on a smaller screen stored: the client rectangle at the very top
+    settings.set_value(GEOMETRY_SETTING, QRect(0, 0, 1000, 680))
+w = MainWindow(AppState(settings), lazy=True)
+w.show()
+def done():
+    f, g = w.frameGeometry(), w.geometry()
+    print("FRAME", f.x(), f.y(), f.width(), f.height(), "CLIENT", g.x(), g.y(), g.width(), g.height(), flush=True)
+    w.close()
+    app.quit()
+QTimer.singleShot(2500, done)
+app.exec()
+"""
+
+
+@pytest.mark.skipif(shutil.which("xvfb-run") is None or shutil.which("openbox") is None,
+                    reason="needs xvfb-run and openbox (a window manager that draws title bars)")
+def test_a_restored_window_keeps_its_title_bar_on_the_screen(tmp_path):
+    """Issue 35, item 7: a client rectangle stored at the screen's top edge came back with the
+    window manager's title bar above the screen, where it cannot be dragged. Under openbox on a
+    1024x700 screen: the whole frame is on the screen, at this start and the next."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    ini = tmp_path / "s.ini"
+    seen = []
+    for extra in (["stored-at-top"], []):
+        cmd = f"openbox & sleep 1; {sys.executable} -c \"$0\" {ini} {' '.join(extra)}"
+        out = subprocess.run(["xvfb-run", "-a", "-s", "-screen 0 1024x700x24", "sh", "-c", cmd, _START_WITH_WM],
+                             capture_output=True, text=True, timeout=180, cwd=Path(__file__).resolve().parents[1],
+                             env=dict(os.environ, QT_QPA_PLATFORM="xcb"))
+        line = next((x for x in out.stdout.splitlines() if x.startswith("FRAME")), None)
+        assert line is not None, out.stderr[-2000:]
+        v = [int(x) for x in line.split()[1:5] + line.split()[6:10]]
+        seen.append(v)
+        fx, fy, fw, fh, cx, cy, cw, ch = v
+        assert cy > fy >= 0 and fx >= 0, line  # a title bar, and it is on the screen
+        assert fx + fw <= 1024 and fy + fh <= 700, line
+    assert seen[1][5] == seen[0][5]  # the next start is where this one was
+
+
+def test_a_plain_start_reopens_the_last_index_and_remembers_the_options(qtbot, tmp_path, sample_index):
+    """Issue 35, item 9: a plain start said "No index open" although File → Recent listed two; the
+    Evaluation query set and "One result per instance" were forgotten (k was kept)."""
+    queries = Path(__file__).resolve().parents[1] / "resources" / "sample" / "queries"
+    first = MainWindow(_state(tmp_path))
+    qtbot.addWidget(first)
+    first.show()
+    assert first.open_index(sample_index.path)
+    first.search_tab.per_instance.setChecked(True)
+    assert first.evaluation_tab.load_queryset_path(str(queries))
+    first.close()
+    assert workers.wait_all(60_000)
+
+    again = MainWindow(_state(tmp_path))  # the same settings file: the next session
+    qtbot.addWidget(again)
+    again.show()
+    try:
+        assert again.state.index is None
+        assert again.reopen_last_index() == sample_index.path
+        qtbot.waitUntil(lambda: again.state.index is not None, timeout=60_000)
+        assert again.state.index.path == sample_index.path
+        assert again.search_tab.per_instance.isChecked()
+        ev = again.evaluation_tab
+        assert ev.queryset is not None and Path(ev.queryset_path) == queries
+        assert ev.queryset_box.path_edit.text() == str(queries)
+    finally:
+        again.close()
+        assert workers.wait_all(60_000)
+
+
+def test_a_last_index_that_is_gone_or_damaged_is_left_out_quietly(qtbot, tmp_path, window):
+    from PySide6.QtWidgets import QApplication, QMessageBox
+
+    gone, damaged = tmp_path / "gone", tmp_path / "damaged"
+    damaged.mkdir()
+    (damaged / "manifest.json").write_text("{oops")
+    window.state.settings.q.setValue("recent_indexes", [str(gone)])
+    assert window.reopen_last_index() is None and window.state.index is None
+    window.state.settings.q.setValue("recent_indexes", [str(gone), str(damaged)])
+    said = []
+    window.state.status.connect(said.append)
+    assert window.reopen_last_index() == damaged
+    qtbot.waitUntil(lambda: any("could not be opened" in s for s in said), timeout=30_000)
+    assert window.state.index is None
+    assert not [w for w in QApplication.topLevelWidgets() if isinstance(w, QMessageBox) and w.isVisible()]

@@ -45,6 +45,8 @@ def main(argv: Sequence[str] | None = None, *, engine: str | None = None) -> int
         window.when_ready(lambda: window.open_index_in_background(args.index))
     elif args.sample:
         window.when_ready(lambda: window.collection_tab.open_sample_collection())
+    else:  # a plain start: where the last session left off
+        window.when_ready(window.reopen_last_index)
     return app.exec()
 
 

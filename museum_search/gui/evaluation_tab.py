@@ -163,6 +163,11 @@ class _EvalResult:
     pr: tuple[np.ndarray, np.ndarray]
 
 
+#: The query set loaded last (its folder, layout and expression), loaded again at the next start.
+QUERYSET_SETTING = "evaluation/queryset_dir"
+QUERYSET_LAYOUT_SETTING = "evaluation/queryset_layout"
+QUERYSET_REGEX_SETTING = "evaluation/queryset_regex"
+
 #: The stage after the answers (``Progress.stage``).
 SUMMARIZING = "computing the confidence intervals"
 
@@ -272,6 +277,17 @@ class EvaluationTab(QWidget):
         self._build_ui()
         state.index_changed.connect(self.set_index)
         self.set_index(state.index)
+        self._restore_queryset()
+
+    def _restore_queryset(self) -> None:
+        """The query set of the last session (its folder, layout and expression), if it is still there."""
+        settings = self.state.settings
+        path = str(settings.value(QUERYSET_SETTING, "") or "")
+        if not path or not Path(path).exists():
+            return
+        layout = str(settings.value(QUERYSET_LAYOUT_SETTING, "") or "") or None
+        regex = str(settings.value(QUERYSET_REGEX_SETTING, "") or "") or None
+        self.load_queryset_path(path, layout if layout in LAYOUTS else None, regex)
 
     # ---- UI ------------------------------------------------------------------------------
     def _build_ui(self) -> None:
@@ -459,7 +475,9 @@ class EvaluationTab(QWidget):
             return False
         self.queryset = qs
         self.queryset_path = path
-        self.state.settings.set_value("evaluation/queryset_dir", path)
+        self.state.settings.set_value(QUERYSET_SETTING, path)
+        self.state.settings.set_value(QUERYSET_LAYOUT_SETTING, layout)
+        self.state.settings.set_value(QUERYSET_REGEX_SETTING, box.regex_edit.text() if layout == "regex" else "")
         self._update_detected()
         self._update_buttons()
         return True
@@ -476,7 +494,7 @@ class EvaluationTab(QWidget):
 
     def _browse_queryset(self) -> None:
         start = (self.queryset_box.path_edit.text()
-                 or str(self.state.settings.value("evaluation/queryset_dir", "") or ""))
+                 or str(self.state.settings.value(QUERYSET_SETTING, "") or ""))
         path = QFileDialog.getExistingDirectory(self, "Folder of labelled query photos", start)
         if path:
             self.load_queryset_path(path)

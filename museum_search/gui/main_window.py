@@ -24,7 +24,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from PySide6.QtCore import QObject, QRect, QRegularExpression, Qt, QTimer, Signal
+from PySide6.QtCore import QMargins, QObject, QRect, QRegularExpression, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QGuiApplication, QIcon, QKeySequence, QRegularExpressionValidator
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -55,6 +55,8 @@ log = logging.getLogger(__name__)
 #: Settings keys of the window's client rectangle (a QRect) and whether it was maximised.
 GEOMETRY_SETTING = "window/rect"
 MAXIMIZED_SETTING = "window/maximized"
+#: The window manager's frame around the window when it was last closed (left, top, right, bottom).
+FRAME_SETTING = "window/frame"
 DEFAULT_SIZE = (1280, 820)
 #: What the tabs import, loaded on a thread while the window already shows (lazy start), in two groups:
 #: the Collection and Search tabs' first (then they are built and the index opens), then the Evaluation tab's
@@ -254,17 +256,36 @@ class SettingsDialog(QDialog):
         super().accept()
 
 
-def fit_on_screen(rect: QRect) -> QRect:
-    """``rect`` moved (and shrunk if need be) into the available area of the screen it is on, or of
-    the primary screen when it is on none (a screen unplugged since, a resolution made smaller)."""
+def fit_on_screen(rect: QRect, frame: QMargins | None = None) -> QRect:
+    """``rect`` (a client rectangle) moved (and shrunk if need be) so that it and its window
+    ``frame`` (the title bar and borders a window manager draws around it) are inside the available
+    area of the screen it is on, or of the primary screen when it is on none (a screen unplugged
+    since, a resolution made smaller): the title bar is never above the screen's top edge."""
+    frame = frame or QMargins()
     screen = QGuiApplication.screenAt(rect.center()) or QGuiApplication.primaryScreen()
     if screen is None:
         return QRect(rect)
-    avail = screen.availableGeometry()
+    avail = screen.availableGeometry().marginsRemoved(frame)
     w, h = min(rect.width(), avail.width()), min(rect.height(), avail.height())
     x = min(max(rect.x(), avail.left()), avail.left() + avail.width() - w)
     y = min(max(rect.y(), avail.top()), avail.top() + avail.height() - h)
     return QRect(x, y, w, h)
+
+
+def frame_margins(window: QWidget) -> QMargins:
+    """The frame the window manager draws around ``window`` (none without one, or before it shows)."""
+    g, f = window.geometry(), window.frameGeometry()
+    return QMargins(max(0, g.left() - f.left()), max(0, g.top() - f.top()),
+                    max(0, f.right() - g.right()), max(0, f.bottom() - g.bottom()))
+
+
+def _stored_frame(settings) -> QMargins:
+    value = settings.value(FRAME_SETTING)
+    try:
+        left, top, right, bottom = (min(200, max(0, int(v))) for v in value)
+    except (TypeError, ValueError):
+        return QMargins()
+    return QMargins(left, top, right, bottom)
 
 
 def restore_geometry(window: QWidget, settings) -> None:
@@ -276,7 +297,7 @@ def restore_geometry(window: QWidget, settings) -> None:
         avail = screen.availableGeometry() if screen is not None else QRect(0, 0, *DEFAULT_SIZE)
         rect = QRect(0, 0, *DEFAULT_SIZE)
         rect.moveCenter(avail.center())
-    window.setGeometry(fit_on_screen(rect))
+    window.setGeometry(fit_on_screen(rect, _stored_frame(settings)))
     if str(settings.value(MAXIMIZED_SETTING, "false")).lower() == "true":
         window.setWindowState(window.windowState() | Qt.WindowState.WindowMaximized)
 
@@ -288,6 +309,20 @@ def save_geometry(window: QWidget, settings) -> None:
     manager draws (without one, every start moved the window 1 px right and 25 px down)."""
     settings.set_value(GEOMETRY_SETTING, window.normalGeometry())
     settings.set_value(MAXIMIZED_SETTING, "true" if window.isMaximized() else "false")
+    if not (window.isMaximized() or window.isFullScreen()):
+        m = frame_margins(window)
+        settings.set_value(FRAME_SETTING, [m.left(), m.top(), m.right(), m.bottom()])
+
+
+def keep_on_screen(window: QWidget) -> None:
+    """Once shown: where the window manager's frame sticks out of the screen (a title bar above its
+    top edge cannot be dragged), move the window (shrink it if need be) so that all of it shows."""
+    if window.isMaximized() or window.isFullScreen() or not window.isVisible():
+        return
+    frame = frame_margins(window)
+    fitted = fit_on_screen(window.geometry(), frame)
+    if fitted != window.geometry():
+        window.setGeometry(fitted)
 
 
 class _LoadingPage(QWidget):
@@ -487,6 +522,7 @@ class MainWindow(QMainWindow):
 
     def showEvent(self, event) -> None:
         super().showEvent(event)
+        QTimer.singleShot(300, self, lambda: keep_on_screen(self))  # once the window manager framed it
         if self._lazy and self._importer is None:
             self._importer = _Importer(self)
             self._importer.done.connect(self._imported)
@@ -593,10 +629,23 @@ class MainWindow(QMainWindow):
         self._opening = None  # an index still being read in the background is not wanted any more
         return upgrade.open_index(self, path, self.state.set_index)
 
-    def open_index_in_background(self, path: str | Path) -> None:
+    def reopen_last_index(self) -> Path | None:
+        """A plain start: open the index used last (File → Recent's first that is still there), quietly
+        (a status line, no dialog, when it cannot be read any more). Returns its folder, or None."""
+        from museum_search.core.index import MANIFEST
+
+        for text in self.state.settings.recent_indexes():
+            path = Path(text)
+            if (path / MANIFEST).is_file():
+                self.open_index_in_background(path, quiet=True)
+                return path
+        return None
+
+    def open_index_in_background(self, path: str | Path, *, quiet: bool = False) -> None:
         """Read the index at ``path`` on a worker and open it when read (the window stays usable
         meanwhile). If it cannot be read, :meth:`open_index` opens it here: the same error dialog,
-        or the offer to convert an index of an older format."""
+        or the offer to convert an index of an older format (``quiet``: the status bar says it could
+        not be opened, and nothing else happens)."""
         from museum_search.core.index import Index
         from museum_search.gui import workers
 
@@ -609,8 +658,12 @@ class MainWindow(QMainWindow):
                 self._opening = None
                 self.state.set_index(index)
 
-        def failed(_exc: BaseException) -> None:
-            if self._opening == path:
+        def failed(exc: BaseException) -> None:
+            if self._opening == path and quiet:
+                self._opening = None
+                self.state.status.emit(f"The index used last ({path}) could not be opened: {exc}. "
+                                       "Open it with File → Open index… to see why.")
+            elif self._opening == path:
                 self.open_index(path)
 
         self._open_job = workers.start(lambda: Index.load(path), on_result=opened, on_error=failed)

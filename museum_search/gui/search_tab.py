@@ -135,6 +135,9 @@ def _answer_job(query: QueryImage, index, settings: QuerySettings, pipeline: Que
 
 
 # --------------------------------------------------------------------------------------------
+#: Whether "One result per instance" was ticked (kept between sessions, as k is).
+PER_INSTANCE_SETTING = "search/per_instance"
+
 # Clipboard and drag-and-drop
 
 
@@ -429,6 +432,8 @@ class SearchTab(QWidget):
         self.k_spin.valueChanged.connect(self._k_changed)
         self.per_instance = QCheckBox("One result per instance")
         self.per_instance.setToolTip("Show only the best photo of each object")
+        self.per_instance.setChecked(str(self.state.settings.value(PER_INSTANCE_SETTING, "false")).lower() == "true")
+        self.per_instance.toggled.connect(lambda on: self.state.settings.set_value(PER_INSTANCE_SETTING, str(on).lower()))
         self.per_instance.toggled.connect(lambda _on: self._reconcile())
         self.rerank = self._rerank_controls()
         for i, w in enumerate((QLabel("Results:"), self.k_spin, self.per_instance)):
