@@ -1248,6 +1248,9 @@ class CollectionTab(QWidget):
 
     # ---- the open index ----------------------------------------------------------------------
     def _index_changed(self, index: Index | None) -> None:
+        if not self.running:  # what the status said was of the index open before (a job's own result follows)
+            self.progress.status_label.setText("")
+            self.progress.item_label.setText("")
         self.browser.set_index(index)
         warning = verdict_warning(index)
         self.verdict_warning.setText(f"⚠ {warning[:1].upper()}{warning[1:]}" if warning else "")

@@ -273,6 +273,7 @@ class EvaluationTab(QWidget):
         self._next_key = 1
         self._selected_key: int | None = None
         self._tests: dict[tuple[int, int], dict[str, PairedTestResult | None]] = {}
+        self._run_status: dict[int, str] = {}  # what the status said when each run finished
         self.batch_size = BATCH_SIZE  # queries described at once
         self._build_ui()
         state.index_changed.connect(self.set_index)
@@ -675,10 +676,11 @@ class EvaluationTab(QWidget):
         warning = unknown_instances_warning(s)
         # (the ICFRR advice is not repeated here: it stays shown under the settings, and on the run)
         warning = f"\n⚠ {warning}." if warning else ""
-        self._set_status(f"Done in {format_duration(took)}: {headline(s, ', ')} over {s['queries']:,} queries"
-                         f"{open_set}{skipped}. Verdict: "
-                         f"unknown rejected {_pct(v['unknown_rejected'])}, known rejected {_pct(v['known_rejected'])}"
-                         f", accuracy {_pct(v['accuracy'])}.{warning}")
+        self._run_status[key] = (f"Done in {format_duration(took)}: {headline(s, ', ')} over {s['queries']:,} queries"
+                                 f"{open_set}{skipped}. Verdict: unknown rejected {_pct(v['unknown_rejected'])}, "
+                                 f"known rejected {_pct(v['known_rejected'])}, accuracy {_pct(v['accuracy'])}."
+                                 f"{warning}")
+        self._set_status(self._run_status[key])
         self.add_run(run)
         self.run_finished.emit(run)
 
@@ -763,6 +765,9 @@ class EvaluationTab(QWidget):
         self._refresh_overlays()
         self._update_comparison()
         self.verdict_page.show_run(run)
+        if not self.is_running():  # the status is the selected run's, never another's
+            self._set_status("" if run is None else f"{run.name}: " + self._run_status.get(
+                run.key, f"{headline(run.report.summary, ', ')} over {run.report.summary['queries']:,} queries."))
         self._update_buttons()
 
     def compared_runs(self) -> list[EvalRun]:

@@ -98,7 +98,7 @@ class ComparisonPage(QWidget):
         self.table.setObjectName("summaryTable")
         self.table.setHorizontalHeaderLabels(
             ["Run", "Queries",
-             *(f"{m.label} [{'95% CI' if m.compared else m.companion_label}]" for m in HEADLINE_METRICS.values()),
+             *(f"{m.label}\n[{'95% CI' if m.compared else m.companion_label}]" for m in HEADLINE_METRICS.values()),
              *VERDICT_FIGURES.values(), *(f"p {m.label}" for m in COMPARED.values())])
         for c, m in enumerate(HEADLINE_METRICS.values(), start=METRIC_COLUMN):
             if m.tip:
@@ -159,8 +159,15 @@ class ComparisonPage(QWidget):
                       default=0)
         header = fm.horizontalAdvance(self.table.horizontalHeaderItem(0).text())
         icon = self.table.iconSize().width() if self.table.iconSize().isValid() else 16
-        self.table.setColumnWidth(0, max(NAME_WIDTH[0], min(NAME_WIDTH[1], max(longest, header) + icon + 24)))
+        # no wider than the room the figures leave: every column in view, no horizontal scroll bar
+        others = sum(self.table.columnWidth(c) for c in range(1, self.table.columnCount()))
+        room = self.table.viewport().width() - others
+        self.table.setColumnWidth(0, max(NAME_WIDTH[0], min(NAME_WIDTH[1], room, max(longest, header) + icon + 24)))
         self.table.resizeRowsToContents()
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        self._fit_name_column()
 
     def _fill_row(self, r: int, run, base, tests) -> dict[str, Any]:
         s = run.report.summary
@@ -195,11 +202,11 @@ class ComparisonPage(QWidget):
         """A headline figure: a mean with its interval, or GAP with its companion in brackets."""
         if m.compared:
             mean, lo, hi = out["ci"][m.key] = run.cis.get(m.key, (math.nan, math.nan, math.nan))
-            return cell(f"{m.text(mean)} [{m.text(lo)}, {m.text(hi)}]", (mean, lo, hi))
+            return cell(f"{m.text(mean)}\n[{m.text(lo)}, {m.text(hi)}]", (mean, lo, hi))
         if not m.companion:
             item = cell(m.text(s[m.key]), s[m.key])
         else:
-            item = cell(f"{m.text(s[m.key])} [{m.text(s[m.companion])}]", (s[m.key], s[m.companion]))
+            item = cell(f"{m.text(s[m.key])}\n[{m.text(s[m.companion])}]", (s[m.key], s[m.companion]))
         item.setToolTip(m.tip)
         return item
 

@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
     QLabel,
+    QScrollArea,
     QSplitter,
     QTableView,
     QVBoxLayout,
@@ -28,6 +29,8 @@ from museum_search.gui.widgets.result_grid import ResultGrid
 from museum_search.gui.widgets.thumbnails import ThumbnailCache
 
 QUERY_THUMB = 180
+#: The least side of the query's photo when the page is short (the text below it keeps its lines).
+MIN_THUMB = 96
 RESULT_THUMB = 104
 PICK = "Select a query in the table."
 
@@ -65,6 +68,47 @@ def query_text(rec) -> str:
               f"({confidence}{html.escape(rec.reason)})")
 
 
+class _QueryColumn(QScrollArea):
+    """The selected query's photo above its text, never on top of it: the photo gives up height
+    (down to :data:`MIN_THUMB`) so that the text shows whole; where even that is too little, the
+    column scrolls (the text is never cut)."""
+
+    def __init__(self, image: QLabel, info: QLabel, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setObjectName("evalQueryColumn")
+        self.setWidgetResizable(True)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.image, self.info = image, info
+        body = QWidget()
+        lay = QVBoxLayout(body)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.addWidget(image, 0, Qt.AlignmentFlag.AlignHCenter)
+        lay.addWidget(info)
+        lay.addStretch(1)
+        self.setWidget(body)
+        self.setFixedWidth(QUERY_THUMB + self.verticalScrollBar().sizeHint().width() + 2)
+
+    def side(self) -> int:
+        """The photo's side that leaves the text its whole height."""
+        spacing = self.widget().layout().spacing()
+        room = self.viewport().height() - self.info.heightForWidth(QUERY_THUMB) - spacing
+        return max(MIN_THUMB, min(QUERY_THUMB, room))
+
+    def fit(self) -> None:
+        side = self.side()
+        if self.image.width() != side:
+            self.image.setFixedSize(side, side)
+            pm = self.image.pixmap()
+            if pm is not None and not pm.isNull() and self.image.property("source") is not None:
+                self.image.setPixmap(self.image.property("source").scaled(
+                    side, side, Qt.AspectRatioMode.KeepAspectRatio, Qt.TransformationMode.SmoothTransformation))
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        self.fit()
+
+
 class QueryPage(QSplitter):
     """Table (``queryTable``) | photo (``evalQueryImage``), text (``evalQueryInfo``) and results
     (``evalResultGrid``). ``top_k()`` says how many results to show."""
@@ -92,13 +136,11 @@ class QueryPage(QSplitter):
         self.query_info.setFixedWidth(QUERY_THUMB)
         self.result_grid = ResultGrid(thumb_size=RESULT_THUMB, placeholder="The top results of the selected query.")
         self.result_grid.setObjectName("evalResultGrid")
-        qcol = QVBoxLayout()
-        qcol.addWidget(self.query_image)
-        qcol.addWidget(self.query_info, 1)
+        self.query_column = _QueryColumn(self.query_image, self.query_info)
         detail = QWidget()
         dl = QHBoxLayout(detail)
         dl.setContentsMargins(0, 0, 0, 0)
-        dl.addLayout(qcol)
+        dl.addWidget(self.query_column)
         dl.addWidget(self.result_grid, 1)
         for i, w in enumerate((self.table, detail)):
             self.addWidget(w)
@@ -130,6 +172,7 @@ class QueryPage(QSplitter):
         self.table.resizeColumnsToContents()
         self.result_grid.clear("Select a query in the table to see its top results.")
         self.query_image.clear()
+        self.query_image.setProperty("source", None)
         self.query_image.setText(PICK)
         self.query_info.setText("")
         self._query_path = None
@@ -152,8 +195,9 @@ class QueryPage(QSplitter):
         self.result_grid.set_results(ranked_results(run.index, rec.ranking[:k], scores),
                                      correct=[bool(c) for c in rec.relevance[:k]])
         self._query_path = rec.query
-        self._show_query_image()
         self.query_info.setText(query_text(rec))
+        self.query_column.fit()
+        self._show_query_image()
 
     def _current_row_changed(self, current: QModelIndex, _previous: QModelIndex) -> None:
         if current.isValid():
@@ -166,7 +210,10 @@ class QueryPage(QSplitter):
         if pm is None:
             self.query_image.setText("…")
         else:
-            self.query_image.setPixmap(pm)
+            self.query_image.setProperty("source", pm)
+            side = self.query_image.width()
+            self.query_image.setPixmap(pm if side >= QUERY_THUMB else pm.scaled(
+                side, side, Qt.AspectRatioMode.KeepAspectRatio, Qt.TransformationMode.SmoothTransformation))
 
     def _thumbnail_ready(self, path: str, size: int) -> None:
         if path == self._query_path and size == QUERY_THUMB:
