@@ -170,3 +170,28 @@ def test_a_last_index_that_is_gone_or_damaged_is_left_out_quietly(qtbot, tmp_pat
     qtbot.waitUntil(lambda: any("could not be opened" in s for s in said), timeout=30_000)
     assert window.state.index is None
     assert not [w for w in QApplication.topLevelWidgets() if isinstance(w, QMessageBox) and w.isVisible()]
+
+
+def test_open_image_starts_in_the_sample_queries_and_then_where_the_last_photo_was(tmp_path, sample_index):
+    from museum_search.core import paths
+    from museum_search.gui.state import query_start_folder
+
+    settings = _state(tmp_path).settings
+    assert Path(query_start_folder(settings, sample_index)) == paths.sample_collection() / "queries"
+    assert query_start_folder(settings, None) == str(Path.home())
+    settings.set_value("search/last_dir", str(tmp_path))
+    assert query_start_folder(settings, sample_index) == str(tmp_path)
+    settings.set_value("search/last_dir", str(tmp_path / "gone"))
+    assert Path(query_start_folder(settings, sample_index)) == paths.sample_collection() / "queries"
+
+
+def test_opening_another_index_clears_the_status_of_the_one_before(qtbot, window, sample_index, tmp_path):
+    import shutil as sh
+
+    copy = tmp_path / "another.idx"
+    sh.copytree(sample_index.path, copy)
+    tab = window.collection_tab
+    assert window.open_index(sample_index.path)
+    tab.progress.status_label.setText(f"Sample collection: {len(sample_index)} references.")
+    assert window.open_index(copy)
+    assert tab.progress.status_label.text() == ""

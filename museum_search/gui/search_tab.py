@@ -62,7 +62,7 @@ from museum_search.core.capture import CameraSource, OpenCVCamera, list_cameras
 from museum_search.core.errors import ImageError
 from museum_search.core.images import SUPPORTED_EXTENSIONS, is_image_file, load_image
 from museum_search.gui import workers
-from museum_search.gui.state import AppState
+from museum_search.gui.state import AppState, query_start_folder
 from museum_search.gui.widgets.camera_view import CameraView
 from museum_search.gui.widgets.evidence_view import EvidenceView, where_text
 from museum_search.gui.widgets.objects import ObjectCards
@@ -561,7 +561,7 @@ class SearchTab(QWidget):
         return self._search(lambda: region_query(whole, q.path, region), q.path, whole if region else None)
 
     def open_image_dialog(self) -> None:
-        start = str(self.state.settings.value("search/last_dir", "") or "")
+        start = query_start_folder(self.state.settings, self.state.index)  # the sample's photos of visitors first
         path, _ = QFileDialog.getOpenFileName(self, "Search with an image", start, IMAGE_FILTER)
         if path:
             self.state.settings.set_value("search/last_dir", str(Path(path).parent))

@@ -49,6 +49,24 @@ def phone_link_problem(url: str) -> str:
     return ""
 
 
+def query_start_folder(settings: "Settings", index: Index | None) -> str:
+    """Where *Open image…* starts: the folder of the last photo opened (if it is still there); on the
+    bundled sample collection, its photos of visitors (``queries``); else the home folder."""
+    from museum_search.core import paths
+
+    last = str(settings.value("search/last_dir", "") or "")
+    if last and Path(last).is_dir():
+        return last
+    sample = paths.sample_collection()
+    if index is not None and index.root and (sample / "queries").is_dir():
+        try:
+            if Path(index.root).resolve() == (sample / "collection").resolve():
+                return str(sample / "queries")
+        except OSError:
+            pass
+    return str(Path.home())
+
+
 def _pin_hash(pin: str, salt: bytes, iterations: int) -> bytes:
     return hashlib.pbkdf2_hmac("sha256", pin.encode("utf-8"), salt, iterations)
 
