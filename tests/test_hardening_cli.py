@@ -378,3 +378,25 @@ def test_a_query_set_given_again_elsewhere_is_the_same_and_a_changed_one_is_name
         f.write("q02.jpg,composition_rby\n")
     assert cli_main(["evaluate", "--settings", str(run_json)]) == 1
     assert "changed since the run: its queries or their ground truth differ" in capsys.readouterr().err
+
+
+def test_import_append_counts_only_the_new_files(tmp_path, capsys):
+    """With none of 7 files present, ``import --append`` of 2 said "5 of 7 files found" (the index's
+    5 counted as found, never looked for): only the new files are looked for, and counted."""
+    rng = np.random.default_rng(3)
+
+    def items(path: Path, names: list[str]) -> Path:
+        path.write_text("path,instance\n" + "".join(f"{n},obj{i % 3}\n" for i, n in enumerate(names)))
+        return path
+
+    np.save(tmp_path / "first.npy", rng.normal(size=(5, 16)).astype(np.float32))
+    np.save(tmp_path / "more.npy", rng.normal(size=(2, 16)).astype(np.float32))
+    first = items(tmp_path / "first.csv", [f"gone/{i}.jpg" for i in range(5)])
+    more = items(tmp_path / "more.csv", [f"gone/new{i}.jpg" for i in range(2)])
+    out = tmp_path / "index"
+    assert cli_main(["import", str(tmp_path / "first.npy"), "--items", str(first), "-o", str(out)]) == 0
+    assert "0 of 5 files found" in capsys.readouterr().out
+    assert cli_main(["import", str(tmp_path / "more.npy"), "--items", str(more), "-o", str(out), "--append"]) == 0
+    captured = capsys.readouterr()
+    assert "7 references" in captured.out and "0 of 2 new files found" in captured.out, captured.out
+    assert "2 of the 2 new files were not found" in captured.err

@@ -382,3 +382,18 @@ def test_update_counts_deleted_references(built):
     assert report.removed == 1 and report.removed_files == [(str(collection / victim.name),
                                                              "deleted from the collection")]
     assert "1 removed" in report.summary()
+
+
+@pytest.mark.slow
+def test_ctrl_c_at_the_journals_sync_leaves_no_journal(built):
+    """strace delivers SIGINT as the journal is synced (issue 33, case 14): the save stops before any
+    data file, says nothing was changed, and no journal stays behind (one did until the next update)."""
+    collection, out = built
+    before = _manifest(out)
+    files = _data_files(out)
+    _add_photo(collection)
+    proc = _strace(["update", str(out)], "fsync:signal=SIGINT:when=1", out / JOURNAL)
+    assert proc.returncode == 130, proc.stderr
+    assert "nothing was changed" in proc.stderr, proc.stderr
+    assert not (out / JOURNAL).exists()
+    assert _manifest(out) == before and _data_files(out) == files

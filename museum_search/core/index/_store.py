@@ -295,8 +295,8 @@ class Index:
         # The journal names every file this save may create, before any is created, and every file
         # of the generation it replaces: if the process dies, the next save knows exactly which
         # files are its own leftovers (the new ones before the commit, the old ones after it).
-        _write_journal(target, [*files.values(), tmp_name, *old_files])
         created: list[Path] = []
+        _write_journal(target, [*files.values(), tmp_name, *old_files])
         try:
             digests, sizes, samples = self._write_data_files(target, files, dtype, created)
             manifest = self._manifest(target, files, dtype, digests, sizes, samples)
@@ -783,11 +783,15 @@ def _write_journal(path: Path, names: list[str]) -> None:
         raise OutputFolderError(f"the journal {path / JOURNAL} appeared while this program was writing the "
                                 "index (another program is using the folder?); nothing was changed") from None
     try:
-        os.write(fd, blob)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    _fsync_dir(path)
+        try:
+            os.write(fd, blob)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        _fsync_dir(path)
+    except BaseException:  # a Ctrl-C (or a failure) as it is written: no stray journal beside "nothing changed"
+        (path / JOURNAL).unlink(missing_ok=True)
+        raise
 
 
 def _is_own_name(name: object) -> bool:

@@ -240,13 +240,16 @@ class ImportReport:
     missing: list[str]  # items whose file is not found under the root
     not_unit: int  # rows that were not L2-normalized (their length differed from 1 by > 0.001)
     notices: list[str] = field(default_factory=list)  # what the user should know (missing files...)
+    #: the references added (``import --append``: only their files are looked for); None: all of them
+    added: int | None = None
 
     def summary(self) -> str:
         ix = self.index
         dtype = np.asarray(ix.descriptors[:0]).dtype
+        looked, new = (len(ix), "") if self.added is None else (self.added, "new ")
         return (f"{len(ix):,} references of {len(ix.instances):,} instances, {ix.meta.dim}-d {dtype}, "
                 f"L2-normalized ({self.not_unit:,} row(s) were not of unit length); "
-                f"{len(ix) - len(self.missing):,} of {len(ix):,} files found under {ix.root}")
+                f"{looked - len(self.missing):,} of {looked:,} {new}files found under {ix.root}")
 
 
 def read_items(items_csv: str | os.PathLike, root: str | os.PathLike | None = None
@@ -381,4 +384,4 @@ def append_to_index(descriptors: str | os.PathLike | np.ndarray, items_csv: str 
     if missing:
         notices.append(f"{len(missing):,} of the {len(items):,} new files were not found under {index.root} (e.g. "
                        f"{missing[0]}): they have no thumbnails")
-    return ImportReport(updated, missing, not_unit, notices)
+    return ImportReport(updated, missing, not_unit, notices, added=len(items))
