@@ -195,3 +195,32 @@ def test_opening_another_index_clears_the_status_of_the_one_before(qtbot, window
     tab.progress.status_label.setText(f"Sample collection: {len(sample_index)} references.")
     assert window.open_index(copy)
     assert tab.progress.status_label.text() == ""
+
+
+@pytest.mark.parametrize("inliers, words", [(0, "no matching points"), (1, "1 matching point")])
+def test_too_few_matching_points_are_said_in_words(sample_index, inliers, words):
+    """Issue 35, item 4: "only 0 matching points" appeared in the GUI, the CLI and the API. The
+    reason core gives for a refused answer says it in words, on the sample's calibrated verdict."""
+    from museum_search.core.answer import Verdict
+    from museum_search.core.answer._verdict import Evidence
+
+    verdict = Verdict.from_dict(sample_index.verdict)
+    reasons = [verdict.judge(Evidence(c, inliers, True, True, 0, m)).reason
+               for c in (0.3, 0.5, 0.6, 0.7) for m in (0.0, 0.02, 0.1)]
+    assert not any("only 0" in r or "only 1 matching points" in r or " 1 matching points" in r for r in reasons)
+    assert any(words in r for r in reasons), reasons
+
+
+def test_the_collection_tab_says_the_verdict_in_a_curators_words(window, sample_index):
+    """Issue 35, item 4: "Verdict: in the collection with confidence at least 0.50 (from cosine,
+    margin, inliers, rival) (unverified: …)" was for engineers. The line says how often known objects
+    are recognised and unknown ones refused, with core's measured operating point; the detail is in
+    the tooltip."""
+    assert window.open_index(sample_index.path)
+    label = window.collection_tab.detected_label
+    op = sample_index.verdict["operating_point"]
+    text = label.text()
+    assert (f"Photos of known objects are recognised about {op['known_accepted']:.0%} of the time; "
+            f"unknown objects are refused about {op['unknown_rejected']:.0%} of the time") in text
+    assert "at least" not in text and "cosine" not in text
+    assert "Verdict: in the collection with" in label.toolTip() and "calibration:" in label.toolTip()

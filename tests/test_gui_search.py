@@ -404,7 +404,7 @@ def test_rejected_answer_dialog_says_the_verdict_first(qtbot, make_tab, data):
     assert dialog.answer is answer
     qtbot.waitUntil(lambda: not dialog.is_busy(), timeout=TIMEOUT)
     verdict = _plain(dialog.verdict_label.text())
-    assert verdict.startswith("Not in the collection: ") and answer.reason in verdict
+    assert verdict.startswith("Not in this collection: ") and answer.reason in verdict
     assert dialog.verdict_label.property("verdict") == "out" and dialog.verdict_label.isVisible()
     # first the verdict, then the photos, then where the points lie, then the catalogue entry
     tops = [w.mapTo(dialog, w.rect().topLeft()).y() for w in

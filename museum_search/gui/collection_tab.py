@@ -408,7 +408,7 @@ def index_summary(index: Index) -> str:
     else:
         ann = "no approximate-search index (exact search)"
     return (f"Index: {len(index):,} references of {len(index.instances):,} instances "
-            f"({index.meta.summary()}); {neighbours}; {ann}. Verdict: {Verdict.of_index(index).summary()}")
+            f"({index.meta.summary()}); {neighbours}; {ann}. {Verdict.of_index(index).plain_summary()}.")
 
 
 def verdict_warning(index: Index | None) -> str | None:
@@ -419,7 +419,7 @@ def verdict_warning(index: Index | None) -> str | None:
 
 def index_details(index: Index) -> str:
     """The summary's tooltip: the approximate index's parameters, where the index is."""
-    lines = []
+    lines = [f"Verdict: {Verdict.of_index(index).summary()}"]  # the technical detail of the summary's last words
     if index.ann is not None:
         summary = getattr(index.ann, "summary", None)
         lines.append(f"Approximate search: {summary() if callable(summary) else index.ann}")

@@ -204,7 +204,7 @@ def verdict_line(answer: Answer | None, result: Result) -> tuple[str, str] | Non
     reason = html.escape(answer.verdict_text())
     if not answer.in_collection:
         which = "the most similar one" if result.rank == 1 else f"result #{result.rank} of the most similar"
-        return f"<b>Not in the collection:</b> {reason}. This reference is only {which}.", "out"
+        return f"<b>Not in this collection:</b> {reason}. This reference is only {which}.", "out"
     if result.instance == answer.top.instance:
         return f"<b>In the collection:</b> {reason}.", "in"
     best = html.escape(result_title(answer.top) or answer.top.instance)

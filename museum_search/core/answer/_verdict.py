@@ -278,11 +278,21 @@ _WORDS = {
     "cosine": ("similar overall (cosine {cosine:.2f})", "not similar enough overall (cosine {cosine:.2f})"),
     "margin": ("clearly closer to this object than to any other (cosine margin {margin:.2f})",
                "about as close to other objects (cosine margin {margin:.2f})"),
-    "inliers": ("verified: {inliers} matching points", "only {inliers} matching points"),
+    "inliers": ("verified: {points}", "{few_points}"),
     "rival": ("no other object matches the same part of the photo",
               "not distinct: another object has {rival} matching points (what they share, such as a "
               "frame, matches; not the object itself)"),
 }
+
+
+def _points(n: int) -> str:
+    """``n`` matching points in words ("no matching points", "1 matching point", "12 matching points")."""
+    return "no matching points" if n <= 0 else "1 matching point" if n == 1 else f"{n} matching points"
+
+
+def _few_points(n: int) -> str:
+    """Too few matching points, in words: "no matching points found", "only 3 matching points"."""
+    return "no matching points found" if n <= 0 else f"only {_points(n)}"
 
 
 @dataclass
@@ -365,8 +375,9 @@ class Verdict:
         if e.inliers is None:
             phrases.append("not verified")
         elif name not in ("inliers", "rival") and len(phrases) == 1:  # the matching points, said once
-            phrases.append("{inliers} matching points")
-        return "; ".join(phrases).format(cosine=e.cosine, margin=e.margin, inliers=e.inliers or 0, rival=e.rival)
+            phrases.append("{points}")
+        return "; ".join(phrases).format(cosine=e.cosine, margin=e.margin, inliers=e.inliers or 0, rival=e.rival,
+                                         points=_points(e.inliers or 0), few_points=_few_points(e.inliers or 0))
 
     # ---- descriptions ------------------------------------------------------------------------
     def threshold(self, verified: bool = True) -> float:
@@ -402,6 +413,19 @@ class Verdict:
             text += (f"; on its own {views} it accepts {op['known_accepted']:.0%} of {op['known']} known "
                      f"and rejects {op['unknown_rejected']:.0%} of {op['unknown']} unknown ones")
         return text
+
+    def plain_summary(self) -> str:
+        """What the verdict does, in a curator's words, from the operating point its calibration
+        measured on the collection's own views (the numbers :meth:`summary` gives), e.g. "Photos of
+        known objects are recognised about 92 % of the time; unknown objects are refused about 98 %
+        of the time"."""
+        op = self.operating_point or {}
+        known, unknown = op.get("known_accepted"), op.get("unknown_rejected")
+        if known is None or unknown is None:
+            return ("Whether a photo shows an object of this collection is decided by fixed thresholds, "
+                    "not measured on it yet (calibrate them in the Evaluation tab)")
+        return (f"Photos of known objects are recognised about {known:.0%} of the time; unknown objects "
+                f"are refused about {unknown:.0%} of the time (measured on the collection's own photos)")
 
     def warning(self) -> str | None:
         """A sentence when the calibration's operating point is weak, else None."""
