@@ -294,7 +294,11 @@ class RunSpec:
             raise MuseumSearchError("not an exported evaluation run (no \"run\" section of format "
                                     f"{FORMAT!r}); export the run again from this version's Evaluation tab "
                                     "or evaluate --json")
-        if int(d.get("version", 0)) > VERSION:
+        version = d.get("version", 0)
+        if not isinstance(version, int) or isinstance(version, bool):
+            raise MuseumSearchError(f"the run's format version is damaged ({version!r}, not a number); export "
+                                    "the run again")
+        if version > VERSION:
             raise MuseumSearchError(f"the run was exported in format {d.get('version')}, newer than this "
                                     f"program's ({VERSION}); update museum-search")
         try:

@@ -1153,6 +1153,11 @@ def _load_npy(f: Path, mode: Literal["r"] | None, path: Path, hint: str) -> np.n
     except ValueError as exc:
         why = "it holds Python objects, which are never loaded" if "pickle" in str(exc).lower() else str(exc)
         raise IndexFormatError(f"index file {f.name} in {path} is damaged ({why}); {hint}") from None
+    except (OSError, EOFError):
+        raise
+    except Exception as exc:  # a damaged header: numpy's parser raises SyntaxError, TokenError, TypeError...
+        raise IndexFormatError(f"index file {f.name} in {path} is damaged (its .npy header cannot be read: "
+                               f"{type(exc).__name__}); {hint}") from None
 
 
 def index_version(path: str | Path) -> int | None:

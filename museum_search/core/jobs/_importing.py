@@ -126,6 +126,9 @@ def open_descriptors(path: str | os.PathLike, what: str = "descriptors") -> np.n
         raise DescriptorError(f"{path} is not a valid NumPy .npy file ({text}); {hint}") from None
     except (OSError, EOFError) as exc:
         raise DescriptorError(f"{path} cannot be read as a NumPy .npy array ({exc}); {hint}") from None
+    except Exception as exc:  # a damaged header: numpy's parser raises SyntaxError, TokenError, TypeError...
+        raise DescriptorError(f"{path} is not a valid NumPy .npy file (its header cannot be read: "
+                              f"{type(exc).__name__}); {hint}") from None
     if not isinstance(array, np.ndarray):  # np.load only returns arrays here, but be explicit
         raise DescriptorError(f"{path} is not one NumPy array; {hint}")
     return array

@@ -1,0 +1,59 @@
+"""The fuzzer of ``tests/test_fuzz_inputs.py`` run longer than CI runs it, with fresh random inputs.
+
+CI runs each target with its base number of examples, derandomized (the same inputs every run,
+about 20 s in all). This runs them ``--scale`` times as long with Hypothesis' random inputs (a new
+sample each run), and reports per target: inputs tried, inputs accepted (answered rather than
+refused), seconds, and whether the property held (a failure prints Hypothesis' minimal input).
+
+Usage: ``python bench/bench_fuzz.py [--scale 20] [-k TARGET]``; writes ``bench/results/fuzz.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scale", type=float, default=20.0, help="examples per target, times CI's (default 20)")
+    ap.add_argument("-k", default=None, help="only the targets whose name matches (pytest -k)")
+    args = ap.parse_args()
+    if args.scale == 1:
+        args.scale = 1.001  # scale 1 is CI's derandomized run; this bench always draws fresh inputs
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "fuzz.jsonl"
+        env = dict(os.environ, MUSEUM_SEARCH_FUZZ_SCALE=str(args.scale), MUSEUM_SEARCH_FUZZ_LOG=str(log))
+        cmd = [sys.executable, "-m", "pytest", "tests/test_fuzz_inputs.py", "-q", "-p", "no:cacheprovider",
+               "-W", "ignore::UserWarning", *(["-k", args.k] if args.k else [])]
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+        targets = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    failed = [line for line in proc.stdout.splitlines() if line.startswith("FAILED")]
+    print(f"{'target':<40} {'inputs':>8} {'accepted':>9} {'seconds':>8}")
+    for t in targets:
+        print(f"{t['target']:<40} {t['inputs']:>8} {t['accepted']:>9} {t['seconds']:>8.1f}")
+    print(f"{sum(t['inputs'] for t in targets)} inputs in {wall:.0f} s; "
+          + (f"{len(failed)} target(s) FAILED:" if failed else "every property held"))
+    for line in failed:
+        print("  " + line)
+    if failed:
+        print(proc.stdout[-4000:])
+    out = REPO / "bench" / "results" / "fuzz.json"
+    out.write_text(json.dumps({"scale": args.scale, "seconds": round(wall, 1), "targets": targets,
+                               "failed": failed, "load": os.getloadavg()}, indent=1) + "\n")
+    print(f"written to {out}")
+    return 1 if failed or proc.returncode not in (0, 5) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
