@@ -58,6 +58,17 @@ class _Count:
         """The input was accepted (answered), not refused."""
         self.accepted += 1
 
+    def run(self, call):
+        """``call()`` on one input: its result, or None when the program refused the input with
+        its own error (:class:`MuseumSearchError`); any other exception fails the property."""
+        self()
+        try:
+            got = call()
+        except MuseumSearchError:
+            return None
+        self.ok()
+        return got
+
     def close(self) -> None:
         if LOG:
             with open(LOG, "a", encoding="utf-8") as f:
@@ -174,15 +185,11 @@ def photo_folder(tmp_path_factory) -> Path:
 @fuzz(500)
 @given(data=csv_bytes(_HEADERS))
 def test_fuzz_catalogue(count, photo_folder, data):
-    count()
     cat = photo_folder / "catalogue.csv"
     cat.write_bytes(data)
-    try:
-        read_csv_table(cat)
-        lab = label_collection(photo_folder, rule="catalogue", catalogue=cat)
-    except MuseumSearchError:
+    lab = count.run(lambda: (read_csv_table(cat), label_collection(photo_folder, rule="catalogue", catalogue=cat))[1])
+    if lab is None:
         return
-    count.ok()
     files = {"a.jpg", "b.jpg", "c.jpg", "sub/d.jpg"}
     assert {r.path for r in lab.references} <= files  # only the collection's own photos
     assert all(r.instance.strip() for r in lab.references)
@@ -191,14 +198,10 @@ def test_fuzz_catalogue(count, photo_folder, data):
 @fuzz(400)
 @given(data=csv_bytes(_HEADERS))
 def test_fuzz_ground_truth(count, photo_folder, data):
-    count()
-    gt = photo_folder / "ground_truth.csv"
-    gt.write_bytes(data)
-    try:
-        qs = load_queryset(photo_folder, layout="csv")
-    except MuseumSearchError:
+    (photo_folder / "ground_truth.csv").write_bytes(data)
+    qs = count.run(lambda: load_queryset(photo_folder, layout="csv"))
+    if qs is None:
         return
-    count.ok()
     assert all(Path(q.path).is_file() and Path(q.path).resolve().is_relative_to(photo_folder.resolve())
                for q in qs.queries)
 
@@ -206,14 +209,11 @@ def test_fuzz_ground_truth(count, photo_folder, data):
 @fuzz(400)
 @given(data=csv_bytes(st.sampled_from([["path", "instance"], ["file", "label", "title"], ["path"], []])))
 def test_fuzz_import_items(count, photo_folder, data):
-    count()
-    items = photo_folder / "items.csv"
-    items.write_bytes(data)
-    try:
-        _, got, missing = read_items(items)
-    except MuseumSearchError:
+    (photo_folder / "items.csv").write_bytes(data)
+    read = count.run(lambda: read_items(photo_folder / "items.csv"))
+    if read is None:
         return
-    count.ok()
+    _, got, missing = read
     assert len(set(it.path for it in got)) == len(got) and set(missing) <= {it.path for it in got}
 
 
