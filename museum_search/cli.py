@@ -868,8 +868,29 @@ def _main(argv: Sequence[str] | None) -> int:
     except MuseumSearchError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # the reader of the output went away (| head): stop quietly
+        _drop_stdout()
+        return 1
     except (OSError, ValueError) as exc:
         if args.verbose:
             raise
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 1
+    except Exception as exc:  # a bug: still one line and exit 1 (the README's codes); -v shows where
+        if args.verbose:
+            raise
+        print(f"{PROG}: error: unexpected {type(exc).__name__}: {exc} (a bug; run again with -v for the "
+              "details and report them)", file=sys.stderr)
+        return 1
+
+
+def _drop_stdout() -> None:
+    """Point stdout at the null device, so the exit's flush of what is still buffered does not fail
+    again ("Exception ignored ... BrokenPipeError") after the reader closed the pipe."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no file descriptor (captured output): nothing to flush there
+        pass

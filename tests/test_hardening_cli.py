@@ -400,3 +400,46 @@ def test_import_append_counts_only_the_new_files(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "7 references" in captured.out and "0 of 2 new files found" in captured.out, captured.out
     assert "2 of the 2 new files were not found" in captured.err
+
+
+# ---- exit codes ----------------------------------------------------------------------------------------
+
+
+def test_every_exit_code_is_one_the_readme_lists(sample_built, tmp_path, monkeypatch, capsys):
+    """0, 1, 2 and 130, whatever happens: an unexpected exception was a traceback, and a reader that
+    closed the pipe (``| head``) gave "Exception ignored ... BrokenPipeError" at the exit."""
+    import re
+
+    import museum_search.cli as cli
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    line = next(x for x in readme.splitlines() if x.startswith("Exit codes:"))
+    listed = {int(n) for n in re.findall(r"\b(\d+)\b", line)}
+    index, queries = sample_built
+    seen = {}
+    seen["ok"] = cli_main(["info", str(index)])
+    seen["error"] = cli_main(["info", str(tmp_path)])
+    with pytest.raises(SystemExit) as usage:
+        cli_main(["query", "--no-such-option"])
+    seen["usage"] = usage.value.code
+
+    def raising(exc):
+        def cmd(args):
+            raise exc
+        return cmd
+
+    capsys.readouterr()
+    monkeypatch.setattr(cli, "cmd_info", raising(RuntimeError("an unforeseen state")))
+    seen["bug"] = cli_main(["info", str(index)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unexpected RuntimeError: an unforeseen state" in err[0], err
+    monkeypatch.setattr(cli, "cmd_info", raising(KeyboardInterrupt()))
+    seen["ctrl-c"] = cli_main(["info", str(index)])
+    proc = _popen(["-m", "museum_search", "query", str(index), *map(str, sorted(queries.glob("*.jpg"))[:4]),
+                   "--json", "--no-verify"])
+    proc.stdout.close()  # the reader goes away before the answer is printed
+    err = proc.stderr.read()
+    seen["broken pipe"] = proc.wait(timeout=300)
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+    assert seen == {"ok": 0, "error": 1, "usage": 2, "bug": 1, "ctrl-c": 130, "broken pipe": 1}, seen
+    assert set(seen.values()) <= listed == {0, 1, 2, 130}
