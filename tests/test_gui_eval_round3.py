@@ -80,7 +80,13 @@ def test_status_selected_query_and_compare_table(qtbot, win):
     assert col.viewport().rect().contains(_rect_in(info, col.viewport()))
     assert image.width() >= 96
 
-    # 1600x1000, the Compare page: every column in view, none behind a horizontal scroll bar
+    # 1600x1000, the Compare page of two real runs (tested against each other, p cells filled):
+    # every column in view, none behind a horizontal scroll bar
+    tab.rerank.set_verify(True)
+    _evaluate(qtbot, tab)
+    tab.compare.set_baseline_key(run.key)
+    tab._update_comparison()
+    assert "differ" in tab.compare.table.item(tab.compare.table.rowCount() - 1, tab.compare.table.columnCount() - 1).text()
     win.resize(1600, 1000)
     qtbot.waitUntil(lambda: (win.width(), win.height()) == (1600, 1000), timeout=5000)
     tab.pages.setCurrentWidget(tab.compare)

@@ -232,7 +232,7 @@ def test_evaluate_compare_and_export(qtbot, tab, data, tmp_path):
         item = tab.compare.table.item(1, P_MAP + ("mp@1", "map", "amnro").index(metric) - 1)
         cell = item.text()
         assert cell.startswith(f"{direct.direction}, p = {format_p(p)}")
-        assert f"\n{differing} differ · bootstrap {format_p(other['bootstrap_p'][metric])}" in cell
+        assert f"\n{differing} differ\nbootstrap {format_p(other['bootstrap_p'][metric])}" in cell
         if stars(p) and direct.direction in DIRECTION_COLOURS:
             assert item.foreground().color().name() == DIRECTION_COLOURS[direct.direction]
     assert tab.compare.table.item(1, P_MAP).data(VALUE_ROLE) == other["p"]["map"]

@@ -12,8 +12,13 @@ At each window size (``--sizes``, default 1024x700 and 1600x1000) it grabs:
 * ``search-sample`` / ``evidence-sample``: a photo of the bundled sample collection and its evidence
   view (framed references on a wall);
 * ``evaluation-running``: the Evaluation tab during a run;
-* ``evaluation``, ``evaluation-compare``, ``evaluation-verdict``: after two runs, on the Queries,
-  Compare runs and Verdict pages.
+* ``evaluation``, ``evaluation-compare``, ``evaluation-verdict``: after two runs, on the Queries
+  (a query row selected), Compare runs and Verdict pages;
+* ``kiosk-no-camera``: the kiosk on the sample collection with a phone link set and no camera (the
+  QR code under the message);
+* ``settings-long-message``: the Settings dialog after OK with a phone link a phone cannot open.
+
+``--only NAME …`` takes some of the steps (build, collection, search, evaluation, kiosk, settings).
 
 Files go to ``--out/<W>x<H>/<name>.png``; ``--readme`` also copies the 1600x1000 collection, search
 and evaluation shots to ``--out/<name>.png`` (the README's pictures). The sample collection's index is
@@ -33,6 +38,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 README_SHOTS = ("collection", "search-painting", "evaluation")
+STEPS = {"build": "build", "collection": "collection", "search": "search_painting search_sample",
+         "evaluation": "evaluation", "kiosk": "kiosk", "settings": "settings"}
 
 
 def main() -> int:
@@ -43,6 +50,7 @@ def main() -> int:
     ap.add_argument("--query-set", default="qsd2_w3")
     ap.add_argument("--sizes", nargs="+", default=["1024x700", "1600x1000"])
     ap.add_argument("--readme", action="store_true", help="also refresh the README's pictures")
+    ap.add_argument("--only", nargs="+", choices=list(STEPS), help="only these steps")
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     os.environ["XDG_DATA_HOME"] = str(args.work / "xdg-data")  # the sample index goes there
@@ -112,7 +120,8 @@ class Session:
         self.win.show()
         self.pump(2)
         failures = 0
-        for step in (self.build, self.collection, self.search_painting, self.search_sample, self.evaluation):
+        names = [n for key in (self.args.only or STEPS) for n in STEPS[key].split()]
+        for step in (getattr(self, n) for n in names):
             try:
                 step()
             except Exception:  # one broken step must not lose the others' pictures
@@ -194,6 +203,41 @@ class Session:
         tab.pages.setCurrentWidget(tab.verdict_page)
         self.shot(self.win, "evaluation-verdict")
         tab.pages.setCurrentWidget(tab.queries)
+
+    def kiosk(self) -> None:
+        """The kiosk without a camera, a phone link set (throw-away settings): the QR code under the message."""
+        from PySide6.QtCore import QSettings
+
+        from museum_search.core.index import Index
+        from museum_search.gui.demo_window import DemoWindow
+        from museum_search.gui.state import QR_URL_SETTING, Settings
+
+        settings = Settings(QSettings(str(self.args.work / "kiosk-settings.ini"), QSettings.Format.IniFormat))
+        settings.set_value(QR_URL_SETTING, "http://192.168.1.20:8000/")
+
+        def no_camera(_number):
+            raise OSError("no camera (screenshot)")
+
+        kiosk = DemoWindow(Index.load(self.sample_index), settings, no_camera)
+        kiosk.resize(self.w, self.h)
+        kiosk.move(0, 0)
+        kiosk.show()
+        self.pump(120, until=lambda: kiosk.mode == "error" and kiosk.message_page.phone_qr.isVisible())
+        self.shot(kiosk, "kiosk-no-camera")
+        kiosk.shutdown()
+        kiosk.close()
+
+    def settings(self) -> None:
+        """Settings after OK with a phone link only this computer can open: the dialog grows to say why."""
+        from museum_search.gui.main_window import SettingsDialog
+
+        dialog = SettingsDialog(self.win.state, self.win)
+        dialog.show()
+        self.pump(1)
+        dialog.qr_url.setText("http://127.0.0.1:8000/")
+        dialog.accept()  # refused: nothing is saved
+        self.shot(dialog, "settings-long-message")
+        dialog.reject()
 
 
 if __name__ == "__main__":

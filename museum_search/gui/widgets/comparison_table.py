@@ -67,11 +67,11 @@ def cell(text: str, value: Any) -> QTableWidgetItem:
 
 def p_text(metric: str, res: PairedTestResult) -> tuple[str, str]:
     """A paired test in the cell (direction, p, stars; below, differing queries and bootstrap p) and in
-    its tooltip, e.g. "worse, p = 0.0005 ***" over "12 differ · bootstrap < 0.0001"."""
+    its tooltip, e.g. "worse, p = 0.0005 ***" over "12 differ" over "bootstrap < 0.0001"."""
     p, boot = float(res.p_value), res.bootstrap_p_value
     better = COMPARED[metric].better
     text = (f"{res.direction}, p = {format_p(p)} {stars(p)}".rstrip()
-            + f"\n{res.differing_queries} differ · bootstrap {format_p(boot)}")
+            + f"\n{res.differing_queries} differ\nbootstrap {format_p(boot)}")  # narrow: every column in view
     how = (f"exact, all {res.n_resamples:,} sign assignments" if res.exact
            else f"Monte Carlo, {res.n_resamples:,} random sign assignments")
     tip = (f"{res.direction.capitalize()} than the baseline: {res.run_mean:.3f} vs {res.baseline_mean:.3f}, "
@@ -154,15 +154,17 @@ class ComparisonPage(QWidget):
     def _fit_name_column(self) -> None:
         """The run column as wide as its longest line (icon and margins included), within NAME_WIDTH."""
         fm = self.table.fontMetrics()
-        items = (self.table.item(r, 0) for r in range(self.table.rowCount()))
-        longest = max((fm.horizontalAdvance(line) for it in items if it is not None for line in it.text().split("\n")),
-                      default=0)
+        lines = [it.text().split("\n") for it in (self.table.item(r, 0) for r in range(self.table.rowCount()))
+                 if it is not None]
+        longest = max((fm.horizontalAdvance(line) for name in lines for line in name), default=0)
+        heads = max((fm.horizontalAdvance(name[0]) for name in lines), default=0)  # a first line is never wrapped
         header = fm.horizontalAdvance(self.table.horizontalHeaderItem(0).text())
         icon = self.table.iconSize().width() if self.table.iconSize().isValid() else 16
         # no wider than the room the figures leave: every column in view, no horizontal scroll bar
         others = sum(self.table.columnWidth(c) for c in range(1, self.table.columnCount()))
         room = self.table.viewport().width() - others
-        self.table.setColumnWidth(0, max(NAME_WIDTH[0], min(NAME_WIDTH[1], room, max(longest, header) + icon + 24)))
+        self.table.setColumnWidth(0, max(NAME_WIDTH[0], heads + icon + 24,
+                                         min(NAME_WIDTH[1], room, max(longest, header) + icon + 24)))
         self.table.resizeRowsToContents()
 
     def resizeEvent(self, event) -> None:
