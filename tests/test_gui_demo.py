@@ -12,7 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from PySide6.QtCore import QPoint, QSettings, Qt
+from PySide6.QtCore import QPoint, QRect, QSettings, Qt
 from PySide6.QtWidgets import QLabel
 
 from museum_search.core.answer._pipeline import QueryPipeline, QuerySettings, query_from_array
@@ -335,3 +335,28 @@ def test_full_screen_without_a_window_manager(tmp_path):
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("window")), None)
     assert line is not None, proc.stdout + proc.stderr
     assert line == "window 0 0 1024 700 screen 0 0 1024 700"
+
+
+def test_the_sorry_card_shows_the_phone_link(qtbot, make_demo, data):
+    """Issue 35: the phone link wherever a visitor may need it, "not in this collection" included;
+    a found object's card has none."""
+    from museum_search.gui.demo_window import PHONE_TRY
+
+    w = make_demo(data.index, data.unknown, steady_seconds=0.3, result_seconds=60)
+    w.set_phone_link("http://192.168.1.20:8000/")
+    _wait_mode(qtbot, w, "unknown", "result")
+    assert w.mode == "unknown"
+    panel = w.card_page.phone_qr
+    assert panel.isVisible() and panel.caption.text() == PHONE_TRY
+    rect = QRect(panel.mapTo(w, panel.rect().topLeft()), panel.size())
+    assert w.rect().contains(rect)
+    for lab in (w.card_page.title, w.card_page.description, w.card_page.footer):
+        assert not QRect(lab.mapTo(w, lab.rect().topLeft()), lab.size()).intersects(rect), lab.text()
+    w.grab().save("/tmp/demo_unknown_qr.png")
+
+
+def test_a_found_objects_card_has_no_phone_link(qtbot, make_demo, data):
+    w = make_demo(data.index, data.known, steady_seconds=0.3, result_seconds=60)
+    w.set_phone_link("http://192.168.1.20:8000/")
+    _wait_mode(qtbot, w, "result", "unknown")
+    assert w.mode == "result" and not w.card_page.phone_qr.isVisible()

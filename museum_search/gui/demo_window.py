@@ -148,6 +148,8 @@ PHOTO_MISSING = "Photo not available"
 PHONE_CAPTION = "Use your phone: scan me"
 #: Under the phone link's QR code on the screen that says the camera is not working.
 PHONE_INSTEAD = "Use your phone instead: scan me"
+#: Under the phone link's QR code on the "not in this collection" card.
+PHONE_TRY = "Try again from your phone: scan me"
 #: problem → (headline, detail, detail after a touch did not help)
 _PROBLEMS = {
     "camera": (ASK_STAFF, CAMERA_DOWN, CAMERA_STILL_DOWN),
@@ -491,6 +493,12 @@ class _CardPage(QWidget):
         text.addWidget(self.description)
         text.addSpacing(24)
         text.addWidget(self.confidence)
+        # on the "not in this collection" card, the phone link: a visitor may try again from a phone
+        self.phone_qr = QrPanel(PHONE_TRY, self)
+        self.phone_qr.setObjectName("cardQr")
+        for i in range(self.phone_qr.layout().count()):
+            self.phone_qr.layout().itemAt(i).setAlignment(Qt.AlignmentFlag.AlignLeft)
+        text.addWidget(self.phone_qr, 0, Qt.AlignmentFlag.AlignLeft)
         text.addStretch(2)
         text.addWidget(self.footer)
 
@@ -863,6 +871,8 @@ class DemoWindow(QWidget):
         self.live_page._place()
         self.message_page.phone_qr.set_data(url)
         self.message_page.phone_qr.setVisible(bool(url) and self._problem == "camera" and self._mode == "error")
+        self.card_page.phone_qr.set_data(url)
+        self.card_page.phone_qr.setVisible(bool(url) and self._mode == "unknown")
 
     @property
     def pin_set(self) -> bool:
@@ -1318,6 +1328,7 @@ class DemoWindow(QWidget):
         words = confidence_words(rec.answer.confidence)  # plain words; the number goes to the log
         c.confidence.setText(words)
         c.confidence.setVisible(bool(words))
+        c.phone_qr.hide()
         if rec.photo is not None:
             c.photo.set_image(rec.photo)
         else:
@@ -1342,6 +1353,7 @@ class DemoWindow(QWidget):
         c.description.setVisible(True)
         c.confidence.setText("")
         c.confidence.setVisible(False)
+        c.phone_qr.setVisible(bool(c.phone_qr.data()))
         c.photo.set_image(rec.frame)  # what the camera saw
         c.show_caption(True)
         c.footer.setText(CONTINUE)
@@ -1484,4 +1496,5 @@ class DemoWindow(QWidget):
         self.pin_prompt.setGeometry(self.rect())
         self.live_page.phone_qr.set_side(max(64, round(self.QR_HEIGHT * self.height())))
         self.message_page.phone_qr.set_side(max(96, round(2 * self.QR_HEIGHT * self.height())))
+        self.card_page.phone_qr.set_side(max(64, round(self.QR_HEIGHT * self.height())))
         self.live_page._place()
