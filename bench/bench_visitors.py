@@ -58,6 +58,7 @@ import numpy as np
 from bench_verdict import COIL_LEFT_OUT, DATA, QUERY_SETS, REPO, _build, _links
 
 from museum_search.core.answer._pipeline import QueryPipeline, QuerySettings
+from museum_search.core.answer._verdict import Verdict
 from museum_search.core.conditions import CONDITIONS, degrade, photo_seed
 from museum_search.core.evaluation._metrics import global_average_precision
 from museum_search.core.evaluation._querysets import QuerySet, load_queryset
@@ -66,6 +67,9 @@ from museum_search.core.images import load_image
 from museum_search.core.index._labels import COIL100_REGEX
 from museum_search.core.index._store import Index, LabellingSpec
 from museum_search.core.inference._backbones import BackboneConfig
+from museum_search.core.jobs._calibration import calibrate
+from museum_search.core.progress import drive
+from museum_search.core.verification import DEEP
 
 SAMPLE = REPO / "resources" / "sample"
 SETS = ("sample", "qsd1_w1", "qsd1_w3", "qsd2_w3", "paintings-leave-out", "coil-leave-out")
@@ -178,8 +182,20 @@ def figures(rows: list[Row]) -> dict:
     }
 
 
-def settings_of(matcher: str, verify_top: int) -> QuerySettings:
-    return QuerySettings(verify=False) if matcher == "none" else QuerySettings(verify_top=verify_top)
+def settings_of(matcher: str, verify_top: int, deep: int = DEEP, verdict: Verdict | None = None) -> QuerySettings:
+    if matcher == "none":
+        return QuerySettings(verify=False, verdict=verdict)
+    return QuerySettings(verify_top=verify_top, deep=deep, verdict=verdict)
+
+
+def calibrated(index: Index, recalibrate: bool) -> tuple[Verdict | None, float]:
+    """(the verdict of ``index`` calibrated again by this code, or None: the one its build stored;
+    the seconds it took)."""
+    if not recalibrate:
+        return None, 0.0
+    t = time.perf_counter()
+    verdict = drive(calibrate(index))
+    return verdict, time.perf_counter() - t
 
 
 def load_text() -> dict:
@@ -206,6 +222,7 @@ def run(args: argparse.Namespace, results: dict, save: Callable[[], None]) -> No
     """Every (set, matcher, condition) asked for, in that order, saved after each."""
     work: Path = args.work
     built: dict[tuple[str, str], Index] = {}
+    verdicts: dict[tuple[str, str], Verdict | None] = {}
     factories = {m: indexes(work, m) for m in ("sift", "xfeat")}
     pooled: dict[tuple[str, str], list[Row]] = {}
     print(HEADER, flush=True)
@@ -217,10 +234,13 @@ def run(args: argparse.Namespace, results: dict, save: Callable[[], None]) -> No
             if key not in built:
                 t = time.perf_counter()
                 built[key] = factories[index_matcher][kind]()
+                verdicts[key], seconds = calibrated(built[key], args.recalibrate)
                 results["indexes"][f"{kind}-{index_matcher}"] = {
-                    "references": len(built[key]), "load_or_build_seconds": round(time.perf_counter() - t, 1)}
+                    "references": len(built[key]), "load_or_build_seconds": round(time.perf_counter() - t - seconds, 1),
+                    "calibration_seconds": round(seconds, 1) if args.recalibrate else None}
             index = built[key]
-            pipe = QueryPipeline(index, settings_of(matcher, args.verify_top))  # one per index and matcher
+            # one pipeline per index and matcher
+            pipe = QueryPipeline(index, settings_of(matcher, args.verify_top, args.deep, verdicts[key]))
             for condition in args.conditions:
                 t = time.perf_counter()
                 qsets = [degraded(qs, condition, work / "photos" / condition / name / str(i))
@@ -263,6 +283,11 @@ def main() -> int:
     ap.add_argument("--sets", default=None, help=f"comma-separated, of: {', '.join(SETS)}")
     ap.add_argument("--matchers", default=",".join(MATCHERS))
     ap.add_argument("--verify-top", type=int, default=20)
+    ap.add_argument("--deep", type=int, default=DEEP,
+                    help=f"references the second, closer look verifies when the first is unsure (default {DEEP}; "
+                         "0: no second look, as before issue 36)")
+    ap.add_argument("--recalibrate", action="store_true",
+                    help="calibrate each index again with this code (default: the verdict its build stored)")
     ap.add_argument("--coil-angles", default="10,130,250")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "visitors.json")
     args = ap.parse_args()
@@ -288,7 +313,8 @@ def main() -> int:
         "load_at_start": load_text(),
         "command": " ".join(sys.argv[1:]),
         "protocol": {"conditions": {c: CONDITIONS[c].description for c in args.conditions}, "sets": args.sets,
-                     "matchers": args.matchers, "verify_top": args.verify_top, "coil_angles": args.coil_angles,
+                     "matchers": args.matchers, "verify_top": args.verify_top, "deep": args.deep,
+                     "recalibrated": args.recalibrate, "coil_angles": args.coil_angles,
                      "wrong_accepted": "answers accepted with a wrong object (known) or accepted at all (unknown), "
                                        "over all photos of the set"},
         "indexes": {}, "figures": {}, "pooled": {},

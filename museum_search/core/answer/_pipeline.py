@@ -75,6 +75,7 @@ from museum_search.core.inference import (
 )
 from museum_search.core.ranking import lead_within, order, per_instance
 from museum_search.core.verification import (
+    DEEP,
     Matches,
     SpatialParams,
     Verification,
@@ -109,6 +110,9 @@ class QuerySettings:
     options: RerankOptions = field(default_factory=RerankOptions)
     verify: bool = True  # geometric verification of the shortlist
     verify_top: int = 20  # how many references are verified
+    #: how many references a second, closer look verifies when the first is unsure (0: no second
+    #: look; :data:`museum_search.core.verification.DEEP`)
+    deep: int = DEEP
     verdict: Verdict | None = None  # None: the index's own calibration
     search: str = "auto"  # exact, ann (approximate, large indexes) or auto (by size: .ann.resolve_mode)
     #: count a strong rival wherever it matches in the photo (calibration: a synthetic view shows
@@ -391,7 +395,8 @@ class QueryPipeline:
         self.verdict = self.settings.verdict or Verdict.of_index(index)
         #: the verification of shortlists, with the index's own matcher and the verdict's gate
         self.verification = Verification(index, params_of_index(index, self.settings.verify_top),
-                                         self.verdict.min_inliers, self.settings.rivals_anywhere)
+                                         self.verdict.min_inliers, self.settings.rivals_anywhere,
+                                         self.settings.deep)
         #: "exact" or "ann": how the global scores are computed (``settings.search`` for this index)
         self.search_mode = resolve_mode(self.settings.search, len(index), index.ann)
         self.timings: dict[str, float] = {}
@@ -474,7 +479,7 @@ class QueryPipeline:
             cos = score_matrix(self.index, desc, self.search_mode)
         else:  # the answer needs only the top of each ranking (search.ranking_scores: the same answer)
             cos = ranking_scores(self.index, desc, self.search_mode, objects=s.k + 1,
-                                 rows=max(s.k, s.verify_top if s.verify else 0))
+                                 rows=max(s.k, max(s.verify_top, s.deep) if s.verify else 0))
         scores = cos
         if self._rerank:
             scores = self._rerank.apply(self.index, cos, desc, query_images=[q.image for q in queries],

@@ -251,9 +251,14 @@ def _fit_logistic(Z: np.ndarray, y: np.ndarray, w: np.ndarray, signs: np.ndarray
 
 def unknown_threshold(max_false_accept: float = TARGET_FALSE_ACCEPT):
     """The threshold rule of calibration: above all but ``max_false_accept`` of the unknown views'
-    probabilities (never under 0.5: an accepted answer is more likely right than not)."""
+    probabilities (never under 0.5: an accepted answer is more likely right than not). The views as
+    a visitor's phone takes them (kind ``"visitor"``) shape the model, not this threshold: an unknown
+    object is hardest to refuse on a clean photo, so the clean views' false accepts are what is bounded."""
     def rule(probs: np.ndarray, y: np.ndarray, evidence: Sequence[Evidence]) -> float:
-        neg = np.sort(np.array([p for p, e in zip(probs, evidence) if not e.known], float))[::-1]
+        clean = [e.kind != "visitor" for e in evidence]
+        if not any(c and not e.known for c, e in zip(clean, evidence)):
+            clean = [True] * len(evidence)
+        neg = np.sort(np.array([p for p, e, c in zip(probs, evidence, clean) if c and not e.known], float))[::-1]
         if not len(neg):
             return 0.5
         allowed = int(math.floor(max_false_accept * len(neg)))  # unknown views that may pass
@@ -522,8 +527,9 @@ def calibration_point(evidence: Sequence[Evidence], verdict: Verdict,
     """What ``verdict`` does on its calibration views: the share of known views answered rightly
     and accepted, the share of unknown views rejected. Measured on the **real views** when there are
     at least :data:`MIN_REAL_FOR_POINT` (they are what visitors show; a synthetic frame and wall around
-    a photo of a small 3D object is harder than any visitor's photo), else on all the views;
-    ``by_kind`` has both."""
+    a photo of a small 3D object is harder than any visitor's photo), else on the clean views (not
+    those made as a visitor's phone takes them); ``by_kind`` has each kind: ``real``, ``synthetic``
+    and ``visitor``."""
     def point(ev: Sequence[Evidence]) -> dict[str, Any] | None:
         known = [e for e in ev if e.known]
         unknown = [e for e in ev if not e.known]
@@ -535,10 +541,10 @@ def calibration_point(evidence: Sequence[Evidence], verdict: Verdict,
 
     real = [e for e in evidence if e.kind == "real"]
     use_real = sum(1 for e in real if e.known) >= MIN_REAL_FOR_POINT
-    out = point(real if use_real else evidence)
+    out = point(real if use_real else [e for e in evidence if e.kind != "visitor"] or evidence)
     if out is None:
         return None
-    by_kind = {kind: point([e for e in evidence if e.kind == kind]) for kind in ("real", "synthetic")}
+    by_kind = {kind: point([e for e in evidence if e.kind == kind]) for kind in ("real", "synthetic", "visitor")}
     return {**out, "views": "real" if use_real else "all", "target": max_false_accept,
             "by_kind": {k: v for k, v in by_kind.items() if v is not None}}
 

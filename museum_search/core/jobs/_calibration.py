@@ -25,9 +25,19 @@ from museum_search.core.answer import (
     Verdict,
     fit_verdict,
 )
+from museum_search.core.conditions import degrade
 from museum_search.core.images import load_image
 from museum_search.core.index import Index
 from museum_search.core.progress import Progress
+
+#: The kind of a calibration view made of another view as a visitor's phone takes it.
+VISITOR = "visitor"
+#: The visitors' conditions a calibration view is degraded by, one drawn per view (the protocol's
+#: conditions, :mod:`museum_search.core.conditions`, on the collection's own references, never
+#: on the protocol's query photos).
+VISITOR_CONDITIONS = ("dim-0.6", "dim-0.3", "defocus-2", "defocus-4", "motion-4", "perspective-15",
+                      "perspective-30", "tilt-25", "glare", "noise", "far", "webcam", "jpeg-70", "phone",
+                      "phone-hard")
 
 # ---- synthetic views ---------------------------------------------------------------------------
 
@@ -83,8 +93,12 @@ def calibrate(index: Index, extractor=None, views: int | None = None, seed: int 
 def _source(evidence: Sequence[Evidence]) -> str:
     real = sum(1 for e in evidence if e.known and e.kind == "real")
     synthetic = sum(1 for e in evidence if e.known and e.kind == "synthetic")
+    visitor = sum(1 for e in evidence if e.known and e.kind == VISITOR)
     parts = [f"{real} real views" if real else "", f"{synthetic} synthetic views" if synthetic else ""]
-    return " and ".join(p for p in parts if p) + " (each as a known and as an unknown object)"
+    text = " and ".join(p for p in parts if p)
+    if visitor:
+        text += f", each also as a visitor's phone takes it ({visitor})"
+    return text + " (each as a known and as an unknown object)"
 
 
 def calibration_plan(labels: np.ndarray, views: int | None = None, seed: int = 0,
@@ -121,11 +135,13 @@ def calibration_plan(labels: np.ndarray, views: int | None = None, seed: int = 0
 
 
 def calibration_evidence(index: Index, extractor=None, views: int | None = None, seed: int = 0,
-                         rows: Sequence[int] | None = None
+                         rows: Sequence[int] | None = None, visitors: bool = True
                          ) -> Generator[Progress, None, list[Evidence]]:
-    """Known and unknown evidence of the views of :func:`calibration_plan` (see the module doc)."""
+    """Known and unknown evidence of the views of :func:`calibration_plan` (see the module doc);
+    with ``visitors``, each view also as a visitor's phone takes it (:data:`VISITOR_CONDITIONS`)."""
     labels = index.labels
     rng = np.random.default_rng(seed)  # one stream: the plan's draw of rows, then the synthetic views
+    visitor_rng = np.random.default_rng([seed, 36])  # another: the visitors' conditions
     plan = calibration_plan(labels, views, seed, rows, rng=rng)
     pipe = QueryPipeline(index, QuerySettings(k=1, verdict=Verdict(min_inliers=NOISE_INLIERS), rivals_anywhere=True),
                          extractor=extractor)
@@ -139,20 +155,36 @@ def calibration_evidence(index: Index, extractor=None, views: int | None = None,
             yield Progress(i + 1, len(plan), stage="calibrating", elapsed=time.perf_counter() - t0)
             continue
         image = synthetic_view(ref, rng) if kind == "synthetic" else ref
-        view = QueryImage(f"{kind} view of {path}", image)
-        same = labels == labels[row]
-        itself = np.zeros(len(labels), bool)
-        itself[row] = True
-        desc = pipe.embed([view])  # described once, asked twice
-        (a_in,) = pipe.answer([view], desc, exclude=itself if kind == "real" else None)
-        (a_out,) = pipe.answer([view], desc, exclude=same)
-        top_in = a_in.top
-        instance = str(labels[row])
-        evidence.append(replace(a_in.evidence(True, top_in is not None and top_in.instance == labels[row]),
-                                kind=kind, instance=instance, path=path))
-        evidence.append(replace(a_out.evidence(False, False), kind=kind, instance=instance, path=path))
-        yield Progress(i + 1, len(plan), current=view.name, stage="calibrating", elapsed=time.perf_counter() - t0)
+        exclude = _exclusions(labels, row, kind)
+        evidence += _asked(pipe, QueryImage(f"{kind} view of {path}", image), labels, row, kind, exclude)
+        if visitors:
+            condition = VISITOR_CONDITIONS[int(visitor_rng.integers(len(VISITOR_CONDITIONS)))]
+            photo = degrade(image, condition, int(visitor_rng.integers(2**31)))
+            evidence += _asked(pipe, QueryImage(f"{condition} view of {path}", photo), labels, row, VISITOR, exclude)
+        yield Progress(i + 1, len(plan), current=f"{kind} view of {path}", stage="calibrating",
+                       elapsed=time.perf_counter() - t0)
     return evidence
+
+
+def _exclusions(labels: np.ndarray, row: int, kind: str) -> tuple[np.ndarray | None, np.ndarray]:
+    """What a view of reference ``row`` is asked with left out: as a known object (itself, for a
+    real view: another photo of its object must find it; nothing for a synthetic one), and as an
+    unknown object (its whole object)."""
+    itself = np.zeros(len(labels), bool)
+    itself[row] = True
+    return (itself if kind == "real" else None), labels == labels[row]
+
+
+def _asked(pipe: QueryPipeline, view: QueryImage, labels: np.ndarray, row: int, kind: str,
+           exclude: tuple[np.ndarray | None, np.ndarray]) -> list[Evidence]:
+    """The known and the unknown evidence of ``view`` (of reference ``row``), described once and asked twice."""
+    desc = pipe.embed([view])
+    (a_in,) = pipe.answer([view], desc, exclude=exclude[0])
+    (a_out,) = pipe.answer([view], desc, exclude=exclude[1])
+    top_in, instance, path = a_in.top, str(labels[row]), pipe.index.items[row].path
+    return [replace(a_in.evidence(True, top_in is not None and top_in.instance == labels[row]),
+                    kind=kind, instance=instance, path=path),
+            replace(a_out.evidence(False, False), kind=kind, instance=instance, path=path)]
 
 
 def refit(index: Index, previous: Verdict, changed: set[str], new_rows: Sequence[int], extractor=None,

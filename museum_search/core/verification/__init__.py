@@ -6,7 +6,9 @@ contract says so); the modules behind it are private."""
 
 from museum_search.core.verification._shortlist import (
     APART,
+    DEEP,
     DISTINCT,
+    SURE,
     MatchedArea,
     Verification,
     apart,
@@ -20,6 +22,7 @@ from museum_search.core.verification._spatial import (
     compute_local_features,
     default_matcher,
     descriptor_layout,
+    normalised_light,
     params_for,
     params_of_index,
     params_of_settings,
@@ -36,10 +39,12 @@ from museum_search.core.verification._xfeat import (
 
 __all__ = [
     "APART",
+    "DEEP",
     "DISTINCT",
     "MATCHERS",
     "MatchedArea",
     "Matches",
+    "SURE",
     "SpatialParams",
     "Verification",
     "XFeatUnavailable",
@@ -49,6 +54,7 @@ __all__ = [
     "default_matcher",
     "descriptor_layout",
     "matched_area",
+    "normalised_light",
     "params_for",
     "params_of_index",
     "params_of_settings",

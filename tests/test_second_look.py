@@ -1,0 +1,84 @@
+"""The second, closer and deeper look at a photo whose first look is unsure (issue 36, item 2):
+the light normalised, the photo's features at the stored features' side, and the best ``deep``
+references verified. On the bundled sample's real photos, degraded as a visitor's phone takes
+them (:mod:`museum_search.core.conditions`)."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from museum_search.core.answer import QueryPipeline, QuerySettings, load_query, query_from_array
+from museum_search.core.conditions import degrade, photo_seed
+from museum_search.core.images import load_image
+from museum_search.core.verification import SURE, Verification, normalised_light
+
+
+def _visitor_photo(sample_collection: Path, name: str, condition: str) -> np.ndarray:
+    path = sample_collection / "queries" / name
+    return degrade(load_image(path, max_side=1024), condition, photo_seed(condition, name))
+
+
+def test_normalised_light_lifts_a_dim_photo_s_contrast(sample_collection):
+    dim = _visitor_photo(sample_collection, "q02.jpg", "dim-0.3")
+    out = normalised_light(dim)
+    assert out.shape == dim.shape and out.dtype == np.uint8
+    lum = lambda im: im.astype(float).mean(axis=2)
+    assert np.percentile(lum(out), 95) - np.percentile(lum(out), 5) > \
+        1.5 * (np.percentile(lum(dim), 95) - np.percentile(lum(dim), 5))
+    gray = np.zeros((8, 8), np.uint8)  # not RGB: returned as it is
+    assert normalised_light(gray) is gray
+
+
+def test_an_unsure_first_look_is_followed_by_a_closer_one(sample_index, sample_collection):
+    """q02 dim, blurred, angled, noisy and from afar: the first look (320 px) finds 12 matching
+    points on its painting; the closer one (light normalised, 640 px) over 100."""
+    img = _visitor_photo(sample_collection, "q02.jpg", "phone-hard")
+    first = QueryPipeline(sample_index, QuerySettings(deep=0)).answer([query_from_array(img, "q02")])[0]
+    closer = QueryPipeline(sample_index, QuerySettings()).answer([query_from_array(img, "q02")])[0]
+    assert first.top.instance == closer.top.instance == "harbour_lights"
+    assert first.top_inliers < SURE
+    assert closer.top_inliers >= 4 * first.top_inliers
+    assert closer.confidence > first.confidence
+    # the evidence drawn is that of the look kept: the matches of the top result have its inliers
+    m = QueryPipeline(sample_index, QuerySettings()).top_matches(query_from_array(img, "q02"), closer)
+    assert m is not None and m.inliers == closer.top_inliers
+
+
+def test_the_deep_look_finds_the_object_the_global_descriptor_ranks_low(sample_index, sample_collection):
+    """q21 as a webcam sees it: its object's first photo is 9th by the global descriptor. Verifying
+    the best 3 finds nothing; the second look verifies the best ``deep`` and finds it."""
+    img = _visitor_photo(sample_collection, "q21.jpg", "webcam")
+    q = query_from_array(img, "q21")
+    shallow = QueryPipeline(sample_index, QuerySettings(verify_top=3, deep=0)).answer([q])[0]
+    deep = QueryPipeline(sample_index, QuerySettings(verify_top=3, deep=20)).answer([q])[0]
+    assert shallow.top.instance != "rose_window" and len(shallow.verified_inliers) == 3
+    assert deep.top.instance == "rose_window" and len(deep.verified_inliers) == 20
+    assert deep.top_inliers >= 2 * SURE
+
+
+def test_a_sure_first_look_is_not_repeated(sample_index, sample_collection, monkeypatch):
+    calls = []
+    closer = Verification.closer
+    monkeypatch.setattr(Verification, "closer", lambda self, image: calls.append(1) or closer(self, image))
+    pipe = QueryPipeline(sample_index, QuerySettings())
+    a = pipe.answer([load_query(sample_collection / "queries" / "q01.jpg")])[0]
+    assert a.top_inliers >= SURE and calls == []
+    # a photo whose first look is unsure is looked at again, once
+    unsure = pipe.answer([query_from_array(_visitor_photo(sample_collection, "q02.jpg", "phone-hard"), "x")])
+    assert len(calls) == 1 and unsure[0].top_inliers >= SURE
+
+
+@pytest.mark.parametrize("deep", [0, 20])
+def test_the_first_look_stands_when_the_second_finds_no_more(sample_index, sample_collection, deep):
+    """The sample's unknown photos (objects not in the collection): whatever the second
+    look, the answer is refused and its matches are those of the look kept."""
+    names = [line.split(",")[0] for line in (sample_collection / "queries" / "ground_truth.csv").read_text().splitlines()
+             if line.endswith(",")]
+    assert names, "the sample has unknown photos"
+    pipe = QueryPipeline(sample_index, QuerySettings(deep=deep))
+    for name in names:
+        a = pipe.answer([load_query(sample_collection / "queries" / name)])[0]
+        assert not a.in_collection
+        m = pipe.top_matches(load_query(sample_collection / "queries" / name), a)
+        assert m is None or m.inliers == (a.top_inliers or 0)
