@@ -443,6 +443,16 @@ class _LivePage(QWidget):
             self.status.raise_()
 
 
+def _phone_panel(caption: str, name: str, parent: QWidget, align: Qt.AlignmentFlag) -> QrPanel:
+    """The phone link's QR code and caption, both aligned ``align`` (shown where a visitor may need
+    it: the camera-failure screen, the "not in this collection" card)."""
+    panel = QrPanel(caption, parent)
+    panel.setObjectName(name)
+    for i in range(panel.layout().count()):
+        panel.layout().itemAt(i).setAlignment(align)
+    return panel
+
+
 class _CardPage(QWidget):
     """The answer: a photo on the left, the catalogue entry on the right, a countdown below."""
 
@@ -493,11 +503,7 @@ class _CardPage(QWidget):
         text.addWidget(self.description)
         text.addSpacing(24)
         text.addWidget(self.confidence)
-        # on the "not in this collection" card, the phone link: a visitor may try again from a phone
-        self.phone_qr = QrPanel(PHONE_TRY, self)
-        self.phone_qr.setObjectName("cardQr")
-        for i in range(self.phone_qr.layout().count()):
-            self.phone_qr.layout().itemAt(i).setAlignment(Qt.AlignmentFlag.AlignLeft)
+        self.phone_qr = _phone_panel(PHONE_TRY, "cardQr", self, Qt.AlignmentFlag.AlignLeft)  # on "not in this collection"
         text.addWidget(self.phone_qr, 0, Qt.AlignmentFlag.AlignLeft)
         text.addStretch(2)
         text.addWidget(self.footer)
@@ -563,10 +569,7 @@ class _MessagePage(QWidget):
             lay.addWidget(lab)
             lay.addSpacing(24)
         # the phone link, shown when the camera fails: then visitors can still ask from their phones
-        self.phone_qr = QrPanel(PHONE_INSTEAD, self)
-        self.phone_qr.setObjectName("messageQr")
-        for i in range(self.phone_qr.layout().count()):
-            self.phone_qr.layout().itemAt(i).setAlignment(Qt.AlignmentFlag.AlignHCenter)
+        self.phone_qr = _phone_panel(PHONE_INSTEAD, "messageQr", self, Qt.AlignmentFlag.AlignHCenter)
         lay.addWidget(self.phone_qr, 0, Qt.AlignmentFlag.AlignHCenter)
         lay.addStretch(1)
 
