@@ -389,6 +389,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     if args.settings and args.json and Path(args.json).resolve() == Path(args.settings).resolve():
         raise MuseumSearchError(f"--json {args.json} would overwrite the run being run again; write to another file")
+    _check_evaluate_numbers(args)
     index, queryset, source, pipe, batch_size, weights, rerun = _evaluation_inputs(args)
     report = _drive(evaluate(index, queryset, pipeline=pipe, batch_size=batch_size), "evaluating")
     _print_skips(report.skipped)
@@ -413,6 +414,18 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                                     + "; ".join(diffs[:5]) + ("; …" if len(diffs) > 5 else ""))
         print(f"same numbers as {args.settings}: every figure of the summary and of each query")
     return 0
+
+
+def _check_evaluate_numbers(args: argparse.Namespace) -> None:
+    """``evaluate``'s own numbers, before anything runs (the query settings are QuerySettings')."""
+    from museum_search.core.errors import MuseumSearchError
+    from museum_search.core.jobs import check_batch_size
+
+    check_batch_size(args.batch_size)
+    share = args.calibrate_verdict
+    if share is not None and not 0 <= share < 1:  # (the rule is the report's: EvalReport.recalibrated)
+        raise MuseumSearchError(f"--calibrate-verdict: the share of known objects that may be rejected must be in "
+                                f"[0, 1), e.g. 0.03, not {share}")
 
 
 def _recalibrate(index, report, max_known_rejected: float, verified: bool) -> None:

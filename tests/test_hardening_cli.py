@@ -443,3 +443,21 @@ def test_every_exit_code_is_one_the_readme_lists(sample_built, tmp_path, monkeyp
     assert "Traceback" not in err and "Exception ignored" not in err, err
     assert seen == {"ok": 0, "error": 1, "usage": 2, "bug": 1, "ctrl-c": 130, "broken pipe": 1}, seen
     assert set(seen.values()) <= listed == {0, 1, 2, 130}
+
+
+@pytest.mark.parametrize("command", ["index", "update", "evaluate"])
+def test_batch_size_zero_is_refused_not_waited_on(sample_built, sample_collection, tmp_path, command):
+    """``index --batch-size 0`` waited forever (no photo was ever taken into a batch); ``evaluate
+    --batch-size -1`` ran as if it were 1."""
+    index, queries = sample_built
+    args = {"index": ["index", str(sample_collection / "collection"), "-o", str(tmp_path / "new"), "--size", "64"],
+            "update": ["update", str(index)], "evaluate": ["evaluate", str(index), str(queries)]}[command]
+    proc = _popen(["-m", "museum_search", *args, "--batch-size", "0" if command != "evaluate" else "-1"])
+    try:
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        pytest.fail(f"{command} --batch-size 0 still runs after 120 s")
+    assert proc.returncode == 1 and "--batch-size (photos described at once) must be a whole number" in err, err
+    assert not (tmp_path / "new").exists()

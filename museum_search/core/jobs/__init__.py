@@ -13,6 +13,7 @@ from museum_search.core.jobs._importing import (
 from museum_search.core.jobs._indexing import (
     BuildReport,
     build_job,
+    check_batch_size,
     update_job,
     upgrade_index,
 )
@@ -21,6 +22,7 @@ __all__ = [
     "BuildReport",
     "append_to_index",
     "build_job",
+    "check_batch_size",
     "descriptor_queries",
     "descriptor_queryset",
     "import_index",

@@ -218,6 +218,7 @@ def build_index(
     ``out`` is checked (:func:`check_output_folder`) and its writer lock taken before any work
     starts. Cancelling (closing the generator) before the end leaves any index at ``out`` untouched.
     """
+    check_batch_size(batch_size)
     root = Path(collection)
     if not root.is_dir():
         raise MuseumSearchError(f"collection folder not found: {root}")
@@ -364,6 +365,7 @@ def update_index(
     """
     if neighbours is not None and (isinstance(neighbours, bool) or not 0 <= int(neighbours) <= 10_000):
         raise MuseumSearchError(f"--neighbours must be a number from 0 to 10000, not {neighbours}")
+    check_batch_size(batch_size)
     root = index.root
     if index.meta.imported:
         raise MuseumSearchError("this index holds imported descriptors: there is no network here "
@@ -571,6 +573,19 @@ def _calibrate(index: Index, extractor, engine: str | None = None,
 #: Stage name of the neighbour lists (see :func:`museum_search.core.index.neighbour_lists`).
 NEIGHBOURS_STAGE = "finding each reference's nearest neighbours"
 ANN_CHOICES = ("auto", "yes", "no")
+
+
+#: The most photos described at once (``--batch-size``): far beyond what a batch gains, below what
+#: would exhaust memory at the largest image size.
+MAX_BATCH = 1024
+
+
+def check_batch_size(batch_size: object) -> None:
+    """Refuse a batch size that is not a whole number from 1 to :data:`MAX_BATCH` (0 made
+    ``index`` wait forever: no photo was ever taken into a batch)."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= MAX_BATCH:
+        raise MuseumSearchError(f"--batch-size (photos described at once) must be a whole number from 1 to "
+                                f"{MAX_BATCH}, not {batch_size!r}")
 
 
 def _lists_wanted(index: Index, neighbours: int | None) -> int:
