@@ -393,9 +393,16 @@ def test_fuzz_targets_see_what_they_should(run_doc, photo_folder):
 
 def test_what_the_fuzzer_found(tmp_path, run_doc):
     """Its findings, kept as plain tests: a .npy header that numpy's parser chokes on (a TokenError
-    traceback from ``import``), and a run whose format version is null (a TypeError traceback from
-    ``evaluate --settings``)."""
+    traceback from ``import``), a run whose format version is null (a TypeError traceback from
+    ``evaluate --settings``), and a 3.5 KB PNG whose image-data chunk claims 4 GB (2 to 8 s of
+    OpenCV's time to refuse it)."""
     import io
+
+    png = bytearray(SEEDS[2])
+    at = png.index(b"IDAT") - 4
+    png[at:at + 4] = b"\xff\xff\xff\xff"
+    with pytest.raises(MuseumSearchError, match="'IDAT' chunk claims 4,294,967,295 bytes"):
+        decode_image(bytes(png), "claims.png")
 
     buf = io.BytesIO()
     np.save(buf, np.float16(1.0))
