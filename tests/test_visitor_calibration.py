@@ -73,3 +73,16 @@ def test_the_operating_point_is_reported_per_kind_with_the_visitor_views(evidenc
     assert point["views"] in ("real", "all")
     assert point["known"] == sum(1 for e in ev if e.known and e.kind == ("real" if point["views"] == "real" else e.kind)
                                  and e.kind != VISITOR)
+
+
+def test_info_and_the_collection_tab_say_the_visitor_operating_point(evidence):
+    v = fit_verdict(evidence, "test")
+    vis = v.operating_point["by_kind"]["visitor"]
+    assert v.visitor_point() == vis
+    assert (f"as visitors' phones take them, {vis['known_accepted']:.0%} of {vis['known']} and "
+            f"{vis['unknown_rejected']:.0%} of {vis['unknown']}") in v.summary()
+    assert f"Photos as visitors take them, dim, blurred, at an angle or from afar: about {vis['known_accepted']:.0%}" \
+        in v.plain_summary()
+    # an index calibrated before the visitor views: nothing said of them
+    old = fit_verdict([e for e in evidence if e.kind != VISITOR], "test")
+    assert old.visitor_point() is None and "visitors" not in old.summary() + old.plain_summary()

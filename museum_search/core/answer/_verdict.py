@@ -417,7 +417,16 @@ class Verdict:
             views = "real views (other photos of its objects)" if op.get("views") == "real" else "views"
             text += (f"; on its own {views} it accepts {op['known_accepted']:.0%} of {op['known']} known "
                      f"and rejects {op['unknown_rejected']:.0%} of {op['unknown']} unknown ones")
+            visitor = self.visitor_point()
+            if visitor:
+                text += (f"; on those views as visitors' phones take them, {visitor['known_accepted']:.0%} of "
+                         f"{visitor['known']} and {visitor['unknown_rejected']:.0%} of {visitor['unknown']}")
         return text
+
+    def visitor_point(self) -> dict[str, Any] | None:
+        """The operating point on the calibration's views as visitors' phones take them (dim, blurred,
+        at an angle, from afar), or None (an index calibrated before they existed)."""
+        return ((self.operating_point or {}).get("by_kind") or {}).get("visitor")
 
     def plain_summary(self) -> str:
         """What the verdict does, in a curator's words, from the operating point its calibration
@@ -429,8 +438,13 @@ class Verdict:
         if known is None or unknown is None:
             return ("Whether a photo shows an object of this collection is decided by fixed thresholds, "
                     "not measured on it yet (calibrate them in the Evaluation tab)")
-        return (f"Photos of known objects are recognised about {known:.0%} of the time; unknown objects "
+        text = (f"Photos of known objects are recognised about {known:.0%} of the time; unknown objects "
                 f"are refused about {unknown:.0%} of the time (measured on the collection's own photos)")
+        visitor = self.visitor_point()
+        if visitor:
+            text += (f". Photos as visitors take them, dim, blurred, at an angle or from afar: about "
+                     f"{visitor['known_accepted']:.0%} recognised")
+        return text
 
     def warning(self) -> str | None:
         """A sentence when the calibration's operating point is weak, else None."""
