@@ -5,7 +5,8 @@ about 20 s in all). This runs them ``--scale`` times as long with Hypothesis' ra
 sample each run), and reports per target: inputs tried, inputs accepted (answered rather than
 refused), seconds, and whether the property held (a failure prints Hypothesis' minimal input).
 
-Usage: ``python bench/bench_fuzz.py [--scale 20] [-k TARGET]``; writes ``bench/results/fuzz.json``.
+Usage: ``python bench/bench_fuzz.py [--scale 20] [-k TARGET]``; writes ``bench/results/fuzz.json``
+(and ``fuzz.log``, pytest's whole output, when a property failed).
 """
 
 from __future__ import annotations
@@ -46,9 +47,10 @@ def main() -> int:
           + (f"{len(failed)} target(s) FAILED:" if failed else "every property held"))
     for line in failed:
         print("  " + line)
-    if failed:
-        print(proc.stdout[-4000:])
     out = REPO / "bench" / "results" / "fuzz.json"
+    if failed:  # Hypothesis' report of each failure (its minimal input) in full beside the figures
+        out.with_suffix(".log").write_text(proc.stdout + proc.stderr, encoding="utf-8")
+        print(f"the failures in full: {out.with_suffix('.log')}")
     out.write_text(json.dumps({"scale": args.scale, "seconds": round(wall, 1), "targets": targets,
                                "failed": failed, "load": os.getloadavg()}, indent=1) + "\n")
     print(f"written to {out}")

@@ -831,6 +831,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     finally:
         sys.unraisablehook = previous
+        if argv is None:  # the program itself (not a call with arguments): see _ignore_late_interrupts
+            _ignore_late_interrupts()
+
+
+def _ignore_late_interrupts() -> None:
+    """Once the command has ended, a Ctrl-C changes nothing: it is ignored, so the exit code stays
+    the command's (a SIGINT while the interpreter finalizes, its handler reset, killed the process
+    after a finished run: -2 instead of 0)."""
+    import signal
+
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread
+        pass
 
 
 def _keep_interrupts(unraisable: Any) -> None:
