@@ -33,6 +33,8 @@ from museum_search.core.jobs import descriptor_queryset, import_index
 from museum_search.core.jobs._importing import load_descriptors, read_items
 from museum_search.core.progress import drive
 
+#: Pillow warns about the damaged EXIF it is fed here; the property is what the program answers
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 SCALE = float(os.environ.get("MUSEUM_SEARCH_FUZZ_SCALE", "1"))
 LOG = os.environ.get("MUSEUM_SEARCH_FUZZ_LOG")
 
