@@ -62,20 +62,21 @@ def test_collection_tab_shows_the_operating_point_and_warns_when_weak(qtbot, col
     tab.state.set_index(strong)
     verdict = Verdict.of_index(strong)
     assert verdict.operating_point["known_accepted"] == STRONG["known_accepted"]
-    assert verdict.summary() in summary.text()
+    assert verdict.plain_summary() in summary.text()  # in a curator's words (issue 35); the rule in the tooltip
+    assert verdict.summary() in summary.toolTip()
     assert f"{STRONG['known_accepted']:.0%}" in summary.text()  # the operating point, in the index summary
     assert verdict.warning() is None and warning.isHidden()
 
     weak = _with_point(sample_index, WEAK)
     tab.state.set_index(weak)
     verdict = Verdict.of_index(weak)
-    assert verdict.summary() in summary.text() and f"{WEAK['known_accepted']:.0%}" in summary.text()
+    assert verdict.plain_summary() in summary.text() and f"{WEAK['known_accepted']:.0%}" in summary.text()
     assert verdict.warning() is not None
     assert warning.isVisible() and verdict.warning()[1:] in warning.text()
     tab.grab().save("/tmp/collection_weak_verdict.png")
 
     tab.state.set_index(strong)  # another index: its own verdict, no warning left behind
-    assert warning.isHidden() and Verdict.of_index(strong).summary() in summary.text()
+    assert warning.isHidden() and Verdict.of_index(strong).plain_summary() in summary.text()
     tab.state.set_index(weak)
     tab.state.set_index(None)
     assert warning.isHidden()

@@ -315,14 +315,17 @@ def save_geometry(window: QWidget, settings) -> None:
 
 
 def keep_on_screen(window: QWidget) -> None:
-    """Once shown: where the window manager's frame sticks out of the screen (a title bar above its
-    top edge cannot be dragged), move the window (shrink it if need be) so that all of it shows."""
+    """Once shown: where the window manager's title bar is above the screen's top edge (or left of
+    its left edge), where it cannot be dragged, move the window (shrunk if need be) so that all of its
+    frame shows. A window whose title bar is on the screen is left as it is."""
     if window.isMaximized() or window.isFullScreen() or not window.isVisible():
         return
-    frame = frame_margins(window)
-    fitted = fit_on_screen(window.geometry(), frame)
-    if fitted != window.geometry():
-        window.setGeometry(fitted)
+    screen = window.screen()
+    if screen is None:
+        return
+    avail, f = screen.availableGeometry(), window.frameGeometry()
+    if f.top() < avail.top() or f.left() < avail.left():  # then all of the frame is brought onto the screen
+        window.setGeometry(fit_on_screen(window.geometry(), frame_margins(window)))
 
 
 class _LoadingPage(QWidget):
@@ -464,6 +467,7 @@ class MainWindow(QMainWindow):
             self.network.changed.connect(self._network_changed)
         self._build_menu()
         restore_geometry(self, self.state.settings)
+        self._kept_on_screen = False
         self._importer: _Importer | None = None
         if not lazy:
             for attr, *_rest in TABS:
@@ -522,7 +526,9 @@ class MainWindow(QMainWindow):
 
     def showEvent(self, event) -> None:
         super().showEvent(event)
-        QTimer.singleShot(300, self, lambda: keep_on_screen(self))  # once the window manager framed it
+        if not self._kept_on_screen:  # the first show: once the window manager framed it
+            self._kept_on_screen = True
+            QTimer.singleShot(300, self, lambda: keep_on_screen(self))
         if self._lazy and self._importer is None:
             self._importer = _Importer(self)
             self._importer.done.connect(self._imported)
