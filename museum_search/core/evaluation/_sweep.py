@@ -135,7 +135,7 @@ def parse_values(text: str, parameter: str = "k") -> list[float]:
     values = list(dict.fromkeys(out))  # without repeats, in order
     base = RerankOptions()
     for v in values:
-        options_at(base, parameter, v)  # validates
+        QuerySettings(options=options_at(base, parameter, v))  # validates (as every query's settings are)
     return values
 
 
