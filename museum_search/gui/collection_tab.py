@@ -970,7 +970,7 @@ class CollectionTab(QWidget):
         if p.total <= 0:
             self.progress.bar.setRange(0, 0)
             self.progress.item_label.setText(f"{p.stage[:1].upper()}{p.stage[1:]}…")
-            self.progress.item_label.setToolTip("")
+            self.progress.item_label.setToolTip(f"{p.stage[:1].upper()}{p.stage[1:]}…")  # whole where the line is cut
             return
         if self.progress.bar.maximum() != p.total:
             self.progress.bar.setRange(0, p.total)
