@@ -123,7 +123,7 @@ STAGE_COSTS = {
     index_face.TRAIN_STAGE: 0.02,
     index_face.ADD_STAGE: 0.02,
     index_face.NEIGHBOURS_STAGE: 0.02,
-    "calibrating": 60.0,  # per view: asked clean and as a visitor's phone takes it (2 x 2 answers)
+    "calibrating": 25.0,  # per view, asked clean and as a visitor's phone takes it (measured 23-27, bench/bench_eta.py)
 }
 
 
