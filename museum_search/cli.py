@@ -529,6 +529,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 raise MuseumSearchError(f"--https: {f} is not a file (give CERT KEY, PEM files)")
     if args.label is not None and Path(args.label).exists():  # before loading anything
         raise MuseumSearchError(f"--label {args.label}: this file exists already; it is left as it is")
+    sock = server.listen(args.host, args.port)  # a port in use is said before anything is printed
     print(f"loading {args.index} and warming up the network…", file=sys.stderr)
     from museum_search.core.answer import QuerySettings
 
@@ -546,8 +547,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"label written to {server.write_label(args.label, urls[0], name)}")
     if args.keep_missed:
         print(f"photos answered 'not in this collection' are kept in {args.keep_missed}")
-    server.run(app, args.host, args.port, certfile=args.https[0] if https else None,
-               keyfile=args.https[1] if https else None, capacity=app.state.pool.capacity)
+    server.run(app, sock, certfile=args.https[0] if https else None, keyfile=args.https[1] if https else None)
     return 0
 
 
@@ -778,6 +778,19 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(func=cmd_demo)
 
 
+def _int_in(low: int, high: int):
+    """An argparse type: a whole number from ``low`` to ``high`` (else a usage error, exit 2)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is out of range: give {low} to {high}")
+        return value
+    return parse
+
+
 def _add_serve(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("serve", help="answer visitors' phones: a web page and JSON API on the local network",
                        description="Serve the visitor page and the JSON API (POST /api/identify, /api/objects, "
@@ -785,9 +798,9 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     s.add_argument("index", type=Path)
     s.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0: the local network)")
-    s.add_argument("--port", type=int, default=8000)
-    s.add_argument("--workers", type=int, default=None, help="query workers (default: one per core)")
-    s.add_argument("--queue", type=int, default=None,
+    s.add_argument("--port", type=_int_in(1, 65535), default=8000, help="port to listen on, 1-65535 (default 8000)")
+    s.add_argument("--workers", type=_int_in(1, 256), default=None, help="query workers (default: one per core)")
+    s.add_argument("--queue", type=_int_in(0, 10_000), default=None,
                    help="requests that may wait for a worker (default 2 x workers); more get 503 and retry")
     s.add_argument("--https", nargs=2, default=None, metavar=("CERT", "KEY"),
                    help="serve HTTPS with this certificate and key (PEM): phones then show a live viewfinder")

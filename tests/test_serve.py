@@ -28,7 +28,7 @@ from museum_search.core.answer._pipeline import QueryPipeline, load_query  # noq
 from museum_search.core.answer._presentation import CONFIDENCE_BANDS, confidence_band  # noqa: E402
 from museum_search.serve import create_app  # noqa: E402
 from museum_search.serve import server as serve_server  # noqa: E402
-from museum_search.serve.app import CSP, language_preferences, localize  # noqa: E402
+from museum_search.serve.app import CODES, CSP, language_preferences, localize  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 STATIC_PAGE = Path(__file__).resolve().parents[1] / "museum_search" / "serve" / "static" / "index.html"
@@ -72,7 +72,7 @@ def check_error(r, status: int) -> str:
     assert r.status_code == status, (r.status_code, r.text)
     assert r.headers["content-type"].startswith("application/json")
     doc = r.json()
-    assert set(doc) == {"error"} and len(doc["error"]) > 10
+    assert set(doc) == {"error", "code"} and len(doc["error"]) > 10 and doc["code"] == CODES[status]
     check_security_headers(r)
     return doc["error"]
 

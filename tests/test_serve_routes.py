@@ -103,7 +103,7 @@ def test_objects_one_object_and_unknown_ids_on_a_fake_catalogue():
         r = c.get("/api/objects/0-0000000000")
         assert r.status_code == 404 and "no object has this id" in r.json()["error"]
         r = c.get(f"/api/objects/{ids.make(0)}/image")  # the fake photo is not in any folder
-        assert r.status_code == 404 and set(r.json()) == {"error"}
+        assert r.status_code == 404 and set(r.json()) == {"error", "code"} and r.json()["code"] == "not_found"
 
 
 def test_identify_hands_the_photo_and_the_state_to_a_worker(tmp_path):

@@ -10,12 +10,14 @@ index; the only file ever written is a rejected photo under ``keep_missed``, whe
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import logging
 import os
 import re
 import secrets
+import stat
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -43,9 +45,10 @@ from museum_search.core.answer import (
     query_from_bytes,
 )
 from museum_search.core.errors import ImageError, MuseumSearchError
-from museum_search.core.images import load_image
+from museum_search.core.images import decode_image
 from museum_search.core.index import Index
-from museum_search.serve.upload import ApiError, Upload, read_photo
+from museum_search.serve.server import HEADER_LIMIT
+from museum_search.serve.upload import ApiError, Shares, Upload, read_photo
 from museum_search.serve.workers import Busy, WorkerPool
 
 log = logging.getLogger(__name__)
@@ -140,12 +143,33 @@ def localize(metadata: dict[str, str], prefs: list[str]) -> dict[str, str]:
 # ---- responses -------------------------------------------------------------------------------
 
 
+#: The ``code`` of each error status: what the page words in the phone's language.
+CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 408: "too_slow", 413: "too_large",
+         415: "not_an_image", 422: "bad_region", 429: "too_many", 431: "headers_too_large", 503: "busy"}
+
+
 def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status, headers=headers)
+    """``{"error": what went wrong and what to do, "code": its kind}`` (:data:`CODES`)."""
+    return JSONResponse({"error": message, "code": CODES.get(status, "error")}, status_code=status, headers=headers)
 
 
-class SecurityHeaders:
-    """Adds the security headers to every response (pure ASGI: errors and static files too)."""
+#: A response sent before its request's body was read (a 413, a refused upload) waits for the rest
+#: of the body, read and dropped, up to this many bytes and seconds (then the connection closes):
+#: a client still sending then reads the answer instead of "connection reset" (nginx's lingering close).
+DISCARD_LIMIT = 128 << 20
+DISCARD_SECONDS = 30.0
+#: the longest pause in a body being discarded
+DISCARD_IDLE = 2.0
+
+
+def head_size(scope: Scope) -> int:
+    """The bytes of a request's head as sent: request line and headers."""
+    line = len(scope["method"]) + len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"") + 12
+    return line + sum(len(k) + len(v) + 4 for k, v in scope["headers"])
+
+
+class HttpMiddleware:
+    """A pure ASGI middleware: :meth:`http` for HTTP requests, anything else passed on."""
 
     def __init__(self, app: ASGIApp):
         self.app = app
@@ -154,6 +178,82 @@ class SecurityHeaders:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        await self.http(scope, receive, send)
+
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.app(scope, receive, send)
+
+
+class RequestGuard(HttpMiddleware):
+    """What every request goes through (pure ASGI):
+
+    - a head over :data:`HEADER_LIMIT` bytes gets 431 (uvicorn's h11 checks only heads that arrive
+      in pieces);
+    - a body that ends early (fewer bytes than its ``Content-Length``, or the client closed its
+      side: :class:`~museum_search.serve.server.GuardedH11`) raises a 400 :class:`ApiError`;
+    - a response sent before the body was read (but a 408) is sent whole at once, then the rest of
+      the body is read and dropped (:data:`DISCARD_LIMIT`, :data:`DISCARD_SECONDS`), and the
+      connection closes: a client still uploading reads the 413 instead of a reset."""
+
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if head_size(scope) > HEADER_LIMIT:
+            await error(431, f"the request's headers are too large (at most {HEADER_LIMIT >> 10} KB); send fewer "
+                             "or shorter headers", {"Connection": "close"})(scope, receive, send)
+            return
+        headers = dict(scope["headers"])
+        length = headers.get(b"content-length", b"")
+        expected = int(length) if length.isdigit() else None
+        body = {"more": bool(expected) or b"transfer-encoding" in headers, "received": 0, "hold": False}
+
+        async def guarded_receive() -> Message:
+            message = await receive()
+            if message["type"] == "http.request":
+                body["received"] += len(message.get("body", b""))
+                if not message.get("more_body", False):
+                    body["more"] = False
+                    cut = scope.get("extensions", {}).get("truncated")
+                    if cut or (expected is not None and body["received"] < expected):
+                        raise ApiError(400, f"the request's body is truncated ({body['received']} bytes of "
+                                            f"{expected if expected is not None else 'more'}); send the photo again")
+            elif message["type"] == "http.disconnect":
+                body["more"] = False
+            return message
+
+        async def guarded_send(message: Message) -> None:
+            if message["type"] == "http.response.start" and body["more"] and message["status"] != 408:
+                body["hold"] = True
+                message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
+            if message["type"] == "http.response.body" and body["hold"] and not message.get("more_body", False):
+                await send({**message, "more_body": True})
+                await _discard(receive)
+                message = {"type": "http.response.body", "body": b"", "more_body": False}
+            await send(message)
+
+        await self.app(scope, guarded_receive, send=guarded_send)
+
+
+async def _discard(receive: Receive) -> None:
+    """Read and drop the rest of a request's body, within the :data:`DISCARD_LIMIT` bounds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + DISCARD_SECONDS
+    dropped = 0
+    while dropped < DISCARD_LIMIT:
+        wait = min(DISCARD_IDLE, deadline - loop.time())
+        if wait <= 0:
+            return
+        try:
+            message = await asyncio.wait_for(receive(), wait)
+        except TimeoutError:
+            return
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            return
+        dropped += len(message.get("body", b""))
+
+
+class SecurityHeaders(HttpMiddleware):
+    """Adds the security headers to every response (pure ASGI: errors and static files too)."""
+
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -173,6 +273,34 @@ def _query_name(filename: str) -> str:
     return name or "photo"
 
 
+#: the largest reference photo file served (read whole into memory before decoding)
+MAX_PHOTO_FILE = 256 << 20
+
+
+def read_under(root: Path, relative: str) -> bytes:
+    """The bytes of the regular file ``relative`` under ``root``, resolved now, one folder at a
+    time, and never through a symbolic link (``O_NOFOLLOW`` on every part, each opened relative to
+    the folder before it): a link swapped in anywhere in the path, a FIFO or a device is an
+    :class:`OSError`, never a file outside the collection."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    parts = PurePosixPath(relative).parts
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in parts[:-1]:
+            nxt = os.open(part, flags | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        leaf = os.open(parts[-1], flags, dir_fd=fd)
+    finally:
+        os.close(fd)
+    with os.fdopen(leaf, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_PHOTO_FILE:
+            raise OSError(f"{relative}: not a regular file of at most {MAX_PHOTO_FILE >> 20} MB")
+        os.set_blocking(f.fileno(), True)
+        return f.read(MAX_PHOTO_FILE + 1)
+
+
 def _safe_relative(path: str) -> bool:
     p = PurePosixPath(path)
     return bool(path) and not p.is_absolute() and ".." not in p.parts and "\\" not in path and ":" not in p.parts[0]
@@ -187,6 +315,10 @@ async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
 
 async def _busy(request: Request, exc: Busy) -> JSONResponse:
     return error(503, BUSY, {"Retry-After": "1"})
+
+
+def client_address(request: Request) -> str:
+    return request.client.host if request.client else ""
 
 
 async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -288,10 +420,12 @@ async def identify(request: Request, lang: str | None = Query(None, max_length=1
             parse_region(region)  # a malformed region is refused before the photo is read
         except RegionError as exc:
             raise ApiError(422, str(exc)) from None
-    with state.pool.admission():
+    shares = getattr(state, "shares", None) or Shares()
+    with shares.hold(client_address(request)):  # this address's share of the uploads
         upload = await read_photo(request, state.max_upload, state.body_timeout)
-        asked = (region,) if region is not None and region.strip() else ()  # the whole photo by default
-        doc = await state.pool.run(answer_photo, upload, prefs, state.ids, state.missed, *asked)
+        with state.pool.admission():  # a worker's place only once the photo is here
+            asked = (region,) if region is not None and region.strip() else ()  # the whole photo by default
+            doc = await state.pool.run(answer_photo, upload, prefs, state.ids, state.missed, *asked)
     return JSONResponse(doc)
 
 
@@ -362,7 +496,11 @@ def object_jpeg(catalogue, root: Path, row: int, size: int) -> bytes:
     if not _safe_relative(item.path):
         raise ApiError(404, "this object's photo is not in the collection folder")
     try:
-        rgb = load_image(root / item.path, max_side=size)
+        data = read_under(root, item.path)
+    except OSError:
+        raise ApiError(404, "this object's photo is not a file of the collection folder (a link, or gone)") from None
+    try:
+        rgb = decode_image(data, item.path, max_side=size)
     except ImageError as exc:
         raise ApiError(404, f"this object's photo cannot be read ({exc.reason})") from None
     ok, buf = cv2.imencode(".jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 85])
@@ -448,9 +586,11 @@ def create_app(index_path: str | os.PathLike, *, workers: int | None = None, que
     app.state.missed = missed
     app.state.image_limiter = anyio.CapacityLimiter(n)
     app.state.max_upload, app.state.body_timeout = max_upload, body_timeout
+    app.state.shares = Shares()
     app.include_router(router)
     app.mount("/static", StaticFiles(directory=STATIC, check_dir=False), name="static")
 
+    app.add_middleware(RequestGuard)
     app.add_middleware(SecurityHeaders)
     if allow_origin:
         from fastapi.middleware.cors import CORSMiddleware

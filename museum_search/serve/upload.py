@@ -4,11 +4,15 @@ The body is read as it arrives (never more than ``max_upload`` bytes: the announ
 ``Content-Length`` is checked first, then the bytes are counted), parsed on the fly, and only the
 ``photo`` field is kept, in memory (nothing is spooled to disk). A client that stops sending for
 ``body_timeout`` seconds, or takes longer than :data:`BODY_DEADLINE` × ``body_timeout`` for the
-whole body (a slow drip), gets 408."""
+whole body, or whose body comes slower than :data:`MIN_RATE` on average after :data:`RATE_GRACE`
+seconds (a trickle), gets 408. Each client address has :data:`ADDRESS_UPLOADS` uploads under way at
+most (:class:`Shares`); a worker's place is taken only once the whole photo is here (``app.identify``)."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from python_multipart.multipart import MultipartParser, parse_options_header
@@ -16,6 +20,12 @@ from starlette.requests import ClientDisconnect, Request
 
 #: the whole body must arrive within this many body timeouts (a drip of a byte a second never ends)
 BODY_DEADLINE = 6
+#: after :data:`RATE_GRACE` seconds, a body must have come at this many bytes a second on average
+#: (a phone on weak Wi-Fi sends tens of KB/s; a trickle that holds a connection is dropped early)
+MIN_RATE = 4096
+RATE_GRACE = 5.0
+#: uploads one client address may have under way at once (received, waiting or answered)
+ADDRESS_UPLOADS = 4
 FIELD = "photo"
 
 
@@ -27,6 +37,28 @@ class ApiError(Exception):
         self.status = status
         self.message = message
         self.headers = headers or {}
+
+
+class Shares:
+    """Each client address's uploads under way: at most :data:`ADDRESS_UPLOADS` at once, so one
+    phone cannot hold more than its share (beyond: 429 with ``Retry-After``)."""
+
+    def __init__(self, per_address: int = ADDRESS_UPLOADS):
+        self.per_address = per_address
+        self._held: dict[str, int] = {}
+
+    @contextmanager
+    def hold(self, address: str) -> Iterator[None]:
+        if self._held.get(address, 0) >= self.per_address:
+            raise ApiError(429, f"this device already sends {self.per_address} photos; wait for their answers",
+                           {"Retry-After": "1"})
+        self._held[address] = self._held.get(address, 0) + 1
+        try:
+            yield
+        finally:
+            self._held[address] -= 1
+            if not self._held[address]:
+                del self._held[address]
 
 
 @dataclass
@@ -110,10 +142,12 @@ async def read_photo(request: Request, max_upload: int, body_timeout: float) -> 
     except ValueError as exc:
         raise ApiError(400, f"the multipart boundary is not valid ({exc})") from None
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + BODY_DEADLINE * body_timeout
+    start = loop.time()
+    deadline = start + BODY_DEADLINE * body_timeout
     received = 0
     while True:
-        wait = min(body_timeout, deadline - loop.time())
+        slow = start + max(RATE_GRACE, (received + 1) / MIN_RATE)  # when the average falls under MIN_RATE
+        wait = min(body_timeout, deadline - loop.time(), slow - loop.time())
         try:
             if wait <= 0:
                 raise TimeoutError
