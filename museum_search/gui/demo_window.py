@@ -453,6 +453,12 @@ def _phone_panel(caption: str, name: str, parent: QWidget, align: Qt.AlignmentFl
     return panel
 
 
+def _named_label(name: str) -> QLabel:
+    label = QLabel("")
+    label.setObjectName(name)
+    return label
+
+
 class _CardPage(QWidget):
     """The answer: a photo on the left, the catalogue entry on the right, a countdown below."""
 
@@ -472,20 +478,10 @@ class _CardPage(QWidget):
         self.caption.setObjectName("demoCaption")
         self.caption.hide()
         self.photo.installEventFilter(self)
-        self.verdict = QLabel("")
-        self.verdict.setObjectName("demoVerdict")
-        self.title = QLabel("")
-        self.title.setObjectName("demoTitle")
-        self.artist = QLabel("")
-        self.artist.setObjectName("demoArtist")
-        self.year = QLabel("")
-        self.year.setObjectName("demoYear")
-        self.description = QLabel("")
-        self.description.setObjectName("demoDescription")
-        self.confidence = QLabel("")
-        self.confidence.setObjectName("demoConfidence")
-        self.footer = QLabel(CONTINUE)
-        self.footer.setObjectName("demoFooter")
+        (self.verdict, self.title, self.artist, self.year, self.description, self.confidence,
+         self.footer) = (_named_label(name) for name in ("demoVerdict", "demoTitle", "demoArtist", "demoYear",
+                                                          "demoDescription", "demoConfidence", "demoFooter"))
+        self.footer.setText(CONTINUE)
         for lab in (self.verdict, self.title, self.artist, self.year, self.description, self.confidence,
                     self.footer, self.caption):
             lab.setWordWrap(True)
