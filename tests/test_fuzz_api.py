@@ -2,7 +2,7 @@
 query strings, headers and bodies (multipart photos of random, cut or bit-flipped image bytes,
 random bodies) and sends them to the real app (the sample index, in process). Every request gets
 an answer: never a 5xx, every error is ``{"error", "code"}`` JSON. ``FUZZ_EXAMPLES`` sets the
-number of inputs (``bench/bench_attack.py --fuzz`` runs a longer one)."""
+number of inputs per test (200 in CI; e.g. ``FUZZ_EXAMPLES=5000`` for a longer run)."""
 
 from __future__ import annotations
 

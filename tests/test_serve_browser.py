@@ -331,14 +331,23 @@ def test_busy_server_retries_after_retry_after(phone, sample_collection):
     assert not p.visible("#answer") and not p.visible("#not-found")
 
 
-def test_server_errors_are_shown(phone):
-    p = phone()
+#: what each phone reads when it sends a text file (the API's code not_an_image, in its words)
+NOT_A_PHOTO = {"en-GB": "This file is not a photo we can read. Please send a photo (JPEG, PNG or WebP).",
+               "fr-FR": "Ce fichier n’est pas une photo lisible. Envoyez une photo (JPEG, PNG ou WebP).",
+               "de-DE": "Diese Datei ist kein lesbares Foto. Bitte senden Sie ein Foto (JPEG, PNG oder WebP)."}
+
+
+@pytest.mark.parametrize("locale", sorted(NOT_A_PHOTO))
+def test_server_errors_are_shown_in_the_phones_language(phone, locale):
+    """Issue 35, item 4: the API's English message never reaches a French or German phone; the
+    page words the error's code."""
+    p = phone(locale=locale)
     with p.page.expect_response(lambda r: "/api/identify" in r.url) as resp:
         p.send({"name": "notes.txt", "mimeType": "text/plain", "buffer": b"not a photo at all\n"})
-    assert 400 <= resp.value.status < 500
-    message = resp.value.json()["error"]
+    assert resp.value.status == 415 and resp.value.json()["code"] == "not_an_image"
     p.page.wait_for_selector("#status.error")
-    assert p.text("#status") == message
+    assert p.text("#status") == NOT_A_PHOTO[locale]
+    assert resp.value.json()["error"] not in p.text("#status")
     assert not p.visible("#answer") and not p.visible("#not-found")
 
 
