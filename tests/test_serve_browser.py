@@ -463,3 +463,36 @@ def test_painting_photo_gets_its_card(phone, paintings_server, locale):
         assert p.text("#answer-artist") == rows[instance]["artist"]
         assert _outline_pixels(p.page) > 100
     assert p.errors == []
+
+
+def test_several_objects_get_a_card_each(phone, server, sample_collection):
+    """Issue 36, item 4: an answer naming two objects shows "2 objects in this photo" and a card
+    for each (the server's answer, with a second object put in its ``objects`` as core gives it)."""
+    p = phone()
+    seen: dict = {}
+
+    def two_objects(route):
+        import httpx  # the page's own request, sent again from here (a route loses a form's file)
+
+        photo = (sample_collection / "queries" / KNOWN[0]).read_bytes()
+        doc = httpx.post(server + "/api/identify", files={"photo": (KNOWN[0], photo)}, timeout=60).json()
+        first, second = doc["results"][0], doc["results"][1]
+        doc["objects"] = [{"instance": r["instance"], "confidence": c, "reason": "matched", "region": None,
+                           "id": r["id"], "image": r["image"], "metadata": r["metadata"], "confidence_band": band}
+                          for r, c, band in ((first, 0.97, "sure"), (second, 0.7, "likely"))]
+        seen.update(doc)
+        route.fulfill(status=200, content_type="application/json", body=json.dumps(doc))
+
+    p.page.route("**/api/identify*", two_objects)
+    p.send(sample_collection / "queries" / KNOWN[0])
+    assert p.wait_answer() == "answer"
+    p.page.wait_for_selector("#objects", state="visible")
+    assert p.text("#objects-title") == "2 objects in this photo"
+    titles = [t.strip() for t in p.page.locator("#object-cards h3").all_inner_texts()]
+    assert titles == [o["metadata"].get("title") or o["instance"] for o in seen["objects"]]
+    assert [t.strip() for t in p.page.locator("#object-cards p").all_inner_texts()] == [
+        "We are sure it is this one", "Probably this one"]
+    p.page.unroute("**/api/identify*")
+    p.send(sample_collection / "queries" / KNOWN[0])  # one object: no such section
+    p.page.wait_for_function("() => document.getElementById('objects').hidden")
+    assert p.errors == []

@@ -394,7 +394,8 @@ def answer_photo(pipe: QueryPipeline, upload: Upload, prefs: list[str], ids: Ids
     doc["results"] = results
     for o, d in zip(answer.objects, doc["objects"]):
         oid = ids.make(o.result.row)
-        d.update(id=oid, image=f"/api/objects/{oid}/image", metadata=localize(dict(o.result.metadata), prefs))
+        d.update(id=oid, image=f"/api/objects/{oid}/image", metadata=localize(dict(o.result.metadata), prefs),
+                 confidence_band=confidence_band(o.confidence))
     doc["timing"] = {"decode_ms": _ms(t1 - t0), "describe_ms": _ms(timings.get("describe", 0.0)),
                      "search_ms": _ms(timings.get("search", 0.0)), "verify_ms": _ms(timings.get("verify", 0.0)),
                      "total_ms": _ms(t2 - t0)}
