@@ -395,15 +395,16 @@ def test_slow_clients_get_408_or_are_closed_while_others_are_answered(live, samp
         t.start()
     time.sleep(0.2)
     latencies = [_get(live, "/healthz") for _ in range(5)]  # others are answered meanwhile
-    assert all(code == 200 for code, _ in latencies) and max(t for _, t in latencies) < 0.5
+    assert all(code == 200 for code, _ in latencies)
     for t in threads:
         t.join(30)
     for key in ("idle", "drip"):
         got, took = results[key]
         assert got.startswith(b"HTTP/1.1 408"), (key, got[:200])
-        assert b'"error"' in got and took < 5
+        # dropped at the body timeout (0.5 s here), long before the drip ends (20 s, 200 s)
+        assert b'"error"' in got and took < 15
     got, took = results["headers"]
-    assert got == b"" and took < 5  # closed at the header timeout (1 s here)
+    assert got == b"" and took < 15  # closed at the header timeout (1 s here), not after 60 s of drips
     photo_bytes = (sample_collection / "queries" / "q02.jpg").read_bytes()
     import httpx
 

@@ -20,6 +20,7 @@ Screenshots of the answer and of "not found" go to a temporary folder, or to
 
 from __future__ import annotations
 
+import base64
 import csv
 import json
 import os
@@ -32,6 +33,7 @@ import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -495,4 +497,59 @@ def test_several_objects_get_a_card_each(phone, server, sample_collection):
     p.page.unroute("**/api/identify*")
     p.send(sample_collection / "queries" / KNOWN[0])  # one object: no such section
     p.page.wait_for_function("() => document.getElementById('objects').hidden")
+    assert p.errors == []
+
+
+#: records what the page posts to /api/identify: each form's photo, as base64, in window.__sent
+RECORD_SENT = """(() => {
+  const fetch0 = window.fetch;
+  window.__sent = [];
+  window.fetch = async function (url, options) {
+    const body = options && options.body;
+    if (String(url).includes("/api/identify") && body instanceof FormData) {
+      const bytes = new Uint8Array(await body.get("photo").arrayBuffer());
+      let s = "";
+      for (let i = 0; i < bytes.length; i++) s += String.fromCharCode(bytes[i]);
+      window.__sent.push(btoa(s));
+    }
+    return fetch0.apply(this, arguments);
+  };
+})();"""
+
+
+def test_a_large_photo_is_scaled_down_in_the_page_and_answered_as_the_cli_would(
+        phone, server, served_index, sample_collection, tmp_path):
+    """Issue 33, item 2: the page scales a 12-megapixel photo to /api/info's photo_side before
+    sending it (a few hundred KB, not MB), and the answer is the CLI's for the pixels sent."""
+    import cv2
+
+    name, instance = KNOWN[:2]
+    small = cv2.imread(str(sample_collection / "queries" / name))
+    big = cv2.resize(small, (4000, round(4000 * small.shape[0] / small.shape[1])), interpolation=cv2.INTER_CUBIC)
+    original = tmp_path / "phone-photo.jpg"
+    cv2.imwrite(str(original), big, [cv2.IMWRITE_JPEG_QUALITY, 97])
+    p = phone()
+    p.page.add_init_script(RECORD_SENT)
+    p.page.reload()
+    p.page.wait_for_function("() => document.getElementById('collection-size').textContent !== ''")
+    side = p.page.evaluate("fetch('/api/info').then(r => r.json()).then(i => i.photo_side)")
+    with p.page.expect_response(lambda r: "/api/identify" in r.url) as resp:
+        p.send(original)
+    doc = resp.value.json()
+    assert p.wait_answer() == "answer" and doc["results"][0]["instance"] == instance
+    (sent,) = p.page.evaluate("window.__sent")
+    photo = base64.b64decode(sent)
+    shape = cv2.imdecode(np.frombuffer(photo, np.uint8), cv2.IMREAD_COLOR).shape
+    assert max(shape[:2]) == side and side == 640
+    assert abs(shape[1] / shape[0] - big.shape[1] / big.shape[0]) < 0.01  # its shape is kept
+    print(f"sent {len(photo):,} bytes for a {original.stat().st_size:,}-byte photo")
+    assert len(photo) * 10 < original.stat().st_size
+    assert doc["evidence"]["photo_size"] == [shape[1], shape[0]]  # the server answered from the pixels sent
+    (tmp_path / "sent.jpg").write_bytes(photo)
+    r = subprocess.run([sys.executable, "-m", "museum_search", "query", str(served_index), str(tmp_path / "sent.jpg"),
+                        "--json"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    (cli,) = json.loads(r.stdout)
+    assert ([x["instance"] for x in doc["results"]], doc["in_collection"], doc["confidence"], doc["inliers"]) == (
+        [x["instance"] for x in cli["results"]], cli["in_collection"], cli["confidence"], cli["inliers"])
     assert p.errors == []

@@ -12,6 +12,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import anyio
+import cv2
+import numpy as np
 import pytest
 
 warnings.filterwarnings("ignore", message=".*httpx.*", category=DeprecationWarning)
@@ -54,10 +56,13 @@ class FakePool:
     def admission(self):
         yield
 
+    def check_room(self):
+        pass
+
     async def run(self, fn, *args):
-        upload, prefs, ids, missed = args
-        return {"fn": fn.__name__, "filename": upload.filename, "size": len(upload.data), "prefs": prefs,
-                "missed": str(missed)}
+        query, prefs, ids, missed, decoded, data = args
+        return {"fn": fn.__name__, "name": query.name, "shape": list(query.image.shape), "size": len(data),
+                "prefs": prefs, "missed": str(missed)}
 
 
 class FakeIndex:
@@ -76,6 +81,7 @@ def small_app(**state) -> FastAPI:
     app.include_router(router)
     defaults = dict(index=FakeIndex(), pool=FakePool(), ids=Ids(b"key", 3), catalogue=FakeCatalogue(),
                     languages=["fr"], missed=None, image_limiter=anyio.CapacityLimiter(1),
+                    decode_limiter=anyio.CapacityLimiter(1),
                     max_upload=1 << 20, body_timeout=5.0)
     for key, value in {**defaults, **state}.items():
         setattr(app.state, key, value)
@@ -106,11 +112,16 @@ def test_objects_one_object_and_unknown_ids_on_a_fake_catalogue():
         assert r.status_code == 404 and set(r.json()) == {"error", "code"} and r.json()["code"] == "not_found"
 
 
-def test_identify_hands_the_photo_and_the_state_to_a_worker(tmp_path):
-    with TestClient(small_app(missed=tmp_path)) as c:
-        r = c.post("/api/identify?lang=pt-BR", files={"photo": ("a.jpg", b"\xff\xd8\xff" + bytes(100), "image/jpeg")})
-        assert r.json() == {"fn": "answer_photo", "filename": "a.jpg", "size": 103, "prefs": ["pt-br", "pt"],
-                            "missed": str(tmp_path)}
+def test_identify_hands_the_decoded_photo_and_the_state_to_a_worker(tmp_path):
+    """The photo is decoded before it takes a worker's place: the worker gets its pixels, and what is
+    not an image is refused (415) without a worker."""
+    ok, jpeg = cv2.imencode(".jpg", np.full((30, 40, 3), 128, np.uint8))
+    with TestClient(small_app(missed=tmp_path, decode_limiter=anyio.CapacityLimiter(1))) as c:
+        r = c.post("/api/identify?lang=pt-BR", files={"photo": ("a.jpg", jpeg.tobytes(), "image/jpeg")})
+        assert r.json() == {"fn": "answer_photo", "name": "a.jpg", "shape": [30, 40, 3], "size": len(jpeg),
+                            "prefs": ["pt-br", "pt"], "missed": str(tmp_path)}
+        r = c.post("/api/identify", files={"photo": ("a.jpg", b"\xff\xd8\xff" + bytes(100), "image/jpeg")})
+        assert r.status_code == 415 and r.json()["code"] == "not_an_image"
     with TestClient(small_app(max_upload=50)) as c:  # the limit comes from the state too
         r = c.post("/api/identify", files={"photo": ("a.jpg", bytes(100), "image/jpeg")})
         assert r.status_code == 413

@@ -36,6 +36,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from museum_search import __version__
 from museum_search.core.answer import (
+    QueryImage,
     QueryPipeline,
     QuerySettings,
     RegionError,
@@ -356,22 +357,25 @@ EXCEPTION_HANDLERS: dict[type[Exception], Callable[[Request, Any], Awaitable[JSO
 router = APIRouter()
 
 
-def answer_photo(pipe: QueryPipeline, upload: Upload, prefs: list[str], ids: Ids,
-                 missed: Path | None, region: str | None = None) -> dict[str, Any]:
-    """The answer to one uploaded photo, on a worker's ``pipe``: ``Answer.to_dict`` with opaque ids,
-    metadata in the ``prefs`` languages, timings and the matched outline; a rejected photo is kept
-    in ``missed`` (if given). ``region`` ("x,y,w,h" in the uploaded photo's pixels): only that part
-    is asked about. ``objects``: every object found, its ``region`` a polygon in the uploaded
-    photo's own pixels (the evidence's ``outline`` is in those of ``photo_size``, the photo as
-    verified)."""
-    t0 = time.perf_counter()
+def decode_photo(upload: Upload, region: str | None = None) -> QueryImage:
+    """The uploaded photo decoded (and cut to ``region``, "x,y,w,h" in its pixels, if given), before
+    it takes a worker's place: :class:`ApiError` 415 for what is not an image, 422 for a bad region."""
     try:
         asked = None if region is None or not region.strip() else parse_region(region)
-        query = query_from_bytes(upload.data, _query_name(upload.filename), asked)
+        return query_from_bytes(upload.data, _query_name(upload.filename), asked)
     except ImageError as exc:
         raise ApiError(415, f"{exc.reason}; send a photo (JPEG, PNG or WebP)") from None
     except RegionError as exc:
         raise ApiError(422, str(exc)) from None
+
+
+def answer_photo(pipe: QueryPipeline, query: QueryImage, prefs: list[str], ids: Ids,
+                 missed: Path | None, decode_seconds: float = 0.0, data: bytes = b"") -> dict[str, Any]:
+    """The answer to one decoded photo (:func:`decode_photo`), on a worker's ``pipe``:
+    ``Answer.to_dict`` with opaque ids, metadata in the ``prefs`` languages, timings and the matched
+    outline; a rejected photo (``data``, its bytes) is kept in ``missed`` (if given). ``objects``:
+    every object found, its ``region`` a polygon in the uploaded photo's own pixels (the evidence's
+    ``outline`` is in those of ``photo_size``, the photo as verified)."""
     t1 = time.perf_counter()
     answer = pipe.answer([query])[0]
     timings = dict(pipe.timings)
@@ -381,7 +385,7 @@ def answer_photo(pipe: QueryPipeline, upload: Upload, prefs: list[str], ids: Ids
     corners = outline_in_photo(pipe.top_matches(query, answer), (w, h))
     outline = None if corners is None else [[round(float(x), 1), round(float(y), 1)] for x, y in corners]
     if missed is not None and not answer.in_collection:
-        _keep(missed, upload.data)
+        _keep(missed, data)
     t2 = time.perf_counter()
     doc = answer.to_dict()
     doc["confidence_band"] = confidence_band(answer.confidence)  # the page words it, keyed by band
@@ -396,9 +400,9 @@ def answer_photo(pipe: QueryPipeline, upload: Upload, prefs: list[str], ids: Ids
         oid = ids.make(o.result.row)
         d.update(id=oid, image=f"/api/objects/{oid}/image", metadata=localize(dict(o.result.metadata), prefs),
                  confidence_band=confidence_band(o.confidence))
-    doc["timing"] = {"decode_ms": _ms(t1 - t0), "describe_ms": _ms(timings.get("describe", 0.0)),
+    doc["timing"] = {"decode_ms": _ms(decode_seconds), "describe_ms": _ms(timings.get("describe", 0.0)),
                      "search_ms": _ms(timings.get("search", 0.0)), "verify_ms": _ms(timings.get("verify", 0.0)),
-                     "total_ms": _ms(t2 - t0)}
+                     "total_ms": _ms(decode_seconds + t2 - t1)}
     doc["evidence"] = {"photo_size": [int(w), int(h)], "outline": outline}
     return doc
 
@@ -424,9 +428,12 @@ async def identify(request: Request, lang: str | None = Query(None, max_length=1
     shares = getattr(state, "shares", None) or Shares()
     with shares.hold(client_address(request)):  # this address's share of the uploads
         upload = await read_photo(request, state.max_upload, state.body_timeout)
-        with state.pool.admission():  # a worker's place only once the photo is here
-            asked = (region,) if region is not None and region.strip() else ()  # the whole photo by default
-            doc = await state.pool.run(answer_photo, upload, prefs, state.ids, state.missed, *asked)
+        state.pool.check_room()  # refused at once when full, before decoding for nothing
+        t0 = time.perf_counter()
+        query = await anyio.to_thread.run_sync(decode_photo, upload, region, limiter=state.decode_limiter)
+        decoded = time.perf_counter() - t0
+        with state.pool.admission():  # a worker's place only once the photo is here and decoded
+            doc = await state.pool.run(answer_photo, query, prefs, state.ids, state.missed, decoded, upload.data)
     return JSONResponse(doc)
 
 
@@ -441,7 +448,9 @@ def item_doc(ids: Ids, row: int, item, prefs: list[str]) -> dict[str, Any]:
 async def info(request: Request) -> dict[str, Any]:
     state = request.app.state
     return {"name": state.index.root.name, "objects": len(state.index.instances), "references": len(state.index),
-            "languages": state.languages, "version": __version__}
+            "languages": state.languages, "version": __version__,
+            # the side the answer is computed from: the phone page scales a larger photo down to it
+            "photo_side": int(QueryPipeline.verify_side)}
 
 
 @router.get("/healthz", summary="Liveness and load")
@@ -586,6 +595,7 @@ def create_app(index_path: str | os.PathLike, *, workers: int | None = None, que
     app.state.languages = catalogue_languages(list(catalogue.fields))
     app.state.missed = missed
     app.state.image_limiter = anyio.CapacityLimiter(n)
+    app.state.decode_limiter = anyio.CapacityLimiter(n)  # photos decoded at once, before a worker's place
     app.state.max_upload, app.state.body_timeout = max_upload, body_timeout
     app.state.shares = Shares()
     app.include_router(router)

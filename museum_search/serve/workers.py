@@ -54,6 +54,13 @@ class WorkerPool:
             return max(0, self._admitted - self._busy)
 
     # ---- admission ------------------------------------------------------------------------------
+    def check_room(self) -> None:
+        """Raises :class:`Busy` when every place is taken now (a photo is then not decoded for nothing;
+        :meth:`admission` still decides)."""
+        with self._lock:
+            if self._admitted >= self.capacity:
+                raise Busy()
+
     @contextmanager
     def admission(self) -> Iterator[None]:
         """Hold one of the ``capacity`` places; raises :class:`Busy` when none is free."""
