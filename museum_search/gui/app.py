@@ -8,6 +8,7 @@ Runtime is imported before the window shows (``bench/bench_startup.py`` measures
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -30,7 +31,9 @@ def main(argv: Sequence[str] | None = None, *, engine: str | None = None) -> int
         print(f"museum-search {__version__}")
         return 0
 
+    signal.signal(signal.SIGINT, _interrupted_while_starting)  # until the app's own handler below
     app = _application()
+    _interrupt_quits(app)
     if args.demo:
         if args.index is None:
             parser.error("--demo needs an INDEX")
@@ -67,6 +70,48 @@ def _application():
 
     app.setWindowIcon(app_icon())
     return app
+
+
+#: what a Ctrl-C in the terminal prints before the app ends with exit code 130
+INTERRUPTED = "museum-search: interrupted (Ctrl-C); the running work was cancelled and nothing was changed"
+
+
+def _interrupted_while_starting(_signum, _frame) -> None:
+    """Ctrl-C before the window exists: nothing has begun."""
+    print(INTERRUPTED, file=sys.stderr, flush=True)
+    raise SystemExit(130)
+
+
+def _interrupt_quits(app) -> None:
+    """Ctrl-C in the terminal the app was started from ends it as the CLI ends: what runs is cancelled
+    (each window closes as on Quit, without asking; the kiosk as when staff leave), one line is
+    printed, and the exit code is 130. Qt's event loop runs no Python, so a timer lets Python look at
+    its signals every 0.2 s; a second Ctrl-C while closing is ignored."""
+    from PySide6.QtCore import QTimer
+
+    hit: list[bool] = []
+
+    def quit_now() -> None:
+        print(INTERRUPTED, file=sys.stderr, flush=True)
+        for w in app.topLevelWidgets():
+            if w.isVisible():
+                if hasattr(w, "_quit_confirmed"):
+                    w._quit_confirmed = True  # the main window: quit without asking, its jobs cancelled
+                if type(w).__name__ == "DemoWindow":
+                    w.shutdown()  # the kiosk: as when staff leave it
+                w.close()
+        app.exit(130)
+
+    def on_interrupt(_signum, _frame) -> None:
+        if not hit:
+            hit.append(True)
+            QTimer.singleShot(0, quit_now)
+
+    signal.signal(signal.SIGINT, on_interrupt)
+    ticker = QTimer(app)
+    ticker.setObjectName("interruptTicker")
+    ticker.timeout.connect(lambda: None)
+    ticker.start(200)
 
 
 def _run_demo(app, args, engine: str | None = None) -> int:
