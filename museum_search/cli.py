@@ -281,6 +281,10 @@ def cmd_info(args: argparse.Namespace) -> int:
               f"({p.effective_feature.upper()}, {p.max_side} px; a query photo's at {p.photo_side} px)")
     v = Verdict.of_index(index)
     print(f"verdict: {v.summary()}")
+    staff = (index.verdict or {}).get("staff_views") or {}
+    if staff.get("known") or staff.get("unknown"):
+        print(f"calibrated with {staff['known'] + staff['unknown']} visitor photos confirmed by staff: "
+              f"{staff['known']} of known objects, {staff['unknown']} not in the collection")
     warning = v.warning()
     if warning is not None:
         print(f"warning: {warning}")

@@ -4,10 +4,18 @@ model. Two kinds of views: **real** ones (a photo of an object that has other ph
 itself left out) and **synthetic** ones (a reference photo cropped, in perspective, in other light,
 framed and hung on a wall: :func:`synthetic_view`). An update refits from the stored evidence
 (:func:`refit`), asking only the new photos' views.
+
+**Staff-confirmed visitor photos** (issue 34), once there are :data:`STAFF_VIEWS_MIN` of them: the
+photos staff said show object X, kept as references of X outside the collection (:func:`staff_rows`),
+are real views of X (each asked with itself left out, as another photo of X; not degraded again: they
+are already as a visitor's phone took them), and the photos staff said are not in the collection are
+real unknown views (asked with nothing left out). The verdict records how many it used
+(:func:`staff_counts`).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import replace
 from typing import Generator, Sequence
@@ -38,6 +46,34 @@ VISITOR = "visitor"
 VISITOR_CONDITIONS = ("dim-0.6", "dim-0.3", "defocus-2", "defocus-4", "motion-4", "perspective-15",
                       "perspective-30", "tilt-25", "glare", "noise", "far", "webcam", "jpeg-70", "phone",
                       "phone-hard")
+
+#: Staff-confirmed visitor photos (known and unknown together) are calibration views from this many on.
+#: Below it they are a handful: one odd photo (a label, a hand over the lens, a half-visible work)
+#: would be a large share of the hard views and could move the threshold alone; from five on they are
+#: a small sample of what visitors show, next to the collection's own 100-400 views (REAL_VIEWS real
+#: views, up to 50 synthetic ones, each also as a phone takes it), and each costs one query (about a
+#: second on this project's 2-core machine), so a refit stays in seconds. Below it, a staff photo of X
+#: is a reference of X only (what makes the next such photo recognised).
+STAFF_VIEWS_MIN = 5
+
+
+def staff_rows(index: Index) -> list[int]:
+    """The rows of ``index`` that are staff-confirmed visitor photos: references kept outside the
+    collection folder, stored with an absolute path (:func:`museum_search.core.jobs.update_index`'s ``added``)."""
+    return [i for i, it in enumerate(index.items) if os.path.isabs(it.path)]
+
+
+def _is_staff_unknown(e: Evidence) -> bool:
+    """A staff-confirmed "not in our collection" photo's evidence: unknown, of no object, a file outside the collection."""
+    return not e.known and not e.instance and os.path.isabs(e.path)
+
+
+def staff_counts(evidence: Sequence[Evidence], staff_paths: set[str]) -> dict[str, int]:
+    """How many staff-confirmed visitor photos ``evidence`` used: ``known`` (views of photos of known
+    objects, ``staff_paths``) and ``unknown`` (photos not in the collection)."""
+    return {"known": sum(1 for e in evidence if e.known and e.path in staff_paths),
+            "unknown": sum(1 for e in evidence if _is_staff_unknown(e))}
+
 
 # ---- synthetic views ---------------------------------------------------------------------------
 
@@ -78,15 +114,17 @@ def synthetic_view(image: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return np.ascontiguousarray(img)
 
 
-def calibrate(index: Index, extractor=None, views: int | None = None, seed: int = 0
-              ) -> Generator[Progress, None, Verdict]:
+def calibrate(index: Index, extractor=None, views: int | None = None, seed: int = 0,
+              unknown_views: Sequence[str] = ()) -> Generator[Progress, None, Verdict]:
     """Calibrate the verdict of ``index`` on real and synthetic views of its references (see the
-    module doc). ``views``: how many views (default: :func:`calibration_plan`).
+    module doc). ``views``: how many views (default: :func:`calibration_plan`). ``unknown_views``:
+    staff-confirmed visitor photos of objects not in the collection (absolute paths).
     Needs at least two objects in the collection (otherwise the default verdict is returned)."""
     labels = index.labels
     if len(set(labels.tolist())) < 2:
         return Verdict(source="default (a collection of one object cannot be calibrated)")
     evidence = yield from calibration_evidence(index, extractor, views, seed)
+    evidence = yield from with_staff_views(index, extractor, evidence, unknown_views)
     return fit_verdict(evidence, _source(evidence))
 
 
@@ -98,6 +136,9 @@ def _source(evidence: Sequence[Evidence]) -> str:
     text = " and ".join(p for p in parts if p)
     if visitor:
         text += f", each also as a visitor's phone takes it ({visitor})"
+    staff = sum(1 for e in evidence if _is_staff_unknown(e))
+    if staff:
+        text += f", and {staff} photos staff confirmed are not in the collection"
     return text + " (each as a known and as an unknown object)"
 
 
@@ -142,9 +183,9 @@ def calibration_evidence(index: Index, extractor=None, views: int | None = None,
     labels = index.labels
     rng = np.random.default_rng(seed)  # one stream: the plan's draw of rows, then the synthetic views
     visitor_rng = np.random.default_rng([seed, 36])  # another: the visitors' conditions
-    plan = calibration_plan(labels, views, seed, rows, rng=rng)
-    pipe = QueryPipeline(index, QuerySettings(k=1, verdict=Verdict(min_inliers=NOISE_INLIERS), rivals_anywhere=True),
-                         extractor=extractor)
+    staff = set(staff_rows(index))  # staff-confirmed visitor photos: their own views (with_staff_views)
+    plan = [(r, k) for r, k in calibration_plan(labels, views, seed, rows, rng=rng) if r not in staff]
+    pipe = _calibration_pipe(index, extractor)
     evidence: list[Evidence] = []
     t0 = time.perf_counter()
     for i, (row, kind) in enumerate(plan):
@@ -164,6 +205,49 @@ def calibration_evidence(index: Index, extractor=None, views: int | None = None,
         yield Progress(i + 1, len(plan), current=f"{kind} view of {path}", stage="calibrating",
                        elapsed=time.perf_counter() - t0)
     return evidence
+
+
+def _calibration_pipe(index: Index, extractor) -> QueryPipeline:
+    """The pipeline a calibration view is asked through: the top answer, with every rival counted."""
+    return QueryPipeline(index, QuerySettings(k=1, verdict=Verdict(min_inliers=NOISE_INLIERS), rivals_anywhere=True),
+                         extractor=extractor)
+
+
+def with_staff_views(index: Index, extractor, evidence: Sequence[Evidence], unknown_views: Sequence[str]
+                     ) -> Generator[Progress, None, list[Evidence]]:
+    """``evidence`` with the staff-confirmed visitor photos' views (stage "calibrating"): the photos of
+    known objects in ``index`` (:func:`staff_rows`), each a real view asked with itself left out, and
+    ``unknown_views`` (photos of objects not in the collection), each asked with nothing left out. The
+    views already in ``evidence`` are kept, the others asked; none when there are fewer than
+    :data:`STAFF_VIEWS_MIN` photos in all (and any in ``evidence`` are dropped). A photo that cannot
+    be read is left out."""
+    rows = staff_rows(index)
+    known_paths = {index.items[r].path for r in rows}
+    unknown_paths = list(dict.fromkeys(str(p) for p in unknown_views))
+    base = [e for e in evidence if e.path not in known_paths and not _is_staff_unknown(e)]
+    if len(rows) + len(unknown_paths) < STAFF_VIEWS_MIN:
+        return base
+    have = [e for e in evidence if e.path in known_paths or (_is_staff_unknown(e) and e.path in unknown_paths)]
+    asked = {(e.path, e.known or bool(e.instance)) for e in have}
+    todo: list[tuple[int | None, str]] = [(r, index.items[r].path) for r in rows
+                                           if (index.items[r].path, True) not in asked]
+    todo += [(None, p) for p in unknown_paths if (p, False) not in asked]
+    labels, pipe, new = index.labels, _calibration_pipe(index, extractor), []
+    t0 = time.perf_counter()
+    for i, (row, path) in enumerate(todo):
+        try:
+            image = load_image(path, max_side=pipe.verify_side)
+        except Exception:  # a photo deleted or damaged since: not a view
+            image = None
+        if image is not None and row is not None:
+            new += _asked(pipe, QueryImage(f"staff-confirmed view {path}", image), labels, row, "real",
+                          _exclusions(labels, row, "real"))
+        elif image is not None:
+            view = QueryImage(f"staff-confirmed unknown view {path}", image)
+            (answer,) = pipe.answer([view], pipe.embed([view]))
+            new.append(replace(answer.evidence(False, False), kind="real", instance="", path=path))
+        yield Progress(i + 1, len(todo), current=path, stage="calibrating", elapsed=time.perf_counter() - t0)
+    return base + have + new
 
 
 def _exclusions(labels: np.ndarray, row: int, kind: str) -> tuple[np.ndarray | None, np.ndarray]:
@@ -188,18 +272,22 @@ def _asked(pipe: QueryPipeline, view: QueryImage, labels: np.ndarray, row: int, 
 
 
 def refit(index: Index, previous: Verdict, changed: set[str], new_rows: Sequence[int], extractor=None,
-          seed: int = 0) -> Generator[Progress, None, Verdict]:
+          seed: int = 0, unknown_views: Sequence[str] | None = None) -> Generator[Progress, None, Verdict]:
     """An updated index's verdict, refitted from ``previous``'s stored evidence, less the views of
     objects in ``changed`` (photos added, changed or removed) and of photos no longer in the index,
-    plus the views of the photos in ``new_rows`` (see :func:`calibration_plan`). None of the other
-    views is asked again: a model of a few numbers fits in milliseconds."""
+    plus the views of the photos in ``new_rows`` (see :func:`calibration_plan`) and of the
+    staff-confirmed visitor photos not asked yet (:func:`with_staff_views`; ``unknown_views``: the
+    photos not in the collection, None: those ``previous`` used, measured once). None of
+    the other views is asked again: a model of a few numbers fits in milliseconds."""
     present = {it.path for it in index.items}
     kept = [Evidence.from_dict(d) for d in previous.evidence]
-    kept = [e for e in kept if e.instance not in changed and e.path in present]
+    if unknown_views is None:
+        unknown_views = [e.path for e in kept if _is_staff_unknown(e)]
+    kept = [e for e in kept if _is_staff_unknown(e) or (e.instance not in changed and e.path in present)]
     new: list[Evidence] = []
     if len(new_rows):
         new = yield from calibration_evidence(index, extractor, seed=seed, rows=new_rows)
-    evidence = kept + new
+    evidence = yield from with_staff_views(index, extractor, kept + new, unknown_views)
     if not any(e.known for e in evidence) or not any(not e.known for e in evidence):
-        return (yield from calibrate(index, extractor, seed=seed))
+        return (yield from calibrate(index, extractor, seed=seed, unknown_views=unknown_views))
     return fit_verdict(evidence, _source(evidence) + "; refitted after an update")

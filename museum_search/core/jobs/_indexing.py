@@ -9,13 +9,13 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Generator
+from pathlib import Path, PurePosixPath
+from typing import Any, Generator, Sequence
 
 import numpy as np
 
 from museum_search.core import index as index_face
-from museum_search.core.answer import Verdict
+from museum_search.core.answer import Evidence, Verdict
 from museum_search.core.errors import IndexFormatError, MuseumSearchError
 from museum_search.core.index import (
     K_MAX,
@@ -27,8 +27,11 @@ from museum_search.core.index import (
     Labelling,
     LabellingSpec,
     LocalFeatures,
+    compile_regex,
     file_sha256,
+    is_hidden_path,
     label_collection,
+    label_file,
     read_manifest,
     writer_lock,
 )
@@ -40,7 +43,13 @@ from museum_search.core.inference import (
     extractor_for_meta,
     loading_stage,
 )
-from museum_search.core.jobs._calibration import calibrate, calibration_plan, refit
+from museum_search.core.jobs._calibration import (
+    calibrate,
+    calibration_plan,
+    refit,
+    staff_counts,
+    staff_rows,
+)
 from museum_search.core.jobs._distributed import STAGE as RAY_STAGE
 from museum_search.core.jobs._distributed import describe_on_ray
 from museum_search.core.progress import PlannedStage, Progress, with_expected, with_plan
@@ -67,6 +76,7 @@ class BuildReport:
     unchanged: int = 0
     removed_files: list[tuple[str, str]] = field(default_factory=list)  # (path, why) of removed references
     before: int | None = None  # an update: the references the index had before it
+    placed: list[str] = field(default_factory=list)  # files an update copied into the collection (into_collection)
 
     def summary(self) -> str:
         """The index's size and what changed, counted so that they add up: an update says how many
@@ -353,8 +363,22 @@ def update_index(
     ann: str = "auto",
     engine: str | None = None,
     neighbours: int | None = None,
+    added: Sequence[tuple[str | Path, str]] = (),
+    unknown_views: Sequence[str | Path] | None = None,
+    into_collection: Sequence[tuple[str | Path, str]] = (),
 ) -> Generator[Progress, None, BuildReport]:
     """Re-index new and changed files, drop deleted ones, refresh labels; saves atomically.
+
+    ``added``: (photo, instance) pairs, staff-confirmed views of known objects whose files live
+    outside the collection folder (a visitors folder's ``views/``): each becomes a reference of its
+    instance, stored with its absolute path and a copy of the instance's catalogue metadata, and is
+    kept by later updates while its file is unchanged and its object still in the collection
+    (:func:`check_added`). ``unknown_views``: staff-confirmed photos of objects not in the collection,
+    real unknown views of the verdict's refit (None: those it used before; see
+    :func:`museum_search.core.jobs._calibration.with_staff_views`). ``into_collection``: (photo,
+    instance) pairs copied into the collection folder, each under a new name its labelling rule
+    gives to that instance (:func:`collection_name`; refused where there is none, e.g. a catalogue),
+    never over a file; removed again if the update does not finish.
 
     A file counts as changed when its size or modification time differs, or, with ``checksum``,
     when its content hash differs (a file replaced by another of the same size and time).
@@ -363,6 +387,9 @@ def update_index(
     stores; lists found damaged when the index was opened are computed and stored again).
     The index's writer lock is held from the start.
     """
+    added = check_added(index, added)
+    into = [(Path(photo), collection_name(index, photo, instance)) for photo, instance in into_collection]
+    unknown = None if unknown_views is None else [str(Path(p).absolute()) for p in unknown_views]
     if neighbours is not None and (isinstance(neighbours, bool) or not 0 <= int(neighbours) <= 10_000):
         raise MuseumSearchError(f"--neighbours must be a number from 0 to 10000, not {neighbours}")
     check_batch_size(batch_size)
@@ -373,13 +400,166 @@ def update_index(
                                 "import DESCRIPTORS.npy --items ITEMS.csv -o INDEX)")
     if not root.is_dir():
         raise MuseumSearchError(f"the collection folder of this index is gone: {root}")
+    args = (index, extractor, weights, batch_size, checksum, ann, engine, neighbours, added, unknown)
     if index.path is None:
-        return (yield from _update(index, extractor, weights, batch_size, checksum, ann, engine, neighbours))
+        return (yield from _placed(into, _update(*args)))
     with writer_lock(index.path, collection=root):
-        return (yield from _update(index, extractor, weights, batch_size, checksum, ann, engine, neighbours))
+        return (yield from _placed(into, _update(*args)))
 
 
-def _update(index, extractor, weights, batch_size, checksum, ann, engine=None, neighbours=None):
+def _placed(into: list[tuple[Path, Path]], job: Generator[Progress, None, BuildReport]
+            ) -> Generator[Progress, None, BuildReport]:
+    """``job`` run with the photos ``into`` (photo, new file in the collection) copied there first,
+    each created exclusively; the files this made are removed again when it fails or is cancelled."""
+    made: list[Path] = []
+    try:
+        for photo, target in into:
+            _copy_new(photo, target)
+            made.append(target)
+        report = yield from job
+        report.placed = [str(t) for t in made]
+        return report
+    except BaseException:
+        for target in made:
+            target.unlink(missing_ok=True)
+        raise
+    finally:
+        job.close()
+
+
+def _copy_new(photo: Path, target: Path) -> None:
+    """Copy ``photo`` to the new file ``target`` (created exclusively, never through a link, synced)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+    data = photo.read_bytes()
+    try:
+        fd = os.open(target, flags, 0o644)
+    except FileExistsError:
+        raise MuseumSearchError(f"{target} exists already: nothing is ever written over a file") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        target.unlink(missing_ok=True)
+        raise
+
+
+def collection_name(index: Index, photo: str | Path, instance: str) -> Path:
+    """Where a staff-confirmed view ``photo`` of ``instance`` goes in the collection folder: a name
+    that does not exist yet and that the index's labelling rule gives to ``instance`` (the folder
+    rule: ``<instance>/visitor-<name>``; a rule of file names: the name of one of its photos with its
+    last number changed). Refused for a catalogue (the program never edits it) or when no such name
+    is found."""
+    check_instance(index, instance)
+    spec, photo = index.labelling, Path(photo)
+    if spec.rule == "catalogue":
+        raise MuseumSearchError("this collection is labelled by a catalogue, which the program never edits: add "
+                                "the photo as a view kept outside the collection (leave out --into-collection), "
+                                "or copy it into the folder and add its row to the catalogue yourself")
+    pattern = compile_regex(spec.regex) if spec.rule == "regex" else None
+    own = [it.path for it in index.items if it.instance == instance and not os.path.isabs(it.path)]
+    candidates = [f"{instance}/visitor-{photo.stem}{photo.suffix}"] if spec.rule == "folder" else []
+    for rel in own[:3]:
+        stem, digits = _last_number(PurePosixPath(rel).stem)
+        candidates += [str(PurePosixPath(rel).with_name(f"{stem}{n}{digits}{photo.suffix}"))
+                       for n in range(9001, 9021)]
+    for rel in candidates:
+        target = index.root / rel
+        if (label_file(spec.rule, rel, pattern)[0] == instance and not is_hidden_path(rel)
+                and target.parent.is_dir() and not os.path.lexists(target)):
+            return target
+    raise MuseumSearchError(f"no new file name in {index.root} is labelled {instance!r} by the {spec.rule} rule: "
+                            "add the photo as a view kept outside the collection (leave out --into-collection)")
+
+
+def _last_number(stem: str) -> tuple[str, str]:
+    """``stem`` split around its last run of digits: (what comes before, what comes after); a stem
+    without digits: (``stem-``, "")."""
+    import re
+
+    m = re.search(r"(\d+)(\D*)$", stem)
+    return (stem[:m.start(1)], m.group(2)) if m else (stem + "-", "")
+
+
+def check_added(index: Index, added: Sequence[tuple[str | Path, str]]) -> list[tuple[str, str]]:
+    """``added`` (staff-confirmed views: (photo, instance) pairs) as (absolute path, instance), checked
+    before any work: each photo an existing file outside the collection folder and not yet in the
+    index, each instance one of the index's (else :class:`MuseumSearchError` naming close matches)."""
+    out: list[tuple[str, str]] = []
+    have = {it.path for it in index.items if os.path.isabs(it.path)}
+    root = os.path.realpath(index.root)
+    for photo, instance in added:
+        path = os.path.abspath(os.fspath(photo))
+        check_instance(index, instance)
+        if not os.path.isfile(path):
+            raise MuseumSearchError(f"the photo {path} is not a file; give a kept photo that exists")
+        real = os.path.realpath(path)
+        if real == root or real.startswith(root.rstrip(os.sep) + os.sep):
+            raise MuseumSearchError(f"the photo {path} is inside the collection folder {index.root}: an update "
+                                    "finds it there by its labelling rule; add views from outside the collection")
+        if path in have or any(p == path for p, _ in out):
+            raise MuseumSearchError(f"the photo {path} is already a reference of this index")
+        out.append((path, str(instance)))
+    return out
+
+
+def check_instance(index: Index, instance: str) -> None:
+    """Refuse an ``instance`` the index does not have, naming the closest ones it has."""
+    if instance in set(index.instances):
+        return
+    import difflib
+
+    close = difflib.get_close_matches(str(instance), index.instances, n=5, cutoff=0.5)
+    hint = f"; did you mean {', '.join(close)}?" if close else "; museum-search info INDEX lists the index"
+    raise MuseumSearchError(f"no object {instance!r} in this index ({len(index.instances)} objects){hint}")
+
+
+def _kept_outside(index: Index, current: dict, checksum: bool) -> tuple[list[int], list[Item]]:
+    """The rows and items of ``index``'s staff-confirmed views (absolute paths, outside the collection)
+    to keep: the file unchanged (size, time, and with ``checksum`` content) and its object still
+    labelled in the collection (``current``: the labelling's references by path), with that
+    object's metadata as the collection has it now."""
+    meta = {ref.instance: dict(ref.metadata) for ref, _, _ in current.values()}
+    pos, items = [], []
+    for i, it in enumerate(index.items):
+        if not os.path.isabs(it.path) or it.instance not in meta:
+            continue
+        try:
+            size, mtime = _stat(Path("/"), it.path)
+            if (size, mtime) != (it.size, it.mtime) or (checksum and file_sha256(Path(it.path)) != it.sha256):
+                continue
+        except OSError:
+            continue
+        pos.append(i)
+        items.append(Item(it.path, it.size, it.mtime, it.instance, meta[it.instance], it.sha256))
+    return pos, items
+
+
+@dataclass(frozen=True)
+class _View:
+    """A staff-confirmed view to describe, as the labelling's references are (path, instance, metadata)."""
+
+    path: str
+    instance: str
+    metadata: dict[str, str]
+
+
+def _added_refs(added: list[tuple[str, str]], current: dict) -> list[tuple[_View, int, float]]:
+    """The staff-confirmed views ``added`` as the update's new files, each with its object's
+    metadata (from ``current``: the labelling's references by path)."""
+    meta = {ref.instance: dict(ref.metadata) for ref, _, _ in current.values()}
+    out = []
+    for path, instance in added:
+        if instance not in meta:
+            raise MuseumSearchError(f"the object {instance!r} has no photo left in the collection; "
+                                    "a view cannot be added to it")
+        out.append((_View(path, instance, meta[instance]), *_stat(Path("/"), path)))
+    return out
+
+
+def _update(index, extractor, weights, batch_size, checksum, ann, engine=None, neighbours=None, added=(),
+            unknown=None):
     root = index.root
     spec = index.labelling
     lab = label_collection(root, rule=spec.rule, catalogue=spec.catalogue, regex=spec.regex)
@@ -411,8 +591,12 @@ def _update(index, extractor, weights, batch_size, checksum, ann, engine=None, n
             ref = cur[0]
             keep_pos.append(i)
             keep_items.append(Item(ref.path, it.size, it.mtime, ref.instance, dict(ref.metadata), it.sha256))
+    # staff-confirmed views outside the collection, in their rows' order among the others
+    outside_pos, outside_items = _kept_outside(index, current, checksum)
+    kept = sorted(zip(keep_pos + outside_pos, keep_items + outside_items), key=lambda pair: pair[0])
+    keep_pos, keep_items = [p for p, _ in kept], [it for _, it in kept]
     kept_paths = {it.path for it in keep_items}
-    todo = [v for p, v in current.items() if p not in kept_paths]
+    todo = [v for p, v in current.items() if p not in kept_paths] + _added_refs(added, current)
     new_desc = np.empty((0, index.meta.dim), np.float32)
     new_items: list[Item] = []
     if todo:
@@ -439,13 +623,14 @@ def _update(index, extractor, weights, batch_size, checksum, ann, engine=None, n
     yield from _updated_derived(updated, index, keep_pos, ann, unchanged, neighbours)
     if index.local is not None:  # kept references keep their local features; deleted ones drop theirs
         yield from _add_verification(updated, extractor, [index.local.subset(keep_pos)], calibrate=False)
-        if unchanged and index.verdict:
+        if unchanged and index.verdict and (unknown is None or set(unknown) == _staff_unknown(index.verdict)):
             updated.verdict = index.verdict
         elif index.verdict and index.verdict.get("evidence"):
             # refit from the stored calibration evidence and the new photos' own views
-            yield from _refit(updated, index, extractor, range(len(keep_items), len(updated)), engine, weights)
+            yield from _refit(updated, index, extractor, range(len(keep_items), len(updated)), engine, weights,
+                              unknown)
         else:
-            yield from _calibrate(updated, extractor, engine, weights)
+            yield from _calibrate(updated, extractor, engine, weights, unknown)
     if index.path is not None:
         updated.save(index.path)
     removed = _removed(index, updated, lab, skipped)
@@ -466,6 +651,9 @@ def _removed(old: Index, new: Index, lab: Labelling, skipped: list[tuple[str, st
         full = root / rel
         if str(full) in unreadable:
             return f"dropped: {unreadable[str(full)]}"
+        if os.path.isabs(rel):
+            return ("dropped: a staff-confirmed view outside the collection whose file changed or is gone, "
+                    "or whose object has no photo left in the collection")
         if rel in ignored and (full.exists() or full.is_symlink()):
             return f"dropped: {ignored[rel]}"
         if full.exists():
@@ -543,31 +731,48 @@ def _auto_matcher(index: Index, extractor) -> Generator[Any, None, None]:
 
 
 def _refit(updated: Index, old: Index, extractor, new_rows, engine: str | None = None,
-           weights: str | None = None) -> Generator[Any, None, None]:
+           weights: str | None = None, unknown: list[str] | None = None) -> Generator[Any, None, None]:
     """The verdict of ``updated`` refitted from ``old``'s calibration evidence (stage "calibrating"):
-    the views of every object with a photo added, changed or removed are dropped, the new photos'
-    own views asked (:func:`museum_search.core.jobs._calibration.refit`; the network, when not given, on ``engine``)."""
-    before = {it.path: it.instance for it in old.items}
-    after = {it.path: it.instance for it in updated.items}
+    the views of every object with a photo of the collection added, changed or removed are dropped,
+    the new photos' own views asked (:func:`museum_search.core.jobs._calibration.refit`; the network,
+    when not given, on ``engine``). A staff-confirmed view added to or dropped from an object leaves
+    its other views as they were: it changes neither what they are asked with left out nor their object."""
+    before = {it.path: it.instance for it in old.items if not os.path.isabs(it.path)}
+    after = {it.path: it.instance for it in updated.items if not os.path.isabs(it.path)}
     # objects that lost a photo or changed their label, gained one, or had one replaced
     changed = {obj for p, obj in before.items() if after.get(p) != obj}
     changed |= {obj for p, obj in after.items() if before.get(p) != obj}
-    changed |= {updated.items[r].instance for r in new_rows}
+    changed |= {updated.items[r].instance for r in new_rows if not os.path.isabs(updated.items[r].path)}
     if extractor is None:
         extractor = extractor_for_meta(updated.meta, weights, engine=engine)
-    verdict = yield from refit(updated, Verdict.from_dict(old.verdict), changed, list(new_rows), extractor)
+    verdict = yield from refit(updated, Verdict.from_dict(old.verdict), changed, list(new_rows), extractor,
+                               unknown_views=unknown)
     assert old.verdict is not None  # refitted only from a stored verdict (see update_index)
     kept = {"matcher_choice": old.verdict["matcher_choice"]} if "matcher_choice" in old.verdict else {}
-    updated.verdict = {**verdict.to_dict(), **kept}  # --matcher auto's measurements stay with the index
+    updated.verdict = {**_with_staff_counts(updated, verdict), **kept}  # --matcher auto's measurements stay
 
 
 def _calibrate(index: Index, extractor, engine: str | None = None,
-               weights: str | None = None) -> Generator[Any, None, None]:
+               weights: str | None = None, unknown: list[str] | None = None) -> Generator[Any, None, None]:
     """The "in the collection" verdict's calibration of ``index`` (stage "calibrating"; the network,
-    when not given, on ``engine``)."""
+    when not given, on ``engine``), with ``unknown``: staff-confirmed photos not in the collection."""
     if extractor is None:
         extractor = extractor_for_meta(index.meta, weights, engine=engine)
-    index.verdict = (yield from calibrate(index, extractor)).to_dict()
+    index.verdict = _with_staff_counts(index, (yield from calibrate(index, extractor, unknown_views=unknown or ())))
+
+
+def _with_staff_counts(index: Index, verdict: Verdict) -> dict[str, Any]:
+    """``verdict`` as the index stores it, with ``staff_views``: how many staff-confirmed visitor
+    photos its calibration used (``known``: of objects in the collection, ``unknown``: not in it)."""
+    staff = {index.items[r].path for r in staff_rows(index)}
+    evidence = [Evidence.from_dict(d) for d in verdict.evidence]
+    return {**verdict.to_dict(), "staff_views": staff_counts(evidence, staff)}
+
+
+def _staff_unknown(verdict: dict) -> set[str]:
+    """The staff-confirmed "not in the collection" photos a stored verdict's calibration used."""
+    return {str(d.get("path")) for d in verdict.get("evidence") or []
+            if not d.get("known") and not d.get("instance") and os.path.isabs(str(d.get("path", "")))}
 
 
 #: Stage name of the neighbour lists (see :func:`museum_search.core.index.neighbour_lists`).
