@@ -538,7 +538,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from museum_search.core.answer import QuerySettings
 
     app = create_app(args.index, workers=args.workers, queue=args.queue, allow_origin=args.allow_origin,
-                     keep_missed=args.keep_missed, settings=QuerySettings(engine=args.engine))
+                     keep=keep_policy(args), visitors=args.visitors, settings=QuerySettings(engine=args.engine))
     urls = server.urls(args.host, args.port, https)
     name = app.state.index.root.name
     print(f"serving {name} ({len(app.state.index)} references, {app.state.pool.workers} workers) at:")
@@ -549,8 +549,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     print(server.terminal_qr(urls[0]))
     if args.label is not None:
         print(f"label written to {server.write_label(args.label, urls[0], name)}")
-    if args.keep_missed:
-        print(f"photos answered 'not in this collection' are kept in {args.keep_missed}")
+    print(visitors_line(app.state.keep, app.state.visitors))
     server.run(app, sock, certfile=args.https[0] if https else None, keyfile=args.https[1] if https else None)
     return 0
 
@@ -810,12 +809,55 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    help="serve HTTPS with this certificate and key (PEM): phones then show a live viewfinder")
     s.add_argument("--allow-origin", default=None, metavar="ORIGIN",
                    help="send CORS headers for this origin (default: none)")
-    s.add_argument("--keep-missed", type=Path, default=None, metavar="DIR",
-                   help="keep photos answered 'not in this collection' in DIR (default: nothing is stored)")
+    _add_visitor_options(s)
     s.add_argument("--label", type=Path, default=None, metavar="FILE",
                    help="write a printable label (.png or .pdf) with the QR code; an existing file is refused")
     _add_engine_option(s)
     s.set_defaults(func=cmd_serve)
+
+
+def _add_visitor_options(s: argparse.ArgumentParser) -> None:
+    """What is counted and kept of visitors' questions (core.visitors.KeepPolicy; the defaults said
+    here are the policy's, a test checks they agree)."""
+    g = s.add_argument_group("visitors' questions (anonymous counts; photos only when asked for)")
+    g.add_argument("--keep", choices=("none", "unsure", "all"), default=None,
+                   help="keep visitors' photos: none (default), unsure (those not recognised or not surely "
+                        "recognised), all; each is re-encoded from its pixels (no EXIF, no GPS) with its answer, "
+                        "never its address")
+    g.add_argument("--visitors", type=Path, default=None, metavar="DIR",
+                   help="the folder of kept photos and counts (default: INDEX-visitors beside the index; never "
+                        "inside the index or the collection)")
+    g.add_argument("--quota-mb", type=float, default=None, metavar="MB",
+                   help="kept photos take at most this many MB in all (default 500)")
+    g.add_argument("--per-day", type=_int_in(1, 1_000_000), default=None, metavar="N",
+                   help="at most N photos kept per day (default 1000)")
+    g.add_argument("--retention-days", type=_int_in(1, 3650), default=None, metavar="DAYS",
+                   help="kept photos not yet reviewed are deleted after DAYS days (default 30)")
+    g.add_argument("--per-client-per-hour", type=_int_in(1, 100_000), default=None, metavar="N",
+                   help="at most N photos kept per phone address per hour (default 20; the address is never stored)")
+    g.add_argument("--no-counting", action="store_true",
+                   help="do not count questions (counted by default: per hour, the object or none, verdict, "
+                        "confidence band, language, source; no photo, no address)")
+
+
+def visitors_line(policy, log) -> str:
+    """What ``serve`` says it counts and keeps, in one line."""
+    if log is None:
+        return "visitors' questions are not counted and no photo is kept"
+    kept = {"none": "no photo is kept", "unsure": "photos not surely recognised are kept",
+            "all": "every photo is kept"}[policy.keep]
+    counted = "questions are counted (anonymously)" if policy.counting else "questions are not counted"
+    return f"{counted}; {kept}" + (f" for {policy.retention_days} days" if policy.keep != "none" else "") + \
+        f" (in {log.folder})"
+
+
+def keep_policy(args: argparse.Namespace):
+    """The :class:`KeepPolicy` of ``serve``'s options (those not given keep the policy's defaults)."""
+    from museum_search.core.visitors import KeepPolicy
+
+    given = {name: getattr(args, name) for name in ("keep", "quota_mb", "per_day", "retention_days",
+                                                      "per_client_per_hour") if getattr(args, name) is not None}
+    return KeepPolicy(**given, counting=not args.no_counting)
 
 
 #: The subcommands in the order ``--help`` lists them, each added by its own function.

@@ -272,27 +272,8 @@ def test_full_queue_answers_503_with_retry_after(sample_index, sample_collection
         assert c.get("/healthz").json()["queued"] == 0
 
 
-def test_keep_missed_keeps_only_rejected_photos(sample_index, sample_collection, tmp_path):
-    kept = tmp_path / "missed"
-    (kept).mkdir()
-    (kept / "existing.jpg").write_bytes(b"mine")
-    with TestClient(create_app(sample_index.path, workers=1, keep_missed=kept)) as c:
-        rejected = 0
-        for path, _inst in queries(sample_collection):
-            doc = c.post("/api/identify", files=photo(path)).json()
-            rejected += not doc["in_collection"]
-        noise = cv2.imencode(".png", np.random.default_rng(1).integers(0, 255, (300, 400, 3), np.uint8))[1].tobytes()
-        assert c.post("/api/identify", files={"photo": ("noise.png", noise)}).json()["in_collection"] is False
-        rejected += 1
-    files = sorted(f.name for f in kept.iterdir())
-    assert (kept / "existing.jpg").read_bytes() == b"mine"
-    assert len(files) == rejected + 1 and rejected >= 2
-    assert any(f.endswith(".png") for f in files) and all(f.startswith("missed-") for f in files if f != "existing.jpg")
-    with pytest.raises(Exception, match="inside the index"):
-        create_app(sample_index.path, workers=1, keep_missed=sample_index.path / "missed")
-
-
 def test_nothing_is_stored_by_default(client, sample_index, sample_collection):
+    """The index is never written; by default no photo is kept either (tests/test_serve_visitors.py)."""
     before = {p: p.stat().st_mtime_ns for p in sample_index.path.iterdir()}
     client.post("/api/identify", files=photo(sample_collection / "queries" / "q08.jpg"))
     assert {p: p.stat().st_mtime_ns for p in sample_index.path.iterdir()} == before

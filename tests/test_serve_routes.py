@@ -60,9 +60,9 @@ class FakePool:
         pass
 
     async def run(self, fn, *args):
-        query, prefs, ids, missed, decoded, data = args
-        return {"fn": fn.__name__, "name": query.name, "shape": list(query.image.shape), "size": len(data),
-                "prefs": prefs, "missed": str(missed)}
+        query, prefs, ids, visitors, decoded, language, client = args
+        return {"fn": fn.__name__, "name": query.name, "shape": list(query.image.shape), "prefs": prefs,
+                "visitors": str(visitors), "language": language, "client": client}
 
 
 class FakeIndex:
@@ -80,7 +80,7 @@ def small_app(**state) -> FastAPI:
         app.add_exception_handler(exc_class, handler)
     app.include_router(router)
     defaults = dict(index=FakeIndex(), pool=FakePool(), ids=Ids(b"key", 3), catalogue=FakeCatalogue(),
-                    languages=["fr"], missed=None, image_limiter=anyio.CapacityLimiter(1),
+                    languages=["fr"], visitors=None, image_limiter=anyio.CapacityLimiter(1),
                     decode_limiter=anyio.CapacityLimiter(1),
                     max_upload=1 << 20, body_timeout=5.0)
     for key, value in {**defaults, **state}.items():
@@ -116,10 +116,10 @@ def test_identify_hands_the_decoded_photo_and_the_state_to_a_worker(tmp_path):
     """The photo is decoded before it takes a worker's place: the worker gets its pixels, and what is
     not an image is refused (415) without a worker."""
     ok, jpeg = cv2.imencode(".jpg", np.full((30, 40, 3), 128, np.uint8))
-    with TestClient(small_app(missed=tmp_path, decode_limiter=anyio.CapacityLimiter(1))) as c:
+    with TestClient(small_app(visitors=tmp_path, decode_limiter=anyio.CapacityLimiter(1))) as c:
         r = c.post("/api/identify?lang=pt-BR", files={"photo": ("a.jpg", jpeg.tobytes(), "image/jpeg")})
-        assert r.json() == {"fn": "answer_photo", "name": "a.jpg", "shape": [30, 40, 3], "size": len(jpeg),
-                            "prefs": ["pt-br", "pt"], "missed": str(tmp_path)}
+        assert r.json() == {"fn": "answer_photo", "name": "a.jpg", "shape": [30, 40, 3], "prefs": ["pt-br", "pt"],
+                            "visitors": str(tmp_path), "language": "pt", "client": "testclient"}
         r = c.post("/api/identify", files={"photo": ("a.jpg", b"\xff\xd8\xff" + bytes(100), "image/jpeg")})
         assert r.status_code == 415 and r.json()["code"] == "not_an_image"
     with TestClient(small_app(max_upload=50)) as c:  # the limit comes from the state too

@@ -6,7 +6,8 @@ Decoding and querying run on a bounded pool of worker threads (:mod:`.workers`),
 event loop; the photo is read with size and time limits (:mod:`.upload`). The handlers are
 module-level functions on :data:`router` that read what they need from ``request.app.state``
 (set by :func:`create_app`), so each can be tested alone. Nothing here writes the
-index; the only file ever written is a rejected photo under ``keep_missed``, when asked for."""
+index; what is written goes to the index's visitor log (core.visitors: anonymous counts, and kept
+photos only when staff asked for them), beside the index, never inside it or the collection."""
 
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ import hmac
 import logging
 import os
 import re
-import secrets
 import stat
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -48,6 +48,7 @@ from museum_search.core.answer import (
 from museum_search.core.errors import ImageError, MuseumSearchError
 from museum_search.core.images import decode_image
 from museum_search.core.index import Index
+from museum_search.core.visitors import KeepPolicy, VisitorLog
 from museum_search.serve.server import HEADER_LIMIT
 from museum_search.serve.upload import ApiError, Shares, Upload, read_photo
 from museum_search.serve.workers import Busy, WorkerPool
@@ -370,12 +371,14 @@ def decode_photo(upload: Upload, region: str | None = None) -> QueryImage:
 
 
 def answer_photo(pipe: QueryPipeline, query: QueryImage, prefs: list[str], ids: Ids,
-                 missed: Path | None, decode_seconds: float = 0.0, data: bytes = b"") -> dict[str, Any]:
+                 visitors: VisitorLog | None, decode_seconds: float = 0.0, language: str = "",
+                 client: str = "") -> dict[str, Any]:
     """The answer to one decoded photo (:func:`decode_photo`), on a worker's ``pipe``:
     ``Answer.to_dict`` with opaque ids, metadata in the ``prefs`` languages, timings and the matched
-    outline; a rejected photo (``data``, its bytes) is kept in ``missed`` (if given). ``objects``:
-    every object found, its ``region`` a polygon in the uploaded photo's own pixels (the evidence's
-    ``outline`` is in those of ``photo_size``, the photo as verified)."""
+    outline. ``visitors``: the answer is counted and its photo kept as its policy says (the photo's
+    pixels re-encoded; ``language`` the visitor's, ``client`` the address for the rate limit only).
+    ``objects``: every object found, its ``region`` a polygon in the uploaded photo's own pixels (the
+    evidence's ``outline`` is in those of ``photo_size``, the photo as verified)."""
     t1 = time.perf_counter()
     answer = pipe.answer([query])[0]
     timings = dict(pipe.timings)
@@ -384,8 +387,8 @@ def answer_photo(pipe: QueryPipeline, query: QueryImage, prefs: list[str], ids: 
     # the evidence the verdict judged (if verified): the matched outline in the photo's pixels
     corners = outline_in_photo(pipe.top_matches(query, answer), (w, h))
     outline = None if corners is None else [[round(float(x), 1), round(float(y), 1)] for x, y in corners]
-    if missed is not None and not answer.in_collection:
-        _keep(missed, data)
+    if visitors is not None:
+        _record(visitors, answer, query, language, client)
     t2 = time.perf_counter()
     doc = answer.to_dict()
     doc["confidence_band"] = confidence_band(answer.confidence)  # the page words it, keyed by band
@@ -433,7 +436,8 @@ async def identify(request: Request, lang: str | None = Query(None, max_length=1
         query = await anyio.to_thread.run_sync(decode_photo, upload, region, limiter=state.decode_limiter)
         decoded = time.perf_counter() - t0
         with state.pool.admission():  # a worker's place only once the photo is here and decoded
-            doc = await state.pool.run(answer_photo, query, prefs, state.ids, state.missed, decoded, upload.data)
+            doc = await state.pool.run(answer_photo, query, prefs, state.ids, state.visitors, decoded,
+                                       visitor_language(request, prefs), client_address(request))
     return JSONResponse(doc)
 
 
@@ -445,12 +449,16 @@ def item_doc(ids: Ids, row: int, item, prefs: list[str]) -> dict[str, Any]:
 
 
 @router.get("/api/info", summary="The collection")
-async def info(request: Request) -> dict[str, Any]:
+async def info(request: Request, lang: str | None = Query(None, max_length=100)) -> dict[str, Any]:
     state = request.app.state
+    prefs = language_preferences(lang)
+    keep = getattr(state, "keep", None)
     return {"name": state.index.root.name, "objects": len(state.index.instances), "references": len(state.index),
             "languages": state.languages, "version": __version__,
             # the side the answer is computed from: the phone page scales a larger photo down to it
-            "photo_side": int(QueryPipeline.verify_side)}
+            "photo_side": int(QueryPipeline.verify_side),
+            # what is kept of a visitor's photo, in one plain line in the visitor's language (None: nothing)
+            "notice": None if keep is None else keep.notice(prefs[-1] if prefs else "en")}
 
 
 @router.get("/healthz", summary="Liveness and load")
@@ -552,35 +560,39 @@ async def page() -> Response:
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     yield
     app.state.pool.shutdown()
+    if app.state.visitors is not None:
+        app.state.visitors.close()
 
 
 def create_app(index_path: str | os.PathLike, *, workers: int | None = None, queue: int | None = None,
                max_upload: int = 20 << 20, allow_origin: str | None = None,
-               keep_missed: str | os.PathLike | None = None, body_timeout: float = 10.0,
-               settings: QuerySettings | None = None) -> FastAPI:
+               keep: KeepPolicy | None = None, visitors: str | os.PathLike | None = None,
+               body_timeout: float = 10.0, settings: QuerySettings | None = None) -> FastAPI:
     """The ASGI app of ``museum-search serve`` for the index at ``index_path``.
 
     The index is loaded once, and ``workers`` pipelines (default: one per core) are built on it,
     sharing its network, and warmed up before this returns. ``queue`` requests (default 2 ×
-    workers) may wait beyond the workers; more get 503 with ``Retry-After``. ``keep_missed``: a
-    folder where photos answered "not in this collection" are kept (off by default).
+    workers) may wait beyond the workers; more get 503 with ``Retry-After``. ``keep``: what is
+    counted and kept of visitors' questions (default :class:`KeepPolicy`: anonymous counts, no
+    photo), in the folder ``visitors`` (default: beside the index).
 
     The routes (:data:`router`) read everything from ``app.state``: ``index``, ``pool`` (the
-    :class:`WorkerPool` of pipelines), ``ids``, ``catalogue``, ``languages``, ``missed`` (the
-    ``keep_missed`` folder or None), ``image_limiter`` (threads for catalogue and image work),
+    :class:`WorkerPool` of pipelines), ``ids``, ``catalogue``, ``languages``, ``keep`` (the policy),
+    ``visitors`` (the :class:`VisitorLog` or None), ``image_limiter`` (threads for catalogue and image work),
     ``max_upload`` and ``body_timeout``."""
     n = max(1, int(workers or os.cpu_count() or 1))
     waiting = 2 * n if queue is None else max(0, int(queue))
     if max_upload <= 0 or body_timeout <= 0:
         raise ValueError("max_upload and body_timeout must be positive")
     index = Index.load(index_path)
+    policy = keep or KeepPolicy()
+    visitor_log = open_visitors(Path(index_path), policy, visitors)  # refused before the long warm-up
     first = QueryPipeline(index, settings)
     pipelines = [first] + [QueryPipeline(index, settings, extractor=first.extractor) for _ in range(n - 1)]
     pool = WorkerPool(pipelines, waiting)
     pool.run_each(lambda p: p.warm_up())
     catalogue = index.catalogue()
     key_source = f"{Path(index_path).resolve()}|{getattr(catalogue, 'path', '')}|{len(index)}"
-    missed = _missed_folder(keep_missed, Path(index_path), index.root)
 
     app = FastAPI(title="museum-search", version=__version__, docs_url=None, redoc_url=None,
                   openapi_url="/openapi.json", lifespan=_lifespan,
@@ -593,7 +605,7 @@ def create_app(index_path: str | os.PathLike, *, workers: int | None = None, que
     app.state.ids = Ids(hashlib.sha256(b"museum-search serve ids|" + key_source.encode()).digest(), len(index))
     app.state.catalogue = catalogue
     app.state.languages = catalogue_languages(list(catalogue.fields))
-    app.state.missed = missed
+    app.state.keep, app.state.visitors = policy, visitor_log
     app.state.image_limiter = anyio.CapacityLimiter(n)
     app.state.decode_limiter = anyio.CapacityLimiter(n)  # photos decoded at once, before a worker's place
     app.state.max_upload, app.state.body_timeout = max_upload, body_timeout
@@ -615,34 +627,37 @@ def _ms(seconds: float) -> float:
     return round(1000.0 * seconds, 1)
 
 
-def _missed_folder(keep_missed: str | os.PathLike | None, index_path: Path, root: Path) -> Path | None:
-    """The ``keep_missed`` folder, made if needed; never inside the index or the collection (a
-    kept photo must not become a reference by accident, and nothing writes the index)."""
-    if keep_missed is None:
+def _record(visitors: VisitorLog, answer, query: QueryImage, language: str, client: str) -> None:
+    """Counts the answer and keeps its photo as the policy says; a failure to do so is logged and
+    never costs the visitor the answer."""
+    try:
+        visitors.record(answer, source="phone", language=language, image=query.image, client=client)
+    except Exception as exc:  # the answer is sent whatever the log's trouble
+        log.warning("could not record a visitor's question: %s", exc)
+
+
+def visitor_language(request: Request, prefs: list[str]) -> str:
+    """The visitor's language, as counted: the page's ``lang``, else the phone's Accept-Language
+    (its first primary tag, e.g. "fr"); "" when unknown."""
+    if prefs:
+        return prefs[-1]
+    try:
+        tags = language_preferences(request.headers.get("accept-language", "")[:100])
+    except ApiError:
+        return ""
+    return tags[-1] if tags else ""
+
+
+def open_visitors(index_path: Path, policy: KeepPolicy, folder: str | os.PathLike | None) -> VisitorLog | None:
+    """The index's visitor log as ``policy`` asks (None when it keeps and counts nothing). When only
+    counting is asked and the folder cannot be made (a read-only disk), the service runs without
+    counts, with a warning; when photos are to be kept, that is an error."""
+    if policy.keep == "none" and not policy.counting:
         return None
-    folder = Path(keep_missed).expanduser().resolve()
-    for other, what in ((index_path.resolve(), "the index folder"), (root.resolve(), "the collection folder")):
-        if folder == other or other in folder.parents:
-            raise MuseumSearchError(f"--keep-missed {keep_missed} is inside {what} ({other}); choose a folder "
-                                    "of its own (kept photos must not become references by accident)")
-    folder.mkdir(parents=True, exist_ok=True)
-    if not os.access(folder, os.W_OK):
-        raise MuseumSearchError(f"--keep-missed {keep_missed}: this folder cannot be written")
-    return folder
-
-
-def _keep(folder: Path, data: bytes) -> Path | None:
-    """Save a rejected photo under a new name (created exclusively: nothing is ever overwritten)."""
-    ext = next((e for magic, e in _MAGIC if data.startswith(magic)), ".img")
-    for _ in range(5):
-        f = folder / f"missed-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}{ext}"
-        try:
-            with open(f, "xb") as out:
-                out.write(data)
-            return f
-        except FileExistsError:
-            continue
-        except OSError as exc:
-            log.warning("could not keep a missed photo in %s: %s", folder, exc)
-            return None
-    return None
+    try:
+        return VisitorLog.open(index_path, policy, folder=folder)
+    except MuseumSearchError as exc:
+        if policy.keep != "none":
+            raise
+        log.warning("visitors' questions are not counted: %s", exc)
+        return None

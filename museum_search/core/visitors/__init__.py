@@ -5,4 +5,24 @@ queue that turns a kept photo into a new reference view or a real unknown view.
 This is the package's face: code outside the package imports these names only (an import-linter
 contract says so); the modules behind it are private."""
 
-__all__: list[str] = []
+from museum_search.core.visitors._policy import (
+    KEEP_MODES,
+    KeepPolicy,
+)
+from museum_search.core.visitors._stats import (
+    VisitorStats,
+)
+from museum_search.core.visitors._store import (
+    KeptPhoto,
+    VisitorLog,
+    visitors_folder,
+)
+
+__all__ = [
+    "KEEP_MODES",
+    "KeepPolicy",
+    "KeptPhoto",
+    "VisitorLog",
+    "VisitorStats",
+    "visitors_folder",
+]
