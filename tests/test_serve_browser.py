@@ -553,3 +553,27 @@ def test_a_large_photo_is_scaled_down_in_the_page_and_answered_as_the_cli_would(
     assert ([x["instance"] for x in doc["results"]], doc["in_collection"], doc["confidence"], doc["inliers"]) == (
         [x["instance"] for x in cli["results"]], cli["in_collection"], cli["confidence"], cli["inliers"])
     assert p.errors == []
+
+
+def test_the_notice_shows_only_where_photos_are_kept(phone, server):
+    """Issue 34, item 4: the page says nothing new, except, where keeping is on, /api/info's one
+    plain line of what is kept, in the phone's language."""
+    p = phone()
+    assert not p.visible("#notice")  # the default server keeps no photo: no line
+    assert p.page.evaluate("fetch('/api/info').then(r => r.json()).then(i => i.notice)") is None
+    from museum_search.core.visitors import KeepPolicy
+
+    line = KeepPolicy(keep="unsure").notice("fr")
+    asked = []
+
+    def keeping(route):
+        asked.append(route.request.url)
+        doc = json.loads(route.fetch().text())
+        route.fulfill(status=200, content_type="application/json", body=json.dumps({**doc, "notice": line}))
+
+    fr = phone(locale="fr-FR")
+    fr.page.route("**/api/info*", keeping)
+    fr.page.reload()
+    fr.page.wait_for_selector("#notice:not([hidden])")
+    assert fr.text("#notice") == line and "lang=fr" in asked[-1]
+    assert fr.errors == []
