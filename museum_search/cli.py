@@ -860,9 +860,78 @@ def keep_policy(args: argparse.Namespace):
     return KeepPolicy(**given, counting=not args.no_counting)
 
 
+def cmd_review(args: argparse.Namespace) -> int:
+    """The staff's review queue of kept visitors' photos (core.visitors): list them, or say what each shows."""
+    import time
+
+    from museum_search.core.errors import MuseumSearchError
+    from museum_search.core.visitors import KeepPolicy, VisitorLog, add_views_job, discard, unknown_job
+
+    if args.add and not args.instance:
+        raise MuseumSearchError("--add needs --as INSTANCE: the object the photos show")
+    if args.instance and not args.add:
+        raise MuseumSearchError("--as goes with --add PHOTO...")
+    if args.into_collection and not args.add:
+        raise MuseumSearchError("--into-collection goes with --add PHOTO... --as INSTANCE")
+    # the longest retention: reviewing never deletes a photo that serve's own retention still keeps
+    with VisitorLog.open(args.index, KeepPolicy(retention_days=3650), folder=args.visitors) as log:
+        if args.list:
+            _print_kept(log.kept("new"))
+            return 0
+        t = time.perf_counter()
+        if args.discard:
+            discard(log, args.discard)
+            print(f"{len(set(args.discard))} photo(s) discarded")
+            return 0
+        if args.add:
+            report = _drive(add_views_job(args.index, log, args.add, args.instance, engine=args.engine,
+                                          into_collection=args.into_collection), "adding views")
+            what = f"added as views of {args.instance}" + (" (copied into the collection)" if report.placed else "")
+            n = len(set(args.add))
+        else:
+            report = _drive(unknown_job(args.index, log, args.unknown, engine=args.engine), "refitting the verdict")
+            what, n = "marked as not in the collection", len(set(args.unknown))
+        print(f"{n} photo(s) {what} in {time.perf_counter() - t:.1f} s; index {args.index}: {report.summary()}")
+    return 0
+
+
+def _print_kept(photos) -> None:
+    """One line per kept photo: its id, hour, source, the answer it got and its best candidates."""
+    if not photos:
+        print("no kept photo waits for review")
+        return
+    for p in photos:
+        answer = "recognised" if p.in_collection else "not recognised"
+        conf = "" if p.confidence is None else f" ({p.confidence:.2f})"
+        best = ", ".join(f"{c.get('instance')} {float(c.get('score') or 0):.2f}" for c in p.candidates[:3])
+        print(f"{p.id}  {p.hour:%Y-%m-%d %H:00}  {p.source:<5}  {answer}{conf}  best: {best or '-'}  {p.path}")
+    print(f"{len(photos)} kept photo(s) to review, newest first")
+
+
+def _add_review(sub: argparse._SubParsersAction) -> None:
+    s = sub.add_parser("review", help="the staff's review queue of kept visitors' photos",
+                       description="List the visitors' photos kept for review, or say what they show: a view "
+                                   "of a known object (added to the index by an update, in seconds), an object "
+                                   "not in the collection (a calibration view), or nothing (discarded).")
+    s.add_argument("index", type=Path)
+    s.add_argument("--visitors", type=Path, default=None, metavar="DIR",
+                   help="the folder of kept photos and counts (default: INDEX-visitors beside the index)")
+    what = s.add_mutually_exclusive_group(required=True)
+    what.add_argument("--list", action="store_true", help="list the photos waiting for review, newest first")
+    what.add_argument("--add", nargs="+", metavar="PHOTO", help="photos (ids or paths) that show --as INSTANCE")
+    what.add_argument("--unknown", nargs="+", metavar="PHOTO", help="photos of objects not in the collection")
+    what.add_argument("--discard", nargs="+", metavar="PHOTO", help="photos to delete")
+    s.add_argument("--as", dest="instance", default=None, metavar="INSTANCE", help="the object --add's photos show")
+    s.add_argument("--into-collection", action="store_true",
+                   help="copy the photos into the collection folder (new files only, under a name its labelling "
+                        "rule gives the object; refused for a catalogue) instead of the visitors folder")
+    _add_engine_option(s)
+    s.set_defaults(func=cmd_review)
+
+
 #: The subcommands in the order ``--help`` lists them, each added by its own function.
 _COMMANDS = (_add_index, _add_import, _add_update, _add_upgrade, _add_query, _add_evaluate, _add_info,
-             _add_backbones, _add_gui, _add_demo, _add_serve)
+             _add_backbones, _add_gui, _add_demo, _add_serve, _add_review)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -12,7 +12,7 @@ from pathlib import Path
 import cv2
 import pytest
 
-from museum_search.core.answer import QueryPipeline, QuerySettings, load_query
+from museum_search.core.answer import QueryPipeline, QuerySettings, load_query, query_from_array
 from museum_search.core.conditions import degrade, photo_seed
 from museum_search.core.errors import MuseumSearchError
 from museum_search.core.images import load_image
@@ -209,3 +209,106 @@ def test_staff_views_feed_the_refit_and_info_says_how_many(built, capsys):
     total = len(added) + len(unknown_photos)
     assert (f"calibrated with {total} visitor photos confirmed by staff: {len(added)} of known objects, "
             f"{len(unknown_photos)} not in the collection") in capsys.readouterr().out
+
+
+# ---- the review queue (core.visitors) and `museum-search review` ---------------------------------
+
+
+@pytest.fixture()
+def queue(built):
+    """(index, log, {kept id: the painting it shows, "" when not in the collection}): phone-like
+    photos answered by the index and kept through a real VisitorLog (keep "unsure")."""
+    from museum_search.core.visitors import KeepPolicy, VisitorLog
+
+    index, folder, truth = built
+    log = VisitorLog.open(index.path, KeepPolicy(keep="unsure"), folder=folder)
+    pipe = QueryPipeline(index, QuerySettings())
+    shows = {}
+    for q, x in sorted(truth.items())[:40]:
+        img = degrade(load_image(q, max_side=1024), "phone-hard", photo_seed("phone-hard", q.name))
+        (answer,) = pipe.answer([query_from_array(img, q.name)])
+        kept = log.record(answer, source="phone", image=img)
+        if kept is not None:
+            shows[kept.id] = x if x in index.instances else ""
+    yield index, log, shows
+    log.close()
+
+
+def _not_recognised(log, shows, index) -> tuple[str, str]:
+    for k in log.kept("new"):
+        if shows[k.id] and not k.in_collection:
+            return k.id, shows[k.id]
+    pytest.fail("no kept photo of a known painting was not recognised")
+
+
+def test_this_is_object_x_then_not_in_collection_then_discard(queue, paintings):
+    from museum_search.core.visitors import add_views_job, discard, mark_unknown
+
+    index, log, shows = queue
+    ref, x = _not_recognised(log, shows, index)
+    kept_file = log.photo(ref).path
+    before_coll, before_index = _snapshot(paintings[0]), _snapshot(index.path)
+    with pytest.raises(MuseumSearchError, match=x):  # a misspelt object: refused, named, nothing changed
+        run(add_views_job(index.path, log, [ref], x[:-1] + "x"))
+    assert _snapshot(index.path) == before_index and log.photo(ref).status == "new" and kept_file.is_file()
+
+    report = run(add_views_job(index.path, log, [ref, kept_file], x))  # by id and by path: one photo
+    assert report.added == 1
+    photo = log.photo(ref)
+    assert photo.status == "added" and photo.instance == x and not kept_file.exists()
+    assert photo.path == log.folder / "views" / x / kept_file.name and photo.path.is_file()
+    assert _snapshot(paintings[0]) == before_coll  # the collection untouched
+    loaded = Index.load(index.path)
+    assert {it.path: it.instance for it in loaded.items}[str(photo.path)] == x
+    answer = _answer(loaded, photo.path)
+    assert answer.in_collection and answer.top.instance == x
+    with pytest.raises(MuseumSearchError, match="already added"):
+        run(add_views_job(index.path, log, [ref], x))
+    with pytest.raises(MuseumSearchError, match="reference view"):
+        discard(log, [ref])
+
+    others = [k.id for k in log.kept("new") if not shows[k.id]]
+    assert others, "no photo of a painting not in the collection was kept"
+    mark_unknown(log, others)
+    assert all(log.photo(r).status == "unknown" and log.photo(r).path.parent == log.folder / "unknown"
+               for r in others)
+    rest = [k.id for k in log.kept("new")]
+    if rest:
+        gone = log.photo(rest[0]).path
+        discard(log, rest[:1])
+        assert not gone.exists()
+        with pytest.raises(MuseumSearchError):
+            log.photo(rest[0])
+
+
+def test_review_cli(queue, capsys, monkeypatch):
+    from museum_search.cli import main
+    from museum_search.core.jobs import _indexing
+
+    index, log, shows = queue
+    ref, x = _not_recognised(log, shows, index)
+    args = ["review", str(index.path), "--visitors", str(log.folder)]
+    assert main([*args, "--list"]) == 0
+    listed = capsys.readouterr().out
+    assert ref in listed and f"{len(log.kept('new'))} kept photo(s) to review" in listed
+
+    assert main([*args, "--add", ref, "--as", x[:-1] + "x"]) == 1
+    assert x in capsys.readouterr().err
+
+    # Ctrl-C while the photo is described: 130, and nothing changed
+    files, kept_file = _snapshot(index.path), log.photo(ref).path
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+        yield
+
+    with monkeypatch.context() as m:
+        m.setattr(_indexing, "extract", interrupted)
+        assert main([*args, "--add", ref, "--as", x]) == 130
+    capsys.readouterr()  # (its line names the indexes this test process saved before: the builds)
+    assert _snapshot(index.path) == files and kept_file.is_file() and log.photo(ref).status == "new"
+    assert not (log.folder / "views" / x / kept_file.name).exists()
+
+    assert main([*args, "--add", ref, "--as", x]) == 0
+    out = capsys.readouterr().out
+    assert f"1 photo(s) added as views of {x} in " in out and log.photo(ref).status == "added"
+    assert main([*args, "--discard", ref]) == 1  # a reference view now: refused

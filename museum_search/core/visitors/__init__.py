@@ -9,6 +9,13 @@ from museum_search.core.visitors._policy import (
     KEEP_MODES,
     KeepPolicy,
 )
+from museum_search.core.visitors._review import (
+    add_views_job,
+    discard,
+    mark_unknown,
+    refit_job,
+    unknown_job,
+)
 from museum_search.core.visitors._stats import (
     VisitorStats,
 )
@@ -24,5 +31,10 @@ __all__ = [
     "KeptPhoto",
     "VisitorLog",
     "VisitorStats",
+    "add_views_job",
+    "discard",
+    "mark_unknown",
+    "refit_job",
+    "unknown_job",
     "visitors_folder",
 ]
