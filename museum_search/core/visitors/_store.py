@@ -22,7 +22,6 @@ import secrets
 import sqlite3
 import stat
 import threading
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -54,7 +53,7 @@ CREATE TABLE IF NOT EXISTS counts (hour TEXT NOT NULL, instance TEXT NOT NULL, v
 CREATE TABLE IF NOT EXISTS kept (id TEXT PRIMARY KEY, file TEXT NOT NULL, hour TEXT NOT NULL,
     source TEXT NOT NULL, language TEXT NOT NULL, in_collection INTEGER NOT NULL, confidence REAL,
     reason TEXT NOT NULL, candidates TEXT NOT NULL, status TEXT NOT NULL, instance TEXT,
-    bytes INTEGER NOT NULL, seq INTEGER NOT NULL);
+    bytes INTEGER NOT NULL, seq INTEGER NOT NULL, expires TEXT NOT NULL);
 """
 
 
@@ -91,7 +90,7 @@ class VisitorLog:
         self._db = db
         self._lock = threading.Lock()
         self._clients: dict[str, deque[float]] = {}
-        self._purged = 0.0
+        self._purged = ""  # the hour retention was last applied
 
     # ---- opening ----------------------------------------------------------------------------------
     @classmethod
@@ -199,10 +198,13 @@ class VisitorLog:
 
     def _insert(self, p: KeptPhoto) -> None:
         seq = self._db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM kept").fetchone()[0]
-        self._db.execute("INSERT INTO kept VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        # the retention period it was kept under goes with it: whoever opens the log later (the review
+        # queue, the app with other settings) deletes it when that period ends, not by its own policy
+        expires = p.hour + timedelta(days=self.policy.retention_days)
+        self._db.execute("INSERT INTO kept VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                          (p.id, str(p.path.relative_to(self.folder)), f"{p.hour:%Y-%m-%dT%H}:00", p.source,
                           p.language, int(p.in_collection), p.confidence, p.reason, json.dumps(p.candidates),
-                          p.status, p.instance, p.bytes, seq))
+                          p.status, p.instance, p.bytes, seq, f"{expires:%Y-%m-%dT%H}:00"))
 
     def _write(self, path: Path, data: bytes) -> Path:
         folder = _subfolder(self.folder, path.parent.name)
@@ -260,7 +262,7 @@ class VisitorLog:
             self._db.execute("DELETE FROM kept WHERE id = ?", (p.id,))
 
     def _row(self, r: tuple) -> KeptPhoto:
-        pid, file, hour, source, language, in_coll, conf, reason, cands, status, instance, size, _seq = r
+        pid, file, hour, source, language, in_coll, conf, reason, cands, status, instance, size, _seq, _exp = r
         path = Path(file) if os.path.isabs(file) else self.folder / file
         return KeptPhoto(pid, path, datetime.fromisoformat(hour), source, language, bool(in_coll), conf, reason,
                          json.loads(cands), status, instance, int(size))
@@ -279,13 +281,13 @@ class VisitorLog:
 
     # ---- housekeeping -----------------------------------------------------------------------------
     def _retain(self, now: datetime) -> None:
-        """Deletes the photos waiting for review longer than the retention period (at most once a minute)."""
-        if time.monotonic() - self._purged < 60 and self._purged:
+        """Deletes the photos still waiting for review whose retention period (the one they were kept
+        under) has ended (looked once per hour of ``now``)."""
+        hour = f"{now:%Y-%m-%dT%H}:00"
+        if hour == self._purged:
             return
-        self._purged = time.monotonic()
-        limit = now - timedelta(days=self.policy.retention_days)
-        old = self._db.execute("SELECT id, file FROM kept WHERE status = 'new' AND hour < ?",
-                               (f"{limit:%Y-%m-%dT%H}:00",)).fetchall()
+        self._purged = hour
+        old = self._db.execute("SELECT id, file FROM kept WHERE status = 'new' AND expires <= ?", (hour,)).fetchall()
         for pid, file in old:
             _unlink_own(self.folder / file, self.folder)
             self._db.execute("DELETE FROM kept WHERE id = ?", (pid,))
