@@ -62,7 +62,10 @@ def test_lazy_window_shows_first_then_tabs_index_and_network(qtbot, tmp_path, sa
     assert w.tabs.widget(2).objectName() == "tabLoading" and not w.all_tabs_built
     w.tabs.setCurrentIndex(2)
     qtbot.waitUntil(lambda: type(w.tabs.widget(2)).__name__ == "EvaluationTab", timeout=60_000)
-    assert w.tabs.currentIndex() == 2 and w.all_tabs_built
+    assert w.tabs.currentIndex() == 2 and not w.all_tabs_built  # the Visitors tab too waits until chosen
+    w.tabs.setCurrentIndex(3)
+    qtbot.waitUntil(lambda: type(w.tabs.widget(3)).__name__ == "VisitorsTab", timeout=60_000)
+    assert w.all_tabs_built
     assert read.started.wait(30)
     # the index is being read on a worker: the window answers meanwhile, and nothing is open yet
     for _ in range(5):

@@ -101,7 +101,7 @@ from shiboken6 import isValid
 
 from museum_search.core.answer import Answer, QueryPipeline, QuerySettings, Result, confidence_band, query_from_array
 from museum_search.core.capture import STEADY_THRESHOLD, CameraSource, OpenCVCamera, is_steady, log_camera_problem
-from museum_search.core.errors import ImageError
+from museum_search.core.errors import ImageError, MuseumSearchError
 from museum_search.core.images import load_image
 from museum_search.gui import workers
 from museum_search.gui.state import Settings
@@ -201,6 +201,33 @@ def _recognize(pipeline: QueryPipeline, frame: np.ndarray) -> _Recognition:
             photo_error = str(exc)
     several = load_object_photos(answer.objects) if len(answer.objects) >= 2 else []
     return _Recognition(answer, photo, frame, time.perf_counter() - t0, photo_error, several)
+
+
+def _recorded(rec: _Recognition, visitors) -> _Recognition:
+    """``rec``, its answer counted (source "kiosk") and its frame kept as the policy of ``visitors``
+    (the kiosk's VisitorLog, or None) says; on the worker. A failure goes to the log, never to the
+    visitor, who gets the answer all the same."""
+    try:
+        if visitors is not None:
+            visitors.record(rec.answer, source="kiosk", language="en", image=rec.frame)
+    except Exception as exc:  # whatever went wrong, the visitor still gets the answer
+        log.warning("kiosk: a visitor's question could not be recorded: %s", workers.error_message(exc))
+    return rec
+
+
+def _open_visitors(index, policy, folder: str):
+    """The kiosk's visitor log with the ``policy`` and ``folder`` of Settings (on a worker); None when
+    it counts and keeps nothing, or cannot be opened (the technician reads why in the log; the kiosk
+    runs all the same)."""
+    from museum_search.core.visitors import VisitorLog
+
+    if getattr(index, "path", None) is None or (policy.keep == "none" and not policy.counting):
+        return None
+    try:
+        return VisitorLog.open(index.path, policy, folder=folder or None)
+    except (MuseumSearchError, OSError) as exc:
+        log.error("kiosk: visitors' questions are not counted or kept: %s", workers.error_message(exc))
+        return None
 
 
 #: What a visitor reads under a recognised object, by the answer's confidence band (core's
@@ -409,6 +436,17 @@ class _LivePage(QWidget):
         for w in (self.hint, self.status):
             w.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents, True)
         self.phone_qr = QrPanel(PHONE_CAPTION, self)  # the phone link, bottom-right (hidden: none)
+        self.notice = QLabel("", self)  # what is kept of visitors' photos, where keeping is on (top)
+        self.notice.setObjectName("demoNotice")
+        self.notice.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.notice.setWordWrap(True)
+        self.notice.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents, True)
+        self.notice.hide()
+
+    def set_notice(self, text: str) -> None:
+        self.notice.setText(text)
+        self.notice.setVisible(bool(text))
+        self._place()
 
     def set_status(self, text: str) -> None:
         self.status.setText(text)
@@ -436,6 +474,11 @@ class _LivePage(QWidget):
             bottom = self.hint.y() - margin // 2 if above else h - margin
             qr.move(w - margin - qr.width(), bottom - qr.height())
             qr.raise_()
+        if not self.notice.isHidden():
+            self.notice.setFixedWidth(max(1, min(w - 2 * margin, self.notice.sizeHint().width())))
+            self.notice.adjustSize()
+            self.notice.move((w - self.notice.width()) // 2, margin // 2)
+            self.notice.raise_()
         if not self.status.isHidden():
             self.status.setFixedWidth(max(1, min(w - 2 * margin, self.status.sizeHint().width())))
             self.status.adjustSize()
@@ -777,6 +820,7 @@ class DemoWindow(QWidget):
     def _init_state(self) -> None:
         self._mode = "starting"
         self._pipeline: QueryPipeline | None = None
+        self._visitors = None  # the VisitorLog that counts (and keeps) visitors' questions, or None
         self._camera_error: str | None = None  # the technician's text of the last camera failure
         self._camera_ok = False  # the camera opened (and has not failed since)
         self._problem: str | None = None  # the problem shown: a key of _PROBLEMS
@@ -950,6 +994,12 @@ class DemoWindow(QWidget):
         for job in (self._job, self._load_job):
             if job is not None and job.running:
                 job.cancel()
+        visitors, self._visitors = self._visitors, None
+        if visitors is not None:  # closed once the last answer is recorded
+            if self._job is not None and self._job.running:
+                self._job.finished.connect(visitors.close)
+            else:
+                visitors.close()
 
     def is_busy(self) -> bool:
         """True while a background job (model loading, recognition) runs."""
@@ -964,7 +1014,13 @@ class DemoWindow(QWidget):
         index, settings = self.index, QuerySettings(k=max(1, int(self.settings.top_k)), per_instance=True,
                                                     engine=self.engine)
 
-        def done(pipeline: QueryPipeline) -> None:
+        def done(ready: tuple) -> None:
+            pipeline, self._visitors = ready
+            if self._visitors is not None and self._closing:
+                self._visitors.close()
+                self._visitors = None
+            notice = self._visitors.policy.notice("en") if self._visitors is not None else None
+            self.live_page.set_notice(notice or "")  # what is kept, where keeping is on: one plain line
             self._pipeline = pipeline
             weak = pipeline.verdict.warning()
             if weak is not None:  # staff read it in the Collection tab too, before opening the kiosk
@@ -979,7 +1035,9 @@ class DemoWindow(QWidget):
                       getattr(index, "path", None), workers.error_message(exc))  # traceback: debug level
             self._show_problem("setup")
 
-        self._load_job = workers.start(lambda: QueryPipeline(index, settings), on_result=done, on_error=failed)
+        policy, folder = self.settings.visitor_policy, self.settings.visitors_folder  # read here: QSettings
+        self._load_job = workers.start(lambda: (QueryPipeline(index, settings), _open_visitors(index, policy, folder)),
+                                       on_result=done, on_error=failed)
 
     def _start_camera(self) -> None:
         self._started_camera = True
@@ -1265,9 +1323,10 @@ class DemoWindow(QWidget):
         self._armed = False
         self._trigger_ref = _small(frame)
         self._steady_since = None
-        pipeline = self._pipeline
+        pipeline, visitors = self._pipeline, self._visitors
         self._set_mode("recognizing")
-        self._job = workers.start(lambda: _recognize(pipeline, frame), on_error=self._recognition_failed,
+        self._job = workers.start(lambda: _recorded(_recognize(pipeline, frame), visitors),
+                                  on_error=self._recognition_failed,
                                   on_result=lambda rec, auto=auto: self._recognized(rec, auto))
         return True
 
@@ -1459,6 +1518,7 @@ class DemoWindow(QWidget):
             QLabel#demoStatus {{ font-size: {px(64)}px; font-weight: 600; background: rgba(38, 39, 46, 225);
                                  border: 1px solid rgba(255, 255, 255, 60);
                                  border-radius: {px(32)}px; padding: {px(32)}px {px(64)}px; }}
+            QLabel#demoNotice {{ font-size: {px(22)}px; background: rgba(38, 39, 46, 200); padding: {px(6)}px; }}
             QLabel#qrCaption {{ font-size: {px(24)}px; background: rgba(38, 39, 46, 215);
                                 border: 1px solid rgba(255, 255, 255, 60);
                                 border-radius: {px(12)}px; padding: {px(6)}px {px(14)}px; }}

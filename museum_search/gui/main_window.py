@@ -1,4 +1,4 @@
-"""The main window: Collection, Search and Evaluation tabs, menu, status bar, shortcuts.
+"""The main window: Collection, Search, Evaluation and Visitors tabs, menu, status bar, shortcuts.
 
 Start-up (``MainWindow(lazy=True)``, what :func:`museum_search.gui.app.main` makes): the window shows
 at once with a "Loading…" page in each tab, while a thread imports what the tabs run on (core's
@@ -31,8 +31,11 @@ from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
     QDialogButtonBox,
+    QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
     QKeySequenceEdit,
     QLabel,
     QLayout,
@@ -40,6 +43,7 @@ from PySide6.QtWidgets import (
     QMainWindow,
     QMessageBox,
     QProgressBar,
+    QPushButton,
     QSpinBox,
     QTabWidget,
     QVBoxLayout,
@@ -67,13 +71,14 @@ HEAVY_MODULES = (
      "museum_search.gui.workers", "museum_search.gui.upgrade", "museum_search.gui.collection_tab",
      "museum_search.gui.search_tab"),
     ("museum_search.core.evaluation._runner", "museum_search.core.evaluation._sweep", "pyqtgraph",
-     "museum_search.gui.evaluation_tab"),
+     "museum_search.gui.evaluation_tab", "museum_search.gui.visitors_tab"),
 )
-#: (attribute, module, class, tab title) of the three tabs, in their order.
+#: (attribute, module, class, tab title) of the tabs, in their order.
 TABS = (
     ("collection_tab", "collection_tab", "CollectionTab", "&Collection"),
     ("search_tab", "search_tab", "SearchTab", "&Search"),
     ("evaluation_tab", "evaluation_tab", "EvaluationTab", "&Evaluation"),
+    ("visitors_tab", "visitors_tab", "VisitorsTab", "&Visitors"),
 )
 
 
@@ -106,6 +111,8 @@ class SettingsDialog(QDialog):
         self._add_kiosk_rows(form)
         self._add_phone_link_rows(form)
         self._add_engine_rows(form)
+        self.visitors = VisitorRows(state, self)
+        form.addRow(self.visitors)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
@@ -238,6 +245,9 @@ class SettingsDialog(QDialog):
         if not self._check_phone_link():
             self.qr_url.setFocus()
             return
+        if not self.visitors.save(self.state):
+            self._fit()
+            return
         self.state.settings.camera = self.camera.value()
         self.state.settings.demo_qr_url = self.qr_url.text()
         from museum_search.gui.demo_window import EXIT_KEYS_SETTING
@@ -254,6 +264,113 @@ class SettingsDialog(QDialog):
             if self.state.index is not None:  # the views build their pipelines again, on the new engine
                 self.state.set_index(self.state.index)
         super().accept()
+
+
+#: (value, words) of the settings "Keep visitors' photos" (core.visitors.KEEP_MODES, in its order).
+KEEP_CHOICES = (("none", "Keep nothing"), ("unsure", "Keep the not-recognised and unsure ones"),
+                ("all", "Keep all"))
+#: What the counting counts, in plain words (the Settings dialog shows it under the rows).
+COUNTED_LINE = ("Counted, for each question: the hour, the object answered (or none), whether it was recognised, "
+                "how sure, the language and where it was asked (kiosk or phone). No photo, no address, nothing "
+                "about the visitor.")
+
+
+class VisitorRows(QGroupBox):
+    """The Settings rows of what the kiosk counts and keeps of visitors' questions (issue 34): the
+    keeping mode, its limits (quota, per day, days kept), counting on or off and the folder, each
+    explained in its tooltip, and a plain line of what is counted. :meth:`policy` is what they say
+    (core's :class:`KeepPolicy`, which refuses a value out of its range)."""
+
+    def __init__(self, state: AppState, parent: QWidget | None = None):
+        super().__init__("Visitors' questions at the kiosk", parent)
+        self.setObjectName("visitorSettings")
+        stored, form = state.settings.visitor_policy, QFormLayout(self)
+        self.keep = QComboBox()
+        for value, words in KEEP_CHOICES:
+            self.keep.addItem(words, value)
+        self.keep.setCurrentIndex(max(0, self.keep.findData(stored.keep)))
+        self.keep.setToolTip("Whether the kiosk keeps visitors' photos, for staff to review in the Visitors tab: "
+                             "none (the default), only those it did not recognise or was unsure of, or all. A kept "
+                             "photo is stored again from its pixels (no EXIF, no GPS position) with its answer; "
+                             "visitors read one line saying what is kept and for how long.")
+        form.addRow("Keep visitors' photos:", self.keep)
+        self.quota = _spin(QDoubleSpinBox(decimals=0, minimum=1, maximum=1_000_000, suffix=" MB in all"), stored.quota_mb,
+                           "At most this much space for all kept photos; beyond it no more are kept.")
+        self.per_day = _spin(QSpinBox(minimum=1, maximum=1_000_000, suffix=" a day"), stored.per_day,
+                             "At most this many photos are kept each day.")
+        self.days = _spin(QSpinBox(minimum=1, maximum=3650, prefix="kept ", suffix=" days"), stored.retention_days,
+                          "Kept photos not reviewed by then are deleted after this many days.")
+        limits = QHBoxLayout()
+        for w in (self.quota, self.per_day, self.days):
+            limits.addWidget(w)
+        form.addRow("Limits:", limits)
+        self.counting = QCheckBox("Count each question (anonymous counts per hour)")
+        self.counting.setChecked(stored.counting)
+        self.counting.setToolTip("Counts what visitors ask, for the Visitors tab and `museum-search stats`. "
+                                 "On by default; off: nothing is counted.")
+        form.addRow("Counting:", self.counting)
+        self.folder = QLineEdit(state.settings.visitors_folder)
+        self.folder.setPlaceholderText("Beside the index (the index folder's name + “-visitors”)")
+        self.folder.setClearButtonEnabled(True)
+        self.folder.setToolTip("Where the counts and the kept photos are stored: a folder made by museum-search, "
+                               "never inside the collection or the index. Empty: beside the index.")
+        choose = QPushButton("Choose…")
+        choose.clicked.connect(self._choose_folder)
+        folder = QHBoxLayout()
+        folder.addWidget(self.folder, 1)
+        folder.addWidget(choose)
+        form.addRow("Folder:", folder)
+        self.counted = QLabel(COUNTED_LINE)
+        self.counted.setObjectName("visitorsCounted")
+        self.counted.setWordWrap(True)
+        form.addRow(self.counted)
+        self.error = QLabel("")
+        self.error.setObjectName("visitorSettingsError")
+        self.error.setStyleSheet("color: #b3261e;")
+        self.error.setWordWrap(True)
+        self.error.hide()
+        form.addRow(self.error)
+        self.keep.currentIndexChanged.connect(self._enable_limits)
+        self._enable_limits()
+
+    def _enable_limits(self, *_args) -> None:
+        for w in (self.quota, self.per_day, self.days):
+            w.setEnabled(self.keep.currentData() != "none")
+
+    def _choose_folder(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Folder of the visitors' counts and kept photos",
+                                                  self.folder.text() or str(Path.home()))
+        if folder:
+            self.folder.setText(folder)
+
+    def policy(self, base):
+        """The :class:`KeepPolicy` these rows say, ``base``'s other fields kept (core refuses a value
+        out of range: MuseumSearchError)."""
+        from dataclasses import replace
+
+        return replace(base, keep=self.keep.currentData(), quota_mb=float(self.quota.value()),
+                       per_day=self.per_day.value(), retention_days=self.days.value(),
+                       counting=self.counting.isChecked())
+
+    def save(self, state: AppState) -> bool:
+        """Store the rows (True), or say under them what is wrong and store nothing (False)."""
+        from museum_search.core.errors import MuseumSearchError
+
+        try:
+            policy = self.policy(state.settings.visitor_policy)
+        except MuseumSearchError as exc:
+            self.error.setText(str(exc))
+            self.error.show()
+            return False
+        state.settings.visitor_policy = policy
+        state.settings.visitors_folder = self.folder.text()
+        return True
+
+
+def _spin(box, value, tip: str):
+    box.setValue(value)
+    box.setToolTip(tip)
+    return box
 
 
 def fit_on_screen(rect: QRect, frame: QMargins | None = None) -> QRect:
@@ -488,6 +605,10 @@ class MainWindow(QMainWindow):
         return self._tab("evaluation_tab")
 
     @property
+    def visitors_tab(self):
+        return self._tab("visitors_tab")
+
+    @property
     def ready(self) -> bool:
         """True once the Collection and Search tabs are built (a lazy window: some time after it shows;
         the Evaluation tab follows, or is built when chosen)."""
@@ -550,7 +671,7 @@ class MainWindow(QMainWindow):
         loading page has been painted)."""
         if not self._lazy or self._closed or i < 0 or TABS[i][0] in self._built:
             return
-        group = 1 if TABS[i][0] == "evaluation_tab" else 0
+        group = 1 if TABS[i][0] in ("evaluation_tab", "visitors_tab") else 0
         if self._groups_imported > group:
             QTimer.singleShot(0, lambda: self._build_in_turn([TABS[i][0]]) if self.tabs.currentIndex() == i else None)
 
@@ -595,7 +716,7 @@ class MainWindow(QMainWindow):
         a.triggered.connect(self.close)
         m.addAction(a)
         v = self.menuBar().addMenu("&View")
-        for i, name in enumerate(("Collection", "Search", "Evaluation")):
+        for i, name in enumerate(("Collection", "Search", "Evaluation", "Visitors")):
             a = QAction(name, self, shortcut=QKeySequence(f"Ctrl+{i + 1}"))
             a.triggered.connect(lambda _=False, i=i: self.tabs.setCurrentIndex(i))
             v.addAction(a)
@@ -730,6 +851,9 @@ class MainWindow(QMainWindow):
         if getattr(tab, "running", False):
             return "An update of the index is running" if getattr(tab, "_job_kind", "") == "update" \
                 else "A build is running"
+        tab = self._built.get("visitors_tab")
+        if tab is not None and tab.busy_text():
+            return tab.busy_text()
         tab = self._built.get("evaluation_tab")
         if tab is not None and tab.is_running():
             kind = getattr(tab, "_job_kind", "")

@@ -22,6 +22,8 @@ PIN_SETTING = "demo/pin"
 _PIN_ITERATIONS = 200_000
 #: Settings key of the phone link the kiosk shows as a QR code in a corner (empty: no QR code).
 QR_URL_SETTING = "demo/qr_url"
+#: Settings group of what is counted and kept of visitors' questions (KeepPolicy's fields, and "folder").
+VISITORS_SETTING = "visitors"
 _SERVE_HINT = "the address that “museum-search serve --host 0.0.0.0” prints, e.g. http://192.168.1.20:8000/"
 
 
@@ -65,6 +67,16 @@ def query_start_folder(settings: "Settings", index: Index | None) -> str:
         except OSError:
             pass
     return str(Path.home())
+
+
+def _typed(raw, default):
+    """``raw`` as QSettings gives it back (an INI file gives text) in the type of ``default``."""
+    if isinstance(default, bool):
+        text = str(raw).strip().lower()
+        if text not in ("true", "false", "1", "0"):
+            raise ValueError(f"{raw!r} is not true or false")
+        return text in ("true", "1")
+    return type(default)(raw)
 
 
 def _pin_hash(pin: str, salt: bytes, iterations: int) -> bytes:
@@ -190,6 +202,43 @@ class Settings:
             self.q.setValue(QR_URL_SETTING, text)
         else:
             self.q.remove(QR_URL_SETTING)
+
+    # what the kiosk and the Visitors tab count and keep of visitors' questions (issue 34)
+    @property
+    def visitor_policy(self):
+        """The stored :class:`museum_search.core.visitors.KeepPolicy` (keep nothing and count, unless
+        changed in Settings); a stored value core refuses is left out (its default used) and logged."""
+        from dataclasses import fields, replace
+
+        from museum_search.core.errors import MuseumSearchError
+        from museum_search.core.visitors import KeepPolicy
+
+        policy = KeepPolicy()
+        for f in fields(KeepPolicy):
+            raw = self.q.value(f"{VISITORS_SETTING}/{f.name}")
+            if raw is None:
+                continue
+            try:
+                policy = replace(policy, **{f.name: _typed(raw, getattr(policy, f.name))})
+            except (TypeError, ValueError, MuseumSearchError) as exc:
+                log.warning("ignoring the stored visitors setting %s=%r: %s", f.name, raw, exc)
+        return policy
+
+    @visitor_policy.setter
+    def visitor_policy(self, policy) -> None:
+        from dataclasses import asdict
+
+        for name, value in asdict(policy).items():
+            self.q.setValue(f"{VISITORS_SETTING}/{name}", value)
+
+    @property
+    def visitors_folder(self) -> str:
+        """The visitors' folder chosen in Settings ("": core's default, beside the index)."""
+        return str(self._get(f"{VISITORS_SETTING}/folder", "", str) or "").strip()
+
+    @visitors_folder.setter
+    def visitors_folder(self, folder: str) -> None:
+        self.q.setValue(f"{VISITORS_SETTING}/folder", str(folder or "").strip())
 
     def value(self, key: str, default=None):
         return self.q.value(key, default)
