@@ -929,9 +929,58 @@ def _add_review(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(func=cmd_review)
 
 
+def cmd_stats(args: argparse.Namespace) -> int:
+    """What visitors asked about (core.visitors' counts): the figures, as text or ``--json``, and ``--csv``."""
+    from museum_search.core.visitors import KeepPolicy, VisitorLog
+
+    with VisitorLog.open(args.index, KeepPolicy(), folder=args.visitors, create=False) as log:
+        stats = log.stats(days=args.days)
+        folder = log.folder
+    if args.csv is not None:
+        stats.to_csv(args.csv)
+    if args.json:
+        print(json.dumps({**stats.to_dict(), "folder": str(folder), "days": args.days}, indent=1))
+        return 0
+    _print_stats(stats, folder, args.days)
+    if args.csv is not None:
+        print(f"the counts per hour written to {args.csv}")
+    return 0
+
+
+def _print_stats(stats, folder, days: int | None) -> None:
+    span = "in all" if days is None else f"over the last {days} day(s)"
+    if not stats.total:
+        print(f"no question counted {span} (the counts live in {folder})")
+        return
+    print(f"{stats.total:,} question(s) {span}; {stats.not_recognised:,} not recognised "
+          f"({stats.share_not_recognised:.0%})")
+    print("per day (questions, not recognised):")
+    for day, n, missed in stats.per_day:
+        print(f"  {day}  {n:>6,}  {missed:>6,}  {missed / n:.0%}")
+    print("most asked objects (times recognised):")
+    for instance, n in stats.top_objects[:10]:
+        print(f"  {n:>6,}  {instance}")
+    for title, counts in (("confidence", stats.bands), ("languages", stats.languages), ("sources", stats.sources)):
+        print(f"{title}: " + ", ".join(f"{k or 'unknown'} {v:,}" for k, v in counts.items() if v))
+
+
+def _add_stats(sub: argparse._SubParsersAction) -> None:
+    s = sub.add_parser("stats", help="what visitors asked about: questions per day, not recognised, objects",
+                       description="The anonymous counts the kiosk and serve keep of visitors' questions "
+                                   "(per hour: the object or none, verdict, confidence band, language, source).")
+    s.add_argument("index", type=Path)
+    s.add_argument("--visitors", type=Path, default=None, metavar="DIR",
+                   help="the folder of kept photos and counts (default: INDEX-visitors beside the index)")
+    s.add_argument("--days", type=_int_in(1, 100_000), default=None, metavar="N", help="only the last N days")
+    s.add_argument("--json", action="store_true", help="print the figures as JSON")
+    s.add_argument("--csv", type=Path, default=None, metavar="FILE",
+                   help="write the counts per hour as CSV (a new file: an existing one is refused)")
+    s.set_defaults(func=cmd_stats)
+
+
 #: The subcommands in the order ``--help`` lists them, each added by its own function.
 _COMMANDS = (_add_index, _add_import, _add_update, _add_upgrade, _add_query, _add_evaluate, _add_info,
-             _add_backbones, _add_gui, _add_demo, _add_serve, _add_review)
+             _add_backbones, _add_gui, _add_demo, _add_serve, _add_review, _add_stats)
 
 
 def build_parser() -> argparse.ArgumentParser:

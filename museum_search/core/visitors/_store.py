@@ -95,14 +95,18 @@ class VisitorLog:
     # ---- opening ----------------------------------------------------------------------------------
     @classmethod
     def open(cls, index_path: str | os.PathLike, policy: KeepPolicy | None = None, *,
-             folder: str | os.PathLike | None = None) -> "VisitorLog":
+             folder: str | os.PathLike | None = None, create: bool = True) -> "VisitorLog":
         """The visitor log of the index at ``index_path`` in ``folder`` (default: beside the index),
-        made if needed; refused inside the collection or the index, through a link, or in a folder
-        this program did not make. Applies the retention period and tidies what a kill left."""
+        made if needed (unless not ``create``: a reader is refused a log that does not exist); refused
+        inside the collection or the index, through a link, or in a folder this program did not make.
+        Applies the retention period and tidies what a kill left."""
         index_path = Path(index_path).expanduser().absolute()
         root = Path(read_manifest(index_path)["collection"]["root"])
         where = Path(folder).expanduser().absolute() if folder is not None else visitors_folder(index_path)
         _check_place(where, root, index_path, folder is not None)
+        if not create and not where.exists():
+            raise MuseumSearchError(f"no visitor log at {where}: nothing was counted or kept yet (the kiosk and "
+                                    "serve make it; --visitors DIR if they were given another folder)")
         _own(where)
         db = sqlite3.connect(where / DATABASE, timeout=30, check_same_thread=False, isolation_level=None)
         try:
