@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QSize, Qt
-from PySide6.QtGui import QIcon, QPalette
+from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import (
     QComboBox,
     QFileDialog,
@@ -46,7 +46,7 @@ from museum_search.gui import workers
 from museum_search.gui.state import AppState
 from museum_search.gui.widgets.layout import split
 from museum_search.gui.widgets.plots import IntegerAxis, _style_plot, _title
-from museum_search.gui.widgets.review_queue import ReviewQueue, button, object_photo
+from museum_search.gui.widgets.review_queue import ReviewQueue, button, object_photo, square_icon
 from museum_search.gui.widgets.thumbnails import ThumbnailCache
 
 log = logging.getLogger(__name__)
@@ -60,6 +60,7 @@ QUESTIONS_COLOUR = "#1f77b4"
 NOT_RECOGNISED_COLOUR = "#d62728"
 BAND_COLOURS = {"sure": "#2ca02c", "likely": "#98c46b", "might": "#ff7f0e", "none": "#9e9e9e"}
 TOP_THUMB = 56
+INSTANCE_ROLE = Qt.ItemDataRole.UserRole + 1
 NO_INDEX = "Open an index to see what visitors ask about it."
 COUNTING_OFF = ("Counting is off: visitors' questions are not counted. Turn it on in File → Settings… "
                 "(“Counting”).")
@@ -192,16 +193,17 @@ class TopObjects(QTreeWidget):
         """``rows``: (instance, times recognised, its photo or None, its title)."""
         self.clear()
         for instance, n, path, title in rows:
-            item = QTreeWidgetItem([f"{instance}\n{title}" if title else instance, f"{n:,}"])
+            item = QTreeWidgetItem([title or instance, f"{n:,}"])
             item.setTextAlignment(1, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-            item.setToolTip(0, f"{instance} — {title}" if title else instance)
+            item.setToolTip(0, f"{title} ({instance})" if title else instance)
             item.setData(0, Qt.ItemDataRole.UserRole, str(path) if path else "")
-            pm = self._cache.get(path, TOP_THUMB) if path else None
-            item.setIcon(0, QIcon(pm if pm is not None else self._cache.loading(TOP_THUMB)))
+            item.setData(0, INSTANCE_ROLE, instance)
+            item.setIcon(0, square_icon(self._cache.get(path, TOP_THUMB) if path else None, TOP_THUMB))
             self.addTopLevelItem(item)
 
     def rows(self) -> list[tuple[str, int]]:
-        return [(self.topLevelItem(i).text(0).split("\n")[0], int(self.topLevelItem(i).text(1).replace(",", "")))
+        """(instance, times recognised) of the objects listed, in their order."""
+        return [(self.topLevelItem(i).data(0, INSTANCE_ROLE), int(self.topLevelItem(i).text(1).replace(",", "")))
                 for i in range(self.topLevelItemCount())]
 
     def _thumbnail_ready(self, path: str, size: int) -> None:
@@ -212,7 +214,7 @@ class TopObjects(QTreeWidget):
             if item.data(0, Qt.ItemDataRole.UserRole) == path:
                 pm = self._cache.peek(path, size)
                 if pm is not None:
-                    item.setIcon(0, QIcon(pm))
+                    item.setIcon(0, square_icon(pm, size))
 
 
 def _read(visitor_log, index, days: int | None) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelIndex, QSize, Qt, Signal
-from PySide6.QtGui import QIcon
+from PySide6.QtGui import QIcon, QPainter, QPixmap
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -97,6 +97,26 @@ def candidate_line(candidate: dict) -> str:
     return " · ".join(parts)
 
 
+def square_icon(pm: QPixmap | None, size: int) -> QIcon:
+    """``pm`` (a thumbnail, else the cache's "loading" placeholder) centred on a transparent square
+    ``size`` wide: icons of landscape and portrait photos then take the same room, and the texts
+    beside or under them line up."""
+    pm = pm if pm is not None else ThumbnailCache.instance().loading(size)
+    out = QPixmap(size, size)
+    out.fill(Qt.GlobalColor.transparent)
+    p = QPainter(out)
+    p.drawPixmap((size - pm.width()) // 2, (size - pm.height()) // 2, pm)
+    p.end()
+    return QIcon(out)
+
+
+def best_per_object(candidates: list[dict]) -> list[dict]:
+    """Each object's first (best) candidate, in their order (an answer ranked by reference photo
+    lists an object once per photo)."""
+    seen: set[str] = set()
+    return [c for c in candidates if not (c["instance"] in seen or seen.add(c["instance"]))]
+
+
 def button(text: str, name: str, tip: str, slot) -> QPushButton:
     """A push button named ``name`` with its tooltip, calling ``slot()`` when clicked."""
     b = QPushButton(text)
@@ -136,8 +156,7 @@ class KeptModel(QAbstractListModel):
             best = photo.candidates[0]["instance"] if photo.candidates else "no candidate"
             return f"{photo_line(photo)}\nbest: {best}"
         if role == Qt.ItemDataRole.DecorationRole:
-            pm = self._cache.get(photo.path, PHOTO_THUMB)
-            return QIcon(pm if pm is not None else self._cache.loading(PHOTO_THUMB))
+            return square_icon(self._cache.get(photo.path, PHOTO_THUMB), PHOTO_THUMB)
         if role == Qt.ItemDataRole.ToolTipRole:
             return f"{html.escape(photo_line(photo))}<br>{html.escape(photo.reason or '')}"
         if role == self.ID_ROLE:
@@ -335,13 +354,12 @@ class ReviewQueue(QWidget):
             self.evidence_view.set_evidence(None, "")
             return
         self.details.setText(f"{photo_line(photo)} — {photo.reason}." if photo.reason else f"{photo_line(photo)}.")
-        for rank, cand in enumerate(photo.candidates, 1):
+        for rank, cand in enumerate(best_per_object(photo.candidates), 1):
             path, title = object_photo(self.index, cand["instance"]) if self.index is not None else (None, "")
             item = QListWidgetItem(f"#{rank} {cand['instance']}\n{candidate_short(cand)}")
             item.setData(Qt.ItemDataRole.UserRole, str(path) if path else "")
             item.setToolTip(f"{cand['instance']}{' — ' + title if title else ''}\n{candidate_line(cand)}")
-            pm = self._cache.get(path, CANDIDATE_THUMB) if path else None
-            item.setIcon(QIcon(pm if pm is not None else self._cache.loading(CANDIDATE_THUMB)))
+            item.setIcon(square_icon(self._cache.get(path, CANDIDATE_THUMB) if path else None, CANDIDATE_THUMB))
             self.candidates.addItem(item)
         if photo.candidates and self.instance.findText(photo.candidates[0]["instance"]) >= 0:
             self.instance.setCurrentText(photo.candidates[0]["instance"])  # the top candidate preselected
@@ -358,12 +376,13 @@ class ReviewQueue(QWidget):
             if item.data(Qt.ItemDataRole.UserRole) == path:
                 pm = self._cache.peek(path, size)
                 if pm is not None:
-                    item.setIcon(QIcon(pm))
+                    item.setIcon(square_icon(pm, size))
 
     def _candidate_chosen(self, row: int) -> None:
         photo = self.current_photo()
-        if photo is not None and 0 <= row < len(photo.candidates):
-            self._load_evidence(photo, photo.candidates[row]["instance"])
+        candidates = best_per_object(photo.candidates) if photo is not None else []
+        if 0 <= row < len(candidates):
+            self._load_evidence(photo, candidates[row]["instance"])
 
     # ---- the evidence view -------------------------------------------------------------------
     def _pipeline_for(self, index, engine: str):
