@@ -474,8 +474,11 @@ class _LivePage(QWidget):
             bottom = self.hint.y() - margin // 2 if above else h - margin
             qr.move(w - margin - qr.width(), bottom - qr.height())
             qr.raise_()
-        if not self.notice.isHidden():
-            self.notice.setFixedWidth(max(1, min(w - 2 * margin, self.notice.sizeHint().width())))
+        if not self.notice.isHidden():  # one line where it fits (a word-wrapped label's hint is narrower)
+            self.notice.setWordWrap(False)
+            full = self.notice.sizeHint().width()
+            self.notice.setWordWrap(True)
+            self.notice.setFixedWidth(max(1, min(w - 2 * margin, full)))
             self.notice.adjustSize()
             self.notice.move((w - self.notice.width()) // 2, margin // 2)
             self.notice.raise_()
