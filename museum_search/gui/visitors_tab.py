@@ -334,9 +334,9 @@ class VisitorsTab(QWidget):
 
     # ---- reading the log -----------------------------------------------------------------------
     def showEvent(self, event) -> None:
+        """Read again each time the tab shows: the kiosk (or serve, another process) may have counted since."""
         super().showEvent(event)
-        if self._stale or self._key != self._wanted_key():
-            self.refresh()
+        self.refresh()
 
     def _index_changed(self, _index) -> None:
         self._stale = True

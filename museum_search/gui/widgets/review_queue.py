@@ -348,10 +348,12 @@ class ReviewQueue(QWidget):
         self.candidates.clear()
         self.where_label.clear()
         if photo is None:
+            self._evidence_key = None  # what is still being matched is not wanted
             self.details.setText("")
+            self.evidence_view.set_titles("Visitor's photo", "Candidate")
             self.evidence_view.set_query(None)
-            self.evidence_view.set_reference(None)
-            self.evidence_view.set_evidence(None, "")
+            self.evidence_view.set_reference_message("Choose a kept photo on the left")
+            self.evidence_view.set_evidence(None, " ")  # no caption (an empty one says "no geometric match")
             return
         self.details.setText(f"{photo_line(photo)} — {photo.reason}." if photo.reason else f"{photo_line(photo)}.")
         for rank, cand in enumerate(best_per_object(photo.candidates), 1):
