@@ -129,10 +129,10 @@ def _closed(s: socket.socket) -> bool:
         s.setblocking(True)
 
 
-def serve(index: Path, port: int, workers: int, code: Path) -> subprocess.Popen:
+def serve(index: Path, port: int, workers: int, code: Path, extra: tuple | list = ()) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(code))
     proc = subprocess.Popen([sys.executable, "-m", "museum_search", "serve", str(index), "--port", str(port),
-                             "--workers", str(workers)], cwd=code, env=env,
+                             "--workers", str(workers), *extra], cwd=code, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     for _ in range(240):
