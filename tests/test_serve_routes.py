@@ -137,3 +137,30 @@ def test_a_handler_is_a_plain_coroutine_and_the_helpers_plain_functions():
     assert row_of(ids, ids.make(2)) == 2
     with pytest.raises(ApiError):
         row_of(ids, "3-" + ids.make(2).split("-")[1])
+
+
+def test_a_staff_confirmed_view_shows_a_photo_of_its_object(tmp_path):
+    """A visitor's photo staff added as a view (kept outside the collection, an absolute path) is
+    never served; the image of its id is a collection photo of the same object (issue 34)."""
+    from museum_search.serve.app import shown_rows
+
+    root = tmp_path / "collection"
+    root.mkdir()
+    ok, jpeg = cv2.imencode(".jpg", np.full((20, 30, 3), 200, np.uint8))
+    (root / "a-1.jpg").write_bytes(jpeg.tobytes())
+    staff = tmp_path / "visitors" / "views" / "a" / "x.jpg"
+    staff.parent.mkdir(parents=True)
+    staff.write_bytes(jpeg.tobytes())
+    items = [SimpleNamespace(instance="a", path="a-1.jpg", metadata={}),
+             SimpleNamespace(instance="a", path=str(staff), metadata={}),
+             SimpleNamespace(instance="b", path=str(staff), metadata={})]  # no photo of b in the collection
+    assert shown_rows(items) == {1: 0}
+    catalogue = FakeCatalogue()
+    catalogue.items = items
+    index = SimpleNamespace(root=root, instances=["a", "b"], __len__=lambda: 3)
+    app = small_app(catalogue=catalogue, index=index, shown=shown_rows(items))
+    ids = app.state.ids
+    with TestClient(app) as c:
+        r = c.get(f"/api/objects/{ids.make(1)}/image")
+        assert r.status_code == 200 and r.headers["content-type"] == "image/jpeg"
+        assert c.get(f"/api/objects/{ids.make(2)}/image").status_code == 404

@@ -507,6 +507,20 @@ async def one_object(request: Request, oid: str, lang: str | None = Query(None, 
     return item_doc(state.ids, row, item, prefs)
 
 
+def shown_rows(items) -> dict[int, int]:
+    """For each reference whose photo lives outside the collection folder (a visitor's photo staff
+    confirmed, kept in the visitors folder: never served), the row of a photo of the same object in
+    the collection, shown in its place."""
+    first: dict[str, int] = {}
+    outside = []
+    for row, item in enumerate(items):
+        if _safe_relative(item.path):
+            first.setdefault(item.instance, row)
+        else:
+            outside.append(row)
+    return {row: first[items[row].instance] for row in outside if items[row].instance in first}
+
+
 def object_jpeg(catalogue, root: Path, row: int, size: int) -> bytes:
     """The photo of catalogue row ``row`` as a JPEG of longest side ``size`` at most; ApiError 404
     for a photo outside the collection folder or unreadable."""
@@ -537,6 +551,7 @@ async def object_image(request: Request, oid: str,
     cache = {"Cache-Control": "public, max-age=3600", "ETag": etag}
     if request.headers.get("if-none-match") == etag:
         return Response(status_code=304, headers=cache)
+    row = getattr(state, "shown", {}).get(row, row)  # a staff-confirmed view: a photo of its object instead
     data = await anyio.to_thread.run_sync(lambda: object_jpeg(state.catalogue, state.index.root, row, size),
                                           limiter=state.image_limiter)
     return Response(data, media_type="image/jpeg", headers=cache)
@@ -606,6 +621,7 @@ def create_app(index_path: str | os.PathLike, *, workers: int | None = None, que
     app.state.catalogue = catalogue
     app.state.languages = catalogue_languages(list(catalogue.fields))
     app.state.keep, app.state.visitors = policy, visitor_log
+    app.state.shown = shown_rows(index.items)
     app.state.image_limiter = anyio.CapacityLimiter(n)
     app.state.decode_limiter = anyio.CapacityLimiter(n)  # photos decoded at once, before a worker's place
     app.state.max_upload, app.state.body_timeout = max_upload, body_timeout
