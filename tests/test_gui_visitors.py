@@ -284,15 +284,31 @@ def test_the_kiosk_records_each_answer(qtbot, sample_index, answered, tmp_path, 
     assert all(k.source == "kiosk" for k in kept)
 
 
-def test_this_is_object_x_adds_the_photo_to_the_index_which_then_recognises_it(qtbot, make_tab, collection,
-                                                                                tmp_path):
+@pytest.fixture
+def small_index(collection, tmp_path):
+    """A real index of 3 objects of the sample (changed by the test)."""
     from museum_search.core.index import Index, LabellingSpec
     from museum_search.core.jobs._indexing import build_index
     from museum_search.core.progress import drive
 
-    drive(build_index(collection, tmp_path / "index", labelling=LabellingSpec("catalogue",
-                                                                              str(collection / "catalogue.csv"))))
-    index = Index.load(tmp_path / "index")
+    spec = LabellingSpec("catalogue", str(collection / "catalogue.csv"))
+    drive(build_index(collection, tmp_path / "index", labelling=spec))
+    return Index.load(tmp_path / "index")
+
+
+def _add(qtbot, queue, row: int, instance: str) -> None:
+    _select(queue, [row])
+    queue.instance.setCurrentText(instance)
+    assert queue.add_button.isEnabled() and instance in queue.add_button.text()
+    assert queue.add_selected()
+    assert queue.running and queue.cancel_button.isVisibleTo(queue)
+
+
+def test_this_is_object_x_adds_the_photo_to_the_index_which_then_recognises_it(qtbot, make_tab, small_index,
+                                                                                tmp_path, block):
+    from museum_search.core.index import Index
+
+    index = small_index
     truth = dict(line.split(",") for line in (SAMPLE / "queries" / "ground_truth.csv").read_text().split()[1:])
     photo = next(SAMPLE / "queries" / q for q, inst in sorted(truth.items()) if inst in index.instances)
     instance = truth[photo.name]
@@ -300,29 +316,46 @@ def test_this_is_object_x_adds_the_photo_to_the_index_which_then_recognises_it(q
     (answer,) = QueryPipeline(index, QuerySettings()).answer([query_from_array(image, photo.name)])
     policy = KeepPolicy(keep="all")
     with VisitorLog.open(index.path, policy, folder=tmp_path / "visitors") as log:
-        kept = log.record(answer, source="kiosk", image=image)
-    assert kept is not None
+        kept = [log.record(answer, source="kiosk", image=image) for _ in range(2)]  # asked twice
     state = _state(tmp_path, index, keep="all")
     tab = make_tab(state)
     _wait_read(qtbot, tab)
     queue = tab.queue
-    assert [p.id for p in queue.model.photos] == [kept.id]
-    _select(queue, [0])
-    queue.instance.setCurrentText(instance)
-    assert queue.add_button.isEnabled() and instance in queue.add_button.text()
+    assert [p.id for p in queue.model.photos] == [k.id for k in reversed(kept)]
     before = int((index.labels == instance).sum())
-    assert queue.add_selected()
-    assert queue.running and queue.cancel_button.isVisibleTo(queue)
+    # cancelled while it runs: the index, the photos and their records stay as they were
+    blocked = block(Index, "load")
+    _add(qtbot, queue, 0, instance)
+    assert blocked.started.wait(60)
+    queue.cancel_button.click()
+    blocked.release.set()
+    qtbot.waitUntil(lambda: not queue.running, timeout=TIMEOUT)
+    assert "Cancelled" in queue.progress.status() and state.index is index
+    assert Index.load(index.path).descriptors.shape == index.descriptors.shape
+    _wait_read(qtbot, tab)
+    assert len(queue.model.photos) == 2 and all(Path(p.path).is_file() for p in queue.model.photos)
+    # cancelled too late (the update saved, the log being told): the index it saved is opened
+    late = block(VisitorLog, "set_status")
+    _add(qtbot, queue, 0, instance)
+    assert late.started.wait(120)
+    queue.cancel_button.click()
+    late.release.set()
+    qtbot.waitUntil(lambda: state.index is not index and not queue.running, timeout=TIMEOUT)
+    assert "already added" in queue.progress.status() and len(state.index) == len(index) + 1
+    _wait_read(qtbot, tab)
+    # and the other photo, to the end
+    assert len(queue.model.photos) == 1
+    _add(qtbot, queue, 0, instance)
     qtbot.waitUntil(lambda: not queue.running, timeout=TIMEOUT)
     _wait_read(qtbot, tab)
     new = state.index
-    assert new is not index and len(new) == len(index) + 1  # the index was opened again, one view more
-    assert int((new.labels == instance).sum()) == before + 1
+    assert len(new) == len(index) + 2 and int((new.labels == instance).sum()) == before + 2
+    assert "Added" in queue.progress.status()
     (after,) = QueryPipeline(new, QuerySettings()).answer([query_from_array(image, photo.name)])
     assert after.in_collection and after.top.instance == instance
-    added_rows = [r for r in range(len(new)) if new.labels[r] == instance and "visitors" in str(new.abspath(r))]
-    assert len(added_rows) == 1 and after.verified_inliers.get(added_rows[0], 0) > 0
+    added = [r for r in range(len(new)) if new.labels[r] == instance and "visitors" in str(new.abspath(r))]
+    assert len(added) == 2 and any(after.verified_inliers.get(r, 0) > 0 for r in added)
     with VisitorLog.open(index.path, policy, folder=tmp_path / "visitors") as log:
-        (done,) = log.kept("added")
-    assert done.id == kept.id and done.instance == instance
-    assert queue.model.photos == []
+        done = log.kept("added")
+    assert {d.id for d in done} == {k.id for k in kept} and {d.instance for d in done} == {instance}
+    assert queue.model.photos == [] and "(" not in tab.pages.tabText(1)

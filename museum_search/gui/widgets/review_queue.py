@@ -42,6 +42,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from museum_search.core.errors import MuseumSearchError
 from museum_search.gui import workers
 from museum_search.gui.widgets.evidence_view import EvidenceView, where_text
 from museum_search.gui.widgets.layout import split
@@ -206,6 +207,7 @@ class ReviewQueue(QWidget):
         self._pipeline = None  # the query pipeline of self.index (for the evidence), built on a worker
         self._pipeline_lock = threading.Lock()
         self._job: workers.Job | None = None  # the action running (add, unknown, discard)
+        self._adding: list[str] = []  # the photos of the add running
         self._evidence_job: workers.Job | None = None
         self._evidence_key: tuple | None = None
         self._cache = ThumbnailCache.instance()
@@ -465,6 +467,7 @@ class ReviewQueue(QWidget):
                                "choose one from the list (type a few letters of its name).")
             return False
         refs = [p.id for p in photos]
+        self._adding = refs
         gen = add_views_job(self.index.path, self.log, refs, name, into_collection=self.into_collection.isChecked(),
                             engine=self.state.engine)
         self._start(gen, f"Adding {len(refs)} photo{'s' if len(refs) != 1 else ''} as views of {name}…",
@@ -540,10 +543,30 @@ class ReviewQueue(QWidget):
         self.progress.bar.hide()
         self.cancel_button.hide()
         self.progress.item_label.setText("")
+        adding, self._adding = self._adding, []
         if job is not None and job.cancelled:
+            if adding and self._added_meanwhile(adding):
+                return
             self.progress.set_status("Cancelled — the index is as it was.")
         self._update_buttons()
         self.changed.emit()
+
+    def _added_meanwhile(self, refs: list[str]) -> bool:
+        """After a cancel: whether the add had already finished (the log says "added"); then the
+        index it saved is opened (on a worker) and the status says so."""
+        from museum_search.core.index import Index
+
+        try:
+            done = self.log is not None and any(self.log.photo(r).status == "added" for r in refs)
+        except MuseumSearchError:
+            done = False
+        if not done or self.index is None:
+            return False
+        self.progress.set_status("The photos were already added when you cancelled; the index is open again.")
+        path = self.index.path
+        self._job = workers.start(lambda: Index.load(path), on_result=self.state.set_index, on_error=self._on_error,
+                                  on_finished=self._on_finished)
+        return True
 
     def cancel(self) -> None:
         if self._job is not None and self._job.running:
