@@ -192,6 +192,15 @@ def test_review_actions_change_the_store(qtbot, make_tab, sample_index, answered
     if first.candidates:
         assert queue.instance.currentText() == first.candidates[0]["instance"]
     qtbot.waitUntil(lambda: not queue.evidence_busy(), timeout=TIMEOUT)
+    # reading the log again (the tab shown again) keeps the photo shown, its evidence and the selection
+    queue.photos.setCurrentIndex(queue.model.index(2, 0))
+    qtbot.waitUntil(lambda: not queue.evidence_busy(), timeout=TIMEOUT)
+    _select(queue, [1, 2])
+    shown, chosen, evidence = queue.current_photo().id, [p.id for p in queue.selected()], queue._evidence_key
+    tab.refresh()
+    _wait_read(qtbot, tab)
+    assert queue.current_photo().id == shown and [p.id for p in queue.selected()] == chosen
+    assert queue._evidence_key == evidence and not queue.evidence_busy()
     # "Not in our collection" for two photos
     _select(queue, [0, 1])
     unknown = [p.id for p in queue.selected()]

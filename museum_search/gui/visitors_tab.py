@@ -251,7 +251,6 @@ class VisitorsTab(QWidget):
         self._key: tuple | None = None  # (index path, policy, folder) of the log open
         self._job: workers.Job | None = None
         self._stale = True  # read again when next shown
-        self._message = NO_INDEX
         self.pages = QTabWidget()
         self.pages.setObjectName("visitorPages")
         self.pages.setDocumentMode(True)

@@ -23,7 +23,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelIndex, QSize, Qt, Signal
+from PySide6.QtCore import (
+    QAbstractListModel,
+    QItemSelectionModel,
+    QModelIndex,
+    QPersistentModelIndex,
+    QSize,
+    Qt,
+    Signal,
+)
 from PySide6.QtGui import QIcon, QPainter, QPixmap
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -210,6 +218,7 @@ class ReviewQueue(QWidget):
         self._adding: list[str] = []  # the photos of the add running
         self._evidence_job: workers.Job | None = None
         self._evidence_key: tuple | None = None
+        self._shown_id: str | None = None  # the kept photo whose candidates and evidence are shown
         self._cache = ThumbnailCache.instance()
         self._cache.ready.connect(self._candidate_thumbnail_ready)
         self._build_ui()
@@ -309,6 +318,7 @@ class ReviewQueue(QWidget):
         """The visitor log (None: none) and the open index (the objects the picker offers)."""
         if index is not self.index:
             self._pipeline = None
+            self._shown_id = None  # its candidates and evidence are shown again on the new index
             self.index = index
             names = list(index.instances) if index is not None else []
             self.instance.clear()
@@ -320,13 +330,20 @@ class ReviewQueue(QWidget):
         self.log = visitor_log
 
     def set_photos(self, photos: list) -> None:
-        """Show ``photos`` (``VisitorLog.kept("new")``: newest first); the first one is chosen."""
+        """Show ``photos`` (``VisitorLog.kept("new")``: newest first). The photo shown and those
+        selected stay so when they are still there; else the first one is chosen."""
+        current = self.current_photo()
+        selected = {p.id for p in self.selected()}
         self.model.set_photos(photos)
         n = len(photos)
         self.count_label.setText(f"{n:,} kept photo{'s' if n != 1 else ''} to review, newest first. Select one "
                                  "or many (Ctrl, Shift)." if n else "No kept photo to review.")
+        rows = {p.id: i for i, p in enumerate(photos)}
         if n:
-            self.photos.setCurrentIndex(self.model.index(0, 0))
+            self.photos.setCurrentIndex(self.model.index(rows.get(current.id, 0) if current else 0, 0))
+            sel = self.photos.selectionModel()
+            for pid in selected & set(rows):
+                sel.select(self.model.index(rows[pid], 0), QItemSelectionModel.SelectionFlag.Select)
         else:
             self._show_photo(None)
         self._update_buttons()
@@ -341,12 +358,15 @@ class ReviewQueue(QWidget):
         return self.model.photos[i.row()] if i.isValid() and i.row() < len(self.model.photos) else None
 
     def _current_changed(self, current: QModelIndex, _previous: QModelIndex) -> None:
-        self._show_photo(self.model.photos[current.row()] if current.isValid() else None)
+        photo = self.model.photos[current.row()] if current.isValid() else None
+        if photo is None or photo.id != self._shown_id:  # the same photo read again: its evidence stays
+            self._show_photo(photo)
 
     def _selection_changed(self, *_args) -> None:
         self._update_buttons()
 
     def _show_photo(self, photo) -> None:
+        self._shown_id = photo.id if photo is not None else None
         self.candidates.clear()
         self.where_label.clear()
         if photo is None:
