@@ -262,9 +262,9 @@ def _kiosk(qtbot, index, state: AppState, photo: Path) -> DemoWindow:
     return w
 
 
-@pytest.mark.parametrize("keep", ["none", "all"])
-def test_the_kiosk_records_each_answer(qtbot, sample_index, answered, tmp_path, keep):
-    state = _state(tmp_path, keep=keep)
+@pytest.mark.parametrize("keep, counting", [("none", True), ("all", True), ("none", False)])
+def test_the_kiosk_records_each_answer(qtbot, sample_index, answered, tmp_path, keep, counting):
+    state = _state(tmp_path, keep=keep, counting=counting)
     a = next(x for x in answered if x.answer.in_collection)
     w = _kiosk(qtbot, sample_index, state, a.path)
     try:
@@ -282,6 +282,9 @@ def test_the_kiosk_records_each_answer(qtbot, sample_index, answered, tmp_path, 
         w.shutdown()
         qtbot.waitUntil(lambda: not w.is_busy(), timeout=TIMEOUT)
         assert workers.wait_all(TIMEOUT)
+    if not counting and keep == "none":  # nothing counted or kept: no log, no folder
+        assert w.recognitions == 2 and not (tmp_path / "visitors").exists()
+        return
     with VisitorLog.open(sample_index.path, policy, folder=tmp_path / "visitors") as log:
         stats = log.stats()
         kept = log.kept()
