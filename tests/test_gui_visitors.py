@@ -24,7 +24,14 @@ from museum_search.gui import workers
 from museum_search.gui.demo_window import DemoWindow
 from museum_search.gui.main_window import SettingsDialog
 from museum_search.gui.state import AppState, Settings
-from museum_search.gui.visitors_tab import BANDS, COUNTING_OFF, NO_INDEX, NOTHING_YET, VisitorsTab
+from museum_search.gui.visitors_tab import (
+    BANDS,
+    COUNTING_OFF,
+    NO_INDEX,
+    NOTHING_IN_PERIOD,
+    NOTHING_YET,
+    VisitorsTab,
+)
 from museum_search.gui.widgets.review_queue import best_per_object
 
 pytestmark = pytest.mark.gui
@@ -159,6 +166,9 @@ def test_empty_states_say_why_in_a_sentence(qtbot, make_tab, sample_index, tmp_p
     assert not (tmp_path / "b" / "visitors").exists()  # nothing counted or kept: no folder made for it
     (tmp_path / "c").mkdir()
     tab = make_tab(_state(tmp_path / "c", sample_index))
+    _wait_read(qtbot, tab)
+    assert tab.message() == NOTHING_IN_PERIOD.format(period="last 30 days")  # the period shown by default
+    tab.period.setCurrentIndex(tab.period.findData(None))
     _wait_read(qtbot, tab)
     assert tab.message() == NOTHING_YET
     assert not tab.export_button.isEnabled()

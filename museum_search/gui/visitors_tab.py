@@ -66,6 +66,7 @@ COUNTING_OFF = ("Counting is off: visitors' questions are not counted. Turn it o
                 "(“Counting”).")
 NOTHING_YET = ("Nothing was asked yet. Each question asked at the kiosk or on the phone page is counted here, "
                "anonymously, by the hour.")
+NOTHING_IN_PERIOD = "Nothing was asked in the {period}: choose a longer period above to see earlier questions."
 COUNTING_OFF_NOW = "Counting is off: these are the questions counted before it was turned off."
 
 
@@ -320,7 +321,9 @@ class VisitorsTab(QWidget):
         n = len(value["kept"])
         self.pages.setTabText(1, f"Review kept photos ({n:,})" if n else "Review kept photos")
         if stats.total == 0:
-            self._show_message(NOTHING_YET if policy.counting else COUNTING_OFF)
+            days = self.period.currentData()
+            self._show_message(COUNTING_OFF if not policy.counting else NOTHING_YET if days is None else
+                               NOTHING_IN_PERIOD.format(period=self.period.currentText().lower()))
             return
         self.plots.set_stats(stats)
         self.top.set_objects(value["top"])
