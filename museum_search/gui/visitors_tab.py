@@ -66,7 +66,7 @@ COUNTING_OFF = ("Counting is off: visitors' questions are not counted. Turn it o
                 "(“Counting”).")
 NOTHING_YET = ("Nothing was asked yet. Each question asked at the kiosk or on the phone page is counted here, "
                "anonymously, by the hour.")
-NOTHING_IN_PERIOD = "Nothing was asked in the {period}: choose a longer period above to see earlier questions."
+NOTHING_IN_PERIOD = "Nothing was asked in the {period}. “Everything” (above) shows all the questions counted."
 COUNTING_OFF_NOW = "Counting is off: these are the questions counted before it was turned off."
 
 
