@@ -123,6 +123,16 @@ def test_the_tab_shows_the_counts_the_records_made_and_exports_them(qtbot, make_
     assert missed_heights == [missed[d] for d in days]
     bands = Counter(confidence_band(a.answer.confidence) or "none" for a, _w, _s in script)
     assert tab.plots.bar_data("band_bars")[1] == [bands[b] for b in BANDS]
+    # hovering a bar says its figures
+    first_hour = min(per_hour)
+    assert tab.plots.value_text(tab.plots.hour_plot, x[0]) == \
+        f"{first_hour.replace('T', ' ')}: {per_hour[first_hour]} questions"
+    day_x, _h = tab.plots.bar_data("day_bars")
+    assert tab.plots.value_text(tab.plots.day_plot, day_x[-1]) == \
+        f"{days[-1]}: {per_day[days[-1]]} questions, {missed[days[-1]]} not recognised"
+    assert tab.plots.value_text(tab.plots.band_plot, 0.2) == f"sure: {bands['sure']} answers"
+    for plot in (tab.plots.hour_plot, tab.plots.day_plot, tab.plots.share_plot, tab.plots.band_plot):
+        tab.plots._hover(plot.vb.sceneBoundingRect().center())  # the mouse over each plot
     recognised = Counter(a.answer.top.instance for a, _w, _s in script if a.answer.in_collection)
     assert dict(tab.top.rows()) == dict(recognised)
     assert f"{len(script):,} questions" in tab.summary.text()

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QSize, Qt
-from PySide6.QtGui import QPalette
+from PySide6.QtGui import QCursor, QPalette
 from PySide6.QtWidgets import (
     QComboBox,
     QFileDialog,
@@ -34,6 +34,7 @@ from PySide6.QtWidgets import (
     QPushButton,
     QStackedWidget,
     QTabWidget,
+    QToolTip,
     QTreeWidget,
     QTreeWidgetItem,
     QVBoxLayout,
@@ -118,6 +119,8 @@ class VisitorPlots(pg.GraphicsLayoutWidget):
         self.band_plot.addItem(self.band_bars)
         for row, stretch in ((0, 3), (1, 3), (2, 2)):
             self.ci.layout.setRowStretchFactor(row, stretch)
+        self._stats = None
+        self.scene().sigMouseMoved.connect(self._hover)
 
     def _plot(self, row: int, col: int, title: str, colspan: int = 1, date: bool = False,
               bands: bool = False) -> pg.PlotItem:
@@ -138,7 +141,33 @@ class VisitorPlots(pg.GraphicsLayoutWidget):
         plot.addItem(bars)
         return bars
 
+    def value_text(self, plot: pg.PlotItem, x: float) -> str:
+        """What the bar (or point) of ``plot`` at ``x`` (its view coordinate) stands for, in words
+        ("" where there is none): the figures of the stats shown."""
+        stats = self._stats
+        if stats is None:
+            return ""
+        if plot is self.band_plot:
+            i = int(round(x))
+            return f"{BAND_WORDS[BANDS[i]]}: {stats.bands.get(BANDS[i], 0):,} answers" if 0 <= i < len(BANDS) else ""
+        if plot is self.hour_plot:
+            hits = [(h, n) for h, n in stats.per_hour if abs(_stamp(h) - x) <= 1800]  # bars centred on the hour
+            return f"{hits[0][0].replace('T', ' ')}: {hits[0][1]:,} questions" if hits else ""
+        hits = [(d, q, nr) for d, q, nr in stats.per_day if abs(_stamp(d) + 43200 - x) <= 43200]
+        return f"{hits[0][0]}: {hits[0][1]:,} questions, {hits[0][2]:,} not recognised" if hits else ""
+
+    def _hover(self, pos) -> None:
+        for plot in (self.hour_plot, self.day_plot, self.share_plot, self.band_plot):
+            if plot.sceneBoundingRect().contains(pos):
+                text = self.value_text(plot, plot.vb.mapSceneToView(pos).x())
+                if text:
+                    QToolTip.showText(QCursor.pos(), text, self)
+                else:
+                    QToolTip.hideText()
+                return
+
     def set_stats(self, stats) -> None:
+        self._stats = stats
         hours = [(_stamp(h), n) for h, n in stats.per_hour]
         days = [(_stamp(d) + 43200, q, nr) for d, q, nr in stats.per_day]  # bars centred on midday
         self._set_bars(self.hour_bars, [t for t, _ in hours], [n for _, n in hours], 3600 * 0.85)
