@@ -69,6 +69,7 @@ from PySide6.QtCore import (
     QElapsedTimer,
     QEvent,
     QKeyCombination,
+    QLocale,
     QPointF,
     QRect,
     QRectF,
@@ -209,10 +210,17 @@ def _recorded(rec: _Recognition, visitors) -> _Recognition:
     visitor, who gets the answer all the same."""
     try:
         if visitors is not None:
-            visitors.record(rec.answer, source="kiosk", language="en", image=rec.frame)
+            visitors.record(rec.answer, source="kiosk", language=kiosk_language(), image=rec.frame)
     except Exception as exc:  # whatever went wrong, the visitor still gets the answer
         log.warning("kiosk: a visitor's question could not be recorded: %s", workers.error_message(exc))
     return rec
+
+
+def kiosk_language() -> str:
+    """The kiosk's language as counted and for its notice: the system's (e.g. "fr" from fr_FR; ""
+    for the C locale: unknown, the notice then in English)."""
+    lang = QLocale.system().name().split("_")[0].lower()
+    return "" if lang in ("c", "posix") else lang
 
 
 def _open_visitors(index, policy, folder: str):
@@ -1022,7 +1030,7 @@ class DemoWindow(QWidget):
             if self._visitors is not None and self._closing:
                 self._visitors.close()
                 self._visitors = None
-            notice = self._visitors.policy.notice("en") if self._visitors is not None else None
+            notice = self._visitors.policy.notice(kiosk_language()) if self._visitors is not None else None
             self.live_page.set_notice(notice or "")  # what is kept, where keeping is on: one plain line
             self._pipeline = pipeline
             weak = pipeline.verdict.warning()
