@@ -142,6 +142,7 @@ def test_counts_after_a_scripted_day_equal_the_questions(index, tmp_path):
     assert stats.per_hour == [(f"2026-11-28T{h:02d}:00", sum(a[0] == h for a in asked)) for h in range(9, 18)
                               if any(a[0] == h for a in asked)]
     assert stats.per_day == [("2026-11-28", len(asked), stats.not_recognised)]
+    assert stats.share_not_recognised_per_day == [("2026-11-28", stats.not_recognised / len(asked))]
     assert dict(stats.top_objects) == {i: sum(a[3] == i for a in asked) for i in "abc" if any(a[3] == i for a in asked)}
     assert stats.sources == {s: sum(a[1] == s for a in asked) for s in {a[1] for a in asked}}
     assert stats.languages == {lang: sum(a[2] == lang for a in asked) for lang in {a[2] for a in asked}}

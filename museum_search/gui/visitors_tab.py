@@ -197,8 +197,8 @@ class VisitorPlots(pg.GraphicsLayoutWidget):
 
 
 def share_not_recognised(stats) -> list[float]:
-    """The share of each day's questions not recognised (``VisitorStats.per_day``)."""
-    return [nr / q if q else float("nan") for _d, q, nr in stats.per_day]
+    """The share of each day's questions not recognised (core's ``VisitorStats``), by day."""
+    return [share for _d, share in stats.share_not_recognised_per_day]
 
 
 class TopObjects(QTreeWidget):

@@ -37,6 +37,11 @@ class VisitorStats:
     def share_not_recognised(self) -> float | None:
         return None if not self.total else self.not_recognised / self.total
 
+    @property
+    def share_not_recognised_per_day(self) -> list[tuple[str, float]]:
+        """(day, the share of its questions not recognised), by day."""
+        return [(d, m / n) for d, n, m in self.per_day if n]
+
     def to_dict(self) -> dict[str, Any]:
         return {"total": self.total, "not_recognised": self.not_recognised,
                 "share_not_recognised": self.share_not_recognised,
