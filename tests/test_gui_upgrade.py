@@ -212,9 +212,13 @@ def test_kiosk_on_an_old_index_converts_it_then_starts(qtbot, tmp_path, monkeypa
     monkeypatch.setattr("museum_search.gui.state.Settings", lambda *a: settings())
     app = QApplication.instance()
     quit_on_close = app.quitOnLastWindowClosed()
+    import signal
+
+    handler = signal.getsignal(signal.SIGINT)
     try:
         runs.append("cancel")
         assert app_mod.main(["--demo", str(old)]) == 0
+        assert signal.getsignal(signal.SIGINT) is handler  # the app's Ctrl-C handler went with it
         assert not shown and (old / MANIFEST).is_file() and json.loads((old / MANIFEST).read_text())["version"] == 2
         assert quit_asked["cancel"]  # declined: nothing to show, the application ends
 

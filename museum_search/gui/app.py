@@ -31,13 +31,22 @@ def main(argv: Sequence[str] | None = None, *, engine: str | None = None) -> int
         print(f"museum-search {__version__}")
         return 0
 
-    signal.signal(signal.SIGINT, _interrupted_while_starting)  # until the app's own handler below
-    app = _application()
-    _interrupt_quits(app)
-    if args.demo:
-        if args.index is None:
-            parser.error("--demo needs an INDEX")
-        return _run_demo(app, args, engine)
+    if args.demo and args.index is None:
+        parser.error("--demo needs an INDEX")
+    previous = signal.signal(signal.SIGINT, _interrupted_while_starting)  # until the app's own handler
+    try:
+        app = _application()
+        ticker = _interrupt_quits(app)
+        try:
+            return _run_demo(app, args, engine) if args.demo else _run_main(app, args, engine)
+        finally:
+            ticker.stop()
+    finally:  # the caller's handler again (a test process, a script calling main)
+        signal.signal(signal.SIGINT, previous)
+
+
+def _run_main(app, args, engine: str | None) -> int:
+    """The main window until it is closed (opening ``args.index``, the sample or the last index)."""
     from museum_search.gui.main_window import MainWindow
     from museum_search.gui.state import AppState
 
@@ -82,7 +91,7 @@ def _interrupted_while_starting(_signum, _frame) -> None:
     raise SystemExit(130)
 
 
-def _interrupt_quits(app) -> None:
+def _interrupt_quits(app):
     """Ctrl-C in the terminal the app was started from ends it as the CLI ends: what runs is cancelled
     (each window closes as on Quit, without asking; the kiosk as when staff leave), one line is
     printed, and the exit code is 130. Qt's event loop runs no Python, so a timer lets Python look at
@@ -112,6 +121,7 @@ def _interrupt_quits(app) -> None:
     ticker.setObjectName("interruptTicker")
     ticker.timeout.connect(lambda: None)
     ticker.start(200)
+    return ticker
 
 
 def _run_demo(app, args, engine: str | None = None) -> int:
