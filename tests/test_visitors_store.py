@@ -213,3 +213,58 @@ def test_a_kill_9_at_any_moment_loses_nothing_that_committed(index, tmp_path):
         assert cv2.imdecode(np.frombuffer(p.path.read_bytes(), np.uint8), cv2.IMREAD_COLOR) is not None
     with sqlite3.connect(folder / "visitors.sqlite") as db:
         assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+
+WRITER = """
+import sys, numpy as np
+from datetime import datetime
+from museum_search.core.visitors import KeepPolicy, VisitorLog
+sys.path.insert(0, sys.argv[3])
+from test_visitors_store import answer
+img = np.random.default_rng(int(sys.argv[4])).integers(0, 255, (480, 640, 3), np.uint8)
+n = 0
+with VisitorLog.open(sys.argv[1], KeepPolicy(keep="all", per_day=int(sys.argv[5]), quota_mb=10_000),
+                     folder=sys.argv[2]) as log:
+    print("ready", flush=True)
+    for _ in range(int(sys.argv[6])):
+        log.record(answer(None, 0.1), source="phone", image=img, when=datetime(2026, 11, 28, 10))
+        n += 1
+print("done", n, flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_two_processes_and_a_reader_share_one_log(index, tmp_path):
+    """serve and the app (or two serve processes) record into one log while the Visitors tab opens
+    it again and again: the day's count holds across processes (checked under the write lock), and
+    an opener's tidying never takes a file another process is writing (each record completes)."""
+    folder, per_day, each = tmp_path / "v", 25, 40
+    VisitorLog.open(index, KeepPolicy(), folder=folder).close()
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(index), str(folder), str(Path(__file__).parent),
+                               str(k), str(per_day), str(each)], stdout=subprocess.PIPE, text=True)
+             for k in range(2)]
+    for p in procs:
+        assert p.stdout.readline().strip() == "ready"
+    while any(p.poll() is None for p in procs):  # a reader opening the log while they write
+        VisitorLog.open(index, KeepPolicy(), folder=folder, create=False).close()
+    outs = [p.stdout.read() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0] and all(o.strip() == f"done {each}" for o in outs), outs
+    with VisitorLog.open(index, KeepPolicy(), folder=folder) as log:
+        assert log.stats().total == 2 * each
+        kept = log.kept()
+        assert len(kept) == per_day  # not one more: the two processes' checks do not overlap
+    assert sorted(p.name for p in (folder / "kept").iterdir()) == sorted(p.path.name for p in kept)
+
+
+def test_clients_are_forgotten_after_an_hour_and_languages_read_either_way(index, tmp_path):
+    """The per-client share lives in memory: addresses with no photo kept in the last hour are
+    forgotten (a flood from many addresses does not fill memory); "fr_FR" counts as "fr"."""
+    small = np.full((120, 160, 3), 70, np.uint8)
+    with VisitorLog.open(index, KeepPolicy(keep="all", per_client_per_hour=1), folder=tmp_path / "v") as log:
+        for k in range(50):
+            assert log.record(answer(None, 0.1), source="phone", image=small, when=DAY, client=f"10.1.0.{k}")
+        assert len(log._clients) == 50
+        log.record(answer(None, 0.1), source="phone", language="fr_FR", image=small,
+                   when=DAY + timedelta(hours=2), client="10.2.0.1")
+        assert list(log._clients) == ["10.2.0.1"]
+        assert log.stats().languages == {"": 50, "fr": 1}

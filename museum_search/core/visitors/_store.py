@@ -140,18 +140,21 @@ class VisitorLog:
         kept, or None."""
         when = when or datetime.now()
         hour = when.replace(minute=0, second=0, microsecond=0)
-        language = (language or "").split("-")[0].lower()[:16]
+        language = (language or "").replace("_", "-").split("-")[0].lower()[:16]
         with self._lock:
             self._retain(when)
             data = None
             if image is not None and self.policy.wants(answer) and self._client_allows(client, when):
                 data = _jpeg(image)
-                if not self._room(len(data), hour):
-                    data = None
-            photo = self._photo_of(answer, hour, source, language, data) if data is not None else None
-            written = self._write(photo.path, data) if photo is not None and data is not None else None
+            photo = written = None
             try:
+                # the room is looked at, the file written and its record committed under SQLite's write
+                # lock: another process's record (serve and the app share a log) cannot pass the quota
+                # or the day's count between them, nor an opener's tidying take the file being written
                 self._db.execute("BEGIN IMMEDIATE")
+                if data is not None and self._room(len(data), hour):
+                    photo = self._photo_of(answer, hour, source, language, data)
+                    written = self._write(photo.path, data)
                 if self.policy.counting:
                     self._count(answer, hour, source, language)
                 if photo is not None:
@@ -291,13 +294,26 @@ class VisitorLog:
         if hour == self._purged:
             return
         self._purged = hour
+        # clients with no photo kept in the last hour are forgotten (many addresses never fill memory)
+        self._clients = {c: t for c, t in self._clients.items() if t and t[-1] > now.timestamp() - 3600}
         old = self._db.execute("SELECT id, file FROM kept WHERE status = 'new' AND expires <= ?", (hour,)).fetchall()
         for pid, file in old:
             _unlink_own(self.folder / file, self.folder)
             self._db.execute("DELETE FROM kept WHERE id = ?", (pid,))
 
     def _tidy(self) -> None:
-        """After a kill: temporary files go, files without a record go, records without a file go."""
+        """After a kill: temporary files go, files without a record go, records without a file go.
+        Done under SQLite's write lock, which a record holds while it writes its file: a file another
+        process is writing (serve while the app opens the log) is never taken for a kill's leftover."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            self._tidy_files()
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._rollback()
+            raise
+
+    def _tidy_files(self) -> None:
         kept = self.folder / KEPT
         names = {}
         if kept.is_dir() and not kept.is_symlink():
