@@ -123,7 +123,7 @@ def test_thumbnail_cache_stays_within_its_byte_budget(qtbot):
 
     def load(p: str) -> None:
         cache.get(p, 48)
-        qtbot.waitUntil(lambda: p in loaded, timeout=10_000)
+        qtbot.waitUntil(lambda: p in loaded, timeout=60_000)
 
     load(paths[0])
     one = cache.used_bytes  # one thumbnail's bytes (48 px on the longest side)
