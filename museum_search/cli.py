@@ -824,9 +824,7 @@ def _add_visitor_options(s: argparse.ArgumentParser) -> None:
                    help="keep visitors' photos: none (default), unsure (those not recognised or not surely "
                         "recognised), all; each is re-encoded from its pixels (no EXIF, no GPS) with its answer, "
                         "never its address")
-    g.add_argument("--visitors", type=Path, default=None, metavar="DIR",
-                   help="the folder of kept photos and counts (default: INDEX-visitors beside the index; never "
-                        "inside the index or the collection)")
+    _add_visitors_folder(g)
     g.add_argument("--quota-mb", type=float, default=None, metavar="MB",
                    help="kept photos take at most this many MB in all (default 500)")
     g.add_argument("--per-day", type=_int_in(1, 1_000_000), default=None, metavar="N",
@@ -838,6 +836,13 @@ def _add_visitor_options(s: argparse.ArgumentParser) -> None:
     g.add_argument("--no-counting", action="store_true",
                    help="do not count questions (counted by default: per hour, the object or none, verdict, "
                         "confidence band, language, source; no photo, no address)")
+
+
+def _add_visitors_folder(p) -> None:
+    """``--visitors DIR``: the visitor log's folder (serve, review, stats)."""
+    p.add_argument("--visitors", type=Path, default=None, metavar="DIR",
+                   help="the folder of kept photos and counts (default: INDEX-visitors beside the index; never "
+                        "inside the index or the collection)")
 
 
 def visitors_line(policy, log) -> str:
@@ -914,8 +919,7 @@ def _add_review(sub: argparse._SubParsersAction) -> None:
                                    "of a known object (added to the index by an update, in seconds), an object "
                                    "not in the collection (a calibration view), or nothing (discarded).")
     s.add_argument("index", type=Path)
-    s.add_argument("--visitors", type=Path, default=None, metavar="DIR",
-                   help="the folder of kept photos and counts (default: INDEX-visitors beside the index)")
+    _add_visitors_folder(s)
     what = s.add_mutually_exclusive_group(required=True)
     what.add_argument("--list", action="store_true", help="list the photos waiting for review, newest first")
     what.add_argument("--add", nargs="+", metavar="PHOTO", help="photos (ids or paths) that show --as INSTANCE")
@@ -969,8 +973,7 @@ def _add_stats(sub: argparse._SubParsersAction) -> None:
                        description="The anonymous counts the kiosk and serve keep of visitors' questions "
                                    "(per hour: the object or none, verdict, confidence band, language, source).")
     s.add_argument("index", type=Path)
-    s.add_argument("--visitors", type=Path, default=None, metavar="DIR",
-                   help="the folder of kept photos and counts (default: INDEX-visitors beside the index)")
+    _add_visitors_folder(s)
     s.add_argument("--days", type=_int_in(1, 100_000), default=None, metavar="N", help="only the last N days")
     s.add_argument("--json", action="store_true", help="print the figures as JSON")
     s.add_argument("--csv", type=Path, default=None, metavar="FILE",

@@ -76,13 +76,17 @@ class KeepPolicy:
         if self.keep == "none":
             return None
         words = NOTICES[self.keep]
-        primary = (lang or "en").split("-")[0].split("_")[0].lower()
-        return words.get(primary, words["en"]).format(days=self.retention_days)
+        return words.get(primary_language(lang), words["en"]).format(days=self.retention_days)
 
     def to_dict(self) -> dict[str, Any]:
         return {"keep": self.keep, "quota_mb": self.quota_mb, "per_day": self.per_day,
                 "retention_days": self.retention_days, "per_client_per_hour": self.per_client_per_hour,
                 "counting": self.counting}
+
+
+def primary_language(tag: str | None) -> str:
+    """A language tag's primary subtag, lower case: "fr" for "fr-CA" or "fr_FR"; "" for none."""
+    return (tag or "").replace("_", "-").split("-")[0].lower()[:16]
 
 
 def _check_number(name: str, value: Any, low: float, high: float, integer: bool = True) -> None:

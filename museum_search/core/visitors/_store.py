@@ -34,7 +34,7 @@ import numpy as np
 from museum_search.core.answer import confidence_band
 from museum_search.core.errors import MuseumSearchError
 from museum_search.core.index import read_manifest
-from museum_search.core.visitors._policy import KeepPolicy
+from museum_search.core.visitors._policy import KeepPolicy, primary_language
 from museum_search.core.visitors._stats import VisitorStats, stats_of
 
 #: The file that says a folder is this program's visitor folder.
@@ -140,11 +140,12 @@ class VisitorLog:
         kept, or None."""
         when = when or datetime.now()
         hour = when.replace(minute=0, second=0, microsecond=0)
-        language = (language or "").replace("_", "-").split("-")[0].lower()[:16]
+        language = primary_language(language)
         with self._lock:
             self._retain(when)
             data = None
-            if image is not None and self.policy.wants(answer) and self._client_allows(client, when):
+            if (image is not None and self.policy.wants(answer) and self._client_allows(client, when)
+                    and self._room(0, hour)):  # no JPEG made once the quota or the day is full
                 data = _jpeg(image)
             photo = written = None
             try:
@@ -355,11 +356,11 @@ def _check_place(where: Path, root: Path, index_path: Path, given: bool) -> None
     real = where.resolve()
     for name, other in (("the collection", root), ("the index", index_path)):
         other = other.resolve()
-        if real == other or real.is_relative_to(other):
+        if real.is_relative_to(other):
             raise MuseumSearchError(f"{what} {where} is inside {name} ({other}); choose a folder outside it "
                                     "(e.g. beside the index)")
-    if other_place := (root.resolve() if root.resolve().is_relative_to(real) else None):
-        raise MuseumSearchError(f"{what} {where} holds the collection ({other_place}); choose a folder of its own")
+    if root.resolve().is_relative_to(real):
+        raise MuseumSearchError(f"{what} {where} holds the collection ({root.resolve()}); choose a folder of its own")
 
 
 def _own(where: Path) -> None:
