@@ -246,8 +246,8 @@ def test_coil_objects_right_pair_beats_wrong_pairs(xfeat_ready, shared_data):
 @pytest.mark.data
 def test_auto_keeps_the_matcher_whose_calibration_is_better(xfeat_ready, shared_data, tmp_path):
     """``--matcher auto`` calibrates the verdict with SIFT's and with XFeat's features on the same views
-    and keeps the features and verdict of the better operating point (SIFT unless XFeat wins by the
-    margin)."""
+    and keeps the features and verdict of the better operating point on those views as visitors'
+    phones take them (SIFT unless XFeat wins by the margin)."""
     from museum_search.core.answer._verdict import Verdict
     from museum_search.core.index._labels import COIL100_REGEX
     from museum_search.core.index._store import LabellingSpec
@@ -263,7 +263,10 @@ def test_auto_keeps_the_matcher_whose_calibration_is_better(xfeat_ready, shared_
     index = run(build_index(folder, None, labelling=LabellingSpec("regex", regex=COIL100_REGEX), neighbours=0,
                             matcher="auto")).index
     choice = index.verdict["matcher_choice"]
-    score = {m: choice[m]["known_accepted"] + choice[m]["unknown_rejected"] for m in ("sift", "xfeat")}
+    # decided on the views as visitors' phones take them (issue 36), not the clean ones
+    assert choice["views"] == "visitor"
+    score = {m: choice[m]["by_kind"]["visitor"]["known_accepted"] + choice[m]["by_kind"]["visitor"]["unknown_rejected"]
+             for m in ("sift", "xfeat")}
     expected = "xfeat" if score["xfeat"] >= score["sift"] + index_mod.AUTO_MATCHER_MARGIN else "sift"
     assert choice["chosen"] == expected and len(index.local) == 26
     assert index.local.settings["feature"] == expected
@@ -301,3 +304,17 @@ def test_settings_dialog_chooses_the_matcher_of_new_indexes(qtbot, tmp_path, mon
     assert state.settings.matcher == "xfeat"  # the Collection tab's next builds pass it (test_gui_collection)
     again = Settings(QSettings(ini, QSettings.Format.IniFormat))
     assert again.matcher == "xfeat"  # remembered for the next start
+
+
+def test_auto_compares_matchers_on_the_visitor_views():
+    """``matcher_score`` is the operating point on the views as visitors' phones take them where the
+    calibration has them (a matcher better on clean views but worse on a visitor's photos loses),
+    and the clean point for a verdict calibrated before they existed."""
+    from museum_search.core.jobs._indexing import matcher_score
+
+    clean = {"known_accepted": 0.95, "unknown_rejected": 0.95, "known": 40, "unknown": 40}
+    visitor = {"known_accepted": 0.70, "unknown_rejected": 0.98, "known": 80, "unknown": 80}
+    with_visitor = {"operating_point": {**clean, "by_kind": {"visitor": visitor}}}
+    assert matcher_score(with_visitor) == (pytest.approx(1.68), "visitor")
+    assert matcher_score({"operating_point": clean}) == (pytest.approx(1.90), "clean")
+    assert matcher_score(None) == (0.0, "clean")

@@ -4,6 +4,9 @@ geometric check (a homography), the evidence a verdict judges, and the matched r
 This is the package's face: code outside the package imports these names only (an import-linter
 contract says so); the modules behind it are private."""
 
+from museum_search.core.verification._shared import (
+    without_shared_features,
+)
 from museum_search.core.verification._shortlist import (
     APART,
     DEEP,
@@ -61,5 +64,6 @@ __all__ = [
     "prepare",
     "resolve_matcher",
     "settings_of",
+    "without_shared_features",
     "xfeat_available",
 ]

@@ -1,0 +1,71 @@
+"""Features several objects share (a frame, a label) are set aside from the stored references
+(issue 36): the sample's works hang in the same gilded frame beside the same label, and a photo of
+one matched another work on them."""
+
+import numpy as np
+import pytest
+
+from museum_search.core.index._features import LocalFeatures
+from museum_search.core.progress import drive
+from museum_search.core.verification import params_of_settings, without_shared_features
+from museum_search.core.verification._shared import SHARED_MIN_INLIERS, shared_points
+from museum_search.core.verification._spatial import compute_local_features, verify_many
+
+
+def _row(index, name: str) -> int:
+    return next(i for i, it in enumerate(index.items) if it.path.endswith(name))
+
+
+@pytest.fixture(scope="module")
+def raw_local(sample_index):
+    """The sample's local features as computed, before anything is set aside."""
+    params = params_of_settings(sample_index.local.settings)
+    return drive(compute_local_features([sample_index.abspath(i) for i in range(len(sample_index))], params))
+
+
+def _inliers(local: LocalFeatures, a: int, b: int, params) -> int:
+    fa, fb = local.get(a), local.get(b)
+    return verify_many(fa[0], [fb[0]], params, [fb[1]])[0]
+
+
+def test_two_works_no_longer_agree_on_their_frames(sample_index, raw_local):
+    """Valley at Dusk and Wind over the Wheat agree on their frames' corners and labels with
+    dozens of inliers in the features as computed; in the index (built by the same code) a third
+    or less of them remain, while two photos of one work still agree."""
+    params = params_of_settings(sample_index.local.settings)
+    valley, wheat = _row(sample_index, "valley_at_dusk-3.jpg"), _row(sample_index, "wind_over_wheat-2.jpg")
+    valley_other = _row(sample_index, "valley_at_dusk-1.jpg")
+    before = _inliers(raw_local, valley, wheat, params)
+    assert before >= 30
+    # what agreed is gone; a few points may still agree by chance
+    assert _inliers(sample_index.local, valley, wheat, params) <= min(before // 3, 2 * SHARED_MIN_INLIERS)
+    assert _inliers(sample_index.local, valley, valley_other, params) >= 30
+    # only a few of the features go: what tells the works apart stays
+    assert 0 < len(raw_local.descriptors) - len(sample_index.local.descriptors) < 0.1 * len(raw_local.descriptors)
+
+
+def test_the_shared_points_are_the_inliers_against_the_other_object(sample_index, raw_local):
+    """``shared_points`` marks exactly the points of a homography with another object, and nothing
+    against an object it does not agree with."""
+    params = params_of_settings(sample_index.local.settings)
+    valley, wheat = _row(sample_index, "valley_at_dusk-3.jpg"), _row(sample_index, "wind_over_wheat-2.jpg")
+    fa, fb = raw_local.get(valley), raw_local.get(wheat)
+    found: list = []
+    verify_many(fa[0], [fb[0]], params, [fb[1]], found)
+    src, _, _, mask = found[0]
+    inlier_points = {tuple(p) for p in np.asarray(src)[mask.ravel().astype(bool)].tolist()}
+    shared = shared_points(fa[0], [(fb[0], fb[1], "wind_over_wheat")], params)
+    assert {tuple(p) for p in fa[0][0][shared].tolist()} == inlier_points
+    assert not shared_points(fa[0], [], params).any()
+
+
+def test_an_update_checks_only_its_new_photos_and_one_object_has_nothing_shared(sample_index, raw_local):
+    params = params_of_settings(sample_index.local.settings)
+    labels = [it.instance for it in sample_index.items]
+    last = len(sample_index) - 1
+    local, removed = drive(without_shared_features(raw_local, sample_index.descriptors, labels, params, rows=[last]))
+    for r in range(last):  # the others as they were
+        assert np.array_equal(local.get(r)[0][1], raw_local.get(r)[0][1])
+    assert removed == len(raw_local.get(last)[0][0]) - len(local.get(last)[0][0])
+    same, none = drive(without_shared_features(raw_local, sample_index.descriptors, ["one"] * len(labels), params))
+    assert none == 0 and same is raw_local
