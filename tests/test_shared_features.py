@@ -7,7 +7,7 @@ import pytest
 
 from museum_search.core.index._features import LocalFeatures
 from museum_search.core.progress import drive
-from museum_search.core.verification import params_of_settings, without_shared_features
+from museum_search.core.verification import leaving_out, params_of_settings, without_shared_features
 from museum_search.core.verification._shared import SHARED_MIN_INLIERS, shared_points
 from museum_search.core.verification._spatial import compute_local_features, verify_many
 
@@ -45,8 +45,8 @@ def test_two_works_no_longer_agree_on_their_frames(sample_index, raw_local):
 
 
 def test_the_shared_points_are_the_inliers_against_the_other_object(sample_index, raw_local):
-    """``shared_points`` marks exactly the points of a homography with another object, and nothing
-    against an object it does not agree with."""
+    """``shared_points`` gives each point the objects it is an inlier with: exactly the points of a
+    homography with another object, and nothing against no object."""
     params = params_of_settings(sample_index.local.settings)
     valley, wheat = _row(sample_index, "valley_at_dusk-3.jpg"), _row(sample_index, "wind_over_wheat-2.jpg")
     fa, fb = raw_local.get(valley), raw_local.get(wheat)
@@ -54,9 +54,40 @@ def test_the_shared_points_are_the_inliers_against_the_other_object(sample_index
     verify_many(fa[0], [fb[0]], params, [fb[1]], found)
     src, _, _, mask = found[0]
     inlier_points = {tuple(p) for p in np.asarray(src)[mask.ravel().astype(bool)].tolist()}
-    shared = shared_points(fa[0], [(fb[0], fb[1], "wind_over_wheat")], params)
-    assert {tuple(p) for p in fa[0][0][shared].tolist()} == inlier_points
-    assert not shared_points(fa[0], [], params).any()
+    objs = shared_points(fa[0], [(fb[0], fb[1], "wind_over_wheat")], params)
+    assert {tuple(p) for p, o in zip(fa[0][0].tolist(), objs) if o} == inlier_points
+    assert {o for o in objs if o} == {frozenset({"wind_over_wheat"})}
+    assert not any(shared_points(fa[0], [], params))
+
+
+def test_a_calibration_s_unknown_view_meets_the_references_as_without_its_object(sample_index, raw_local):
+    """Leaving object X out (a calibration's unknown view of X), the points other references lost
+    only because they agreed with X are theirs again; those shared with another object stay aside;
+    outside the context the index is as stored. Without this, the unknown views would find fewer
+    points than a real unknown object does, and the threshold would accept too many of them."""
+    valley = _row(sample_index, "valley_at_dusk-3.jpg")
+    stored = sample_index.local
+    aside = stored.set_aside
+    assert aside is not None and valley in aside.rows
+    (points, _), objs = aside.rows[valley]
+    only_wheat = [o == {"wind_over_wheat"} for o in objs]
+    assert any(only_wheat)
+    with leaving_out(sample_index, "wind_over_wheat"):
+        (p_out, _), _ = sample_index.local.get(valley)
+        assert sample_index.local.settings == stored.settings
+    assert sample_index.local is stored
+    (p_in, _), _ = stored.get(valley)
+    assert len(p_out) == len(p_in) + sum(only_wheat)
+    expected = {tuple(p) for p, o in zip(points.tolist(), objs) if not o or o == {"wind_over_wheat"}}
+    assert {tuple(p) for p in p_out.tolist()} == expected
+    # a loaded index has nothing set aside in memory: the context changes nothing
+    from museum_search.core.index._store import Index
+
+    loaded = Index.load(sample_index.path)
+    before = loaded.local
+    with leaving_out(loaded, "wind_over_wheat"):
+        assert loaded.local is before
+    assert loaded.local.set_aside is None and np.array_equal(loaded.local.descriptors, stored.descriptors)
 
 
 def test_an_update_checks_only_its_new_photos_and_one_object_has_nothing_shared(sample_index, raw_local):
@@ -64,6 +95,7 @@ def test_an_update_checks_only_its_new_photos_and_one_object_has_nothing_shared(
     labels = [it.instance for it in sample_index.items]
     last = len(sample_index) - 1
     local, removed = drive(without_shared_features(raw_local, sample_index.descriptors, labels, params, rows=[last]))
+    assert local.set_aside is None or set(local.set_aside.rows) == {last}
     for r in range(last):  # the others as they were
         assert np.array_equal(local.get(r)[0][1], raw_local.get(r)[0][1])
     assert removed == len(raw_local.get(last)[0][0]) - len(local.get(last)[0][0])

@@ -4,7 +4,7 @@ verification matches a query photo against (:mod:`museum_search.core.verificatio
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -29,6 +29,10 @@ class LocalFeatures:
     points: np.ndarray  # (M, 2) float32
     descriptors: np.ndarray  # (M, D) uint8 (SIFT, ORB) or float16 (XFeat)
     sizes: np.ndarray  # (N, 2) float32
+    #: what verification set aside as shared by several objects when these were made, for the
+    #: calibration that follows (:class:`museum_search.core.verification._shared.SetAside`); in
+    #: memory only: never saved, and not carried by ``subset`` or ``concat``
+    set_aside: Any = field(default=None, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.sizes)

@@ -37,6 +37,7 @@ from museum_search.core.conditions import degrade
 from museum_search.core.images import load_image
 from museum_search.core.index import Index
 from museum_search.core.progress import Progress
+from museum_search.core.verification import leaving_out
 
 #: The kind of a calibration view made of another view as a visitor's phone takes it.
 VISITOR = "visitor"
@@ -264,7 +265,8 @@ def _asked(pipe: QueryPipeline, view: QueryImage, labels: np.ndarray, row: int, 
     """The known and the unknown evidence of ``view`` (of reference ``row``), described once and asked twice."""
     desc = pipe.embed([view])
     (a_in,) = pipe.answer([view], desc, exclude=exclude[0])
-    (a_out,) = pipe.answer([view], desc, exclude=exclude[1])
+    with leaving_out(pipe.index, labels[row]):  # the references as in a collection without this object
+        (a_out,) = pipe.answer([view], desc, exclude=exclude[1])
     top_in, instance, path = a_in.top, str(labels[row]), pipe.index.items[row].path
     return [replace(a_in.evidence(True, top_in is not None and top_in.instance == labels[row]),
                     kind=kind, instance=instance, path=path),

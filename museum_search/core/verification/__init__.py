@@ -5,6 +5,7 @@ This is the package's face: code outside the package imports these names only (a
 contract says so); the modules behind it are private."""
 
 from museum_search.core.verification._shared import (
+    leaving_out,
     without_shared_features,
 )
 from museum_search.core.verification._shortlist import (
@@ -56,6 +57,7 @@ __all__ = [
     "cosine_margin",
     "default_matcher",
     "descriptor_layout",
+    "leaving_out",
     "matched_area",
     "normalised_light",
     "params_for",

@@ -22,12 +22,14 @@ webcam photos 16.7 -> 5.6 %, the paintings unchanged; 0.7-5 % of the features ar
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from museum_search.core.index import LocalFeatures
+from museum_search.core.index import Features, LocalFeatures
 from museum_search.core.progress import Progress
 from museum_search.core.verification._spatial import SpatialParams, verify_many
 
@@ -59,54 +61,124 @@ def _other_neighbours(descriptors: np.ndarray, labels: np.ndarray, rows: Sequenc
     return out
 
 
-def shared_points(features: tuple[np.ndarray, np.ndarray], others: Sequence[tuple[Any, tuple[float, float], str]],
-                  params: SpatialParams, min_inliers: int = SHARED_MIN_INLIERS) -> np.ndarray:
-    """A mask of ``features``' points (True: shared) that are inliers of a homography with at least
-    ``min_inliers`` inliers against one of ``others`` ((features, size, object) of other objects)."""
+def shared_points(features: Features, others: Sequence[tuple[Features, tuple[float, float], str]],
+                  params: SpatialParams, min_inliers: int = SHARED_MIN_INLIERS) -> list[frozenset[str]]:
+    """For each point of ``features``, the objects of ``others`` ((features, size, object) of other
+    objects' references) with which it is an inlier of a homography of at least ``min_inliers``
+    inliers (empty: it tells its object apart)."""
     points = features[0]
-    shared = np.zeros(len(points), bool)
+    objects: list[set[str]] = [set() for _ in range(len(points))]
     if not len(points) or not others:
-        return shared
+        return [frozenset()] * len(points)
     found: list = []
     verify_many(features, [o[0] for o in others], params, [o[1] for o in others], found)
     where: dict[tuple[float, float], list[int]] = {}
     for i, (x, y) in enumerate(points.tolist()):
         where.setdefault((x, y), []).append(i)
-    for src, _dst, _h, mask in found:
+    for (src, _dst, _h, mask), other in zip(found, others):
         if mask is None or int(np.count_nonzero(mask)) < min_inliers:
             continue
         for x, y in np.asarray(src)[np.asarray(mask).ravel().astype(bool)].tolist():
             for i in where.get((x, y), ()):
-                shared[i] = True
-    return shared
+                objects[i].add(other[2])
+    return [frozenset(o) for o in objects]
+
+
+@dataclass
+class SetAside:
+    """What :func:`without_shared_features` removed, kept in memory (never saved) for the calibration
+    that follows it: per row, its features as computed and the objects each point agreed with. A
+    calibration view of object X asked as an unknown object (X left out) must meet the references as
+    they would be in a collection without X: a point set aside only because it agreed with X is
+    theirs again (:func:`leaving_out`); without it, the calibration's unknown views would find fewer
+    points than a real unknown object does, and its threshold would accept too many of them."""
+
+    rows: dict[int, tuple[Features, list[frozenset[str]]]]
+
+    @property
+    def removed(self) -> int:
+        return sum(sum(1 for o in objs if o) for _, objs in self.rows.values())
+
+    def features_without(self, row: int, obj: str) -> Features | None:
+        """The features of ``row`` in a collection without object ``obj`` (None: as stored)."""
+        got = self.rows.get(row)
+        if got is None:
+            return None
+        (points, desc), objs = got
+        if not any(o == {obj} for o in objs):
+            return None
+        keep = np.array([not o or o == {obj} for o in objs], bool)
+        return points[keep], desc[keep]
+
+
+class _LeftOut:
+    """``local`` as it would be without object ``obj`` (see :class:`SetAside`); what verification reads of it."""
+
+    def __init__(self, local: LocalFeatures, set_aside: SetAside, obj: str):
+        self._local, self._set_aside, self._obj = local, set_aside, obj
+        self.settings = local.settings
+
+    def __len__(self) -> int:
+        return len(self._local)
+
+    def get(self, row: int) -> tuple[Features, tuple[float, float]] | None:
+        got = self._local.get(row)
+        restored = self._set_aside.features_without(row, self._obj)
+        return got if got is None or restored is None else (restored, got[1])
+
+
+@contextmanager
+def leaving_out(index: Any, obj: str) -> Iterator[None]:
+    """Within it, ``index``'s stored features are those of a collection without object ``obj``: the
+    points set aside only because they agreed with ``obj`` are back (a calibration's unknown view of
+    ``obj``). Nothing changes for an index whose features were not set aside in this process."""
+    local = getattr(index, "local", None)
+    set_aside = getattr(local, "set_aside", None)
+    if local is None or set_aside is None:
+        yield
+        return
+    index.local = _LeftOut(local, set_aside, str(obj))
+    try:
+        yield
+    finally:
+        index.local = local
 
 
 def without_shared_features(local: LocalFeatures, descriptors: np.ndarray, labels: Sequence[str],
                             params: SpatialParams, rows: Sequence[int] | None = None,
                             neighbours: int = SHARED_NEIGHBOURS) -> Generator[Progress, None, tuple[LocalFeatures, int]]:
     """(``local`` with the features of ``rows`` (default: all) that several objects share removed,
-    how many were removed), as a progress generator (stage :data:`STAGE`; closing it cancels).
+    how many were removed), as a progress generator (stage :data:`STAGE`; closing it cancels). The
+    new features carry what was removed (``set_aside``: :class:`SetAside`, in memory only) for
+    :func:`leaving_out`.
 
     ``descriptors`` are the references' global descriptors (row-aligned with ``local``), ``labels``
     their objects. Each reference of ``rows`` is checked against its ``neighbours`` most similar
     references of other objects (:func:`shared_points`); an update checks its new photos only (the
     others were checked when they came)."""
-    labels_arr = np.asarray(list(labels))
+    labels_arr = np.asarray([str(x) for x in labels])
     todo = list(range(len(local))) if rows is None else [int(r) for r in rows]
     if len(set(labels_arr.tolist())) < 2 or not todo:
         return local, 0
     near = _other_neighbours(descriptors, labels_arr, todo, neighbours)
     entries = [local.get(i) for i in range(len(local))]
-    removed = 0
+    set_aside = SetAside({})
     for n, (row, cand) in enumerate(zip(todo, near)):
         got = entries[row]
         if got is not None:
-            others = [(o[0], o[1], labels_arr[c]) for c in cand.tolist() if (o := local.get(int(c))) is not None]
-            shared = shared_points(got[0], others, params)
+            others = []
+            for c in cand.tolist():
+                other = local.get(int(c))
+                if other is not None:
+                    others.append((other[0], other[1], str(labels_arr[c])))
+            objs = shared_points(got[0], others, params)
+            shared = np.array([bool(o) for o in objs], bool)
             if shared.any():
                 entries[row] = ((got[0][0][~shared], got[0][1][~shared]), got[1])
-                removed += int(shared.sum())
+                set_aside.rows[row] = (got[0], objs)
         yield Progress(n + 1, len(todo), stage=STAGE)
-    if not removed:
+    if not set_aside.rows:
         return local, 0
-    return LocalFeatures.from_list(entries, local.settings, local.descriptors.shape[1], local.descriptors.dtype), removed
+    out = LocalFeatures.from_list(entries, local.settings, local.descriptors.shape[1], local.descriptors.dtype)
+    out.set_aside = set_aside
+    return out, set_aside.removed
