@@ -13,6 +13,7 @@ import pytest
 from museum_search.core.errors import MuseumSearchError
 from museum_search.core.images import load_image
 from museum_search.core.index._catalogue import Item
+from museum_search.core.index._features import LocalFeatures
 from museum_search.core.index._store import Index
 from museum_search.core.inference._backbones import BackboneMeta
 from museum_search.core.verification import _spatial as spatial
@@ -366,13 +367,25 @@ def test_int8_matching_gives_the_float_matches_ties_included():
     fast = spatial._match_sift_int8((pa, qa), refs, 0.8)
     assert fast is not None, "ONNX Runtime's 8-bit product is a dependency: it must run here"
     slow = spatial._match_sift_float((pa, qa), refs, 0.8)
-    for (a1, b1), (a2, b2) in zip(fast, slow):
+    # the stored features' terms, computed once for the index (one row's left to the matching)
+    local = LocalFeatures.from_list([(r, (600.0, 600.0)) for r in refs], {}, 128)
+    terms = [local.byte_terms(j) for j in range(len(refs))]
+    np.testing.assert_array_equal(terms[3][0], np.einsum("ij,ij->i", refs[3][1].astype(np.int64),
+                                                         refs[3][1].astype(np.int64)))
+    np.testing.assert_array_equal(terms[3][1], refs[3][1].astype(np.int64).sum(axis=1))
+    terms[2] = None
+    stored = spatial._match_sift_int8((pa, qa), refs, 0.8, terms)
+    for (a1, b1), (a2, b2), (a3, b3) in zip(fast, slow, stored):
         np.testing.assert_array_equal(a1, a2)
         np.testing.assert_array_equal(b1, b2)
+        np.testing.assert_array_equal(a3, a2)
+        np.testing.assert_array_equal(b3, b2)
     assert sum(len(a) for a, _ in fast) > 50  # the copies not duplicated in their reference matched
     full = np.full((1000, 128), 255, np.uint8)  # no SIFT descriptor: keys beyond int32
     pf = rng.uniform(0, 600, (1000, 2)).astype(np.float32)
     assert spatial._match_sift_int8((pa, qa), [(pf, full)], 0.8) is None
+    full_terms = LocalFeatures.from_list([((pf, full), (600.0, 600.0))], {}, 128).byte_terms(0)
+    assert spatial._match_sift_int8((pa, qa), [(pf, full)], 0.8, [full_terms]) is None
     (got,) = spatial.match_features((pa, qa), [(pf, full)], SpatialParams())  # the float32 product
     (want,) = spatial._match_sift_float((pa, qa), [(pf, full)], 0.8)
     np.testing.assert_array_equal(got[0], want[0])

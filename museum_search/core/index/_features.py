@@ -33,6 +33,8 @@ class LocalFeatures:
     #: calibration that follows (:class:`museum_search.core.verification._shared.SetAside`); in
     #: memory only: never saved, and not carried by ``subset`` or ``concat``
     set_aside: Any = field(default=None, repr=False, compare=False)
+    #: (|d|², Σd) of every byte descriptor, int32 (:meth:`byte_terms`), computed at the first ask
+    _terms: Any = field(default=None, init=False, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.sizes)
@@ -43,6 +45,23 @@ class LocalFeatures:
             return None
         a, b = int(self.offsets[row]), int(self.offsets[row + 1])
         return (np.asarray(self.points[a:b]), np.asarray(self.descriptors[a:b])), (w, h)
+
+    def byte_terms(self, row: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """(squared norms, sums) of row ``row``'s byte descriptors (SIFT's): what matching them in
+        8-bit integers needs of each (:func:`museum_search.core.verification._spatial._int8_keys`),
+        computed once for every row, not again for each photo; None for other descriptors."""
+        if self.descriptors.dtype != np.uint8:
+            return None
+        terms = self._terms
+        if terms is None:
+            squares, sums = np.empty(len(self.descriptors), np.int32), np.empty(len(self.descriptors), np.int32)
+            for a in range(0, len(self.descriptors), 65536):  # in blocks: the array may be mapped from disk
+                block = np.asarray(self.descriptors[a:a + 65536], np.float32)  # sums exact in float32 (< 2**24)
+                squares[a:a + len(block)] = np.einsum("ij,ij->i", block, block)
+                sums[a:a + len(block)] = block.sum(axis=1)
+            terms = self._terms = (squares, sums)
+        a, b = int(self.offsets[row]), int(self.offsets[row + 1])
+        return terms[0][a:b], terms[1][a:b]
 
     def subset(self, rows: Sequence[int]) -> "LocalFeatures":
         return LocalFeatures.from_list([self.get(int(r)) for r in rows], self.settings, self.descriptors.shape[1],

@@ -129,6 +129,13 @@ class _LeftOut:
         restored = self._set_aside.features_without(row, self._obj)
         return got if got is None or restored is None else (restored, got[1])
 
+    def byte_terms(self, row: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """The stored rows' terms (:meth:`LocalFeatures.byte_terms`); None for a row whose points are
+        back (its matching computes them)."""
+        if self._set_aside.features_without(row, self._obj) is not None:
+            return None
+        return self._local.byte_terms(row)
+
 
 @contextmanager
 def leaving_out(index: Any, obj: str) -> Iterator[None]:

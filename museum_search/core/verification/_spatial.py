@@ -325,13 +325,22 @@ def _int8_session():
         return session
 
 
-def _int8_keys(b: np.ndarray, place: np.ndarray, bits: int, a_norm: int) -> np.ndarray | None:
-    """``c·2**s + place`` ((N, 1) int32) of the block of reference descriptors ``b`` (N, 128) uint8,
-    ``place`` the place of each in its reference (see above; ``a_norm``: a bound of the photo's
-    descriptors' norms), or None when the keys might not fit in int32."""
+#: (squared norms, sums) int32 of a reference's byte descriptors, when known beforehand (stored
+#: features: :meth:`museum_search.core.index.LocalFeatures.byte_terms`); None: computed here
+Terms = tuple[np.ndarray, np.ndarray] | None
+
+
+def _byte_terms(b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     bf = b.astype(np.float32)  # sums of at most 128 squares of bytes: exact in float32 (< 2**24)
-    bsum = bf.sum(axis=1).astype(np.int64)
-    bb = np.einsum("ij,ij->i", bf, bf).astype(np.int64)
+    return np.einsum("ij,ij->i", bf, bf), bf.sum(axis=1)
+
+
+def _int8_keys(bb: np.ndarray, bsum: np.ndarray, place: np.ndarray, bits: int, a_norm: int) -> np.ndarray | None:
+    """``c·2**s + place`` ((N, 1) int32) of a block of reference descriptors b (N, 128) uint8 of
+    squared norms ``bb`` and sums ``bsum``, ``place`` the place of each in its reference (see
+    above; ``a_norm``: a bound of the photo's descriptors' norms), or None when the keys might not
+    fit in int32."""
+    bb, bsum = bb.astype(np.int64), bsum.astype(np.int64)
     c = bb - 256 * bsum
     big = 1 << 31
     # every intermediate and the keys stay within int32: |y| ≤ 128 Σ b_i, and the distance term
@@ -348,9 +357,10 @@ def _int8_keys(b: np.ndarray, place: np.ndarray, bits: int, a_norm: int) -> np.n
 _PANEL = 16
 
 
-def _match_sift_int8(fa: Features, refs: Sequence[Features], ratio: float
+def _match_sift_int8(fa: Features, refs: Sequence[Features], ratio: float, terms: Sequence[Terms] | None = None
                      ) -> list[tuple[np.ndarray, np.ndarray]] | None:
-    """:func:`_match_sift` with the 8-bit product (the same matches); None when it cannot be used."""
+    """:func:`_match_sift` with the 8-bit product (the same matches); None when it cannot be used.
+    ``terms``: each reference's :data:`Terms`, when known."""
     session = _int8_session()
     pa, da = fa
     if session is None or da.dtype != np.uint8 or da.shape[1] != 128:
@@ -368,7 +378,9 @@ def _match_sift_int8(fa: Features, refs: Sequence[Features], ratio: float
     blocks = []  # every block checked before any product: None means nothing was done
     for group in gemm_groups([len(pb) for pb, _ in refs], todo, max(1, _GEMM_BLOCK // a_shifted.shape[1])):
         b = np.concatenate([refs[j][1] for j in group])
-        ck = _int8_keys(b, np.concatenate([np.arange(len(refs[j][0])) for j in group]), bits, a_norm)
+        known = [None if terms is None else terms[j] for j in group]
+        bb, bsum = (np.concatenate(t) for t in zip(*known)) if all(t is not None for t in known) else _byte_terms(b)
+        ck = _int8_keys(bb, bsum, np.concatenate([np.arange(len(refs[j][0])) for j in group]), bits, a_norm)
         if ck is None:
             return None
         blocks.append((group, b, ck))
@@ -427,7 +439,8 @@ def _match_pool():
         return pool
 
 
-def _match_sift(fa: Features, refs: Sequence[Features], ratio: float) -> list[tuple[np.ndarray, np.ndarray]]:
+def _match_sift(fa: Features, refs: Sequence[Features], ratio: float, terms: Sequence[Terms] | None = None
+                ) -> list[tuple[np.ndarray, np.ndarray]]:
     """Ratio-test matches of a against each of ``refs``: one matrix product per block of references,
     in 8-bit integers when ONNX Runtime can (:func:`_match_sift_int8`), else in float32 (BLAS).
 
@@ -438,7 +451,7 @@ def _match_sift(fa: Features, refs: Sequence[Features], ratio: float) -> list[tu
     out: list[tuple[np.ndarray, np.ndarray]] = [_EMPTY] * len(refs)
     if len(pa) < MIN_MATCHES:
         return out
-    fast = _match_sift_int8(fa, refs, ratio)
+    fast = _match_sift_int8(fa, refs, ratio, terms)
     if fast is not None:
         return fast
     return _match_sift_float(fa, refs, ratio)
@@ -488,14 +501,16 @@ def _match_orb(fa: Features, fb: Features, ratio: float) -> tuple[np.ndarray, np
     return _ratio_pairs(ia, ib, d1, d2, ratio, pa, pb)
 
 
-def match_features(fa: Features, refs: Sequence[Features], params: SpatialParams) -> list[tuple[np.ndarray, np.ndarray]]:
-    """For each of ``refs``: (positions in a, positions in the reference) of the putative matches.
+def match_features(fa: Features, refs: Sequence[Features], params: SpatialParams,
+                   terms: Sequence[Terms] | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+    """For each of ``refs``: (positions in a, positions in the reference) of the putative matches
+    (``terms``: each reference's :data:`Terms` for SIFT, when known).
 
     A match is a's nearest neighbour in the reference that passes Lowe's ratio test; when several
     keypoints of a pick the same reference keypoint, only the closest is kept.
     """
     if params.effective_feature == "sift":
-        return _match_sift(fa, refs, params.ratio)
+        return _match_sift(fa, refs, params.ratio, terms)
     if params.effective_feature == "xfeat":
         return xfeat.match_mnn(fa, refs)
     return [_match_orb(fa, fb, params.ratio) for fb in refs]
@@ -628,14 +643,16 @@ def verify_features(fa: Features, fb: Features, params: SpatialParams | None = N
 
 
 def verify_many(fa: Features, refs: Sequence[Features], params: SpatialParams | None = None,
-                sizes: Sequence[tuple[float, float]] | None = None, keep: list[Found] | None = None) -> list[int]:
+                sizes: Sequence[tuple[float, float]] | None = None, keep: list[Found] | None = None,
+                terms: Sequence[Terms] | None = None) -> list[int]:
     """:func:`verify_features` of query a against each of ``refs`` (matching is batched); ``keep``:
-    a list to which what was found for each reference is appended (:func:`matches_of` uses it)."""
+    a list to which what was found for each reference is appended (:func:`matches_of` uses it);
+    ``terms``: :func:`match_features`'."""
     params = params or SpatialParams()
     if sizes is None:
         sizes = [_extent(fb[0]) for fb in refs]
     out = []
-    for (src, dst), size in zip(match_features(fa, refs, params), sizes):
+    for (src, dst), size in zip(match_features(fa, refs, params, terms), sizes):
         n, H, mask = _homography(src, dst, params, size)
         out.append(n)
         if keep is not None:
@@ -856,9 +873,18 @@ class Verifier:
         inl = np.zeros(len(rows), np.int64)
         kept: list[Found] = []
         if ok:
-            inl[ok] = verify_many(q, [ref[0] for ref in found], self.params, [ref[1] for ref in found], kept)
+            inl[ok] = verify_many(q, [ref[0] for ref in found], self.params, [ref[1] for ref in found], kept,
+                                  self._terms(index, [int(rows[j]) for j in ok]))
         self._found = (q, index, {int(rows[j]): f for j, f in zip(ok, kept)})
         return inl
+
+    def _terms(self, index, rows: list[int]) -> list[Terms] | None:
+        """The :data:`Terms` of the stored features of ``rows`` (None when they are not what is matched)."""
+        stored = getattr(index, "local", None)
+        terms = getattr(stored, "byte_terms", None)
+        if stored is None or terms is None or not same_features(stored.settings, settings_of(self.params)):
+            return None
+        return [terms(r) for r in rows]
 
     def found(self, q: Features, index, row: int) -> Found | None:
         """What the last :meth:`verify_rows` found for reference ``row`` of ``index`` with the query
