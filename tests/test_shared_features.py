@@ -90,14 +90,22 @@ def test_a_calibration_s_unknown_view_meets_the_references_as_without_its_object
     assert loaded.local.set_aside is None and np.array_equal(loaded.local.descriptors, stored.descriptors)
 
 
-def test_an_update_checks_only_its_new_photos_and_one_object_has_nothing_shared(sample_index, raw_local):
+def test_an_update_checks_its_new_photos_and_the_older_ones_they_resemble(sample_index, raw_local):
+    """An update (``rows``: its new photos) sets aside what a new photo shares with the older ones,
+    and what those older ones share with it, as a build of the whole collection does: Wind over the
+    Wheat's frame no longer agrees with a new photo of Valley at Dusk. The older photos no new one
+    found similar are as they were. One object alone shares nothing."""
     params = params_of_settings(sample_index.local.settings)
     labels = [it.instance for it in sample_index.items]
-    last = len(sample_index) - 1
-    local, removed = drive(without_shared_features(raw_local, sample_index.descriptors, labels, params, rows=[last]))
-    assert local.set_aside is None or set(local.set_aside.rows) == {last}
-    for r in range(last):  # the others as they were
+    valley, wheat = _row(sample_index, "valley_at_dusk-3.jpg"), _row(sample_index, "wind_over_wheat-2.jpg")
+    before = _inliers(raw_local, wheat, valley, params)
+    assert before >= 30
+    local, removed = drive(without_shared_features(raw_local, sample_index.descriptors, labels, params, rows=[valley]))
+    assert valley in local.set_aside.rows and wheat in local.set_aside.rows
+    assert _inliers(local, wheat, valley, params) <= min(before // 3, 2 * SHARED_MIN_INLIERS)
+    for r in set(range(len(labels))) - set(local.set_aside.rows):  # the others as they were
         assert np.array_equal(local.get(r)[0][1], raw_local.get(r)[0][1])
-    assert removed == len(raw_local.get(last)[0][0]) - len(local.get(last)[0][0])
+    assert all(labels[r] != "valley_at_dusk" for r in set(local.set_aside.rows) - {valley})
+    assert removed == sum(len(raw_local.get(r)[0][0]) - len(local.get(r)[0][0]) for r in local.set_aside.rows)
     same, none = drive(without_shared_features(raw_local, sample_index.descriptors, ["one"] * len(labels), params))
     assert none == 0 and same is raw_local

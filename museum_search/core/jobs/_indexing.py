@@ -678,7 +678,7 @@ def _add_verification(index: Index, extractor, kept: list, calibrate: bool = Tru
     """Local features of the references not in ``kept`` (appended after them; with ``params``, by
     default those of ``kept``: an update keeps the index's matcher), less those several objects share
     (:func:`.verification.without_shared_features`: of every reference with ``check_all``, a new
-    index; else of the new ones), then (``calibrate``) the verdict's calibration
+    index; else of the new ones and the older ones they resemble), then (``calibrate``) the verdict's calibration
     (:mod:`museum_search.core.answer._verdict`); each stage yields progress and can be cancelled."""
     if params is None:
         params = params_of_settings(kept[0].settings) if kept else SpatialParams()

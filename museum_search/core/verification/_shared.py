@@ -164,21 +164,30 @@ def without_shared_features(local: LocalFeatures, descriptors: np.ndarray, label
 
     ``descriptors`` are the references' global descriptors (row-aligned with ``local``), ``labels``
     their objects. Each reference of ``rows`` is checked against its ``neighbours`` most similar
-    references of other objects (:func:`shared_points`); an update checks its new photos only (the
-    others were checked when they came)."""
+    references of other objects (:func:`shared_points`). An update (``rows``: its new photos) checks
+    them so, and each older photo among their neighbours against the new photos that found it: what
+    it shares with them is set aside too, as a build of the whole collection would (the older photos
+    were checked against each other when they came)."""
     labels_arr = np.asarray([str(x) for x in labels])
     todo = list(range(len(local))) if rows is None else [int(r) for r in rows]
     if len(set(labels_arr.tolist())) < 2 or not todo:
         return local, 0
-    near = _other_neighbours(descriptors, labels_arr, todo, neighbours)
+    checks = [(row, cand.tolist()) for row, cand in zip(todo, _other_neighbours(descriptors, labels_arr, todo, neighbours))]
+    if rows is not None:
+        new, back = set(todo), {}
+        for row, cand in checks:
+            for c in cand:
+                if c not in new:
+                    back.setdefault(int(c), []).append(row)
+        checks += sorted(back.items())
     entries = [local.get(i) for i in range(len(local))]
     set_aside = SetAside({})
     t0 = time.perf_counter()
-    for n, (row, cand) in enumerate(zip(todo, near)):
+    for n, (row, cand) in enumerate(checks):
         got = entries[row]
         if got is not None:
             others = []
-            for c in cand.tolist():
+            for c in cand:
                 other = local.get(int(c))
                 if other is not None:
                     others.append((other[0], other[1], str(labels_arr[c])))
@@ -187,7 +196,7 @@ def without_shared_features(local: LocalFeatures, descriptors: np.ndarray, label
             if shared.any():
                 entries[row] = ((got[0][0][~shared], got[0][1][~shared]), got[1])
                 set_aside.rows[row] = (got[0], objs)
-        yield Progress(n + 1, len(todo), stage=STAGE, elapsed=time.perf_counter() - t0)
+        yield Progress(n + 1, len(checks), stage=STAGE, elapsed=time.perf_counter() - t0)
     if not set_aside.rows:
         return local, 0
     out = LocalFeatures.from_list(entries, local.settings, local.descriptors.shape[1], local.descriptors.dtype)
