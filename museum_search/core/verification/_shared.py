@@ -174,7 +174,7 @@ def without_shared_features(local: LocalFeatures, descriptors: np.ndarray, label
         return local, 0
     checks = [(row, cand.tolist()) for row, cand in zip(todo, _other_neighbours(descriptors, labels_arr, todo, neighbours))]
     if rows is not None:
-        new, back = set(todo), {}
+        new, back = set(todo), dict[int, list[int]]()
         for row, cand in checks:
             for c in cand:
                 if c not in new:
