@@ -2,7 +2,9 @@
 
 The evidence of the top result (:class:`Evidence`):
 
-* its **cosine** (the global descriptor's similarity, best region);
+* its **cosine** (the global descriptor's similarity, best region; for a close-up, verified, the
+  similarity with the part of the reference it shows, when higher:
+  :meth:`museum_search.core.answer._pipeline.QueryPipeline._part_cosine`);
 * its **margin**: that cosine minus the best cosine of a reference of any *other* object (a photo of
   a known object is usually clearly closer to it than to anything else; an unknown object's best
   match is one of several similar ones);

@@ -104,6 +104,15 @@ def cosine_margin(labels: np.ndarray, instance: str, cosine: float, cos: np.ndar
     return float(cosine)
 
 
+#: A photo shows a *part* of a reference when what it covers of it is at most this share of its area
+#: (:meth:`Verification.shown_part`): a close-up of a work whose reference shows its frame and the
+#: wall around it. The sample's q04 shows 13 % of its reference; a photo of another work in the
+#: same frame, matched on the frame, covers 64-98 %.
+PART = 0.5
+#: ... and at least this many pixels on each side of the reference's frame (a part to describe).
+MIN_PART_SIDE = 32
+
+
 #: A first look is sure when the best object of the shortlist has at least this many inliers; below
 #: it, the photo is looked at again, closer (:meth:`Verification.shortlist`). Dim, blurred, angled
 #: or distant photos of known objects fall below it: at 320 px, 12 % of the protocol's phone-like
@@ -205,6 +214,32 @@ class Verification:
         items = self.index.items
         inliers, row = max((n, r) for r, n in verified.items() if items[r].instance == instance)
         return inliers, self.rival(image, qf, instance, row, inliers, verified)
+
+    def shown_part(self, image: np.ndarray, row: int, qf: Features) -> tuple[float, float, float, float] | None:
+        """The part of reference ``row`` the photo shows, when it shows at most :data:`PART` of its area
+        (a close-up of a work whose reference has its frame and the wall around it): the box
+        (x0, y0, x1, y1), as shares of the reference's width and height, that the photo's corners
+        fall on by the homography the last verification found; None without one, or when the photo
+        shows more."""
+        found = self.verifier.found(qf, self.index, row)
+        got = self.verifier.reference_features(self.index, int(row))
+        if found is None or found[2] is None or got is None:
+            return None
+        rw, rh = got[1]
+        h, w = image.shape[:2]
+        s = min(1.0, self.params.max_side / max(h, w))
+        qw, qh = w * s, h * s
+        try:
+            inv = np.linalg.inv(found[2])
+        except np.linalg.LinAlgError:
+            return None
+        corners = np.array([[0, 0], [qw, 0], [qw, qh], [0, qh]], np.float64).reshape(-1, 1, 2)
+        on_ref = cv2.perspectiveTransform(corners, inv).reshape(-1, 2)
+        x0, y0 = np.clip(on_ref.min(axis=0), 0, [rw, rh])
+        x1, y1 = np.clip(on_ref.max(axis=0), 0, [rw, rh])
+        if (x1 - x0) * (y1 - y0) > PART * rw * rh or min(x1 - x0, y1 - y0) < MIN_PART_SIDE:
+            return None
+        return float(x0 / rw), float(y0 / rh), float(x1 / rw), float(y1 / rh)
 
     def rival(self, image: np.ndarray, qf: Features, instance: str, row: int, inliers: int,
               verified: dict[int, int]) -> int:
