@@ -230,6 +230,11 @@ def test_a_frame_match_is_called_not_distinct():
     j = v.judge(Evidence(0.8, 27, False, False, 20, 0.05))  # the sample's q20: an unknown painting in a known frame
     assert not j.known and j.reason.startswith("not distinct: 27 matching points, but another object has 20")
     assert v.judge(Evidence(0.8, 27, False, False, 0, 0.05)).reason.startswith("verified: 27 matching points")
+    # points that count (20 against 5), refused for the rival's weight: not called "not distinct"
+    strict = Verdict(model_verified=Model(VERIFIED_FEATURES, m.mean, m.scale, (0.1, 0.1, 0.1, -3.0), 0.0, 0.5))
+    j = strict.judge(Evidence(0.8, 20, False, False, 5, 0.05))
+    assert not j.known and j.reason == ("20 matching points, but another object also has 5 on the same part of the "
+                                        "photo (what works share, such as a frame)")
 
 
 def test_a_damaged_stored_verdict_is_a_message():

@@ -377,6 +377,9 @@ class Verdict:
         if name == "inliers" and not known and e.inliers and not e.distinct_inliers:  # they did not count
             phrases.append("not distinct: {inliers} matching points, but another object has {rival} (what they "
                            "share, such as a frame, matches; not the object itself)")
+        elif name == "rival" and not known and e.distinct_inliers:  # they count, the rival weighs against
+            phrases.append("{inliers} matching points, but another object also has {rival} on the same part of "
+                           "the photo (what works share, such as a frame)")
         else:
             phrases.append(_WORDS[name][0 if known else 1])
         if e.inliers is None:
