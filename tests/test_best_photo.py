@@ -64,7 +64,7 @@ def _objects(labels, rows):
 
 def test_the_photo_with_the_most_matching_points_is_shown_first(answers, sample_index):
     labels = sample_index.labels
-    moved = 0
+    moved = close_ups = 0
     for a, p in answers:
         by_score = order(a.scores)
         # the objects come in the order of the scores, and so do the places they hold
@@ -82,11 +82,14 @@ def test_the_photo_with_the_most_matching_points_is_shown_first(answers, sample_
             points = [a.verified_inliers[r] for r in a.ranking if labels[r] == inst and r in a.verified_inliers]
             assert points == sorted(points, reverse=True)
         assert a.top_inliers == a.top.inliers == p.top.inliers
-        # the verdict judges the object's best-ranked photo: its evidence does not depend on the order shown
-        assert a.top_cosine == pytest.approx(float(a.cosine[by_score[0]]))
-        assert a.evidence(True, True).cosine == a.top_cosine
+        # the verdict judges the object's best-ranked photo: its evidence does not depend on the order
+        # shown (a close-up, such as q04 and q06, on the part of its reference it shows when that is closer)
+        assert a.top_cosine >= float(a.cosine[by_score[0]]) - 1e-6
+        close_ups += a.top_cosine > float(a.cosine[by_score[0]]) + 1e-6
+        assert a.evidence(True, True).cosine == a.top_cosine == pytest.approx(p.top_cosine)
         moved += a.top.row != int(by_score[0])
     assert moved >= 3  # on the sample, several objects' best photo is not their best by score
+    assert 1 <= close_ups <= 3  # q04 and q06 are details of their works; the other photos show them whole
 
 
 def test_the_banner_and_the_first_card_agree(answers, sample_index):
