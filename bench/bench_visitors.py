@@ -26,7 +26,8 @@ Sets (the protocols of ``bench_verdict.py``, whose helpers build the indexes):
 
 Per condition, set and matcher: MP@1 (over the known photos), known rejected (told "not in this
 collection"), unknown rejected, **wrong accepted** (photos answered "in the collection" with a wrong
-object, or an unknown one accepted, over all photos; split into known and unknown in the JSON), and
+object, or an unknown one accepted, over all photos; split into known and unknown in the JSON),
+**wrong extra object** (photos whose answer names a further object the photo does not show), and
 GAP (:func:`museum_search.core.evaluation._metrics.global_average_precision` over the answers'
 confidences); and the same pooled over the sets with unknown photos (:data:`POOLED`: each photo
 once, every kind of object). Writes ``bench/results/visitors.json`` (``--out``) with every figure, the machine load
@@ -148,14 +149,16 @@ def degraded(qs: QuerySet, condition: str, out: Path) -> QuerySet:
     return QuerySet(qs.layout, str(out), queries, list(qs.ignored))
 
 
-#: One answer: (the object is known, the top answer is right, the verdict accepts it, its confidence).
-Row = tuple[bool, bool, bool, float]
+#: One answer: (the object is known, the top answer is right, the verdict accepts it, its confidence,
+#: it names a further object (``Answer.objects`` past the first) that the photo does not show).
+Row = tuple[bool, bool, bool, float, bool]
 
 
 def answers(reports: list[EvalReport]) -> list[Row]:
     """Every answer of the reports, as :data:`Row`s judged by each report's verdict."""
-    return [(e.known, e.correct, e.accepted(rep.verdict), np.nan if e.confidence is None else e.confidence)
-            for rep in reports for e in rep.evidence]
+    return [(e.known, e.correct, e.accepted(rep.verdict), np.nan if e.confidence is None else e.confidence,
+             any(i not in r.relevant for i, _ in r.objects[1:]))
+            for rep in reports for r, e in zip(rep.records, rep.evidence)]
 
 
 def share(num: int, den: int) -> float | None:
@@ -174,6 +177,7 @@ def figures(rows: list[Row]) -> dict:
         "known_rejected": share(sum(1 for r in known if not r[2]), len(known)),
         "unknown_rejected": share(len(unknown) - wrong_unknown, len(unknown)),
         "wrong_accepted": share(wrong_known + wrong_unknown, len(rows)),
+        "wrong_extra_object": share(sum(1 for r in rows if r[4]), len(rows)),
         "known_wrong_accepted": share(wrong_known, len(known)),
         "unknown_accepted": share(wrong_unknown, len(unknown)),
         "accuracy": share(sum(1 for r in known if r[1] and r[2]) + len(unknown) - wrong_unknown, len(rows)),
@@ -211,11 +215,11 @@ def row_text(condition: str, name: str, matcher: str, f: dict) -> str:
     seconds = f"{f['seconds']:6.1f}" if "seconds" in f else ""
     return (f"{condition:<15} {name:<20} {matcher:<5} {f['known_queries']:>4}/{f['unknown_queries']:<3} "
             f"{fmt(f['mp@1'])} {fmt(f['known_rejected'])} {fmt(f['unknown_rejected'])} {fmt(f['wrong_accepted'])} "
-            f"{fmt(f['gap'])}  {seconds}")
+            f"{fmt(f['gap'])} {fmt(f.get('wrong_extra_object'))}  {seconds}")
 
 
 HEADER = (f"{'condition':<15} {'set':<20} {'match':<5} {'kn/unk':<8} {'MP@1':>6} {'kn.rej':>6} {'un.rej':>6} "
-          f"{'wrong':>6} {'GAP':>6}  {'s':>6}")
+          f"{'wrong':>6} {'GAP':>6} {'extra':>6}  {'s':>6}")
 
 
 def run(args: argparse.Namespace, results: dict, save: Callable[[], None]) -> None:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from museum_search.core.answer import QueryPipeline, QuerySettings, load_query, query_from_array
+from museum_search.core.answer._pipeline import HALF_TOP, _shrink
 from museum_search.core.conditions import degrade, photo_seed
 from museum_search.core.images import load_image
 from museum_search.core.verification import DEEP, SURE, Verification, normalised_light
@@ -53,8 +54,34 @@ def test_the_deep_look_finds_the_object_the_global_descriptor_ranks_low(sample_i
     shallow = QueryPipeline(sample_index, QuerySettings(verify_top=3, deep=0)).answer([q])[0]
     deep = QueryPipeline(sample_index, QuerySettings(verify_top=3, deep=20)).answer([q])[0]
     assert shallow.top.instance != "rose_window" and len(shallow.verified_inliers) == 3
-    assert deep.top.instance == "rose_window" and len(deep.verified_inliers) == 20
-    assert deep.top_inliers >= 2 * SURE
+    assert deep.top.instance == "rose_window" and deep.top_inliers >= 2 * SURE
+    # the second look verifies 20: the best of each half of the photo in the places of the last of
+    # the best 20 by the photo's regions, never of the first look's 3
+    best = np.argsort(-shallow.cosine, kind="stable")
+    assert len(deep.verified_inliers) == 20 and set(best[:3].tolist()) <= set(deep.verified_inliers)
+    assert not set(best[:20].tolist()) <= set(deep.verified_inliers)
+
+
+def test_the_second_look_verifies_the_best_of_each_half(sample_index, sample_collection):
+    """Two sample photos side by side, degraded as a webcam sees them (the first look unsure): the
+    second look verifies the best :data:`HALF_TOP` references of each half of the photo, besides the
+    first look's best 3 of its regions (QueryPipeline._half_rows)."""
+    left = _visitor_photo(sample_collection, "q21.jpg", "webcam")
+    right = _visitor_photo(sample_collection, "q02.jpg", "webcam")
+    h = min(left.shape[0], right.shape[0])
+    wall = np.ascontiguousarray(np.hstack([left[:h], right[:h]]))
+    pipe = QueryPipeline(sample_index, QuerySettings(verify_top=3, deep=3))
+    q = query_from_array(wall, "wall")
+    a = pipe.answer([q])[0]
+    assert q.image.shape[1] > q.image.shape[0]
+    w = q.image.shape[1] // 2
+    for half in (q.image[:, :w], q.image[:, w:]):
+        d = pipe.extractor.embed([pipe.extractor.preprocess(_shrink(np.ascontiguousarray(half), pipe.extractor.max_side))])
+        best = np.argsort(-(np.asarray(sample_index.descriptors, np.float32) @ d[0]), kind="stable")[:HALF_TOP]
+        assert set(best.tolist()) <= set(a.verified_inliers)
+    # without the second look, only the photo's best 3
+    assert len(QueryPipeline(sample_index, QuerySettings(verify_top=3, deep=0)).answer(
+        [query_from_array(wall, "wall")])[0].verified_inliers) == 3
 
 
 def test_a_sure_first_look_is_not_repeated(sample_index, sample_collection, monkeypatch):

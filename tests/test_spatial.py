@@ -111,6 +111,27 @@ def test_warped_copy_has_many_inliers_unrelated_image_few(images):
     assert verify_pair(images["base"], images["other2"], p) < 10
 
 
+@pytest.mark.parametrize("size", [(300, 400), (960, 1280)])
+def test_a_part_s_features_lie_where_the_photo_s_do(size):
+    """:func:`part_features`: a part of a photo looked at alone gives its keypoints in the photo's
+    frame (the photo resized to ``max_side``), at the places of the same keypoints of the whole photo,
+    whether the photo is smaller than ``max_side`` or twice it (the part then in its own frame)."""
+    h, w = size
+    photo = textured(7, h, w)
+    params = SpatialParams()
+    box = (w // 2, h // 4, w, h)
+    pts, desc = spatial.part_features(photo, box, params)
+    whole_pts, whole_desc = spatial.closer_features(photo, params)
+    assert len(pts) > 50
+    pairs = cv2.BFMatcher(cv2.NORM_L2).knnMatch(desc.astype(np.float32), whole_desc.astype(np.float32), k=2)
+    good = [m for m, n in pairs if m.distance < 0.5 * n.distance]
+    assert len(good) > 30
+    shift = np.array([whole_pts[m.trainIdx] - pts[m.queryIdx] for m in good])
+    assert np.median(np.abs(shift), axis=0).max() < 1.0  # the same places, to a pixel of the frame
+    frame = min(1.0, params.max_side / max(h, w))
+    assert pts[:, 0].min() >= box[0] * frame - 1 and pts[:, 1].min() >= box[1] * frame - 1
+
+
 def test_orb_also_verifies(images):
     p = SpatialParams(feature="orb")
     assert p.effective_feature == "orb"

@@ -20,7 +20,9 @@ asked about.
 * **re-rankers**: ICFRR, αQE or DBA (``settings.rerank``) change the global scores.
 * **verification** (on by default): the best ``verify_top`` references by global score are matched
   with the photo (the index's matcher, SIFT or XFeat, and a RANSAC homography, :mod:`museum_search.core.verification._spatial`),
-  using the reference features stored with the index. The photo's own local features are computed
+  using the reference features stored with the index; a photo whose first look is unsure is looked
+  at again, closer and deeper, with the best of each half of the photo too
+  (:meth:`QueryPipeline._half_rows`). The photo's own local features are computed
   once (:meth:`museum_search.core.verification._shortlist.Verification.features`), on a thread while the network describes the
   photo; matching is exact, in 8-bit integers (:func:`museum_search.core.verification._spatial._match_sift`). An object with a photo of at least the verdict's ``min_inliers`` gets the
   bonus ``min(inliers, 50) / 50`` on each of its shortlisted photos (:func:`museum_search.core.verification._shortlist.object_inliers`: objects
@@ -39,8 +41,10 @@ asked about.
   result first when it is accepted; then each other object of the verified shortlist with at least
   ``min_inliers`` whose outline lies apart from those found (a work beside another is a second
   object, not a rival: :meth:`museum_search.core.verification._shortlist.Verification.rival`),
-  judged by the verdict on its own part of the photo (described again). Outlines are given in the
-  photo's own pixels (:meth:`QueryImage.to_photo`).
+  judged by the verdict on its own part of the photo (described again); then the part of the photo
+  beside the objects found, when it is large, looked at alone (:meth:`QueryPipeline._beside`: its own
+  shortlist and its own local features). Outlines are given in the photo's own pixels
+  (:meth:`QueryImage.to_photo`).
 
 A **region query** asks about a part of the photo only (:func:`load_query`, :func:`query_from_bytes`
 with ``region``, :meth:`QueryImage.cropped`): the part is cut once, when the photo is decoded (at the
@@ -66,7 +70,7 @@ from museum_search.core.answer._search import Result, ranking_scores, score_matr
 from museum_search.core.answer._verdict import Evidence, Verdict
 from museum_search.core.errors import ImageError, MuseumSearchError
 from museum_search.core.images import decode_image, encoded_image_size, image_size, load_image
-from museum_search.core.index import Features, Index, resolve_mode
+from museum_search.core.index import Features, Index, candidate_scores, resolve_mode
 from museum_search.core.inference import (
     ENGINES,
     DescriptorExtractor,
@@ -88,6 +92,12 @@ from museum_search.core.verification import (
 
 log = logging.getLogger(__name__)
 
+#: The second look (:meth:`QueryPipeline._half_rows`) verifies the best this many references of
+#: each half of the photo too.
+HALF_TOP = 20
+#: The objects found in a photo leave a part of it free when at least this share of its longer side
+#: lies beside them; that part is looked at alone (:meth:`QueryPipeline._beside`).
+BESIDE = 0.4
 #: Longest side of the decoded query photo: what verification and the views use.
 VERIFY_SIDE = SpatialParams().max_side
 #: The smallest part of a photo (px of the decoded photo, each side) a further object in it is
@@ -516,8 +526,15 @@ class QueryPipeline:
         finite = np.flatnonzero(np.isfinite(scores))
         live = finite if len(finite) < len(scores) // 2 else None
         if s.verify and s.verify_top > 0 and query.image is not None:
+            more = None
+            if not self._rerank and descriptor is not None:  # the halves' best rows, if the second look is taken
+                def more(image=query.image, sc=scores, co=cos, d=descriptor):
+                    return self._half_rows(image, sc, co, d)
             scores, verified, qf = self.verification.shortlist(query.image, scores, s.verify_top,
-                                                               None if features is None else features.result(), live)
+                                                               None if features is None else features.result(), live,
+                                                               more)
+            if live is not None:  # the halves may have scored rows the first ranking had not
+                live = np.flatnonzero(np.isfinite(scores))
         labels = self.index.labels
         top = _rank(scores, labels, s.k, s.per_instance, live)
         judged_row = int(top[0]) if len(top) else -1  # the verdict judges the top object's best-ranked photo
@@ -583,6 +600,34 @@ class QueryPipeline:
         d = self.extractor.embed([self.extractor.preprocess(_shrink(np.ascontiguousarray(part), self.extractor.max_side))])
         return float((np.asarray(descriptor, np.float32).reshape(-1, d.shape[-1]) @ d.reshape(-1)).max())
 
+    def _half_rows(self, image: np.ndarray, scores: np.ndarray, cos: np.ndarray, descriptor: np.ndarray
+                   ) -> np.ndarray:
+        """The best :data:`HALF_TOP` references of each half of the photo ``image`` (cut across its
+        longer side), which the second look verifies too (:meth:`museum_search.core.verification.Verification.shortlist`):
+        on a wall with two works, each work fills one half, while the photo's regions (60 % of
+        it) each show some of the other work; qsd2_w3/00012's two paintings, 133rd and 185th by
+        their best region, are 12th in their halves. A reference left out of this query (a -inf
+        score with a finite cosine) is not proposed; one the first ranking did not score (outside
+        the exact prefix or the approximate search's candidates) gets its exact cosine with the
+        photo's regions (``descriptor``: (R, D)) in ``cos`` and ``scores``, as if it had."""
+        h, w = image.shape[:2]
+        halves = [image[:, :w // 2], image[:, w // 2:]] if w >= h else [image[:h // 2], image[h // 2:]]
+        if min(halves[0].shape[:2]) < MIN_PART:
+            return np.empty(0, np.intp)
+        ex = self.extractor
+        desc = ex.embed([ex.preprocess(_shrink(np.ascontiguousarray(x), ex.max_side)) for x in halves])
+        allowed = np.isfinite(scores) | ~np.isfinite(cos)
+        rows = np.empty(0, np.intp)
+        for half in ranking_scores(self.index, desc[:, None], self.search_mode, rows=HALF_TOP, objects=1):
+            cand = np.flatnonzero(np.isfinite(half) & allowed)
+            best = cand[order(half[cand], HALF_TOP)]
+            rows = np.concatenate([rows, best[~np.isin(best, rows)]])
+        fill = np.sort(rows[~np.isfinite(cos[rows])])
+        if len(fill):
+            regions = np.asarray(descriptor, np.float32).reshape(-1, desc.shape[-1])
+            cos[fill] = scores[fill] = candidate_scores(self.index.descriptors, regions, fill).max(axis=0)
+        return rows
+
     # ---- every object in the photo ------------------------------------------------------------
     def objects_in(self, query: QueryImage, answer: Answer) -> list[FoundObject]:
         """Every collection object found in the photo of ``answer``: none when it is not in the
@@ -615,17 +660,95 @@ class QueryPipeline:
             if judged is not None and judged.known:
                 found.append(self._found(query, instance, judged.confidence, judged.reason, m, answer, row))
                 where.append(m)
-        return found
+        return found + self._beside(query, answer, found, where)
+
+    def _free_part(self, image: np.ndarray, where: list[Matches]) -> tuple[int, int, int, int] | None:
+        """The part of the photo beside the objects found (``where``: their matches), across the
+        photo's longer side: (x0, y0, x1, y1) px of the larger span before or after their outlines,
+        when it is at least :data:`BESIDE` of that side; else None."""
+        h, w = image.shape[:2]
+        axis = 0 if w >= h else 1
+        length = (w, h)[axis]
+        spans = [c[:, axis] for c in (outline_in_photo(m, (w, h)) for m in where) if c is not None]
+        if not spans:
+            return None
+        lo = max(0, int(np.floor(min(c.min() for c in spans))))
+        hi = min(length, int(np.ceil(max(c.max() for c in spans))))
+        if max(lo, length - hi) < BESIDE * length:
+            return None
+        a0, a1 = (0, lo) if lo >= length - hi else (hi, length)
+        return (a0, 0, a1, h) if axis == 0 else (0, a0, w, a1)
+
+    def _textured(self, image: np.ndarray, box: tuple[int, int, int, int], qf: Features) -> bool:
+        """Whether the photo's local features ``qf`` (its frame: ``image`` at most ``max_side``) have
+        at least the gate's count of keypoints in the part ``box`` (px): fewer, and it is a bare wall,
+        where no object could be verified (the visitor protocol's paintings from afar have at most 6
+        there, qsd2_w3/00012's second work 35; looking at a part alone costs a SIFT of it at full
+        size, about twice the first look's)."""
+        h, w = image.shape[:2]
+        s = min(1.0, self.verification.params.max_side / max(h, w))
+        pts = np.asarray(qf[0])
+        x0, y0, x1, y1 = (v * s for v in box)
+        inside = (pts[:, 0] >= x0) & (pts[:, 0] < x1) & (pts[:, 1] >= y0) & (pts[:, 1] < y1)
+        return int(np.count_nonzero(inside)) >= self.verification.gate
+
+    def _beside(self, query: QueryImage, answer: Answer, found: list[FoundObject], where: list[Matches]
+                ) -> list[FoundObject]:
+        """The further objects in the part of the photo beside those ``found`` (:meth:`_free_part`),
+        looked at alone: its best :data:`HALF_TOP` references by its own description (the objects
+        found aside), verified with its own local features, when the photo's have keypoints there
+        (:meth:`_textured`; :meth:`museum_search.core.verification.Verification.part`: on a wall of two works, the photo's
+        keypoints go to the brighter, busier one; qsd2_w3/00012's dark green painting has 0 inliers
+        with the photo's and 19 with its half's), each object with at least the gate judged by the
+        verdict on its own evidence there, as :meth:`objects_in`'s."""
+        assert query.image is not None and answer.features is not None  # verified (objects_in)
+        image = query.image
+        box = self._free_part(image, where)
+        if box is None:
+            return []
+        x0, y0, x1, y1 = box
+        if not self._textured(image, box, answer.features):
+            return []
+        ex, labels = self.extractor, self.index.labels
+        desc = ex.embed([ex.preprocess(_shrink(np.ascontiguousarray(image[y0:y1, x0:x1]), ex.max_side))])
+        cos = ranking_scores(self.index, desc, self.search_mode, rows=HALF_TOP, objects=1)[0]
+        names = {f.instance for f in found}
+        cand = np.flatnonzero(np.isfinite(cos) & (np.isfinite(answer.scores) | ~np.isfinite(answer.cosine))
+                              & ~np.isin(labels, sorted(names)))
+        rows = cand[order(cos[cand], HALF_TOP)]
+        shown = self.verification.verifier.last_found()
+        out: list[FoundObject] = []
+        try:
+            qf, inl = self.verification.part(image, box, rows)
+            verified = {int(r): int(n) for r, n in zip(rows, inl)}
+            for instance, row, inliers in self.verification.further_objects(verified, names):
+                m = self.verification.matches(image, row, qf)
+                if m.outline is None or not all(apart(f, m) for f in where):
+                    continue
+                evidence = self._evidence(query, answer, instance, row, inliers, m, names, verified, qf)
+                judged = None if evidence is None else self.verdict.judge(evidence)
+                if judged is not None and judged.known:
+                    out.append(self._found(query, instance, judged.confidence, judged.reason, m, answer, row,
+                                           inliers, float(cos[row])))
+                    where.append(m)
+                    names.add(instance)
+        finally:
+            self.verification.verifier.restore_found(shown)
+        return out
 
     def _evidence(self, query: QueryImage, answer: Answer, instance: str, row: int, inliers: int, m: Matches,
-                  found: set[str]) -> Evidence | None:
+                  found: set[str], verified: dict[int, int] | None = None, qf: Features | None = None
+                  ) -> Evidence | None:
         """The evidence of a further object ``instance`` in the photo (its best verified photo
         ``row``, ``inliers``, its matches ``m``), on its own part of the photo: the part within its
         outline is described, its cosine is the best of its shortlisted photos with that part, its
         margin that over the best object not ``found``; its rival is the most inliers of another
         object on that part (:meth:`museum_search.core.verification.Verification.rival`). None when
-        that part is too small to describe."""
+        that part is too small to describe. ``verified`` and ``qf``: the shortlist (row → inliers)
+        and the features it was verified with, when not the answer's (a part looked at alone)."""
         assert query.image is not None and answer.features is not None
+        verified = answer.verified_inliers if verified is None else verified
+        qf = answer.features if qf is None else qf
         image = query.image
         h, w = image.shape[:2]
         corners = outline_in_photo(m, (w, h))
@@ -637,19 +760,20 @@ class QueryPipeline:
         part = QueryImage(f"{query.name} (part)", np.ascontiguousarray(image[y0:y1, x0:x1]))
         desc = self.embed([part])
         labels = self.index.labels
-        mine = np.array(sorted(r for r in answer.verified_inliers if labels[r] == instance), np.intp)
+        mine = np.array(sorted(r for r in verified if labels[r] == instance), np.intp)
         refs = np.asarray(self.index.descriptors[mine], np.float32)
         cosine = float((desc[0] @ refs.T).max())
         cos = ranking_scores(self.index, desc, self.search_mode, rows=max(1, self.settings.verify_top),
                              objects=len(found) + 2)[0]
         valid = np.isfinite(cos) & ~np.isin(labels, sorted(found))
         margin = cosine_margin(labels, instance, cosine, cos, valid)
-        rival = self.verification.rival(image, answer.features, instance, row, inliers, answer.verified_inliers)
+        rival = self.verification.rival(image, qf, instance, row, inliers, verified)
         return Evidence(cosine, inliers, True, True, rival, margin)
 
     def _found(self, query: QueryImage, instance: str, confidence: float, reason: str, m: Matches | None,
-               answer: Answer, row: int) -> FoundObject:
-        """The :class:`FoundObject` of ``instance`` shown by reference ``row`` (``m``: its matches)."""
+               answer: Answer, row: int, inliers: int | None = None, cosine: float | None = None) -> FoundObject:
+        """The :class:`FoundObject` of ``instance`` shown by reference ``row`` (``m``: its matches;
+        ``inliers`` and ``cosine``: its own when not the answer's shortlist's, a part looked at alone)."""
         assert query.image is not None or m is None
         corners = None
         if m is not None and query.image is not None:
@@ -660,10 +784,14 @@ class QueryPipeline:
         if result is None:
             it = self.index.items[row]
             score = float(answer.scores[row])
+            if not np.isfinite(score):  # scored only in the part looked at alone
+                score = float(answer.cosine[row]) if np.isfinite(answer.cosine[row]) else float(cosine or 0.0)
             rank = 1 + int(np.count_nonzero(answer.scores > score))
-            result = Result(rank, row, score, float(answer.cosine[row]), answer.verified_inliers.get(row),
+            result = Result(rank, row, score, float(answer.cosine[row]) if np.isfinite(answer.cosine[row]) else score,
+                            answer.verified_inliers.get(row) if inliers is None else inliers,
                             it.path, str(self.index.root / it.path), it.instance, dict(it.metadata))
-        return FoundObject(instance, float(confidence), reason, corners, result, answer.verified_inliers.get(row))
+        shown = answer.verified_inliers.get(row) if inliers is None else inliers
+        return FoundObject(instance, float(confidence), reason, corners, result, shown)
 
     # ---- what a viewer draws ------------------------------------------------------------------
     def matches(self, query: QueryImage, row: int, answer: Answer | None = None) -> Matches:

@@ -16,6 +16,7 @@ and a homography, :mod:`museum_search.core.verification._spatial`, with the inde
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import cv2
@@ -31,6 +32,7 @@ from museum_search.core.verification._spatial import (
     closer_features,
     matches_of,
     outline_overlap,
+    part_features,
     query_features,
 )
 
@@ -165,6 +167,14 @@ class Verification:
         self._last[look] = (weakref.ref(image), qf)
         return qf
 
+    def part(self, image: np.ndarray, box: tuple[int, int, int, int], rows: np.ndarray) -> tuple[Features, np.ndarray]:
+        """A closer look at the part ``box`` (x0, y0, x1, y1 px) of the photo ``image`` alone: its
+        features in the photo's frame (:func:`museum_search.core.verification._spatial.part_features`)
+        and the inliers of each reference of ``rows`` with them. What the viewers drew from the
+        photo's shortlist is restored by the caller (``verifier.restore_found``)."""
+        qf = part_features(image, box, self.params)
+        return qf, self.verifier.verify_rows(qf, rows, self.index)
+
     def _second_look(self, inliers: np.ndarray) -> bool:
         """Whether a photo whose first look found ``inliers`` is looked at again: a second look asked
         for, SIFT (or ORB) features (XFeat's see dim and blurred photos at their one side), and the
@@ -173,12 +183,16 @@ class Verification:
                 and (int(inliers.max()) if len(inliers) else 0) < SURE)
 
     def shortlist(self, image: np.ndarray, scores: np.ndarray, top: int, qf: Features | None = None,
-                  live: np.ndarray | None = None) -> tuple[np.ndarray, dict[int, int], Features | None]:
+                  live: np.ndarray | None = None, more: Callable[[], np.ndarray] | None = None
+                  ) -> tuple[np.ndarray, dict[int, int], Features | None]:
         """Verify the ``top`` best references of ``scores`` with the photo ``image`` (``qf``: its
         features, when already computed; ``live``: the rows with a finite score, ascending, when
         they are few — then only those are ranked): (the scores with the verified objects lifted,
         row → inliers of each verified reference, the photo's local features; None when nothing
-        was verified)."""
+        was verified). ``more``: called when the second look is taken, the further rows it verifies
+        too (the best of the photo's halves: ``QueryPipeline._half_rows``; their ``scores`` made
+        finite by it), in the places of the last of its ``deep`` (never of the first ``top``): the
+        second look verifies no more references than without them."""
         short = self._best(scores, top, live)
         if not len(short):
             return scores, {}, None
@@ -188,6 +202,10 @@ class Verification:
             # unsure: look again, closer (the light normalised, at the stored features' side) and
             # deeper; the look that finds more on its best reference is kept
             deep = self._best(scores, max(top, self.deep), live)
+            if more is not None:  # the halves' best take the places of the last of the deep list
+                extra = more()
+                extra = extra[~np.isin(extra, deep)]
+                deep = np.concatenate([deep[:max(top, len(deep) - len(extra))], extra])
             first = self.verifier.last_found()
             closer = self.closer(image)
             inl_closer = self.verifier.verify_rows(closer, deep, self.index)

@@ -256,6 +256,21 @@ def closer_features(image: np.ndarray, params: SpatialParams) -> Features:
     return query_features(normalised_light(image), replace(params, query_side=None))
 
 
+def part_features(image: np.ndarray, box: tuple[int, int, int, int], params: SpatialParams) -> Features:
+    """The features of the part ``box`` (x0, y0, x1, y1 px) of the photo ``image`` for a closer look
+    at it alone (:func:`closer_features` of the part: its own keypoints, not those the rest of the
+    photo outshines), their positions carried into the photo's frame (``image`` resized to
+    ``params.max_side``), where they are matched and drawn as the photo's own."""
+    x0, y0, x1, y1 = (int(v) for v in box)
+    part = np.ascontiguousarray(np.asarray(image)[y0:y1, x0:x1])
+    pts, desc = closer_features(part, params)
+    h, w = np.shape(image)[:2]
+    fw, fh = _resized_size(image, params.max_side)
+    pw, ph = _resized_size(part, params.max_side)
+    px = (pts + 0.5) * np.array([part.shape[1] / pw, part.shape[0] / ph], np.float32) + np.array([x0, y0], np.float32)
+    return (px * np.array([fw / w, fh / h], np.float32) - 0.5).astype(np.float32), desc
+
+
 _EMPTY = (np.empty((0, 2), np.float32), np.empty((0, 2), np.float32))
 #: similarity-matrix entries per block when matching many references: 2 MB of int32, about one
 #: reference against the photo, which stays in cache while its keys are made (matching the paintings'
