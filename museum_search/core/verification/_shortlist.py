@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import cv2
@@ -143,6 +144,7 @@ class Verification:
         self.deep = int(deep)
         #: the last photo's features, of each look ("first", "closer")
         self._last: dict[str, tuple[weakref.ref, Features]] = {}
+        self._pool: ThreadPoolExecutor | None = None
 
     @property
     def params(self) -> SpatialParams:
@@ -175,6 +177,13 @@ class Verification:
         qf = part_features(image, box, self.params)
         return qf, self.verifier.verify_rows(qf, rows, self.index)
 
+    def _closer_pool(self) -> ThreadPoolExecutor:
+        """The thread that computes a photo's closer features (OpenCV releases the GIL) while the
+        network describes its halves."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="closer-look")
+        return self._pool
+
     def _second_look(self, inliers: np.ndarray) -> bool:
         """Whether a photo whose first look found ``inliers`` is looked at again: a second look asked
         for, SIFT (or ORB) features (XFeat's see dim and blurred photos at their one side), and the
@@ -202,12 +211,13 @@ class Verification:
             # unsure: look again, closer (the light normalised, at the stored features' side) and
             # deeper; the look that finds more on its best reference is kept
             deep = self._best(scores, max(top, self.deep), live)
+            closing = self._closer_pool().submit(self.closer, image)  # while the halves are described
             if more is not None:  # the halves' best take the places of the last of the deep list
                 extra = more()
                 extra = extra[~np.isin(extra, deep)]
                 deep = np.concatenate([deep[:max(top, len(deep) - len(extra))], extra])
             first = self.verifier.last_found()
-            closer = self.closer(image)
+            closer = closing.result()
             inl_closer = self.verifier.verify_rows(closer, deep, self.index)
             if inl_closer.max() > inl.max():
                 short, inl, qf = deep, inl_closer, closer
