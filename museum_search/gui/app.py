@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from museum_search.gui import INTERRUPTED, exit_interrupted
+
 
 def main(argv: Sequence[str] | None = None, *, engine: str | None = None) -> int:
     """The application (or with ``--demo`` the kiosk) until it is left. ``engine``: the inference engine of
@@ -33,7 +35,8 @@ def main(argv: Sequence[str] | None = None, *, engine: str | None = None) -> int
 
     if args.demo and args.index is None:
         parser.error("--demo needs an INDEX")
-    previous = signal.signal(signal.SIGINT, _interrupted_while_starting)  # until the app's own handler
+    # until the app's own handler: before the window exists nothing has begun
+    previous = signal.signal(signal.SIGINT, exit_interrupted)
     try:
         app = _application()
         ticker = _interrupt_quits(app)
@@ -81,14 +84,6 @@ def _application():
     return app
 
 
-#: what a Ctrl-C in the terminal prints before the app ends with exit code 130
-INTERRUPTED = "museum-search: interrupted (Ctrl-C); the running work was cancelled and nothing was changed"
-
-
-def _interrupted_while_starting(_signum, _frame) -> None:
-    """Ctrl-C before the window exists: nothing has begun."""
-    print(INTERRUPTED, file=sys.stderr, flush=True)
-    raise SystemExit(130)
 
 
 def _interrupt_quits(app):
