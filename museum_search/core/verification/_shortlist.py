@@ -211,13 +211,16 @@ class Verification:
             # unsure: look again, closer (the light normalised, at the stored features' side) and
             # deeper; the look that finds more on its best reference is kept
             deep = self._best(scores, max(top, self.deep), live)
-            closing = self._closer_pool().submit(self.closer, image)  # while the halves are described
+            try:  # on a thread while the halves are described
+                closing = self._closer_pool().submit(self.closer, image)
+            except RuntimeError:  # the interpreter is ending (a Ctrl-C ended the command): no new work on a thread
+                closing = None
             if more is not None:  # the halves' best take the places of the last of the deep list
                 extra = more()
                 extra = extra[~np.isin(extra, deep)]
                 deep = np.concatenate([deep[:max(top, len(deep) - len(extra))], extra])
             first = self.verifier.last_found()
-            closer = closing.result()
+            closer = self.closer(image) if closing is None else closing.result()
             inl_closer = self.verifier.verify_rows(closer, deep, self.index)
             if inl_closer.max() > inl.max():
                 short, inl, qf = deep, inl_closer, closer
