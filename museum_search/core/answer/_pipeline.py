@@ -597,8 +597,13 @@ class QueryPipeline:
         part = ref[int(y0 * h):int(np.ceil(y1 * h)), int(x0 * w):int(np.ceil(x1 * w))]
         if min(part.shape[:2]) < 2:
             return float("-inf")
-        d = self.extractor.embed([self.extractor.preprocess(_shrink(np.ascontiguousarray(part), self.extractor.max_side))])
+        d = self._describe([part])
         return float((np.asarray(descriptor, np.float32).reshape(-1, d.shape[-1]) @ d.reshape(-1)).max())
+
+    def _describe(self, crops: Sequence[np.ndarray]) -> np.ndarray:
+        """(n, D) descriptors of parts of a photo, each as one region (not cut into the photo's regions)."""
+        ex = self.extractor
+        return ex.embed([ex.preprocess(_shrink(np.ascontiguousarray(c), ex.max_side)) for c in crops])
 
     def _half_rows(self, image: np.ndarray, scores: np.ndarray, cos: np.ndarray, descriptor: np.ndarray
                    ) -> np.ndarray:
@@ -614,13 +619,10 @@ class QueryPipeline:
         halves = [image[:, :w // 2], image[:, w // 2:]] if w >= h else [image[:h // 2], image[h // 2:]]
         if min(halves[0].shape[:2]) < MIN_PART:
             return np.empty(0, np.intp)
-        ex = self.extractor
-        desc = ex.embed([ex.preprocess(_shrink(np.ascontiguousarray(x), ex.max_side)) for x in halves])
-        allowed = np.isfinite(scores) | ~np.isfinite(cos)
+        desc = self._describe(halves)
         rows = np.empty(0, np.intp)
         for half in ranking_scores(self.index, desc[:, None], self.search_mode, rows=HALF_TOP, objects=1):
-            cand = np.flatnonzero(np.isfinite(half) & allowed)
-            best = cand[order(half[cand], HALF_TOP)]
+            best = _best_proposed(half, scores, cos)
             rows = np.concatenate([rows, best[~np.isin(best, rows)]])
         fill = np.sort(rows[~np.isfinite(cos[rows])])
         if len(fill):
@@ -709,13 +711,10 @@ class QueryPipeline:
         x0, y0, x1, y1 = box
         if not self._textured(image, box, answer.features):
             return []
-        ex, labels = self.extractor, self.index.labels
-        desc = ex.embed([ex.preprocess(_shrink(np.ascontiguousarray(image[y0:y1, x0:x1]), ex.max_side))])
+        desc = self._describe([image[y0:y1, x0:x1]])
         cos = ranking_scores(self.index, desc, self.search_mode, rows=HALF_TOP, objects=1)[0]
         names = {f.instance for f in found}
-        cand = np.flatnonzero(np.isfinite(cos) & (np.isfinite(answer.scores) | ~np.isfinite(answer.cosine))
-                              & ~np.isin(labels, sorted(names)))
-        rows = cand[order(cos[cand], HALF_TOP)]
+        rows = _best_proposed(cos, answer.scores, answer.cosine, ~np.isin(self.index.labels, sorted(names)))
         shown = self.verification.verifier.last_found()
         out: list[FoundObject] = []
         try:
@@ -810,6 +809,16 @@ class QueryPipeline:
         labels = self.index.labels
         _, row = max((n, r) for r, n in answer.verified_inliers.items() if labels[r] == top.instance)
         return self.matches(query, row, answer)
+
+
+def _best_proposed(part: np.ndarray, scores: np.ndarray, cos: np.ndarray, keep: np.ndarray | None = None
+                   ) -> np.ndarray:
+    """The best :data:`HALF_TOP` rows by a part of the photo's scores ``part`` among those this query may
+    propose (and ``keep``, when given): not left out of it (a -inf ``scores`` with a finite ``cos``);
+    a row its first ranking did not score (both -inf) may be."""
+    ok = np.isfinite(part) & (np.isfinite(scores) | ~np.isfinite(cos))
+    cand = np.flatnonzero(ok if keep is None else ok & keep)
+    return cand[order(part[cand], HALF_TOP)]
 
 
 def _rank(scores: np.ndarray, labels: np.ndarray, k: int, one_per_instance: bool, live: np.ndarray | None
