@@ -3,12 +3,13 @@ the light normalised, the photo's features at the stored features' side, and the
 references verified. On the bundled sample's real photos, degraded as a visitor's phone takes
 them (:mod:`museum_search.core.conditions`)."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from museum_search.core.answer import QueryPipeline, QuerySettings, load_query, query_from_array
+from museum_search.core.answer import QueryPipeline, QuerySettings, Verdict, load_query, query_from_array
 from museum_search.core.answer._pipeline import HALF_TOP, _shrink
 from museum_search.core.conditions import degrade, photo_seed
 from museum_search.core.images import load_image
@@ -40,7 +41,12 @@ def test_an_unsure_first_look_is_followed_by_a_closer_one(sample_index, sample_c
     assert first.top.instance == closer.top.instance == "harbour_lights"
     assert first.top_inliers < SURE
     assert closer.top_inliers >= 4 * first.top_inliers
-    assert closer.confidence > first.confidence
+    assert closer.in_collection and first.in_collection
+    # the closer look's points count for it: with the first look's rival (the closer one also finds
+    # a few points of another work's frame, which count against it) it is the more confident
+    verdict = Verdict.of_index(sample_index)
+    closer_evidence = replace(closer.evidence(True, True), rival=first.rival)
+    assert verdict.judge(closer_evidence).confidence > first.confidence
     # the evidence drawn is that of the look kept: the matches of the top result have its inliers
     m = QueryPipeline(sample_index, QuerySettings()).top_matches(query_from_array(img, "q02"), closer)
     assert m is not None and m.inliers == closer.top_inliers
@@ -113,3 +119,23 @@ def test_the_first_look_stands_when_the_second_finds_no_more(sample_index, sampl
         assert not a.in_collection
         m = pipe.top_matches(load_query(sample_collection / "queries" / name), a)
         assert m is None or m.inliers == (a.top_inliers or 0)
+
+
+def test_the_answer_knows_the_points_that_could_have_matched(sample_index, sample_collection):
+    """``Evidence.expected`` on a real photo: the fewer of the photo's keypoints and those of the
+    answer's best verified reference photo; the calibration stored it, so the sample's verdict reads
+    it (``unmatched``, whose weight is never for an answer)."""
+    img = _visitor_photo(sample_collection, "q02.jpg", "phone")
+    pipe = QueryPipeline(sample_index, QuerySettings())
+    a = pipe.answer([query_from_array(img, "q02")])[0]
+    e = a.evidence(True, True)
+    best = max((n, r) for r, n in a.verified_inliers.items() if sample_index.items[r].instance == a.top.instance)[1]
+    ref = pipe.verification.verifier.reference_features(sample_index, best)
+    assert e.expected == min(len(a.features[0]), len(ref[0][0])) > e.inliers > 0
+    verdict = Verdict.of_index(sample_index)
+    assert all("expected" in d for d in verdict.evidence) and any(d["expected"] > 0 for d in verdict.evidence)
+    weights = dict(zip(verdict.model_verified.features, verdict.model_verified.weights))
+    assert weights["unmatched"] <= 0
+    # the same answer with fewer points that could match is at least as confident (below the gate)
+    few = replace(e, inliers=5, rival=0)
+    assert verdict.judge(replace(few, expected=10)).confidence >= verdict.judge(replace(few, expected=500)).confidence

@@ -103,6 +103,7 @@ from museum_search.core.answer._verdict import (  # noqa: E402
     REAL_VIEWS,
     TARGET_FALSE_ACCEPT,
     VERIFIED_FEATURES,
+    VERIFIED_FEATURES_BEFORE,
     fit_model,
     fit_verdict,
     unknown_threshold,
@@ -134,7 +135,7 @@ def test_the_model_uses_all_the_evidence_with_fixed_signs_and_meets_its_target()
     known, unknown = _views(rng)
     v = fit_verdict(known + unknown, "test")
     m = v.model_verified
-    assert m.features == VERIFIED_FEATURES
+    assert m.features == VERIFIED_FEATURES_BEFORE  # these views do not know the points that could match
     w = dict(zip(m.features, m.weights))
     assert w["cosine"] > 0 and w["margin"] > 0 and w["inliers"] > 0 and w["rival"] <= 0
     accepted_unknown = np.mean([e.accepted(v) for e in unknown])
@@ -153,6 +154,43 @@ def test_the_model_uses_all_the_evidence_with_fixed_signs_and_meets_its_target()
     assert back == v
     for e in known[:10] + unknown[:10]:
         assert back.judge(e) == v.judge(e)
+
+
+def test_a_look_alike_of_a_textured_object_is_refused_where_a_plain_object_is_accepted():
+    """The points that could have matched (``Evidence.expected``): a plain known object (few points
+    at all) is recognised on its similarity, while a look-alike of a textured object, as similar
+    overall but with few of its many points matching, is refused (COIL-100's last-20 split)."""
+    rng = np.random.default_rng(7)
+    known, unknown = [], []
+    for i in range(160):
+        plain = i % 2 == 1
+        known.append(Evidence(float(rng.uniform(0.85, 0.97)), int(rng.integers(0, 8)) if plain else int(rng.integers(20, 200)),
+                              True, True, 0, float(rng.uniform(0.04, 0.15)), kind="real",
+                              expected=int(rng.integers(5, 40)) if plain else int(rng.integers(200, 900))))
+        lookalike = i % 4 == 0  # as similar as a plain known object, but textured: many points, few match
+        unknown.append(Evidence(float(rng.uniform(0.85, 0.95) if lookalike else rng.uniform(0.6, 0.85)),
+                                int(rng.integers(0, 8)), False, False, 0,
+                                float(rng.uniform(0.04, 0.12) if lookalike else rng.uniform(-0.03, 0.03)),
+                                kind="real", expected=int(rng.integers(200, 900)) if lookalike else int(rng.integers(5, 900))))
+    v = fit_verdict(known + unknown, "test")
+    m = v.model_verified
+    assert m.features == VERIFIED_FEATURES
+    assert dict(zip(m.features, m.weights))["unmatched"] < 0
+    plain = Evidence(0.92, 3, True, True, 0, 0.09, expected=20)
+    lookalike = _replace(plain, expected=600)
+    assert v.judge(plain).known and not v.judge(lookalike).known
+    assert "few of its points match: 3 matching points where 600 could (as with a look-alike)" in v.judge(lookalike).reason
+    # verified answers (at least MIN_CALIBRATED distinct inliers) are not judged by what did not match
+    sure = Evidence(0.9, 60, True, True, 0, 0.05, expected=20)
+    assert v.judge(sure).confidence == pytest.approx(v.judge(_replace(sure, expected=900)).confidence)
+    # the same fit without the points that could match cannot tell them apart
+    before = fit_verdict([_replace(e, expected=0) for e in known + unknown], "test")
+    assert before.model_verified.features == VERIFIED_FEATURES_BEFORE
+    assert before.judge(_replace(plain, expected=0)).known == before.judge(_replace(lookalike, expected=0)).known
+    assert np.mean([e.accepted(v) for e in unknown]) < np.mean([e.accepted(before) for e in unknown]) or \
+        np.mean([e.correct and e.accepted(v) for e in known]) > np.mean([e.correct and e.accepted(before) for e in known])
+    # stored and read back with it
+    assert Evidence.from_dict(lookalike.to_dict()).expected == 600
 
 
 def test_confidence_is_monotone_in_each_feature():
@@ -225,13 +263,13 @@ def test_a_frame_match_is_called_not_distinct():
     """Points that do not count (another object has about as many: a shared frame) are named as such."""
     from museum_search.core.answer._verdict import Model
 
-    m = Model(VERIFIED_FEATURES, (0.8, 0.05, 2.0, 1.0), (1.0, 1.0, 1.0, 1.0), (0.1, 0.1, 3.0, -0.5), 0.0, 0.5)
+    m = Model(VERIFIED_FEATURES_BEFORE, (0.8, 0.05, 2.0, 1.0), (1.0, 1.0, 1.0, 1.0), (0.1, 0.1, 3.0, -0.5), 0.0, 0.5)
     v = Verdict(model_verified=m)
     j = v.judge(Evidence(0.8, 27, False, False, 20, 0.05))  # the sample's q20: an unknown painting in a known frame
     assert not j.known and j.reason.startswith("not distinct: 27 matching points, but another object has 20")
     assert v.judge(Evidence(0.8, 27, False, False, 0, 0.05)).reason.startswith("verified: 27 matching points")
     # points that count (20 against 5), refused for the rival's weight: not called "not distinct"
-    strict = Verdict(model_verified=Model(VERIFIED_FEATURES, m.mean, m.scale, (0.1, 0.1, 0.1, -3.0), 0.0, 0.5))
+    strict = Verdict(model_verified=Model(VERIFIED_FEATURES_BEFORE, m.mean, m.scale, (0.1, 0.1, 0.1, -3.0), 0.0, 0.5))
     j = strict.judge(Evidence(0.8, 20, False, False, 5, 0.05))
     assert not j.known and j.reason == ("20 matching points, but another object also has 5 on the same part of the "
                                         "photo (what works share, such as a frame)")

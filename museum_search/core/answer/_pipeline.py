@@ -366,6 +366,8 @@ class Answer:
     #: each other verified object apart from those (:meth:`QueryPipeline.objects_in`); none when
     #: the photo is not in the collection
     objects: list[FoundObject] = field(default_factory=list)
+    #: the points the top result's best verified photo could have matched (``Evidence.expected``; 0: not verified)
+    expected: int = 0
 
     @property
     def top(self) -> Result | None:
@@ -377,7 +379,7 @@ class Answer:
         if top is None:
             return Evidence(float("nan"), None, known, correct)
         return Evidence(self.top_cosine, self.top_inliers, known, correct, self.rival, self.margin,
-                               self.confidence)
+                        self.confidence, expected=self.expected)
 
     def verdict_text(self) -> str:
         """The verdict's confidence and reason in words, as the views show them."""
@@ -550,22 +552,22 @@ class QueryPipeline:
             results.append(Result(rank, row, float(scores[row]), float(cos[row]),
                                   verified.get(row) if s.verify else None, it.path,
                                   str(self.index.root / it.path), it.instance, dict(it.metadata)))
-        rival, top_inliers, top_cosine = 0, None, float("nan")
+        rival, top_inliers, top_cosine, expected = 0, None, float("nan"), 0
         if results:
             instance, top_cosine = results[0].instance, float(cos[judged_row])
             if qf is not None and judged_row in verified:
                 # the object's evidence: the best verified photo of the top result's object
                 assert query.image is not None  # qf is only set for a photo (verified above)
-                top_inliers, rival = self.verification.top_evidence(query.image, qf, instance, verified)
+                top_inliers, rival, expected = self.verification.top_evidence(query.image, qf, instance, verified)
                 top_cosine = max(top_cosine, self._part_cosine(query, qf, instance, verified, descriptor))
             margin = cosine_margin(labels, instance, top_cosine, cos, np.isfinite(scores))
-            judged = self.verdict.judge(Evidence(top_cosine, top_inliers, True, True, rival, margin))
+            judged = self.verdict.judge(Evidence(top_cosine, top_inliers, True, True, rival, margin, expected=expected))
             known, reason, confidence = judged.known, judged.reason, judged.confidence
         else:
             known, reason, confidence, margin = False, "the collection is empty", None, float("nan")
         full = lead_within(order(scores), self._label_codes(), verified) if full_ranking else None
         answer = Answer(query.name, results, known, reason, scores, cos, verified, full, rival, top_inliers,
-                        margin, confidence, qf, top_cosine)
+                        margin, confidence, qf, top_cosine, expected=expected)
         answer.objects = self.objects_in(query, answer)
         return answer
 

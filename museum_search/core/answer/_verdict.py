@@ -11,7 +11,13 @@ The evidence of the top result (:class:`Evidence`):
 * when the answer is verified, the **inliers** of its object's best photo (homography inliers
   between the photo and that reference, :mod:`museum_search.core.verification._spatial`, SIFT or XFeat)
   and the **rival** inliers, the most of a reference of another object on the same part of the photo
-  (what objects share, such as a frame moulding, matches several objects alike).
+  (what objects share, such as a frame moulding, matches several objects alike);
+* when verified, the points that **could have matched** (:attr:`Evidence.expected`: the fewer of the
+  photo's keypoints and those of that reference photo). Few inliers mean little on a plain object
+  that has few points at all (a rubber duck, a black glaze), and much on a textured one: a look-alike
+  of a textured object has the colours and shape but not the points. Without this, a look-alike is
+  accepted on its global similarity alone (COIL-100 with its last 20 objects left out: unknown
+  objects accepted with 5-7 inliers and a cosine margin of 0.08-0.10, ``bench/bench_verdict.py``).
 
 A cosine of ImageNet features alone cannot separate "known" from "unknown" on flat paintings (photos
 of unrelated paintings still score 0.8), where inliers can; inliers cannot on 3D, dark or glossy
@@ -65,8 +71,14 @@ EXACT_COPY = 0.99
 #: Below this share of known views accepted by its own calibration, a verdict is weak: the app warns.
 WEAK_KNOWN_ACCEPTED = 0.80
 #: The model's features, with the sign their weight must have (+1: for an answer, -1: against).
-FEATURES = {"cosine": 1, "margin": 1, "inliers": 1, "rival": -1}
-VERIFIED_FEATURES = ("cosine", "margin", "inliers", "rival")
+FEATURES = {"cosine": 1, "margin": 1, "inliers": 1, "rival": -1, "unmatched": -1}
+VERIFIED_FEATURES = ("cosine", "margin", "inliers", "rival", "unmatched")
+#: A rejected answer is called a look-alike's ("few of its points match") only when fewer than one in
+#: this many of the points that could match do; otherwise it has too few points at all.
+UNMATCHED_SHARE = 4
+#: The verified model of evidence stored without :attr:`Evidence.expected` (an index calibrated by an
+#: older version, refitted by an update): its features then.
+VERIFIED_FEATURES_BEFORE = ("cosine", "margin", "inliers", "rival")
 COSINE_FEATURES = ("cosine", "margin")
 #: At most this many real views (a photo of an object with other photos) in a calibration.
 REAL_VIEWS = 60
@@ -90,6 +102,9 @@ class Evidence:
     kind: str = ""  # calibration: "real" or "synthetic" view ("" for a labelled query)
     instance: str = ""  # calibration: the object the view shows
     path: str = ""  # calibration: the reference photo the view was made of
+    #: the points that could have matched (verified answers): the fewer of the photo's keypoints and
+    #: those of the answer's best verified reference photo (0: not known)
+    expected: int = 0
 
     def accepted(self, verdict: "Verdict") -> bool:
         return verdict.judge(self).known
@@ -100,25 +115,34 @@ class Evidence:
         n = self.inliers or 0
         return n if n >= DISTINCT * self.rival else 0
 
+    @property
+    def unmatched(self) -> float:
+        """The points that could have matched but did not, as a feature: log(1 + :attr:`expected`)
+        when the distinct inliers are fewer than :data:`MIN_CALIBRATED` (an unverified answer), else
+        0 (verified: what did not match says nothing more)."""
+        return math.log1p(max(0, self.expected)) if self.distinct_inliers < MIN_CALIBRATED else 0.0
+
     def features(self, names: Sequence[str]) -> np.ndarray:
-        """The model's inputs: cosine, margin, log(1 + distinct inliers), log(1 + rival inliers)."""
+        """The model's inputs: cosine, margin, log(1 + distinct inliers), log(1 + rival inliers),
+        :attr:`unmatched`."""
         cos = self.cosine if math.isfinite(self.cosine) else 0.0
         margin = self.margin if math.isfinite(self.margin) else 0.0
         values = {"cosine": cos, "margin": margin, "inliers": math.log1p(self.distinct_inliers),
-                  "rival": math.log1p(max(0, self.rival))}
+                  "rival": math.log1p(max(0, self.rival)), "unmatched": self.unmatched}
         return np.array([values[n] for n in names], float)
 
     def to_dict(self) -> dict[str, Any]:
         return {"cosine": _round(self.cosine), "margin": _round(self.margin), "inliers": self.inliers,
                 "rival": self.rival, "known": self.known, "correct": self.correct, "kind": self.kind,
-                "instance": self.instance, "path": self.path}
+                "instance": self.instance, "path": self.path, "expected": self.expected}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Evidence":
         inl = d.get("inliers")
         return cls(_float(d.get("cosine")), None if inl is None else int(inl), bool(d.get("known")),
                    bool(d.get("correct")), int(d.get("rival") or 0), _float(d.get("margin")),
-                   None, str(d.get("kind", "")), str(d.get("instance", "")), str(d.get("path", "")))
+                   None, str(d.get("kind", "")), str(d.get("instance", "")), str(d.get("path", "")),
+                   int(d.get("expected") or 0))
 
 
 def _round(x: float) -> float | None:
@@ -286,6 +310,8 @@ _WORDS = {
     "margin": ("clearly closer to this object than to any other (cosine margin {margin:.2f})",
                "about as close to other objects (cosine margin {margin:.2f})"),
     "inliers": ("verified: {points}", "{few_points}"),
+    "unmatched": ("verified: {points}",
+                  "few of its points match: {points} where {expected} could (as with a look-alike)"),
     "rival": ("no other object matches the same part of the photo",
               "not distinct: another object has {rival} matching points (what they share, such as a "
               "frame, matches; not the object itself)"),
@@ -372,7 +398,8 @@ class Verdict:
         terms = dict(zip(model.features, model.terms(x)))
         name = max(terms, key=terms.__getitem__) if known else min(terms, key=terms.__getitem__)
         phrases = []
-        if known and terms.get("inliers", 0.0) > 0 and name != "inliers":
+        verified = e.distinct_inliers >= NOISE_INLIERS  # fewer are noise: never called "verified"
+        if known and terms.get("inliers", 0.0) > 0 and name not in ("inliers", "unmatched") and verified:
             phrases.append(_WORDS["inliers"][0])
         if name == "inliers" and not known and e.inliers and not e.distinct_inliers:  # they did not count
             phrases.append("not distinct: {inliers} matching points, but another object has {rival} (what they "
@@ -380,14 +407,21 @@ class Verdict:
         elif name == "rival" and not known and e.distinct_inliers:  # they count, the rival weighs against
             phrases.append("{inliers} matching points, but another object also has {rival} on the same part of "
                            "the photo (what works share, such as a frame)")
+        elif name == "inliers" and known and not verified:  # too few to verify alone: the similarity with them
+            phrases.append("similar overall (cosine {cosine:.2f}), with {points}")
+        elif name == "unmatched" and known and e.distinct_inliers < MIN_CALIBRATED:  # few points, few to match
+            phrases.append("a plain object: few points to match on ({expected}), {points}")
+        elif name == "unmatched" and not known and e.expected < UNMATCHED_SHARE * max(1, e.distinct_inliers):
+            phrases.append(_WORDS["inliers"][1])  # most of its few points match: too few, not "a look-alike"
         else:
             phrases.append(_WORDS[name][0 if known else 1])
         if e.inliers is None:
             phrases.append("not verified")
-        elif name not in ("inliers", "rival") and len(phrases) == 1:  # the matching points, said once
+        elif name not in ("inliers", "rival", "unmatched") and len(phrases) == 1:  # the matching points, said once
             phrases.append("{points}")
         return "; ".join(phrases).format(cosine=e.cosine, margin=e.margin, inliers=e.inliers or 0, rival=e.rival,
-                                         points=_points(e.inliers or 0), few_points=_few_points(e.inliers or 0))
+                                         points=_points(e.inliers or 0), few_points=_few_points(e.inliers or 0),
+                                         expected=e.expected)
 
     # ---- descriptions ------------------------------------------------------------------------
     def threshold(self, verified: bool = True) -> float:
@@ -534,7 +568,7 @@ def fit_verdict(evidence: Sequence[Evidence], source: str,
     v = choose([e for e in synthetic if e.known], [e for e in synthetic if not e.known], source, max_false_accept)
     rule = unknown_threshold(max_false_accept)
     verified = [e for e in evidence if e.inliers is not None]
-    v.model_verified = fit_model(verified, VERIFIED_FEATURES, rule) if verified else None
+    v.model_verified = fit_model(verified, verified_features(verified), rule) if verified else None
     v.model_cosine = fit_model([_unverified(e) for e in evidence], COSINE_FEATURES, rule)
     v.evidence = [e.to_dict() for e in evidence]
     v.operating_point = calibration_point(evidence, v, max_false_accept)
@@ -568,8 +602,15 @@ def calibration_point(evidence: Sequence[Evidence], verdict: Verdict,
             "by_kind": {k: v for k, v in by_kind.items() if v is not None}}
 
 
+def verified_features(evidence: Sequence[Evidence]) -> tuple[str, ...]:
+    """The verified model's features for ``evidence``: :data:`VERIFIED_FEATURES`, without
+    ``unmatched`` when no evidence knows the points that could have matched (stored by an older
+    version: the feature would be 0 for all of them, and a model fitted on it would read it wrongly)."""
+    return VERIFIED_FEATURES if any(e.expected > 0 for e in evidence) else VERIFIED_FEATURES_BEFORE
+
+
 def _unverified(e: Evidence) -> Evidence:
-    return replace(e, inliers=None, rival=0)
+    return replace(e, inliers=None, rival=0, expected=0)
 
 
 # ---- evaluation: the verdict against labelled queries -------------------------------------------
@@ -597,7 +638,7 @@ def labelled_model(evidence: Sequence[Evidence], verified: bool = True) -> Model
     ev = list(evidence) if verified else [_unverified(e) for e in evidence]
     if verified:
         ev = [e for e in ev if e.inliers is not None]
-    return fit_model(ev, VERIFIED_FEATURES if verified else COSINE_FEATURES, known_threshold(0.0)) if ev else None
+    return fit_model(ev, verified_features(ev) if verified else COSINE_FEATURES, known_threshold(0.0)) if ev else None
 
 
 def operating_points(evidence: Sequence[Evidence], verified: bool = True, verdict: Verdict | None = None
@@ -640,7 +681,7 @@ def recalibrated(evidence: Sequence[Evidence], current: Verdict, max_known_rejec
     if current.model(verified) is not None:
         ev = list(evidence) if verified else [_unverified(e) for e in evidence]
         model = fit_model([e for e in ev if e.inliers is not None] if verified else ev,
-                          VERIFIED_FEATURES if verified else COSINE_FEATURES, known_threshold(max_known_rejected))
+                          verified_features(ev) if verified else COSINE_FEATURES, known_threshold(max_known_rejected))
         if model is not None:
             new = (replace(current, source=src, model_verified=model) if verified
                    else replace(current, source=src, model_cosine=model))

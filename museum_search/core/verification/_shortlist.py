@@ -239,12 +239,15 @@ class Verification:
         return short[np.isfinite(scores[short])]
 
     def top_evidence(self, image: np.ndarray, qf: Features, instance: str, verified: dict[int, int]
-                     ) -> tuple[int, int]:
-        """(inliers, rival inliers) of the top result's object ``instance``: the inliers of its best
-        verified photo, and :meth:`rival`."""
+                     ) -> tuple[int, int, int]:
+        """(inliers, rival inliers, expected) of the top result's object ``instance``: the inliers of
+        its best verified photo, :meth:`rival`, and the points that could have matched (the fewer of
+        the photo's keypoints ``qf`` and that photo's: :attr:`museum_search.core.answer._verdict.Evidence.expected`)."""
         items = self.index.items
         inliers, row = max((n, r) for r, n in verified.items() if items[r].instance == instance)
-        return inliers, self.rival(image, qf, instance, row, inliers, verified)
+        ref = self.verifier.reference_features(self.index, int(row))
+        expected = min(len(qf[0]), len(ref[0][0])) if ref is not None else 0
+        return inliers, self.rival(image, qf, instance, row, inliers, verified), expected
 
     def shown_part(self, image: np.ndarray, row: int, qf: Features) -> tuple[float, float, float, float] | None:
         """The part of reference ``row`` the photo shows, when it shows at most :data:`PART` of its area
