@@ -84,8 +84,6 @@ def _application():
     return app
 
 
-
-
 def _interrupt_quits(app):
     """Ctrl-C in the terminal the app was started from ends it as the CLI ends: what runs is cancelled
     (each window closes as on Quit, without asking; the kiosk as when staff leave), one line is
