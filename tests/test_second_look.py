@@ -139,3 +139,22 @@ def test_the_answer_knows_the_points_that_could_have_matched(sample_index, sampl
     # the same answer with fewer points that could match is at least as confident (below the gate)
     few = replace(e, inliers=5, rival=0)
     assert verdict.judge(replace(few, expected=10)).confidence >= verdict.judge(replace(few, expected=500)).confidence
+
+
+def test_a_rival_of_chance_points_does_not_refuse_a_visitor_s_photo(sample_index, sample_collection):
+    """The sample's q04 as a phone takes it (dim, angled, out of focus): 20 points on its painting,
+    and another work's frame has a few, no more than chance beyond the 4 any homography fits. It is
+    in the collection (refused while the rival counted from its first point: confidence 0.49 against
+    the threshold 0.57), and a stronger rival still weighs against it."""
+    from museum_search.core.answer._verdict import RIVAL_CHANCE
+
+    img = _visitor_photo(sample_collection, "q04.jpg", "phone")
+    a = QueryPipeline(sample_index, QuerySettings()).answer([query_from_array(img, "q04")])[0]
+    assert a.top.instance == "wind_over_wheat"
+    assert a.top_inliers >= 12 and 0 < a.rival <= RIVAL_CHANCE + 2
+    assert a.in_collection, a.reason
+    verdict = Verdict.of_index(sample_index)
+    e = a.evidence(True, True)
+    assert "rival_excess" in verdict.model_verified.features
+    assert verdict.judge(replace(e, rival=RIVAL_CHANCE)).confidence == verdict.judge(replace(e, rival=0)).confidence
+    assert verdict.judge(replace(e, rival=a.top_inliers // 2)).confidence < a.confidence

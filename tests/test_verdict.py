@@ -137,7 +137,7 @@ def test_the_model_uses_all_the_evidence_with_fixed_signs_and_meets_its_target()
     m = v.model_verified
     assert m.features == VERIFIED_FEATURES_BEFORE  # these views do not know the points that could match
     w = dict(zip(m.features, m.weights))
-    assert w["cosine"] > 0 and w["margin"] > 0 and w["inliers"] > 0 and w["rival"] <= 0
+    assert w["cosine"] > 0 and w["margin"] > 0 and w["inliers"] > 0 and w["rival_excess"] <= 0
     accepted_unknown = np.mean([e.accepted(v) for e in unknown])
     assert accepted_unknown <= TARGET_FALSE_ACCEPT
     # both kinds of known object are recognised: the 3D ones by cosine and margin, the flat ones by inliers
@@ -205,6 +205,33 @@ def test_confidence_is_monotone_in_each_feature():
     assert 0.0 <= c <= 1.0
 
 
+def test_a_rival_of_as_many_points_as_any_homography_explains_does_not_count():
+    """A homography fits any 4 point pairs: a rival of up to RIVAL_CHANCE points is chance, and
+    costs an answer nothing (``rival_excess``); a stronger rival does. A model stored before with
+    ``rival`` (all of a rival's points) is read as it was fitted."""
+    from museum_search.core.answer._verdict import RIVAL_CHANCE, VERIFIED_FEATURES_BEFORE, Model
+
+    assert RIVAL_CHANCE == 4 and "rival_excess" in VERIFIED_FEATURES_BEFORE
+    v = fit_verdict(sum(_views(np.random.default_rng(4)), []), "test")
+    assert v.model_verified.features == VERIFIED_FEATURES_BEFORE
+    w = dict(zip(v.model_verified.features, v.model_verified.weights))
+    assert w["rival_excess"] < 0
+    base = Evidence(0.85, 20, True, True, 0, 0.05)
+    c = v.judge(base).confidence
+    for chance in range(1, RIVAL_CHANCE + 1):
+        assert v.judge(_replace(base, rival=chance)).confidence == c
+    assert v.judge(_replace(base, rival=RIVAL_CHANCE + 1)).confidence < c
+    assert v.judge(_replace(base, rival=RIVAL_CHANCE + 4)).confidence < v.judge(_replace(base, rival=RIVAL_CHANCE + 1)).confidence
+    # a model stored with ``rival`` counts every point of it, as when it was fitted
+    old = Model(("cosine", "margin", "inliers", "rival"), (0.8, 0.05, 2.0, 1.0), (0.1, 0.1, 1.0, 1.0),
+                (1.0, 1.0, 2.0, -1.0), 0.0, 0.5)
+    stored = Verdict.from_dict({**Verdict(model_verified=old).to_dict()})
+    assert stored.model_verified.features == old.features
+    assert stored.judge(_replace(base, rival=4)).confidence < stored.judge(base).confidence
+    assert Evidence(0.8, 20, True, True, 4, 0.05).features(("rival", "rival_excess")).tolist() == \
+        pytest.approx([np.log(5.0), 0.0])
+
+
 def test_the_threshold_accepts_at_most_the_target_share_of_unknown_views():
     rng = np.random.default_rng(5)
     for n in (20, 41, 100):
@@ -268,10 +295,10 @@ def test_a_frame_match_is_called_not_distinct():
     j = v.judge(Evidence(0.8, 27, False, False, 20, 0.05))  # the sample's q20: an unknown painting in a known frame
     assert not j.known and j.reason.startswith("not distinct: 27 matching points, but another object has 20")
     assert v.judge(Evidence(0.8, 27, False, False, 0, 0.05)).reason.startswith("verified: 27 matching points")
-    # points that count (20 against 5), refused for the rival's weight: not called "not distinct"
+    # points that count (20 against 8), refused for the rival's weight: not called "not distinct"
     strict = Verdict(model_verified=Model(VERIFIED_FEATURES_BEFORE, m.mean, m.scale, (0.1, 0.1, 0.1, -3.0), 0.0, 0.5))
-    j = strict.judge(Evidence(0.8, 20, False, False, 5, 0.05))
-    assert not j.known and j.reason == ("20 matching points, but another object also has 5 on the same part of the "
+    j = strict.judge(Evidence(0.8, 20, False, False, 8, 0.05))
+    assert not j.known and j.reason == ("20 matching points, but another object also has 8 on the same part of the "
                                         "photo (what works share, such as a frame)")
 
 

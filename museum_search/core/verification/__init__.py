@@ -21,6 +21,7 @@ from museum_search.core.verification._shortlist import (
 )
 from museum_search.core.verification._spatial import (
     MATCHERS,
+    MIN_MATCHES,
     Matches,
     SpatialParams,
     compute_local_features,
@@ -46,6 +47,7 @@ __all__ = [
     "DEEP",
     "DISTINCT",
     "MATCHERS",
+    "MIN_MATCHES",
     "MatchedArea",
     "Matches",
     "SURE",
