@@ -564,7 +564,7 @@ def _add_rerank_options(p: argparse.ArgumentParser) -> None:
                         "index has an approximate index")
     p.add_argument("--whole-image", action="store_true",
                    help="describe each query as one whole image (the papers' protocol) instead of the "
-                        "default best of 5 regions (whole, left/right/top/bottom 60%%)")
+                        "default best of 6 regions (whole, left/right/top/bottom 60%%, centre 80%%)")
     g = p.add_argument_group("re-ranking")
     g.add_argument("--rerank", default="", metavar="LIST",
                    help="comma-separated global re-rankers applied in order before verification: icfrr, "

@@ -16,6 +16,7 @@ from museum_search.core.errors import MuseumSearchError
 from museum_search.core.evaluation._querysets import load_queryset
 from museum_search.core.evaluation._runner import run_evaluation
 from museum_search.core.index._store import LOCK, MANIFEST, Index
+from museum_search.core.inference._extract import QUERY_REGIONS
 from museum_search.core.jobs._importing import check_descriptors, descriptor_queries, descriptor_queryset, import_index
 from museum_search.core.jobs._indexing import update_index
 from museum_search.core.progress import drive
@@ -148,8 +149,9 @@ def test_descriptors_query_a_photo_index_too(exported, sample_index, capsys):
     # photos and descriptors in one batch: a descriptor stands for every region of the photos'
     pipe = QueryPipeline(sample_index)
     desc = pipe.embed([load_query(exported["photos"][0]), descriptor_query(exported["q"][1], "row 1")])
-    assert desc.shape == (2, 5, sample_index.meta.dim)
-    np.testing.assert_array_equal(desc[1], np.repeat(exported["q"][1:2], 5, axis=0))
+    regions = len(QUERY_REGIONS)
+    assert desc.shape == (2, regions, sample_index.meta.dim)
+    np.testing.assert_array_equal(desc[1], np.repeat(exported["q"][1:2], regions, axis=0))
 
 
 def test_photo_queries_of_an_imported_index_are_refused(exported, capsys):

@@ -302,6 +302,22 @@ def test_a_frame_match_is_called_not_distinct():
                                         "photo (what works share, such as a frame)")
 
 
+def test_points_another_object_has_as_many_of_are_called_not_distinct_whatever_weighs_most():
+    """The paintings' bbdd_00249 queried as itself: 88 points, and 85 on its twin (the same work under
+    another number). Its points do not count; when the points that could match weigh most against
+    it, the reason still names the twin, not a look-alike's few points."""
+    from museum_search.core.answer._verdict import Model
+
+    m = Model(VERIFIED_FEATURES, (0.8, 0.05, 2.0, 1.0, 1.0), (1.0, 1.0, 1.0, 1.0, 1.0), (0.1, 0.1, 1.0, -0.1, -3.0),
+              0.0, 0.5)
+    j = Verdict(model_verified=m).judge(Evidence(0.98, 88, True, True, 85, 0.0, expected=404))
+    assert not j.known
+    assert j.reason.startswith("not distinct: 88 matching points, but another object has 85"), j.reason
+    # a look-alike's few points of many are still called so
+    j = Verdict(model_verified=m).judge(Evidence(0.9, 5, False, False, 0, 0.05, expected=400))
+    assert not j.known and j.reason.startswith("few of its points match: 5 matching points where 400 could")
+
+
 def test_a_damaged_stored_verdict_is_a_message():
     from museum_search.core.errors import MuseumSearchError
 

@@ -10,7 +10,7 @@ asked about.
   (:func:`load_query`); a camera frame or a pasted image is shrunk the same way
   (:func:`query_from_array`). That image is what verification and the views see.
 * **describe**: the image is shrunk to the backbone's input size, then cut into its regions
-  (``extract.QUERY_REGIONS``: the whole photo and its left/right/top/bottom 60 %) and each region
+  (``extract.QUERY_REGIONS``: the whole photo, its left/right/top/bottom 60 % and its central 80 %) and each region
   is described; a reference's *cosine* is its best dot product over the regions. A query given as
   a descriptor (:func:`descriptor_query`, computed elsewhere: ``query --descriptors``) skips this
   step, and verification, which needs a photo (:meth:`QueryPipeline.for_descriptors`).

@@ -417,7 +417,8 @@ class Verdict:
         verified = e.distinct_inliers >= NOISE_INLIERS  # fewer are noise: never called "verified"
         if known and terms.get("inliers", 0.0) > 0 and name not in ("inliers", "unmatched") and verified:
             phrases.append(_WORDS["inliers"][0])
-        if name == "inliers" and not known and e.inliers and not e.distinct_inliers:  # they did not count
+        if name in ("inliers", "unmatched") and not known and e.inliers and not e.distinct_inliers:
+            # they did not count: another object has about as many (not a look-alike's few points)
             phrases.append("not distinct: {inliers} matching points, but another object has {rival} (what they "
                            "share, such as a frame, matches; not the object itself)")
         elif name in RIVAL_FEATURES and not known and e.distinct_inliers:  # they count, the rival weighs against

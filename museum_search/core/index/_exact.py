@@ -42,7 +42,7 @@ __all__ = ["candidate_scores", "exact_prefix", "exact_scores", "faiss_available"
 
 # float32 bytes converted (or gathered) at once: bounds the temporary memory of every loop here.
 _CHUNK_BYTES = 32 << 20
-# up to this many queries (a photo's 5 regions, a few photos), exact_scores scores each on its own
+# up to this many queries (a photo's 6 regions, a few photos), exact_scores scores each on its own
 # (faiss's scan, or einsum per block: no BLAS threads); above, a matrix product per block. Measured
 # on the loaded 2-core machine, 5 queries at 100k x 1280: 1.4 s by faiss's scan, 3.3 s by products.
 _FEW_QUERIES = 8
