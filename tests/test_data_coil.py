@@ -89,6 +89,7 @@ def test_the_photo_s_centre_finds_objects_photographed_as_visitors_do(coil):
     from museum_search.core.conditions import degrade, photo_seed
     from museum_search.core.images import load_image
     from museum_search.core.inference._extract import QUERY_REGIONS
+    from museum_search.core.verification import cosine_margin
 
     index, qs = coil
     assert QUERY_REGIONS[-1] == (0.1, 0.1, 0.9, 0.9) and len(QUERY_REGIONS) == 6
@@ -100,15 +101,11 @@ def test_the_photo_s_centre_finds_objects_photographed_as_visitors_do(coil):
     assert desc.shape[:2] == (100, 6)
     ref = np.asarray(index.descriptors, np.float32)
     labels = np.asarray(index.labels)
-    objects, code = np.unique(labels, return_inverse=True)
 
     def right_and_margin(regions: np.ndarray, instance: str) -> tuple[bool, float]:
         cos = (regions @ ref.T).max(axis=0)
-        best = np.full(len(objects), -np.inf)
-        np.maximum.at(best, code, cos)
-        right = int(np.searchsorted(objects, instance))
-        other = np.delete(best, right).max()
-        return bool(best[right] > other), float(best[right] - other)
+        margin = cosine_margin(labels, instance, float(cos[labels == instance].max()), cos, np.ones(len(cos), bool))
+        return margin > 0, margin
 
     five = [right_and_margin(d[:5], next(iter(q.relevant))) for d, q in zip(desc, photos)]
     six = [right_and_margin(d, next(iter(q.relevant))) for d, q in zip(desc, photos)]
