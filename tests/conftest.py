@@ -53,6 +53,28 @@ def sample_index(tmp_path_factory, sample_collection):
 
 
 @pytest.fixture(scope="session")
+def paintings_index_path(shared_data, tmp_path_factory) -> Path:
+    """The index of the paintings' 287 references with the default settings, built once per test
+    session (a build with its calibration takes about a minute; four modules ask the same one). A
+    test that may write into an index's folder (a service, the app) copies it first
+    (:func:`copy_of_index`)."""
+    from museum_search.core.jobs._indexing import build_index
+    from museum_search.core.progress import drive as run
+
+    out = tmp_path_factory.mktemp("paintings-default") / "index"
+    run(build_index(shared_data / "paintings" / "references", out))
+    return out
+
+
+def copy_of_index(path: Path, dest: Path) -> Path:
+    """A copy of the index folder ``path`` at ``dest`` (its own to change)."""
+    import shutil
+
+    shutil.copytree(path, dest)
+    return dest
+
+
+@pytest.fixture(scope="session")
 def single_photo_index(tmp_path_factory, sample_collection):
     """The sample's objects with one reference photo each, like the paintings (no verification:
     a quick build): a collection ICFRR cannot help."""

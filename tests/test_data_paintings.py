@@ -25,12 +25,13 @@ QUERY_SETS = ("qsd1_w1", "qsd1_w3", "qsd2_w3")
 
 
 @pytest.fixture(scope="module")
-def paintings_indexes(shared_data, tmp_path_factory):
-    out = {}
-    for name, cfg in (("default", BackboneConfig()), ("im", BackboneConfig(head="logits"))):
-        path = tmp_path_factory.mktemp("paintings") / name
-        out[name] = (run(build_index(shared_data / "paintings" / "references", path, cfg)).index, path)
-    return out
+def paintings_indexes(shared_data, tmp_path_factory, paintings_index_path):
+    """The default index (the session's, read only here) and one with the ImageNet logits head."""
+    from museum_search.core.index import Index
+
+    path = tmp_path_factory.mktemp("paintings") / "im"
+    im = run(build_index(shared_data / "paintings" / "references", path, BackboneConfig(head="logits"))).index
+    return {"default": (Index.load(paintings_index_path), paintings_index_path), "im": (im, path)}
 
 
 def _mp1(index, shared_data, settings=None):

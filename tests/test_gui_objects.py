@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import test_gui_demo
 import test_gui_search
+from conftest import copy_of_index
 from PySide6.QtCore import QMimeData, QPoint, Qt
 from PySide6.QtWidgets import QLabel
 
@@ -43,14 +44,14 @@ def _truth(folder: Path) -> dict[str, list[str]]:
 
 
 @pytest.fixture(scope="module")
-def data(shared_data, tmp_path_factory) -> SimpleNamespace:
-    """The paintings' index (all 287 references), a qsd2_w3 photo of two paintings whose both core
-    names, a photo of one painting core accepts, and a photo of a toy (COIL-100) it rejects."""
-    from museum_search.core.jobs._indexing import build_index
-    from museum_search.core.progress import drive as run
+def data(shared_data, tmp_path_factory, paintings_index_path) -> SimpleNamespace:
+    """The paintings' index (all 287 references; a copy of the session's: the app may write beside
+    it), a qsd2_w3 photo of two paintings whose both core names, a photo of one painting core
+    accepts, and a photo of a toy (COIL-100) it rejects."""
+    from museum_search.core.index import Index
 
     paintings = shared_data / "paintings"
-    index = run(build_index(paintings / "references", tmp_path_factory.mktemp("paintings") / "index")).index
+    index = Index.load(copy_of_index(paintings_index_path, tmp_path_factory.mktemp("paintings") / "index"))
     folder = paintings / "queries" / "qsd2_w3"
     truth = _truth(folder)
     pipe = QueryPipeline(index)

@@ -155,13 +155,10 @@ def test_object_figures():
 
 @pytest.mark.data
 @pytest.mark.slow
-def test_a_real_wall_of_two_paintings_names_both(shared_data, tmp_path_factory):
-    from museum_search.core.inference._backbones import BackboneConfig
-    from museum_search.core.jobs._indexing import build_index
-    from museum_search.core.progress import drive as run
+def test_a_real_wall_of_two_paintings_names_both(shared_data, paintings_index_path):
+    from museum_search.core.index import Index
 
-    out = tmp_path_factory.mktemp("paintings") / "index"
-    index = run(build_index(shared_data / "paintings" / "references", out, BackboneConfig())).index
+    index = Index.load(paintings_index_path)
     folder = shared_data / "paintings" / "queries" / "qsd2_w3"
     truth = _truth(folder)
     pipe = QueryPipeline(index)

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 warnings.filterwarnings("ignore", message=".*httpx.*", category=DeprecationWarning)
+from conftest import copy_of_index  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
 from museum_search.core.answer._pipeline import QueryPipeline, load_query  # noqa: E402
@@ -426,12 +427,9 @@ def test_cli_serve_refuses_an_existing_label(tmp_path, sample_index, capsys):
 
 @pytest.mark.data
 @pytest.mark.slow
-def test_paintings_answers_are_those_of_query_json(shared_data, tmp_path_factory):
-    from museum_search.core.jobs._indexing import build_index
-    from museum_search.core.progress import drive as run
-
-    path = tmp_path_factory.mktemp("paintings-serve") / "index"
-    run(build_index(shared_data / "paintings" / "references", path))
+def test_paintings_answers_are_those_of_query_json(shared_data, tmp_path_factory, paintings_index_path):
+    # a copy of the session's index: the service may write beside it
+    path = copy_of_index(paintings_index_path, tmp_path_factory.mktemp("paintings-serve") / "index")
     photos = sorted(p for p in (shared_data / "paintings" / "queries").glob("*/*")
                     if p.suffix.lower() in (".jpg", ".jpeg", ".png"))
     assert len(photos) >= 60
