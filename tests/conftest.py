@@ -57,21 +57,13 @@ def paintings_index_path(shared_data, tmp_path_factory) -> Path:
     """The index of the paintings' 287 references with the default settings, built once per test
     session (a build with its calibration takes about a minute; four modules ask the same one). A
     test that may write into an index's folder (a service, the app) copies it first
-    (:func:`copy_of_index`)."""
+    (``shutil.copytree``)."""
     from museum_search.core.jobs._indexing import build_index
     from museum_search.core.progress import drive as run
 
     out = tmp_path_factory.mktemp("paintings-default") / "index"
     run(build_index(shared_data / "paintings" / "references", out))
     return out
-
-
-def copy_of_index(path: Path, dest: Path) -> Path:
-    """A copy of the index folder ``path`` at ``dest`` (its own to change)."""
-    import shutil
-
-    shutil.copytree(path, dest)
-    return dest
 
 
 @pytest.fixture(scope="session")

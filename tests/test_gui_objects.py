@@ -6,6 +6,7 @@ paintings, with qsd2_w3's photos of two paintings on a wall."""
 from __future__ import annotations
 
 import csv
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -13,7 +14,6 @@ import numpy as np
 import pytest
 import test_gui_demo
 import test_gui_search
-from conftest import copy_of_index
 from PySide6.QtCore import QMimeData, QPoint, Qt
 from PySide6.QtWidgets import QLabel
 
@@ -51,7 +51,7 @@ def data(shared_data, tmp_path_factory, paintings_index_path) -> SimpleNamespace
     from museum_search.core.index import Index
 
     paintings = shared_data / "paintings"
-    index = Index.load(copy_of_index(paintings_index_path, tmp_path_factory.mktemp("paintings") / "index"))
+    index = Index.load(shutil.copytree(paintings_index_path, tmp_path_factory.mktemp("paintings") / "index"))
     folder = paintings / "queries" / "qsd2_w3"
     truth = _truth(folder)
     pipe = QueryPipeline(index)

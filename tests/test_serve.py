@@ -9,6 +9,7 @@ collection; the slow-client tests run the real uvicorn server (the header-timeou
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import subprocess
 import sys
@@ -22,7 +23,6 @@ import numpy as np
 import pytest
 
 warnings.filterwarnings("ignore", message=".*httpx.*", category=DeprecationWarning)
-from conftest import copy_of_index  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
 from museum_search.core.answer._pipeline import QueryPipeline, load_query  # noqa: E402
@@ -429,7 +429,7 @@ def test_cli_serve_refuses_an_existing_label(tmp_path, sample_index, capsys):
 @pytest.mark.slow
 def test_paintings_answers_are_those_of_query_json(shared_data, tmp_path_factory, paintings_index_path):
     # a copy of the session's index: the service may write beside it
-    path = copy_of_index(paintings_index_path, tmp_path_factory.mktemp("paintings-serve") / "index")
+    path = shutil.copytree(paintings_index_path, tmp_path_factory.mktemp("paintings-serve") / "index")
     photos = sorted(p for p in (shared_data / "paintings" / "queries").glob("*/*")
                     if p.suffix.lower() in (".jpg", ".jpeg", ".png"))
     assert len(photos) >= 60
