@@ -337,9 +337,12 @@ def test_search_tab_answers_the_same_with_approximate_search(qtbot, state, sampl
             if mode == "exact":
                 assert tab.search_file(query)
             qtbot.waitUntil(tab.is_up_to_date, timeout=120_000)
-            answers[mode] = [(r.row, round(r.score, 5)) for r in tab.results()]
+            answers[mode] = [(r.row, r.score) for r in tab.results()]
             assert ("approximate search" in tab.status.text()) == (mode == "ann")
-        assert answers["ann"] == answers["exact"] and answers["exact"]
+        # the same photos in the same order; the scores the same to float32 rounding (faiss sums the
+        # dot products in another order than numpy: 0.798905 was 0.79891 one way, 0.7989 the other)
+        assert answers["exact"] and [r for r, _ in answers["ann"]] == [r for r, _ in answers["exact"]]
+        assert [s for _, s in answers["ann"]] == pytest.approx([s for _, s in answers["exact"]], abs=1e-5)
     finally:
         tab.shutdown()
         qtbot.waitUntil(lambda: not tab.is_busy(), timeout=120_000)
