@@ -24,7 +24,7 @@ Writes bench/results/verdict.json (or --out). Every figure comes from one run on
   computation (scikit-learn's average precision: GAP = (R / M) AP over all queries sorted by
   confidence, R = right answers, M = known queries).
 
-    .venv/bin/python bench/bench_verdict.py [--work DIR] [--only coil,paintings,copies] [--matcher sift]
+    .venv/bin/python bench/bench_verdict.py [--work DIR] [--only coil,paintings,copies] [--matcher sift] [--whitening]
 
 ``--work``: where the indexes are built (kept, so a second run with the same folder reuses them).
 """
@@ -60,11 +60,17 @@ QUERY_SETS = ("qsd1_w1", "qsd1_w3", "qsd2_w3")
 ANGLE = re.compile(r"__(\d+)\.")
 
 
+#: ``--whitening``: the indexes learn the verdict's whitening (built in ``NAME-w.idx`` beside the others).
+WHITENING = False
+
+
 def _build(folder: Path, out: Path, config: BackboneConfig, labelling: LabellingSpec | None, matcher: str) -> Index:
     """The index of ``folder`` in ``out`` (reused when it is already there); build seconds printed."""
+    if WHITENING:
+        out = out.with_name(f"{out.stem}-w{out.suffix}")
     if not (out / "manifest.json").exists():
         t = time.perf_counter()
-        drive(build_index(folder, out, config, labelling or LabellingSpec(), matcher=matcher))
+        drive(build_index(folder, out, config, labelling or LabellingSpec(), matcher=matcher, whitening=WHITENING))
         print(f"built {out.name} in {time.perf_counter() - t:.0f} s", flush=True)
     return Index.load(out)
 
@@ -312,8 +318,13 @@ def main() -> int:
     ap.add_argument("--work", type=Path, default=None)
     ap.add_argument("--only", default="coil,paintings,copies,latency")
     ap.add_argument("--matcher", default="sift")
+    ap.add_argument("--whitening", action="store_true", help="indexes that learn the verdict's whitening "
+                    "(figures under MATCHER+whitening)")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "verdict.json")
     args = ap.parse_args()
+    global WHITENING
+    WHITENING = args.whitening
+    key = args.matcher + ("+whitening" if args.whitening else "")
     if not (DATA / "coil100").is_dir():
         print(f"error: {DATA} is missing", file=sys.stderr)
         return 1
@@ -323,11 +334,11 @@ def main() -> int:
     results["machine"] = "2-core CPU, shared; one run"
     for part in args.only.split(","):
         t = time.perf_counter()
-        results.setdefault(args.matcher, {})[part] = {"coil": coil, "coil-last20": coil_last20, "paintings": paintings,
+        results.setdefault(key, {})[part] = {"coil": coil, "coil-last20": coil_last20, "paintings": paintings,
                                                        "copies": copies, "shortlist": shortlist,
                                                        "latency": latency}[part](
             work, args.matcher)
-        results[args.matcher][part]["seconds"] = round(time.perf_counter() - t, 1)
+        results[key][part]["seconds"] = round(time.perf_counter() - t, 1)
         args.out.write_text(json.dumps(results, indent=1, default=float) + "\n")
     return 0
 

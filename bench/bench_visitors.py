@@ -193,9 +193,10 @@ def settings_of(matcher: str, verify_top: int, deep: int = DEEP, verdict: Verdic
     return QuerySettings(verify_top=verify_top, deep=deep, verdict=verdict)
 
 
-def calibrated(index: Index, recalibrate: bool) -> tuple[Verdict | None, float]:
+def calibrated(index: Index, recalibrate: bool, whitening: bool | None = None) -> tuple[Verdict | None, float]:
     """(the verdict of ``index`` calibrated again by this code, or None: the one its build stored;
-    the seconds it took)."""
+    the seconds it took). ``whitening``: learn the verdict's whitening again (True), drop it
+    (False), or as the index has it (None)."""
     if not recalibrate:
         return None, 0.0
     # what the build set aside of the references' features (shared by several objects) is kept in
@@ -205,7 +206,7 @@ def calibrated(index: Index, recalibrate: bool) -> tuple[Verdict | None, float]:
     drive(_add_verification(index, None, [], calibrate=False, params=params_of_settings(index.local.settings),
                             check_all=True))
     t = time.perf_counter()  # the features' time counts as the index's (``load_or_build_seconds``)
-    verdict = drive(calibrate(index))
+    verdict = drive(calibrate(index, whitening=whitening))
     return verdict, time.perf_counter() - t
 
 
@@ -245,7 +246,7 @@ def run(args: argparse.Namespace, results: dict, save: Callable[[], None]) -> No
             if key not in built:
                 t = time.perf_counter()
                 built[key] = factories[index_matcher][kind]()
-                verdicts[key], seconds = calibrated(built[key], args.recalibrate)
+                verdicts[key], seconds = calibrated(built[key], args.recalibrate, args.whitening)
                 results["indexes"][f"{kind}-{index_matcher}"] = {
                     "references": len(built[key]), "load_or_build_seconds": round(time.perf_counter() - t - seconds, 1),
                     "calibration_seconds": round(seconds, 1) if args.recalibrate else None}
@@ -300,6 +301,9 @@ def main() -> int:
     ap.add_argument("--recalibrate", action="store_true",
                     help="calibrate each index again with this code, its local features computed and set "
                          "aside again as a build does (default: the verdict its build stored)")
+    ap.add_argument("--whitening", choices=("yes", "no"), default=None,
+                    help="with --recalibrate: learn the verdict's whitening (yes) or calibrate without one (no); "
+                         "default: as each index was built")
     ap.add_argument("--coil-angles", default="10,130,250")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "visitors.json")
     args = ap.parse_args()
@@ -311,6 +315,9 @@ def main() -> int:
     args.sets = args.sets.split(",") if args.sets else list(QUICK_SETS if args.quick else SETS)
     args.matchers = args.matchers.split(",")
     args.coil_angles = tuple(int(a) for a in args.coil_angles.split(","))
+    if args.whitening and not args.recalibrate:
+        ap.error("--whitening needs --recalibrate (the indexes are calibrated again)")
+    args.whitening = None if args.whitening is None else args.whitening == "yes"
     for c in args.conditions:
         if c not in CONDITIONS:
             ap.error(f"unknown condition {c!r}; choose from {', '.join(CONDITIONS)}")
@@ -326,7 +333,7 @@ def main() -> int:
         "command": " ".join(sys.argv[1:]),
         "protocol": {"conditions": {c: CONDITIONS[c].description for c in args.conditions}, "sets": args.sets,
                      "matchers": args.matchers, "verify_top": args.verify_top, "deep": args.deep,
-                     "recalibrated": args.recalibrate, "coil_angles": args.coil_angles,
+                     "recalibrated": args.recalibrate, "whitening": args.whitening, "coil_angles": args.coil_angles,
                      "wrong_accepted": "answers accepted with a wrong object (known) or accepted at all (unknown), "
                                        "over all photos of the set"},
         "indexes": {}, "figures": {}, "pooled": {},

@@ -991,6 +991,9 @@ def test_builds_and_updates_run_on_the_session_s_engine_and_the_stored_matcher(q
         monkeypatch.setattr(collection_tab, name, recorded)
     settings = Settings(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
     settings.matcher = "sift"
+    assert settings.whitening is False  # not asked for
+    settings.whitening = True
+    assert Settings(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)).whitening is True  # stored
     tab = collection_tab.CollectionTab(AppState(settings, engine="torch"))
     qtbot.addWidget(tab)
     tab.show()
@@ -1005,5 +1008,5 @@ def test_builds_and_updates_run_on_the_session_s_engine_and_the_stored_matcher(q
     finally:
         tab.shutdown()
         assert workers.wait_all(60_000)
-    assert [(n, kw.get("engine"), kw.get("matcher")) for n, kw in asked] == [
-        ("build_job", "torch", "sift"), ("update_job", "torch", None)]  # an update keeps the index's matcher
+    assert [(n, kw.get("engine"), kw.get("matcher"), kw.get("whitening")) for n, kw in asked] == [
+        ("build_job", "torch", "sift", True), ("update_job", "torch", None, None)]  # an update keeps the index's own

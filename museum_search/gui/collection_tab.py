@@ -765,9 +765,11 @@ class CollectionTab(QWidget):
         return BackboneConfig(self.backbone_combo.currentData(), self.head_combo.currentData(), self.size_spin.value())
 
     def _build_job(self, collection, out, spec: LabellingSpec):
-        """The build job of the form, with the session's inference engine and the stored matcher of new indexes."""
+        """The build job of the form, with the session's inference engine and the stored matcher and
+        whitening of new indexes."""
         return build_job(collection, out, self.config(), spec, batch_size=self.batch_size,
-                         engine=self.state.engine, matcher=self.state.settings.matcher)
+                         engine=self.state.engine, matcher=self.state.settings.matcher,
+                         whitening=self.state.settings.whitening)
 
     def labelling_spec(self) -> LabellingSpec:
         """The labelling chosen in the form (a catalogue found next to the collection is left to

@@ -147,6 +147,19 @@ class Settings:
     def matcher(self, v: str) -> None:
         self.q.setValue("index/matcher", v)
 
+    @property
+    def whitening(self) -> bool:
+        """Whether new indexes learn the verdict's whitening (``build_index(whitening=...)``); the
+        Collection tab passes it to each build it starts."""
+        try:
+            return bool(_typed(self.q.value("index/whitening", False), False))
+        except ValueError:
+            return False
+
+    @whitening.setter
+    def whitening(self, v: bool) -> None:
+        self.q.setValue("index/whitening", bool(v))
+
     # the kiosk's staff PIN (demo mode)
     @property
     def demo_pin_set(self) -> bool:

@@ -45,12 +45,19 @@ from museum_search.core.answer._verdict import (
     operating_points,
     recalibrated,
 )
+from museum_search.core.answer._whitening import (
+    FOLDS,
+    Whitening,
+    fit_whitening,
+    fold_whitenings,
+)
 
 __all__ = [
     "Answer",
     "CONFIDENCE_BANDS",
     "DESCRIPTORS_NOT_VERIFIED",
     "Evidence",
+    "FOLDS",
     "FoundObject",
     "NOISE_INLIERS",
     "QueryImage",
@@ -61,10 +68,13 @@ __all__ = [
     "RerankOptions",
     "Result",
     "Verdict",
+    "Whitening",
     "check_region",
     "confidence_band",
     "descriptor_query",
     "fit_verdict",
+    "fit_whitening",
+    "fold_whitenings",
     "icfrr_advice",
     "icfrr_k_g",
     "in_photo",

@@ -68,6 +68,7 @@ from museum_search.core.answer._presentation import outline_in_photo
 from museum_search.core.answer._rerank import RerankOptions, build_rerankers
 from museum_search.core.answer._search import Result, ranking_scores, score_matrix
 from museum_search.core.answer._verdict import Evidence, Verdict
+from museum_search.core.answer._whitening import Whitening
 from museum_search.core.errors import ImageError, MuseumSearchError
 from museum_search.core.images import decode_image, encoded_image_size, image_size, load_image
 from museum_search.core.index import Features, Index, candidate_scores, resolve_mode
@@ -103,6 +104,10 @@ VERIFY_SIDE = SpatialParams().max_side
 #: The smallest part of a photo (px of the decoded photo, each side) a further object in it is
 #: described on (:meth:`QueryPipeline.objects_in`).
 MIN_PART = 16
+#: Up to this many references, the whitened margin (:meth:`QueryPipeline._whitened`) compares every
+#: reference (their whitened descriptors kept in memory: 2 KB each); a larger index compares the ones
+#: its search scored.
+WHITEN_ALL = 100_000
 #: Why the answers to queries given as descriptors are not verified.
 DESCRIPTORS_NOT_VERIFIED = ("queries given as descriptors have no photo to match: verification is skipped "
                             "and the verdict uses the cosine (not verified)")
@@ -368,6 +373,9 @@ class Answer:
     objects: list[FoundObject] = field(default_factory=list)
     #: the points the top result's best verified photo could have matched (``Evidence.expected``; 0: not verified)
     expected: int = 0
+    #: the whitened cosine and margin of the top result (``Evidence.wcosine``; nan: no whitening)
+    wcosine: float = float("nan")
+    wmargin: float = float("nan")
 
     @property
     def top(self) -> Result | None:
@@ -379,7 +387,7 @@ class Answer:
         if top is None:
             return Evidence(float("nan"), None, known, correct)
         return Evidence(self.top_cosine, self.top_inliers, known, correct, self.rival, self.margin,
-                        self.confidence, expected=self.expected)
+                        self.confidence, expected=self.expected, wcosine=self.wcosine, wmargin=self.wmargin)
 
     def verdict_text(self) -> str:
         """The verdict's confidence and reason in words, as the views show them."""
@@ -416,6 +424,7 @@ class QueryPipeline:
         self.timings: dict[str, float] = {}
         self._features_pool: ThreadPoolExecutor | None = None  # computes the photos' local features
         self._codes: np.ndarray | None = None  # the references' instances as integers (_label_codes)
+        self._whitenings: dict[int, tuple[np.ndarray, Whitening]] = {}  # (_whitening) by id of the stored array
 
     @classmethod
     def for_descriptors(cls, index: Index, settings: QuerySettings | None = None) -> "QueryPipeline":
@@ -502,7 +511,8 @@ class QueryPipeline:
         if exclude is not None:
             scores[:, np.asarray(exclude, bool)] = -np.inf
         t2 = time.perf_counter()
-        answers = [self._finish(q, scores[i], cos[i], full_ranking, features[i], desc[i]) for i, q in enumerate(queries)]
+        answers = [self._finish(q, scores[i], cos[i], full_ranking, features[i], desc[i], exclude)
+                   for i, q in enumerate(queries)]
         t3 = time.perf_counter()
         self.timings = {"describe": t1 - t0, "search": t2 - t1, "verify": t3 - t2}
         return answers
@@ -519,7 +529,8 @@ class QueryPipeline:
         return self._features_pool
 
     def _finish(self, query: QueryImage, scores: np.ndarray, cos: np.ndarray, full_ranking: bool,
-                features: Future | None = None, descriptor: np.ndarray | None = None) -> Answer:
+                features: Future | None = None, descriptor: np.ndarray | None = None,
+                exclude: np.ndarray | None = None) -> Answer:
         s = self.settings
         verified: dict[int, int] = {}
         qf = None
@@ -553,30 +564,39 @@ class QueryPipeline:
                                   verified.get(row) if s.verify else None, it.path,
                                   str(self.index.root / it.path), it.instance, dict(it.metadata)))
         rival, top_inliers, top_cosine, expected = 0, None, float("nan"), 0
+        wcosine = wmargin = float("nan")
         if results:
             instance, top_cosine = results[0].instance, float(cos[judged_row])
+            part = None
             if qf is not None and judged_row in verified:
                 # the object's evidence: the best verified photo of the top result's object
                 assert query.image is not None  # qf is only set for a photo (verified above)
                 top_inliers, rival, expected = self.verification.top_evidence(query.image, qf, instance, verified)
-                top_cosine = max(top_cosine, self._part_cosine(query, qf, instance, verified, descriptor))
+                part_cosine, part = self._part_cosine(query, qf, instance, verified, descriptor)
+                top_cosine = max(top_cosine, part_cosine)
             margin = cosine_margin(labels, instance, top_cosine, cos, np.isfinite(scores))
-            judged = self.verdict.judge(Evidence(top_cosine, top_inliers, True, True, rival, margin, expected=expected))
+            if descriptor is not None:
+                regions = np.asarray(descriptor, np.float32).reshape(-1, self.index.meta.dim)
+                valid = None if exclude is None else ~np.asarray(exclude, bool)
+                wcosine, wmargin = self._whitened(regions, instance, valid, scores, part)
+            judged = self.verdict.judge(Evidence(top_cosine, top_inliers, True, True, rival, margin, expected=expected,
+                                                 wcosine=wcosine, wmargin=wmargin))
             known, reason, confidence = judged.known, judged.reason, judged.confidence
         else:
             known, reason, confidence, margin = False, "the collection is empty", None, float("nan")
         full = lead_within(order(scores), self._label_codes(), verified) if full_ranking else None
         answer = Answer(query.name, results, known, reason, scores, cos, verified, full, rival, top_inliers,
-                        margin, confidence, qf, top_cosine, expected=expected)
+                        margin, confidence, qf, top_cosine, expected=expected, wcosine=wcosine, wmargin=wmargin)
         answer.objects = self.objects_in(query, answer)
         return answer
 
     def _part_cosine(self, query: QueryImage, qf: Features, instance: str, verified: dict[int, int],
-                     descriptor: np.ndarray | None) -> float:
+                     descriptor: np.ndarray | None) -> tuple[float, np.ndarray | None]:
         """The cosine between the photo (its best region, ``descriptor``: (R, D)) and the part of the
         top object's best verified reference that it shows, when it shows a part only
         (:meth:`museum_search.core.verification._shortlist.Verification.shown_part`: a close-up) and
-        that object is verified (at least the verdict's ``min_inliers``); -inf otherwise.
+        that object is verified (at least the verdict's ``min_inliers``), with that part's (1, D)
+        descriptor; (-inf, None) otherwise.
 
         A close-up of a work is unlike its reference photo as a whole (the frame, the wall, the
         rest of the work), and like the part it shows: the sample's q04, 13 % of its reference,
@@ -585,27 +605,73 @@ class QueryPipeline:
         labels = self.index.labels
         inliers, row = max((n, r) for r, n in verified.items() if labels[r] == instance)
         if descriptor is None or query.image is None or inliers < self.verdict.min_inliers:
-            return float("-inf")
+            return float("-inf"), None
         box = self.verification.shown_part(query.image, row, qf)
         if box is None:
-            return float("-inf")
+            return float("-inf"), None
         try:
             ref = load_image(self.index.abspath(row), max_side=VERIFY_SIDE)
         except (ImageError, OSError) as exc:
             log.debug("the part of %s the photo shows is not described: %s", self.index.items[row].path, exc)
-            return float("-inf")
+            return float("-inf"), None
         h, w = ref.shape[:2]
         x0, y0, x1, y1 = box
         part = ref[int(y0 * h):int(np.ceil(y1 * h)), int(x0 * w):int(np.ceil(x1 * w))]
         if min(part.shape[:2]) < 2:
-            return float("-inf")
+            return float("-inf"), None
         d = self._describe([part])
-        return float((np.asarray(descriptor, np.float32).reshape(-1, d.shape[-1]) @ d.reshape(-1)).max())
+        return float((np.asarray(descriptor, np.float32).reshape(-1, d.shape[-1]) @ d.reshape(-1)).max()), d
+
+    def describe(self, images: Sequence[np.ndarray]) -> np.ndarray:
+        """(n, D) descriptors of whole images, each as one region (as a reference is described)."""
+        return self._describe(images)
 
     def _describe(self, crops: Sequence[np.ndarray]) -> np.ndarray:
         """(n, D) descriptors of parts of a photo, each as one region (not cut into the photo's regions)."""
         ex = self.extractor
         return ex.embed([ex.preprocess(_shrink(np.ascontiguousarray(c), ex.max_side)) for c in crops])
+
+    def _whitening(self) -> Whitening | None:
+        """The index's learned whitening (:mod:`museum_search.core.answer._whitening`), or None."""
+        stored = getattr(self.index, "whitening", None)
+        if stored is None:
+            return None
+        key = id(stored)
+        if key not in self._whitenings or self._whitenings[key][0] is not stored:
+            if len(self._whitenings) > 8:  # a calibration's folds come and go
+                self._whitenings.clear()
+            self._whitenings[key] = (stored, Whitening.from_array(stored, self.index.meta.dim))
+        return self._whitenings[key][1]
+
+    def _whitened(self, regions: np.ndarray, instance: str, valid: np.ndarray | None, scores: np.ndarray,
+                  part: np.ndarray | None = None) -> tuple[float, float]:
+        """The whitened cosine of the photo (its ``regions``: (R, D)) with object ``instance`` (its
+        best reference, or ``part``, the (1, D) descriptor of the part of one that the photo shows),
+        and its margin over the best reference of another object; (nan, nan) without whitening.
+        The references compared: the ``valid`` ones (None: all), of an index of at most
+        :data:`WHITEN_ALL` references; of a larger one, those scored (finite ``scores``)."""
+        w = self._whitening()
+        if w is None:
+            return float("nan"), float("nan")
+        labels = self.index.labels
+        rows = None if valid is None else np.flatnonzero(valid)
+        if len(labels) > WHITEN_ALL:
+            rows = np.flatnonzero(np.isfinite(scores) if valid is None else valid & np.isfinite(scores))
+            refs = w.apply(self.index.descriptors[rows])
+        else:
+            refs = w.references(self.index.descriptors)
+            refs = refs if rows is None else refs[rows]
+        lab = labels if rows is None else labels[rows]
+        q = w.apply(regions)
+        s = (q @ refs.T).max(axis=0) if len(refs) else np.empty(0, np.float32)
+        own = lab == instance
+        best = float(s[own].max()) if own.any() else float("-inf")
+        if part is not None:
+            best = max(best, float((q @ w.apply(part).T).max()))
+        if not np.isfinite(best):
+            return float("nan"), float("nan")
+        other = s[~own]
+        return best, best - float(other.max()) if len(other) else best
 
     def _half_rows(self, image: np.ndarray, scores: np.ndarray, cos: np.ndarray, descriptor: np.ndarray
                    ) -> np.ndarray:
@@ -769,7 +835,8 @@ class QueryPipeline:
         valid = np.isfinite(cos) & ~np.isin(labels, sorted(found))
         margin = cosine_margin(labels, instance, cosine, cos, valid)
         rival = self.verification.rival(image, qf, instance, row, inliers, verified)
-        return Evidence(cosine, inliers, True, True, rival, margin)
+        wcosine, wmargin = self._whitened(desc[0], instance, ~np.isin(labels, sorted(found)), cos)
+        return Evidence(cosine, inliers, True, True, rival, margin, wcosine=wcosine, wmargin=wmargin)
 
     def _found(self, query: QueryImage, instance: str, confidence: float, reason: str, m: Matches | None,
                answer: Answer, row: int, inliers: int | None = None, cosine: float | None = None) -> FoundObject:

@@ -80,7 +80,8 @@ EXACT_COPY = 0.99
 #: Below this share of known views accepted by its own calibration, a verdict is weak: the app warns.
 WEAK_KNOWN_ACCEPTED = 0.80
 #: The model's features, with the sign their weight must have (+1: for an answer, -1: against).
-FEATURES = {"cosine": 1, "margin": 1, "inliers": 1, "rival": -1, "rival_excess": -1, "unmatched": -1}
+FEATURES = {"cosine": 1, "margin": 1, "inliers": 1, "rival": -1, "rival_excess": -1, "unmatched": -1,
+            "wcosine": 1, "wmargin": 1}
 VERIFIED_FEATURES = ("cosine", "margin", "inliers", "rival_excess", "unmatched")
 #: The rival's features: ``rival`` (all its inliers; the models stored before ``rival_excess``, read
 #: as they were fitted) and ``rival_excess``.
@@ -93,6 +94,9 @@ UNMATCHED_SHARE = 4
 #: ``rival_excess``; a model stored with ``rival`` is read with ``rival`` until refitted).
 VERIFIED_FEATURES_BEFORE = ("cosine", "margin", "inliers", "rival_excess")
 COSINE_FEATURES = ("cosine", "margin")
+#: The similarity features of an index with a learned whitening (:mod:`museum_search.core.answer._whitening`),
+#: in place of ``cosine`` and ``margin``: the whitened cosine and its margin over the best other object.
+WHITENED = {"cosine": "wcosine", "margin": "wmargin"}
 #: At most this many real views (a photo of an object with other photos) in a calibration.
 REAL_VIEWS = 60
 #: The operating point shown to users is measured on the real views when there are at least this many.
@@ -118,6 +122,9 @@ class Evidence:
     #: the points that could have matched (verified answers): the fewer of the photo's keypoints and
     #: those of the answer's best verified reference photo (0: not known)
     expected: int = 0
+    #: the whitened cosine and margin (:data:`WHITENED`; nan: the index has no whitening)
+    wcosine: float = float("nan")
+    wmargin: float = float("nan")
 
     def accepted(self, verdict: "Verdict") -> bool:
         return verdict.judge(self).known
@@ -138,10 +145,12 @@ class Evidence:
     def features(self, names: Sequence[str]) -> np.ndarray:
         """The model's inputs: cosine, margin, log(1 + distinct inliers), log(1 + rival inliers)
         (``rival``, models fitted before ``rival_excess``), log(1 + rival inliers beyond
-        :data:`RIVAL_CHANCE`) (``rival_excess``), :attr:`unmatched`."""
-        cos = self.cosine if math.isfinite(self.cosine) else 0.0
-        margin = self.margin if math.isfinite(self.margin) else 0.0
-        values = {"cosine": cos, "margin": margin, "inliers": math.log1p(self.distinct_inliers),
+        :data:`RIVAL_CHANCE`) (``rival_excess``), :attr:`unmatched`, the whitened cosine and margin."""
+        def finite(x: float) -> float:
+            return x if math.isfinite(x) else 0.0
+
+        values = {"cosine": finite(self.cosine), "margin": finite(self.margin), "wcosine": finite(self.wcosine),
+                  "wmargin": finite(self.wmargin), "inliers": math.log1p(self.distinct_inliers),
                   "rival": math.log1p(max(0, self.rival)),
                   "rival_excess": math.log1p(max(0, self.rival - RIVAL_CHANCE)), "unmatched": self.unmatched}
         return np.array([values[n] for n in names], float)
@@ -149,7 +158,9 @@ class Evidence:
     def to_dict(self) -> dict[str, Any]:
         return {"cosine": _round(self.cosine), "margin": _round(self.margin), "inliers": self.inliers,
                 "rival": self.rival, "known": self.known, "correct": self.correct, "kind": self.kind,
-                "instance": self.instance, "path": self.path, "expected": self.expected}
+                "instance": self.instance, "path": self.path, "expected": self.expected,
+                **({"wcosine": _round(self.wcosine), "wmargin": _round(self.wmargin)}
+                   if math.isfinite(self.wcosine) else {})}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Evidence":
@@ -157,7 +168,7 @@ class Evidence:
         return cls(_float(d.get("cosine")), None if inl is None else int(inl), bool(d.get("known")),
                    bool(d.get("correct")), int(d.get("rival") or 0), _float(d.get("margin")),
                    None, str(d.get("kind", "")), str(d.get("instance", "")), str(d.get("path", "")),
-                   int(d.get("expected") or 0))
+                   int(d.get("expected") or 0), _float(d.get("wcosine")), _float(d.get("wmargin")))
 
 
 def _round(x: float) -> float | None:
@@ -332,6 +343,10 @@ _WORDS = {
               "frame, matches; not the object itself)"),
 }
 _WORDS["rival_excess"] = _WORDS["rival"]
+_WORDS["wcosine"] = ("similar overall (cosine {cosine:.2f}; {wcosine:.2f} whitened)",
+                     "not similar enough overall (cosine {cosine:.2f}; {wcosine:.2f} whitened)")
+_WORDS["wmargin"] = ("clearly closer to this object than to any other (whitened cosine margin {wmargin:.2f})",
+                     "about as close to other objects (whitened cosine margin {wmargin:.2f})")
 
 
 def _points(n: int) -> str:
@@ -436,7 +451,8 @@ class Verdict:
             phrases.append("not verified")
         elif name not in ("inliers", *RIVAL_FEATURES, "unmatched") and len(phrases) == 1:  # the matching points, said once
             phrases.append("{points}")
-        return "; ".join(phrases).format(cosine=e.cosine, margin=e.margin, inliers=e.inliers or 0, rival=e.rival,
+        return "; ".join(phrases).format(cosine=e.cosine, margin=e.margin, wcosine=e.wcosine, wmargin=e.wmargin,
+                                         inliers=e.inliers or 0, rival=e.rival,
                                          points=_points(e.inliers or 0), few_points=_few_points(e.inliers or 0),
                                          expected=e.expected)
 
@@ -586,7 +602,7 @@ def fit_verdict(evidence: Sequence[Evidence], source: str,
     rule = unknown_threshold(max_false_accept)
     verified = [e for e in evidence if e.inliers is not None]
     v.model_verified = fit_model(verified, verified_features(verified), rule) if verified else None
-    v.model_cosine = fit_model([_unverified(e) for e in evidence], COSINE_FEATURES, rule)
+    v.model_cosine = fit_model([_unverified(e) for e in evidence], cosine_features(evidence), rule)
     v.evidence = [e.to_dict() for e in evidence]
     v.operating_point = calibration_point(evidence, v, max_false_accept)
     return v
@@ -622,8 +638,22 @@ def calibration_point(evidence: Sequence[Evidence], verdict: Verdict,
 def verified_features(evidence: Sequence[Evidence]) -> tuple[str, ...]:
     """The verified model's features for ``evidence``: :data:`VERIFIED_FEATURES`, without
     ``unmatched`` when no evidence knows the points that could have matched (stored by an older
-    version: the feature would be 0 for all of them, and a model fitted on it would read it wrongly)."""
-    return VERIFIED_FEATURES if any(e.expected > 0 for e in evidence) else VERIFIED_FEATURES_BEFORE
+    version: the feature would be 0 for all of them, and a model fitted on it would read it wrongly);
+    with the whitened similarity in place of the plain one where all the evidence has it (:data:`WHITENED`)."""
+    names = VERIFIED_FEATURES if any(e.expected > 0 for e in evidence) else VERIFIED_FEATURES_BEFORE
+    return _whitened(names, evidence)
+
+
+def cosine_features(evidence: Sequence[Evidence]) -> tuple[str, ...]:
+    """The unverified model's features for ``evidence``: :data:`COSINE_FEATURES`, whitened where all
+    the evidence is (:func:`verified_features`)."""
+    return _whitened(COSINE_FEATURES, evidence)
+
+
+def _whitened(names: Sequence[str], evidence: Sequence[Evidence]) -> tuple[str, ...]:
+    if evidence and all(math.isfinite(e.wcosine) for e in evidence):
+        return tuple(WHITENED.get(n, n) for n in names)
+    return tuple(names)
 
 
 def _unverified(e: Evidence) -> Evidence:
@@ -655,7 +685,7 @@ def labelled_model(evidence: Sequence[Evidence], verified: bool = True) -> Model
     ev = list(evidence) if verified else [_unverified(e) for e in evidence]
     if verified:
         ev = [e for e in ev if e.inliers is not None]
-    return fit_model(ev, verified_features(ev) if verified else COSINE_FEATURES, known_threshold(0.0)) if ev else None
+    return fit_model(ev, verified_features(ev) if verified else cosine_features(ev), known_threshold(0.0)) if ev else None
 
 
 def operating_points(evidence: Sequence[Evidence], verified: bool = True, verdict: Verdict | None = None
@@ -698,7 +728,7 @@ def recalibrated(evidence: Sequence[Evidence], current: Verdict, max_known_rejec
     if current.model(verified) is not None:
         ev = list(evidence) if verified else [_unverified(e) for e in evidence]
         model = fit_model([e for e in ev if e.inliers is not None] if verified else ev,
-                          verified_features(ev) if verified else COSINE_FEATURES, known_threshold(max_known_rejected))
+                          verified_features(ev) if verified else cosine_features(ev), known_threshold(max_known_rejected))
         if model is not None:
             new = (replace(current, source=src, model_verified=model) if verified
                    else replace(current, source=src, model_cosine=model))

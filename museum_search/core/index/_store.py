@@ -14,6 +14,7 @@ Format 3 (a folder, no pickle anywhere)::
                                     first (what ICFRR reads its gallery ranks from, no N x N matrix)
       ann-<gen>.faiss               optional approximate-search index (:mod:`._approximate`), for large indexes
       local_*-<gen>.npy             optional reference local features (verification)
+      whitening-<gen>.npy           optional (k + 1, dim) float32: the verdict's learned whitening (mean, then matrix)
 
 Format 2 (items in JSON, an N x N gallery-rank matrix) is refused with the command that converts it
 (:func:`upgrade_index`, ``museum-search upgrade INDEX``: the descriptors are kept).
@@ -132,6 +133,7 @@ class Index:
         local=None,
         verdict: dict | None = None,
         ann=None,
+        whitening: np.ndarray | None = None,
     ):
         if descriptors.shape != (len(items), meta.dim):
             raise IndexFormatError(
@@ -158,6 +160,9 @@ class Index:
         self.local = local
         #: the "in the collection" calibration (``verdict.Verdict.to_dict()``) or None
         self.verdict = verdict
+        #: the verdict's learned whitening of the descriptors, (k + 1, D) float32: the mean, then the
+        #: matrix (:class:`museum_search.core.answer._whitening.Whitening`), or None
+        self.whitening = whitening
         #: data files found damaged when the index was opened and left out (the neighbour lists:
         #: computed again when needed), each "file: what is wrong"; ``info --check`` reports them
         self.damaged: list[str] = []
@@ -322,6 +327,8 @@ class Index:
             files["neighbours"] = f"neighbours-{gen}.npy"
         if self.ann is not None:
             files["ann"] = f"ann-{gen}.faiss"
+        if self.whitening is not None:
+            files["whitening"] = f"whitening-{gen}.npy"
         if self.local is not None:
             for part in LOCAL_PARTS:
                 files[f"local_{part}"] = f"local_{part}-{gen}.npy"
@@ -347,7 +354,9 @@ class Index:
 
         write("descriptors", lambda f: _write_npy(f, self.descriptors, dtype))
         write("items", lambda f: write_store(f, self.items))
-        neighbours, ann, local = self._neighbours, self.ann, self.local
+        neighbours, ann, local, whitening = self._neighbours, self.ann, self.local, self.whitening
+        if whitening is not None:
+            write("whitening", lambda f: _write_npy(f, np.asarray(whitening, np.float32), "float32"))
         if neighbours is not None:
             write("neighbours", lambda f: _write_npy(f, neighbours, "int32"))
         if ann is not None:
@@ -478,6 +487,7 @@ class Index:
             neighbours = data.neighbours()
             ann = data.ann()
             local = data.local(count)
+            whitening = data.npy("whitening") if "whitening" in data.files else None
             verdict = manifest.get("verdict")
             labelling = LabellingSpec(**manifest.get("labelling", {}))
             coll = manifest["collection"]
@@ -486,11 +496,16 @@ class Index:
         except (KeyError, TypeError, ValueError, OSError) as exc:
             raise IndexFormatError(f"index {path} is damaged ({type(exc).__name__}: {exc}); {hint}") from None
         checked = _check_loaded(path, hint, count, dim, meta, desc, items, neighbours, ann)
+        if whitening is not None and (whitening.ndim != 2 or whitening.shape[1] != dim or whitening.dtype.kind != "f"
+                                      or not 2 <= whitening.shape[0] <= dim + 1):
+            raise IndexFormatError(f"index {path} is damaged (its whitening has shape {whitening.shape}, "
+                                   f"not (k + 1, {dim}) numbers); {hint}")
         if neighbours is not None and checked is None:
             data.damaged.append(f"{data.files['neighbours']}: the neighbour lists have the wrong shape or type")
         index = cls(_collection_root(path, coll), meta, items, desc, labelling, manifest.get("created"),
                     manifest.get("updated"), checked, path, local=local,
-                    verdict=verdict if isinstance(verdict, dict) else None, ann=ann)
+                    verdict=verdict if isinstance(verdict, dict) else None, ann=ann,
+                    whitening=None if whitening is None else np.array(whitening, np.float32))
         index.damaged = data.damaged
         return index
 

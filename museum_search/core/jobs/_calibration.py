@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import replace
-from typing import Generator, Sequence
+from typing import Generator, Iterator, Sequence
 
 import cv2
 import numpy as np
 
 from museum_search.core.answer import (
+    FOLDS,
     NOISE_INLIERS,
     REAL_VIEWS,
     Evidence,
@@ -32,6 +34,8 @@ from museum_search.core.answer import (
     QuerySettings,
     Verdict,
     fit_verdict,
+    fit_whitening,
+    fold_whitenings,
 )
 from museum_search.core.conditions import degrade
 from museum_search.core.images import load_image
@@ -47,6 +51,13 @@ VISITOR = "visitor"
 VISITOR_CONDITIONS = ("dim-0.6", "dim-0.3", "defocus-2", "defocus-4", "motion-4", "perspective-15",
                       "perspective-30", "tilt-25", "glare", "noise", "far", "webcam", "jpeg-70", "phone",
                       "phone-hard")
+
+#: The verdict's whitening (:mod:`museum_search.core.answer._whitening`) is learned from at most this
+#: many references, each described once more as a visitor's phone takes it (about a tenth of a
+#: second each on this project's 2-core machine: 100 s at most).
+WHITENING_REFS = 1000
+#: The stage of a build that learns the whitening (``Progress.stage``).
+WHITENING_STAGE = "learning the whitening"
 
 #: Staff-confirmed visitor photos (known and unknown together) are calibration views from this many on.
 #: Below it they are a handful: one odd photo (a label, a hand over the lens, a half-visible work)
@@ -116,17 +127,27 @@ def synthetic_view(image: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 
 def calibrate(index: Index, extractor=None, views: int | None = None, seed: int = 0,
-              unknown_views: Sequence[str] = ()) -> Generator[Progress, None, Verdict]:
+              unknown_views: Sequence[str] = (), whitening: bool | None = None) -> Generator[Progress, None, Verdict]:
     """Calibrate the verdict of ``index`` on real and synthetic views of its references (see the
     module doc). ``views``: how many views (default: :func:`calibration_plan`). ``unknown_views``:
     staff-confirmed visitor photos of objects not in the collection (absolute paths).
+    ``whitening``: learn the verdict's whitening first (:func:`learn_whitening`; None: when the
+    index has one), and judge each unknown view with the whitening learned without its object.
     Needs at least two objects in the collection (otherwise the default verdict is returned)."""
     labels = index.labels
     if len(set(labels.tolist())) < 2:
+        index.whitening = None
         return Verdict(source="default (a collection of one object cannot be calibrated)")
-    evidence = yield from calibration_evidence(index, extractor, views, seed)
+    folds, note = None, ""
+    if whitening or (whitening is None and index.whitening is not None):
+        folds = yield from learn_whitening(index, extractor, seed)
+        note = (f"; judged with a whitening learned from {min(len(index), WHITENING_REFS)} photos" if folds
+                else f"; no whitening: {len(index)} photos are too few to learn one from")
+    else:
+        index.whitening = None
+    evidence = yield from calibration_evidence(index, extractor, views, seed, folds=folds)
     evidence = yield from with_staff_views(index, extractor, evidence, unknown_views)
-    return fit_verdict(evidence, _source(evidence))
+    return fit_verdict(evidence, _source(evidence) + note)
 
 
 def _source(evidence: Sequence[Evidence]) -> str:
@@ -177,10 +198,12 @@ def calibration_plan(labels: np.ndarray, views: int | None = None, seed: int = 0
 
 
 def calibration_evidence(index: Index, extractor=None, views: int | None = None, seed: int = 0,
-                         rows: Sequence[int] | None = None, visitors: bool = True
-                         ) -> Generator[Progress, None, list[Evidence]]:
+                         rows: Sequence[int] | None = None, visitors: bool = True,
+                         folds: "Folds | None" = None) -> Generator[Progress, None, list[Evidence]]:
     """Known and unknown evidence of the views of :func:`calibration_plan` (see the module doc);
-    with ``visitors``, each view also as a visitor's phone takes it (:data:`VISITOR_CONDITIONS`)."""
+    with ``visitors``, each view also as a visitor's phone takes it (:data:`VISITOR_CONDITIONS`);
+    ``folds``: the whitenings each unknown view is judged with (:func:`learn_whitening`; None: the
+    index's own, as for the views of an update's new photos, which it was not learned from)."""
     labels = index.labels
     rng = np.random.default_rng(seed)  # one stream: the plan's draw of rows, then the synthetic views
     visitor_rng = np.random.default_rng([seed, 36])  # another: the visitors' conditions
@@ -198,11 +221,12 @@ def calibration_evidence(index: Index, extractor=None, views: int | None = None,
             continue
         image = synthetic_view(ref, rng) if kind == "synthetic" else ref
         exclude = _exclusions(labels, row, kind)
-        evidence += _asked(pipe, QueryImage(f"{kind} view of {path}", image), labels, row, kind, exclude)
+        evidence += _asked(pipe, QueryImage(f"{kind} view of {path}", image), labels, row, kind, exclude, folds)
         if visitors:
             condition = VISITOR_CONDITIONS[int(visitor_rng.integers(len(VISITOR_CONDITIONS)))]
             photo = degrade(image, condition, int(visitor_rng.integers(2**31)))
-            evidence += _asked(pipe, QueryImage(f"{condition} view of {path}", photo), labels, row, VISITOR, exclude)
+            evidence += _asked(pipe, QueryImage(f"{condition} view of {path}", photo), labels, row, VISITOR, exclude,
+                               folds)
         yield Progress(i + 1, len(plan), current=f"{kind} view of {path}", stage="calibrating",
                        elapsed=time.perf_counter() - t0)
     return evidence
@@ -261,16 +285,70 @@ def _exclusions(labels: np.ndarray, row: int, kind: str) -> tuple[np.ndarray | N
 
 
 def _asked(pipe: QueryPipeline, view: QueryImage, labels: np.ndarray, row: int, kind: str,
-           exclude: tuple[np.ndarray | None, np.ndarray]) -> list[Evidence]:
-    """The known and the unknown evidence of ``view`` (of reference ``row``), described once and asked twice."""
+           exclude: tuple[np.ndarray | None, np.ndarray], folds: "Folds | None" = None) -> list[Evidence]:
+    """The known and the unknown evidence of ``view`` (of reference ``row``), described once and
+    asked twice (the unknown one with the whitening learned without its object: ``folds``)."""
     desc = pipe.embed([view])
     (a_in,) = pipe.answer([view], desc, exclude=exclude[0])
-    with leaving_out(pipe.index, labels[row]):  # the references as in a collection without this object
+    # the references as in a collection without this object
+    with leaving_out(pipe.index, labels[row]), _whitened_without(pipe.index, str(labels[row]), folds):
         (a_out,) = pipe.answer([view], desc, exclude=exclude[1])
     top_in, instance, path = a_in.top, str(labels[row]), pipe.index.items[row].path
     return [replace(a_in.evidence(True, top_in is not None and top_in.instance == labels[row]),
                     kind=kind, instance=instance, path=path),
             replace(a_out.evidence(False, False), kind=kind, instance=instance, path=path)]
+
+
+#: (each object's fold, the stored form of the whitening learned without each fold)
+Folds = tuple[dict[str, int], dict[int, np.ndarray]]
+
+
+def learn_whitening(index: Index, extractor=None, seed: int = 0) -> Generator[Progress, None, Folds | None]:
+    """Learn the verdict's whitening of ``index`` (``index.whitening``; None when there are too few
+    pairs) from its references and a copy of each as a visitor's phone takes it (at most
+    :data:`WHITENING_REFS` of them, drawn at random; stage :data:`WHITENING_STAGE`), and the
+    whitenings learned without each fold of objects, which calibration judges unknown views with."""
+    pipe = _calibration_pipe(index, extractor)
+    labels = index.labels
+    n = len(index)
+    rng = np.random.default_rng([seed, 37])
+    rows = np.sort(rng.choice(n, size=min(n, WHITENING_REFS), replace=False))
+    degraded = np.full((len(rows), index.meta.dim), np.nan, np.float32)
+    t0 = time.perf_counter()
+    for i, row in enumerate(rows):
+        condition = VISITOR_CONDITIONS[int(rng.integers(len(VISITOR_CONDITIONS)))]
+        draw = int(rng.integers(2**31))
+        try:
+            ref = load_image(index.abspath(int(row)), max_side=pipe.verify_side)
+        except Exception:  # unreadable since it was described: no pair
+            ref = None
+        if ref is not None:
+            degraded[i] = pipe.describe([degrade(ref, condition, draw)])[0]
+        yield Progress(i + 1, len(rows), current=index.items[int(row)].path, stage=WHITENING_STAGE,
+                       elapsed=time.perf_counter() - t0)
+    desc = np.asarray(index.descriptors[rows], np.float32)
+    whitening = fit_whitening(desc, degraded, labels[rows])
+    index.whitening = None if whitening is None else whitening.to_array()
+    if whitening is None:
+        return None
+    of, without = fold_whitenings(desc, degraded, labels[rows], FOLDS)
+    return of, {k: w.to_array() for k, w in without.items()}
+
+
+@contextmanager
+def _whitened_without(index: Index, obj: str, folds: Folds | None) -> Iterator[None]:
+    """Within it, ``index``'s whitening is the one learned without object ``obj`` (its fold's), when
+    ``folds`` has it; else the index's own (an object it was not learned from)."""
+    of, without = folds or ({}, {})
+    stored = without.get(of.get(obj, -1))
+    if stored is None:
+        yield
+        return
+    own, index.whitening = index.whitening, stored
+    try:
+        yield
+    finally:
+        index.whitening = own
 
 
 def refit(index: Index, previous: Verdict, changed: set[str], new_rows: Sequence[int], extractor=None,
@@ -292,4 +370,5 @@ def refit(index: Index, previous: Verdict, changed: set[str], new_rows: Sequence
     evidence = yield from with_staff_views(index, extractor, kept + new, unknown_views)
     if not any(e.known for e in evidence) or not any(not e.known for e in evidence):
         return (yield from calibrate(index, extractor, seed=seed, unknown_views=unknown_views))
-    return fit_verdict(evidence, _source(evidence) + "; refitted after an update")
+    whitened = "; judged with its whitening" if index.whitening is not None else ""
+    return fit_verdict(evidence, _source(evidence) + whitened + "; refitted after an update")

@@ -44,6 +44,8 @@ from museum_search.core.inference import (
     loading_stage,
 )
 from museum_search.core.jobs._calibration import (
+    WHITENING_REFS,
+    WHITENING_STAGE,
     calibrate,
     calibration_plan,
     refit,
@@ -134,6 +136,7 @@ STAGE_COSTS = {
     index_face.TRAIN_STAGE: 0.02,
     index_face.ADD_STAGE: 0.02,
     index_face.NEIGHBOURS_STAGE: 0.02,
+    WHITENING_STAGE: 3.0,  # per reference: one described again as a phone takes it (the condition costs more than the network)
     "calibrating": 25.0,  # per view, asked clean and as a visitor's phone takes it (measured 23-27, bench/bench_eta.py)
 }
 
@@ -155,7 +158,7 @@ def _most_views(n: int) -> int:
 
 
 def build_plan(verification: bool = True, ann: str = "auto", neighbours: int = K_MAX,
-               matcher: str | None = None, ray: bool = False) -> tuple[PlannedStage, ...]:
+               matcher: str | None = None, ray: bool = False, whitening: bool = False) -> tuple[PlannedStage, ...]:
     """The counted stages of :func:`build_index` with these options, in order, with their costs
     (:data:`STAGE_COSTS`); ``n`` is the number of photos to describe. The calibration's views are
     said by the build once the photos are labelled (``Progress.expected``); until then, the most
@@ -174,6 +177,8 @@ def build_plan(verification: bool = True, ann: str = "auto", neighbours: int = K
     if neighbours:
         plan.append(_stage(index_face.NEIGHBOURS_STAGE, lambda n: n if n > 1 else 0))
     if verification:
+        if whitening:
+            plan.append(_stage(WHITENING_STAGE, lambda n: min(n, WHITENING_REFS)))
         plan.append(_stage("calibrating", _most_views))
         if resolve_matcher(matcher) == "auto":
             plan += [_stage("local features"), _stage("calibrating", _most_views)]
@@ -212,6 +217,7 @@ def build_index(
     ray: str | bool | None = None,
     matcher: str | None = None,
     engine: str | None = None,
+    whitening: bool = False,
 ) -> Generator[Progress, None, BuildReport]:
     """Index every labelled image of ``collection``; saves atomically to ``out`` (if given) at the end.
 
@@ -224,7 +230,8 @@ def build_index(
     local features stored for verification (``auto``: both, each calibrated, the better kept:
     :func:`_auto_matcher`); queries and updates use the index's own. ``engine`` ("onnx", "torch";
     None or "auto": :func:`.inference.default_engine`) runs the network, here (unless ``extractor``
-    is given) and on the Ray workers.
+    is given) and on the Ray workers. ``whitening`` (with ``verification``): the verdict judges the
+    similarity with a whitening learned from the collection (:func:`museum_search.core.jobs._calibration.learn_whitening`).
 
     ``out`` is checked (:func:`check_output_folder`) and its writer lock taken before any work
     starts. Cancelling (closing the generator) before the end leaves any index at ``out`` untouched.
@@ -235,14 +242,14 @@ def build_index(
         raise MuseumSearchError(f"collection folder not found: {root}")
     if out is None:
         return (yield from _build(root, None, config, labelling, extractor, batch_size, dtype, verification,
-                                  ann, neighbours, ray, matcher, engine))
+                                  ann, neighbours, ray, matcher, engine, whitening))
     with writer_lock(out, collection=root):
         return (yield from _build(root, Path(out), config, labelling, extractor, batch_size, dtype, verification,
-                                  ann, neighbours, ray, matcher, engine))
+                                  ann, neighbours, ray, matcher, engine, whitening))
 
 
 def _build(root, out, config, labelling, extractor, batch_size, dtype, verification, ann, neighbours, ray,
-           matcher=None, engine=None):
+           matcher=None, engine=None, whitening=False):
     labelling = labelling or LabellingSpec()
     lab = label_collection(root, rule=labelling.rule, catalogue=labelling.catalogue, regex=labelling.regex)
     skipped: list[tuple[str, str]] = []
@@ -288,7 +295,7 @@ def _build(root, out, config, labelling, extractor, batch_size, dtype, verificat
         yield from _add_verification(index, extractor, kept, calibrate=False, params=spatial, check_all=True)
     yield from derive(index, ann=ann, neighbours=neighbours)
     if verification:
-        yield from _calibrate(index, extractor)
+        yield from _calibrate(index, extractor, whitening=whitening)
         if auto:
             yield from _auto_matcher(index, extractor)
     if out is not None:
@@ -320,7 +327,7 @@ def build_job(
         yield Progress(0, 0, stage="listing and labelling the images")
         plan = build_plan(options.get("verification", True), options.get("ann", "auto"),
                           options.get("neighbours", K_MAX), options.get("matcher"),
-                          ray=options.get("ray") not in (None, False))
+                          ray=options.get("ray") not in (None, False), whitening=options.get("whitening", False))
         return (yield from with_plan(build_index(root, out, config, labelling, extractor=extractor, **options), plan))
 
 
@@ -619,7 +626,8 @@ def _update(index, extractor, weights, batch_size, checksum, ann, engine=None, n
     dtype = np.asarray(index.descriptors[:0]).dtype
     kept_desc = np.asarray(index.descriptors[keep_pos], dtype=np.float32)
     desc = np.concatenate([kept_desc, new_desc]).astype(dtype)
-    updated = Index(root, index.meta, keep_items + new_items, desc, spec, index.created, path=index.path)
+    updated = Index(root, index.meta, keep_items + new_items, desc, spec, index.created, path=index.path,
+                    whitening=index.whitening)
     unchanged = not new_items and len(keep_items) == len(index)
     yield from _updated_derived(updated, index, keep_pos, ann, unchanged, neighbours)
     if index.local is not None:  # kept references keep their local features; deleted ones drop theirs
@@ -779,13 +787,15 @@ def _refit(updated: Index, old: Index, extractor, new_rows, engine: str | None =
     updated.verdict = {**_with_staff_counts(updated, verdict), **kept}  # --matcher auto's measurements stay
 
 
-def _calibrate(index: Index, extractor, engine: str | None = None,
-               weights: str | None = None, unknown: list[str] | None = None) -> Generator[Any, None, None]:
+def _calibrate(index: Index, extractor, engine: str | None = None, weights: str | None = None,
+               unknown: list[str] | None = None, whitening: bool | None = None) -> Generator[Any, None, None]:
     """The "in the collection" verdict's calibration of ``index`` (stage "calibrating"; the network,
-    when not given, on ``engine``), with ``unknown``: staff-confirmed photos not in the collection."""
+    when not given, on ``engine``), with ``unknown``: staff-confirmed photos not in the collection;
+    ``whitening``: learn the verdict's whitening first (None: when the index has one)."""
     if extractor is None:
         extractor = extractor_for_meta(index.meta, weights, engine=engine)
-    index.verdict = _with_staff_counts(index, (yield from calibrate(index, extractor, unknown_views=unknown or ())))
+    index.verdict = _with_staff_counts(index, (yield from calibrate(index, extractor, unknown_views=unknown or (),
+                                                                    whitening=whitening)))
 
 
 def _with_staff_counts(index: Index, verdict: Verdict) -> dict[str, Any]:
