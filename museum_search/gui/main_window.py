@@ -220,11 +220,11 @@ class SettingsDialog(QDialog):
                                 "Automatic computes both, calibrates the verdict with each on the collection's own "
                                 "views and keeps the better (a build takes about twice as long).")
         form.addRow("Matcher for new indexes:", self.matcher)
-        self.whitening = QCheckBox("Learn a whitening for the verdict (slower builds)")
+        self.whitening = QCheckBox("Learn what visitors' phones change (fewer photos refused; slower builds)")
         self.whitening.setChecked(state.settings.whitening)
         self.whitening.setToolTip("Each new index also learns, from its own photos and a copy of each as a phone takes "
                                   "it, which changes of light, blur and angle to look past when it judges whether a "
-                                  "photo shows an object of the collection. On the project's visitor protocol it "
+                                  "photo shows an object of the collection (a learned whitening of its descriptor). On the project's visitor protocol it "
                                   "halves the known objects refused on phone-like photos (11 % to 5 %); a build "
                                   "takes about a tenth of a second more per photo (at most 1,000). An update keeps "
                                   "the index's own.")

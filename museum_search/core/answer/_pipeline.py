@@ -107,7 +107,7 @@ MIN_PART = 16
 #: Up to this many references, the whitened margin (:meth:`QueryPipeline._whitened`) compares every
 #: reference (their whitened descriptors kept in memory: 2 KB each); a larger index compares the ones
 #: its search scored.
-WHITEN_ALL = 100_000
+WHITEN_ALL = 20_000
 #: Why the answers to queries given as descriptors are not verified.
 DESCRIPTORS_NOT_VERIFIED = ("queries given as descriptors have no photo to match: verification is skipped "
                             "and the verdict uses the cosine (not verified)")

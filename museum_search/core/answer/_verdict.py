@@ -14,6 +14,9 @@ The evidence of the top result (:class:`Evidence`):
   (what objects share, such as a frame moulding, matches several objects alike), counted beyond the
   4 that any homography explains (:data:`RIVAL_CHANCE`: a rival of 4 or 5 points is chance, not a
   frame that two works share);
+* for an index built with a learned whitening (:mod:`museum_search.core.answer._whitening`), the
+  **whitened** cosine and margin (``wcosine``, ``wmargin``), which the model reads in place of the
+  plain ones (:data:`WHITENED`);
 * when verified, the points that **could have matched** (:attr:`Evidence.expected`: the fewer of the
   photo's keypoints and those of that reference photo). Few inliers mean little on a plain object
   that has few points at all (a rubber duck, a black glaze), and much on a textured one: a look-alike

@@ -10,7 +10,8 @@ descriptor such changes move (their covariance, whitened away), then keeps the d
 the references differ most (PCA of the whitened references). Its pairs:
 
 * each reference and a copy of it as a visitor's phone takes it (one of the protocol's conditions,
-  :mod:`museum_search.core.conditions`, drawn per reference; :func:`museum_search.core.jobs._calibration.degraded_descriptors`);
+  :mod:`museum_search.core.conditions`, drawn per reference;
+  :func:`museum_search.core.jobs._calibration.learn_whitening`);
 * consecutive photos of one object (another side of it, where the collection has several).
 
 The whitened cosine and its margin over the best other object replace the plain ones in the verdict
