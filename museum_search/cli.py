@@ -650,7 +650,7 @@ def _add_index(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--whitening", action="store_true",
                    help="the verdict judges the photo's similarity with a whitening learned from the collection "
                         "(each reference also described as a phone takes it): fewer visitors' photos of 3D objects "
-                        "refused; adds about a tenth of a second per reference (at most 1,000) to the build. "
+                        "refused; adds 0.07-0.4 s per reference (at most 1,000) to the build. "
                         "update keeps it")
     _add_derived_options(s)
     _add_engine_option(s)

@@ -226,7 +226,7 @@ class SettingsDialog(QDialog):
                                   "it, which changes of light, blur and angle to look past when it judges whether a "
                                   "photo shows an object of the collection (a learned whitening of its descriptor). On the project's visitor protocol it "
                                   "halves the known objects refused on phone-like photos (11 % to 5 %); a build "
-                                  "takes about a tenth of a second more per photo (at most 1,000). An update keeps "
+                                  "takes up to 0.4 s more per photo (at most 1,000 photos). An update keeps "
                                   "the index's own.")
         form.addRow("", self.whitening)
 
