@@ -346,10 +346,11 @@ _WORDS = {
               "frame, matches; not the object itself)"),
 }
 _WORDS["rival_excess"] = _WORDS["rival"]
-_WORDS["wcosine"] = ("similar overall (cosine {cosine:.2f}; {wcosine:.2f} whitened)",
-                     "not similar enough overall (cosine {cosine:.2f}; {wcosine:.2f} whitened)")
-_WORDS["wmargin"] = ("clearly closer to this object than to any other (whitened cosine margin {wmargin:.2f})",
-                     "about as close to other objects (whitened cosine margin {wmargin:.2f})")
+# the whitened similarity in words: what light, blur and angle change is set aside (its number decided)
+_WORDS["wcosine"] = ("similar overall, light and angle set aside ({wcosine:.2f}; cosine {cosine:.2f})",
+                     "not similar enough overall, light and angle set aside ({wcosine:.2f}; cosine {cosine:.2f})")
+_WORDS["wmargin"] = ("clearly closer to this object than to any other, light and angle set aside (margin {wmargin:.2f})",
+                     "about as close to other objects, light and angle set aside (margin {wmargin:.2f})")
 
 
 def _points(n: int) -> str:
