@@ -1,6 +1,6 @@
 """The verdict's learned whitening (issue 36): learned per collection from its own references and a
-copy of each as a phone takes it, stored with the index, and judged with, calibration's unknown views
-with the whitening learned without their object."""
+copy of each as a phone takes it, stored with the index, and read by the verdict; calibration judges
+its unknown views with the whitening learned without their object."""
 
 import json
 import re
@@ -127,6 +127,8 @@ def test_on_coil_it_tells_a_known_object_s_phone_photo_from_a_look_alike_better(
     X = describe([load_image(files[k]) for k in refs])
     labels = np.array([str(o) for o, _ in refs])
     rng = np.random.default_rng(3)
+    # each reference as a phone takes it (a build draws one of the visitors' conditions per reference;
+    # here the phone-like one, with other draws than the queries')
     Xd = describe([degrade(load_image(files[k]), "phone", int(rng.integers(2**31))) for k in refs])
     w = fit_whitening(X, Xd, labels)
     Q = describe([degrade(load_image(files[k]), "phone", 1000 + i) for i, k in enumerate(queries)])
