@@ -227,6 +227,11 @@ def test_a_damaged_whitening_file_is_refused(whitened, tmp_path):
         Index.load(copy, verify=False)
     with pytest.raises(IndexFormatError, match="damaged"):
         Index.load(copy)  # its checksum too
+    dim = Index.load(whitened).meta.dim
+    (copy / name).unlink()
+    np.save(copy / name, np.full((3, dim), np.nan, np.float32))  # the right shape, not numbers
+    with pytest.raises(IndexFormatError, match="finite"):
+        Index.load(copy, verify=False)
 
 
 def test_the_command_line_builds_with_whitening(tmp_path, collection):

@@ -151,10 +151,7 @@ class Settings:
     def whitening(self) -> bool:
         """Whether new indexes learn the verdict's whitening (``build_index(whitening=...)``); the
         Collection tab passes it to each build it starts."""
-        try:
-            return bool(_typed(self.q.value("index/whitening", False), False))
-        except ValueError:
-            return False
+        return bool(self._get("index/whitening", False, lambda v: _typed(v, False)))
 
     @whitening.setter
     def whitening(self, v: bool) -> None:

@@ -52,10 +52,6 @@ class Whitening:
     #: the whitened references, computed once per whitening (:meth:`references`)
     _refs: tuple[int, np.ndarray] | None = field(default=None, repr=False)
 
-    @property
-    def dims(self) -> int:
-        return int(self.matrix.shape[0])
-
     def apply(self, x: np.ndarray) -> np.ndarray:
         """The whitened, L2-normalized rows of ``x`` (..., D)."""
         y = (np.asarray(x, np.float32) - self.mean) @ self.matrix.T

@@ -497,9 +497,10 @@ class Index:
             raise IndexFormatError(f"index {path} is damaged ({type(exc).__name__}: {exc}); {hint}") from None
         checked = _check_loaded(path, hint, count, dim, meta, desc, items, neighbours, ann)
         if whitening is not None and (whitening.ndim != 2 or whitening.shape[1] != dim or whitening.dtype.kind != "f"
-                                      or not 2 <= whitening.shape[0] <= dim + 1):
+                                      or not 2 <= whitening.shape[0] <= dim + 1
+                                      or not np.all(np.isfinite(whitening))):
             raise IndexFormatError(f"index {path} is damaged (its whitening has shape {whitening.shape}, "
-                                   f"not (k + 1, {dim}) numbers); {hint}")
+                                   f"not (k + 1, {dim}) finite numbers); {hint}")
         if neighbours is not None and checked is None:
             data.damaged.append(f"{data.files['neighbours']}: the neighbour lists have the wrong shape or type")
         index = cls(_collection_root(path, coll), meta, items, desc, labelling, manifest.get("created"),
